@@ -1,0 +1,173 @@
+//! Names of every environment variable of the contract, and who writes it.
+//!
+//! | writer | when | variables |
+//! |---|---|---|
+//! | rest-lite (pod template of the role's main container) | submission | [`StaticVar`] names below, the per-role `PAI_TASK_ROLE_TASK_COUNT_<role>`, `PAI_MIN_*_<role>`, `PAI_RESOURCE_<role>`, `PAI_CONTAINER_HOST_<label>_PORT_LIST`, and every `jobEnvs` entry |
+//! | rest-lite (init container) | submission | `USER_CMD`, `KUBE_APISERVER_ADDRESS` |
+//! | kube-runtime (env file) | after the barrier | `PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX`, `PAI_TASK_ROLE_INDEX`, `PAI_HOST_IP_<role>_<i>`, `PAI_TASK_ROLE_<role>_HOST_LIST`, `PAI_<role>_<i>_<label>_PORT`, and the per-task `PAI_PORT_LIST_<role>_<i>_<label>` |
+//!
+//! `PAI_PORT_LIST_<role>_<i>_<label>` is known at submission, but it exists once per task:
+//! written into the Framework it would make the object grow with the task count. The
+//! runtime derives it from each role's [`CONTAINER_HOST_PORT_LIST`], which the Framework
+//! carries once per role.
+
+/// `<user>~<job>`, the original (not normalised) names.
+pub const JOB_NAME: &str = "PAI_JOB_NAME";
+pub const USER_NAME: &str = "PAI_USER_NAME";
+pub const DEFAULT_FS_URI: &str = "PAI_DEFAULT_FS_URI";
+pub const TASK_ROLE_COUNT: &str = "PAI_TASK_ROLE_COUNT";
+/// Comma-separated role names, in spec order.
+pub const TASK_ROLE_LIST: &str = "PAI_TASK_ROLE_LIST";
+pub const CURRENT_TASK_ROLE_NAME: &str = "PAI_CURRENT_TASK_ROLE_NAME";
+pub const DATA_DIR: &str = "PAI_DATA_DIR";
+pub const OUTPUT_DIR: &str = "PAI_OUTPUT_DIR";
+pub const CODE_DIR: &str = "PAI_CODE_DIR";
+pub const CURRENT_TASK_ROLE_TASK_COUNT: &str = "PAI_CURRENT_TASK_ROLE_TASK_COUNT";
+pub const CURRENT_TASK_ROLE_CPU_COUNT: &str = "PAI_CURRENT_TASK_ROLE_CPU_COUNT";
+pub const CURRENT_TASK_ROLE_MEM_MB: &str = "PAI_CURRENT_TASK_ROLE_MEM_MB";
+pub const CURRENT_TASK_ROLE_SHM_MB: &str = "PAI_CURRENT_TASK_ROLE_SHM_MB";
+pub const CURRENT_TASK_ROLE_GPU_COUNT: &str = "PAI_CURRENT_TASK_ROLE_GPU_COUNT";
+pub const CURRENT_TASK_ROLE_MIN_FAILED_TASK_COUNT: &str =
+    "PAI_CURRENT_TASK_ROLE_MIN_FAILED_TASK_COUNT";
+pub const CURRENT_TASK_ROLE_MIN_SUCCEEDED_TASK_COUNT: &str =
+    "PAI_CURRENT_TASK_ROLE_MIN_SUCCEEDED_TASK_COUNT";
+/// The role's `http` port.
+pub const CURRENT_CONTAINER_PORT: &str = "PAI_CURRENT_CONTAINER_PORT";
+/// The role's `ssh` port.
+pub const CONTAINER_SSH_PORT: &str = "PAI_CONTAINER_SSH_PORT";
+/// `label:p1,p2;label:p3`, every label of the role; parsed by [`crate::PortPlan`].
+pub const CONTAINER_HOST_PORT_LIST: &str = "PAI_CONTAINER_HOST_PORT_LIST";
+/// The public key that may log in over ssh; arrives through `jobEnvs`.
+pub const SSH_PUB_KEY: &str = "PAI_SSH_PUB_KEY";
+
+/// Dynamic: index of this task within its role.
+pub const CURRENT_TASK_ROLE_CURRENT_TASK_INDEX: &str = "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX";
+/// Dynamic: index of this task's role in [`TASK_ROLE_LIST`].
+pub const TASK_ROLE_INDEX: &str = "PAI_TASK_ROLE_INDEX";
+
+/// Init container only: the user's command, written to `main.sh` by the runtime.
+pub const USER_CMD: &str = "USER_CMD";
+/// Init container only: the API server the barrier talks to (empty: in-cluster config).
+pub const KUBE_APISERVER_ADDRESS: &str = "KUBE_APISERVER_ADDRESS";
+
+/// Prefix reserved for the variables FrameworkController injects.
+pub const FC_PREFIX: &str = "FC_";
+/// Prefix of the variables this contract defines.
+pub const PAI_PREFIX: &str = "PAI_";
+
+pub fn task_role_task_count(role: &str) -> String {
+    format!("PAI_TASK_ROLE_TASK_COUNT_{role}")
+}
+pub fn min_failed_instance(role: &str) -> String {
+    format!("PAI_MIN_FAILED_INSTANCE_{role}")
+}
+pub fn min_succeeded_instance(role: &str) -> String {
+    format!("PAI_MIN_SUCCEEDED_INSTANCE_{role}")
+}
+pub fn min_failed_task_count(role: &str) -> String {
+    format!("PAI_MIN_FAILED_TASK_COUNT_{role}")
+}
+pub fn min_succeeded_task_count(role: &str) -> String {
+    format!("PAI_MIN_SUCCEEDED_TASK_COUNT_{role}")
+}
+/// `cpu_count:<n>,memMB:<n>,shmMB:<n>,gpu_count:<n>`
+pub fn resource(role: &str) -> String {
+    format!("PAI_RESOURCE_{role}")
+}
+pub fn container_host_label_port_list(label: &str) -> String {
+    format!("PAI_CONTAINER_HOST_{label}_PORT_LIST")
+}
+pub fn port_list(role: &str, index: u32, label: &str) -> String {
+    format!("PAI_PORT_LIST_{role}_{index}_{label}")
+}
+pub fn host_ip(role: &str, index: u32) -> String {
+    format!("PAI_HOST_IP_{role}_{index}")
+}
+/// `ip:port,ip:port`, port being the role's `http` port.
+pub fn task_role_host_list(role: &str) -> String {
+    format!("PAI_TASK_ROLE_{role}_HOST_LIST")
+}
+pub fn task_port(role: &str, index: u32, label: &str) -> String {
+    format!("PAI_{role}_{index}_{label}_PORT")
+}
+
+/// Escapes a value for a container `env` entry, whose `$(NAME)` references the kubelet
+/// expands. Every `$` becomes `$$`, which the kubelet turns back into one `$`, so the
+/// process sees the value exactly as written (no substitution).
+pub fn kubelet_escape(value: &str) -> String {
+    value.replace('$', "$$")
+}
+
+/// The kubelet's expansion of a container `env` value, given the variables defined
+/// before it: `$$` is `$`, `$(NAME)` is NAME's value when defined and stays as written
+/// otherwise, any other `$` stays. The embedded backend uses it to give its processes
+/// the values a pod would see.
+pub fn kubelet_expand(value: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+        {
+            let name = &inner[..end];
+            match lookup(name) {
+                Some(v) => out.push_str(&v),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// True for a POSIX shell identifier: `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn is_shell_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn expansion_follows_the_kubelet() {
+        let lookup = |n: &str| (n == "A").then(|| "x".to_string());
+        assert_eq!(kubelet_expand("$(A)-$(B)", lookup), "x-$(B)");
+        assert_eq!(kubelet_expand("$$(A)", lookup), "$(A)");
+        assert_eq!(kubelet_expand("$A $", lookup), "$A $");
+        assert_eq!(kubelet_expand("$(A", lookup), "$(A");
+    }
+
+    proptest! {
+        #[test]
+        fn escaped_values_survive_expansion(value in ".*") {
+            let everything = |_: &str| Some("EXPANDED".to_string());
+            prop_assert_eq!(kubelet_expand(&kubelet_escape(&value), everything), value);
+        }
+    }
+
+    #[test]
+    fn identifiers() {
+        assert!(is_shell_identifier("PAI_X_1"));
+        assert!(is_shell_identifier("_a"));
+        assert!(!is_shell_identifier("1A"));
+        assert!(!is_shell_identifier("A-B"));
+        assert!(!is_shell_identifier(""));
+    }
+}

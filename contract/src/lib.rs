@@ -1,0 +1,13 @@
+//! The contract between rest-lite (which writes Frameworks) and kube-runtime (which runs
+//! inside their pods): the Framework type, environment variable names, paths, labels and
+//! completion codes. Both sides depend on this crate and on nothing else of each other.
+
+pub mod env;
+pub mod exit;
+pub mod framework;
+pub mod meta;
+pub mod paths;
+pub mod ports;
+
+pub use framework::{Framework, FrameworkSpec, FrameworkStatus};
+pub use ports::PortPlan;

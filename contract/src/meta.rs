@@ -1,0 +1,18 @@
+//! Labels and annotations rest-lite puts on Frameworks and their pods.
+
+/// Label: the owner's Kubernetes-normalised user name.
+pub const LABEL_USER: &str = "rest-lite.openpai.io/user";
+/// Label: the Kubernetes-normalised job name.
+pub const LABEL_JOB: &str = "rest-lite.openpai.io/job";
+/// Label on every object rest-lite creates.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`].
+pub const MANAGED_BY: &str = "rest-lite";
+/// Annotation: the user name exactly as given.
+pub const ANNOTATION_USER: &str = "rest-lite.openpai.io/user-name";
+/// Annotation: the job name exactly as given.
+pub const ANNOTATION_JOB: &str = "rest-lite.openpai.io/job-name";
+/// Annotation: the job spec exactly as submitted (JSON or YAML text).
+pub const ANNOTATION_SPEC: &str = "rest-lite.openpai.io/job-spec";
+/// Annotation on a pod template: the role's name exactly as given.
+pub const ANNOTATION_ROLE: &str = "rest-lite.openpai.io/role-name";

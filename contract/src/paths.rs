@@ -1,0 +1,32 @@
+//! Where things live inside a task container. The runtime root is configurable in the
+//! runtime (tests and the embedded default run it elsewhere); these are the defaults a
+//! pod uses, and the paths the Framework refers to.
+
+/// The volume shared by the init and main containers.
+pub const RUNTIME_ROOT: &str = "/usr/local/pai";
+/// The main container's command: the runtime installed by the init container.
+pub const RUN: &str = "/usr/local/pai/run";
+/// Where the logs volume is mounted.
+pub const LOGS: &str = "/usr/local/pai/logs";
+/// The runtime binary inside the runtime image.
+pub const RUNTIME_BINARY_IN_IMAGE: &str = "/opt/pai/kube-runtime";
+/// The memory-backed `/dev/shm` every task gets.
+pub const DEV_SHM: &str = "/dev/shm";
+
+/// File names under the runtime root.
+pub mod files {
+    /// The Framework as the barrier saw it when it passed (compatibility with frameworkbarrier).
+    pub const FRAMEWORK_JSON: &str = "framework.json";
+    /// The dynamic env file the run entry sources.
+    pub const ENV_FILE: &str = "env.sh";
+    /// The typed peer table.
+    pub const PEERS_JSON: &str = "peers.json";
+    /// The user's command.
+    pub const MAIN_SH: &str = "main.sh";
+}
+
+/// Log directory of one task attempt, relative to the logs root:
+/// `attempt-<framework attempt>/role-<role>/idx-<index>/attempt-<task attempt>`.
+pub fn attempt_log_dir(framework_attempt: u32, role: &str, index: u32, task_attempt: u32) -> String {
+    format!("attempt-{framework_attempt}/role-{role}/idx-{index}/attempt-{task_attempt}")
+}

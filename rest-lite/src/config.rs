@@ -1,0 +1,190 @@
+//! The cluster-specific settings of a rest-lite installation, read from a YAML file.
+//! Nothing cluster-specific is hard-coded elsewhere: every field has a default that works
+//! on a plain cluster, and risky ones (host networking, extra capabilities) are off.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ports::PortRange;
+use crate::spec::names::to_kube_name;
+
+/// Cluster settings. See `deploy/rest-lite/config.yaml` for an annotated example.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Namespace of every Framework.
+    pub namespace: String,
+    /// Image of the init container that runs kube-runtime.
+    pub runtime_image: String,
+    /// `Always`, `IfNotPresent` or `Never`; unset lets Kubernetes choose.
+    pub runtime_image_pull_policy: Option<String>,
+    /// Service account of job pods: the barrier reads the Framework with it.
+    pub service_account_name: String,
+    /// Run tasks in the node's network namespace; ports then become host ports.
+    pub host_network: bool,
+    /// Secrets for pulling user and runtime images.
+    pub image_pull_secrets: Vec<String>,
+    /// Node directory that keeps task logs after pods are gone; unset keeps them in the pod.
+    pub log_host_path: Option<String>,
+    /// Linux capabilities added to the main container (e.g. `IPC_LOCK` for RDMA).
+    pub extra_capabilities: Vec<String>,
+    /// Value of `PAI_DEFAULT_FS_URI`.
+    pub default_fs_uri: String,
+    /// Ports handed out to requests without `beginAt`.
+    pub port_range: PortRange,
+    /// `KUBE_APISERVER_ADDRESS` for the barrier; empty: the in-cluster address.
+    pub kube_apiserver_address: String,
+    /// Seconds between SIGTERM and SIGKILL when a task is stopped.
+    pub termination_grace_period_sec: i64,
+    /// Seconds FrameworkController waits for a pod's graceful deletion before forcing it.
+    pub pod_graceful_deletion_timeout_sec: Option<i64>,
+    /// `BARRIER_CHECK_TIMEOUT_SEC` for the init container; unset: the barrier's default.
+    pub barrier_timeout_sec: Option<u32>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "default".to_string(),
+            runtime_image: "kube-runtime:0.1.0".to_string(),
+            runtime_image_pull_policy: Some("IfNotPresent".to_string()),
+            service_account_name: "rest-lite-job".to_string(),
+            host_network: false,
+            image_pull_secrets: Vec::new(),
+            log_host_path: None,
+            extra_capabilities: Vec::new(),
+            default_fs_uri: String::new(),
+            port_range: PortRange::default(),
+            kube_apiserver_address: String::new(),
+            termination_grace_period_sec: 30,
+            pod_graceful_deletion_timeout_sec: Some(1800),
+            barrier_timeout_sec: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config field {field}: {rule}")]
+    Invalid { field: &'static str, rule: String },
+}
+
+impl ClusterConfig {
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let config: ClusterConfig = if text.trim().is_empty() {
+            ClusterConfig::default()
+        } else {
+            serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Checks every field's rule.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |field, rule: String| Err(ConfigError::Invalid { field, rule });
+        if self.namespace.is_empty()
+            || self.namespace.len() > 63
+            || to_kube_name(&self.namespace) != self.namespace
+        {
+            return invalid(
+                "namespace",
+                format!("{:?} is not a Kubernetes namespace name", self.namespace),
+            );
+        }
+        if self.runtime_image.trim().is_empty() || self.runtime_image.contains(char::is_whitespace)
+        {
+            return invalid(
+                "runtimeImage",
+                format!("{:?} is not an image reference", self.runtime_image),
+            );
+        }
+        if let Some(policy) = &self.runtime_image_pull_policy
+            && !matches!(policy.as_str(), "Always" | "IfNotPresent" | "Never")
+        {
+            return invalid(
+                "runtimeImagePullPolicy",
+                format!("{policy:?} is not Always, IfNotPresent or Never"),
+            );
+        }
+        if self.service_account_name.is_empty()
+            || to_kube_name(&self.service_account_name) != self.service_account_name
+        {
+            return invalid(
+                "serviceAccountName",
+                format!("{:?} is not a Kubernetes name", self.service_account_name),
+            );
+        }
+        if let Some(cap) = self
+            .extra_capabilities
+            .iter()
+            .find(|c| c.is_empty() || !c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_'))
+        {
+            return invalid(
+                "extraCapabilities",
+                format!("{cap:?} is not a capability name like IPC_LOCK"),
+            );
+        }
+        if let Some(path) = &self.log_host_path
+            && !path.starts_with('/')
+        {
+            return invalid("logHostPath", format!("{path:?} is not an absolute path"));
+        }
+        if self.termination_grace_period_sec < 0 {
+            return invalid(
+                "terminationGracePeriodSec",
+                "must not be negative".to_string(),
+            );
+        }
+        self.port_range
+            .check()
+            .map_err(|rule| ConfigError::Invalid {
+                field: "portRange",
+                rule,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        ClusterConfig::default().check().expect("defaults pass");
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_errors() {
+        let dir = std::env::temp_dir().join(format!("rest-lite-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("c.yaml");
+        std::fs::write(&path, "hostNetwrk: true\n").expect("write");
+        let err = ClusterConfig::load(&path).expect_err("typo");
+        assert!(err.to_string().contains("hostNetwrk"), "{err}");
+        std::fs::write(&path, "portRange: {begin: 80, end: 90}\n").expect("write");
+        let err = ClusterConfig::load(&path).expect_err("low ports");
+        assert!(err.to_string().contains("portRange"), "{err}");
+        std::fs::write(&path, "namespace: jobs\nhostNetwork: true\n").expect("write");
+        let config = ClusterConfig::load(&path).expect("valid");
+        assert!(config.host_network);
+        assert_eq!(config.namespace, "jobs");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

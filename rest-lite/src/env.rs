@@ -1,0 +1,94 @@
+//! The static environment of each role: every variable of contracts §2 known at
+//! submission, in a stable order. Values are plain text here; the transformer escapes
+//! them for the kubelet. Per-task and dynamic variables are the runtime's (see
+//! [`pai_contract::env`] for who writes which).
+
+use pai_contract::PortPlan;
+use pai_contract::env as names;
+use pai_contract::ports::{HTTP_LABEL, SSH_LABEL, join_ports};
+
+use crate::spec::{JobSpec, TaskRole, UserName};
+
+/// `-1`, FrameworkController's "disabled", for a count the spec leaves unset.
+const UNSET_COUNT: i64 = -1;
+
+/// The variables every role of the job shares.
+pub fn job_env(user: &UserName, spec: &JobSpec, default_fs_uri: &str) -> Vec<(String, String)> {
+    let roles = spec.roles();
+    let mut env = Vec::with_capacity(8 + roles.len() * 6 + spec.job_envs().len());
+    env.push((
+        names::JOB_NAME.to_string(),
+        format!("{}~{}", user.as_str(), spec.name().as_str()),
+    ));
+    env.push((names::USER_NAME.to_string(), user.as_str().to_string()));
+    env.push((names::DEFAULT_FS_URI.to_string(), default_fs_uri.to_string()));
+    env.push((names::TASK_ROLE_COUNT.to_string(), roles.len().to_string()));
+    env.push((
+        names::TASK_ROLE_LIST.to_string(),
+        roles
+            .iter()
+            .map(|r| r.name().as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+    ));
+    for role in roles {
+        let name = role.name().as_str();
+        let (min_failed, min_succeeded) = min_counts(role);
+        let res = role.resources();
+        env.push((names::task_role_task_count(name), role.task_number().to_string()));
+        env.push((names::min_failed_instance(name), min_failed.to_string()));
+        env.push((names::min_succeeded_instance(name), min_succeeded.to_string()));
+        env.push((names::min_failed_task_count(name), min_failed.to_string()));
+        env.push((names::min_succeeded_task_count(name), min_succeeded.to_string()));
+        env.push((
+            names::resource(name),
+            format!(
+                "cpu_count:{},memMB:{},shmMB:{},gpu_count:{}",
+                res.cpu, res.memory_mb, res.shm_mb, res.gpu
+            ),
+        ));
+    }
+    let legacy = spec.legacy();
+    env.push((names::DATA_DIR.to_string(), legacy.data_dir.clone()));
+    env.push((names::OUTPUT_DIR.to_string(), legacy.output_dir.clone()));
+    env.push((names::CODE_DIR.to_string(), legacy.code_dir.clone()));
+    env.extend(spec.job_envs().iter().cloned());
+    env
+}
+
+/// The variables of one role, added to [`job_env`] in its tasks.
+pub fn role_env(role: &TaskRole, plan: &PortPlan) -> Vec<(String, String)> {
+    let res = role.resources();
+    let (min_failed, min_succeeded) = min_counts(role);
+    let first_port = |label| plan.first(label).map(|p| p.to_string()).unwrap_or_default();
+    let mut env = vec![
+        (names::CURRENT_TASK_ROLE_NAME.to_string(), role.name().as_str().to_string()),
+        (names::CURRENT_TASK_ROLE_TASK_COUNT.to_string(), role.task_number().to_string()),
+        (names::CURRENT_TASK_ROLE_CPU_COUNT.to_string(), res.cpu.to_string()),
+        (names::CURRENT_TASK_ROLE_MEM_MB.to_string(), res.memory_mb.to_string()),
+        (names::CURRENT_TASK_ROLE_SHM_MB.to_string(), res.shm_mb.to_string()),
+        (names::CURRENT_TASK_ROLE_GPU_COUNT.to_string(), res.gpu.to_string()),
+        (names::CURRENT_TASK_ROLE_MIN_FAILED_TASK_COUNT.to_string(), min_failed.to_string()),
+        (
+            names::CURRENT_TASK_ROLE_MIN_SUCCEEDED_TASK_COUNT.to_string(),
+            min_succeeded.to_string(),
+        ),
+        (names::CURRENT_CONTAINER_PORT.to_string(), first_port(HTTP_LABEL)),
+        (names::CONTAINER_SSH_PORT.to_string(), first_port(SSH_LABEL)),
+    ];
+    for (label, ports) in plan.iter() {
+        env.push((names::container_host_label_port_list(label), join_ports(ports)));
+    }
+    env.push((names::CONTAINER_HOST_PORT_LIST.to_string(), plan.to_string()));
+    env
+}
+
+/// The role's completion counts as the environment shows them: `minFailedTaskCount`
+/// (1 when unset) and `minSucceededTaskCount` (−1 when unset: every task must complete).
+fn min_counts(role: &TaskRole) -> (i64, i64) {
+    let c = role.completion();
+    (
+        i64::from(c.min_failed),
+        c.min_succeeded.map_or(UNSET_COUNT, i64::from),
+    )
+}

@@ -1,0 +1,11 @@
+//! rest-lite: OpenPAI v1 multi-role job specs in, FrameworkController Frameworks out.
+//!
+//! The data path: spec text → [`spec::JobSpec`] (valid by construction) →
+//! [`ports::allocate`] → [`transform::Transformer`] builds the [`pai_contract::Framework`],
+//! whose pod templates carry the static environment of [`env`].
+
+pub mod config;
+pub mod env;
+pub mod ports;
+pub mod spec;
+pub mod transform;

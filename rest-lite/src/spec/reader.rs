@@ -1,0 +1,183 @@
+//! Typed reads from a parsed document that record every problem instead of stopping at
+//! the first, so a user sees all of them at once.
+
+use serde_json::{Map, Value};
+
+use super::error::{Errors, FieldPath};
+
+/// JSON's name for the kind of a value, for messages.
+pub(crate) fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "object",
+    }
+}
+
+/// An object whose fields are read one by one; [`Object::finish`] reports the fields
+/// nobody asked for.
+pub(crate) struct Object<'a> {
+    path: FieldPath,
+    map: &'a Map<String, Value>,
+    known: &'static [&'static str],
+}
+
+impl<'a> Object<'a> {
+    /// `value` as an object whose fields may be `known`; an error if it is not one.
+    pub(crate) fn new(
+        value: &'a Value,
+        path: FieldPath,
+        known: &'static [&'static str],
+        errors: &mut Errors,
+    ) -> Option<Self> {
+        match value {
+            Value::Object(map) => Some(Self { path, map, known }),
+            other => {
+                errors.push(&path, format!("must be an object, got {}", kind(other)));
+                None
+            }
+        }
+    }
+
+    pub(crate) fn path(&self, key: &str) -> FieldPath {
+        self.path.field(key)
+    }
+
+    /// The field's value; `null` reads as absent.
+    pub(crate) fn optional(&self, key: &str) -> Option<(&'a Value, FieldPath)> {
+        debug_assert!(self.known.contains(&key), "{key} is not declared known");
+        match self.map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some((v, self.path(key))),
+        }
+    }
+
+    /// The field's value, or an error saying it is required.
+    pub(crate) fn required(&self, key: &str, errors: &mut Errors) -> Option<(&'a Value, FieldPath)> {
+        let found = self.optional(key);
+        if found.is_none() {
+            errors.push(&self.path(key), "is required");
+        }
+        found
+    }
+
+    /// Reports every field that is not known, suggesting the closest known one.
+    pub(crate) fn finish(self, errors: &mut Errors) {
+        for key in self.map.keys() {
+            if self.known.contains(&key.as_str()) {
+                continue;
+            }
+            let rule = match suggest(key, self.known) {
+                Some(best) => format!("unknown field, did you mean {best:?}?"),
+                None => format!("unknown field; known fields are {}", self.known.join(", ")),
+            };
+            errors.push(&self.path(key), rule);
+        }
+    }
+}
+
+/// The known name closest to `key`, if it is close enough to be a typo of it.
+fn suggest(key: &str, known: &[&'static str]) -> Option<&'static str> {
+    let lower = key.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| (strsim::levenshtein(&lower, &k.to_ascii_lowercase()), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+pub(crate) fn string<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Option<&'a str> {
+    match value {
+        Value::String(s) => Some(s),
+        other => {
+            errors.push(path, format!("must be a string, got {}", kind(other)));
+            None
+        }
+    }
+}
+
+/// A non-empty string without NUL characters (which no process argument or
+/// environment value can hold).
+pub(crate) fn text<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Option<&'a str> {
+    let s = string(value, path, errors)?;
+    if s.trim().is_empty() {
+        errors.push(path, "must not be empty");
+        None
+    } else if s.contains('\0') {
+        errors.push(path, "must not contain a NUL character");
+        None
+    } else {
+        Some(s)
+    }
+}
+
+/// An integer within `min..=max`.
+pub(crate) fn integer(
+    value: &Value,
+    path: &FieldPath,
+    min: i64,
+    max: i64,
+    errors: &mut Errors,
+) -> Option<i64> {
+    let n = match value {
+        Value::Number(n) => n.as_i64().or_else(|| {
+            // 2.0 from YAML or a generator is still the integer 2.
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+                .map(|f| f as i64)
+        }),
+        _ => None,
+    };
+    match n {
+        Some(n) if (min..=max).contains(&n) => Some(n),
+        Some(n) => {
+            errors.push(path, format!("{}, got {n}", range_rule(min, max)));
+            None
+        }
+        None => {
+            let got = match value {
+                Value::Number(n) => n.to_string(),
+                other => kind(other).to_string(),
+            };
+            errors.push(path, format!("{}, got {got}", range_rule(min, max)));
+            None
+        }
+    }
+}
+
+fn range_rule(min: i64, max: i64) -> String {
+    if max == i64::from(i32::MAX) {
+        format!("must be an integer ≥ {min}")
+    } else {
+        format!("must be an integer from {min} to {max}")
+    }
+}
+
+pub(crate) fn list<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Option<&'a [Value]> {
+    match value {
+        Value::Array(items) => Some(items),
+        other => {
+            errors.push(path, format!("must be a list, got {}", kind(other)));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions_catch_typos_not_strangers() {
+        let known = &["taskNumber", "taskRoles", "memoryMB"];
+        assert_eq!(suggest("tasknumber", known), Some("taskNumber"));
+        assert_eq!(suggest("memoryMb", known), Some("memoryMB"));
+        assert_eq!(suggest("taskRole", known), Some("taskRoles"));
+        assert_eq!(suggest("colour", known), None);
+    }
+}
