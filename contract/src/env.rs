@@ -92,10 +92,19 @@ pub fn task_port(role: &str, index: u32, label: &str) -> String {
 }
 
 /// Escapes a value for a container `env` entry, whose `$(NAME)` references the kubelet
-/// expands. Every `$` becomes `$$`, which the kubelet turns back into one `$`, so the
-/// process sees the value exactly as written (no substitution).
+/// expands and whose `$$` it reduces to `$`. A `$` followed by `$` or `(` is doubled, so
+/// the process sees the value exactly as written (no substitution); every other `$`
+/// (`$PAI_JOB_NAME` in a command) is left readable as it is.
 pub fn kubelet_escape(value: &str) -> String {
-    value.replace('$', "$$")
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '$' && matches!(chars.peek(), Some('$' | '(')) {
+            out.push('$');
+        }
+    }
+    out
 }
 
 /// The kubelet's expansion of a container `env` value, given the variables defined
@@ -156,10 +165,19 @@ mod tests {
 
     proptest! {
         #[test]
-        fn escaped_values_survive_expansion(value in ".*") {
+        fn escaped_values_survive_expansion(value in "([$()a-z]|.){0,40}") {
             let everything = |_: &str| Some("EXPANDED".to_string());
             prop_assert_eq!(kubelet_expand(&kubelet_escape(&value), everything), value);
         }
+    }
+
+    #[test]
+    fn escaping_touches_only_what_the_kubelet_would_change() {
+        assert_eq!(
+            kubelet_escape("echo $PAI_JOB_NAME $"),
+            "echo $PAI_JOB_NAME $"
+        );
+        assert_eq!(kubelet_escape("$(date) $$"), "$$(date) $$$");
     }
 
     #[test]

@@ -95,7 +95,10 @@ mod tests {
             };
             assert_eq!(classify(code.code()), expected);
         }
-        assert_eq!(classify(platform::STOP_REQUESTED), CompletionKind::PermanentFailure);
+        assert_eq!(
+            classify(platform::STOP_REQUESTED),
+            CompletionKind::PermanentFailure
+        );
         assert_eq!(classify(-100), CompletionKind::TransientFailure);
         assert_eq!(classify(137), CompletionKind::UnknownFailure);
     }

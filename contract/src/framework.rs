@@ -25,7 +25,8 @@ pub const PLURAL: &str = "frameworks";
     plural = "frameworks",
     namespaced,
     status = "FrameworkStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FrameworkSpec {
@@ -295,11 +296,17 @@ mod tests {
         let roles = status.attempt_status.task_role_statuses.expect("roles");
         let task = &roles[0].task_statuses[0];
         assert_eq!(task.attempt_status.pod_ip.as_deref(), Some("10.0.0.5"));
-        assert_eq!(task.attempt_status.pod_host_ip.as_deref(), Some("192.0.2.1"));
+        assert_eq!(
+            task.attempt_status.pod_host_ip.as_deref(),
+            Some("192.0.2.1")
+        );
     }
 
     #[test]
     fn pod_names_follow_the_controller() {
-        assert_eq!(pod_name("alice--mnist", "worker", 3), "alice--mnist-worker-3");
+        assert_eq!(
+            pod_name("alice--mnist", "worker", 3),
+            "alice--mnist-worker-3"
+        );
     }
 }

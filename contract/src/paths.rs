@@ -27,6 +27,11 @@ pub mod files {
 
 /// Log directory of one task attempt, relative to the logs root:
 /// `attempt-<framework attempt>/role-<role>/idx-<index>/attempt-<task attempt>`.
-pub fn attempt_log_dir(framework_attempt: u32, role: &str, index: u32, task_attempt: u32) -> String {
+pub fn attempt_log_dir(
+    framework_attempt: u32,
+    role: &str,
+    index: u32,
+    task_attempt: u32,
+) -> String {
     format!("attempt-{framework_attempt}/role-{role}/idx-{index}/attempt-{task_attempt}")
 }

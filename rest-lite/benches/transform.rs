@@ -1,1 +1,101 @@
-fn main() {}
+//! `cargo bench -p rest-lite --bench transform`: time of spec text → Framework
+//! (parse, validate, allocate ports, build the Framework) and of rendering it as JSON.
+//! Each case runs a warm-up, then times every iteration on its own and reports
+//! percentiles, as a Markdown table for BENCHMARKS.md.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use rest_lite::config::ClusterConfig;
+use rest_lite::ports::Seed;
+use rest_lite::spec::{JobSpec, SpecFormat, UserName};
+use rest_lite::transform::{Submission, Transformer};
+
+fn job(roles: usize, tasks_per_role: usize) -> String {
+    let roles: Vec<serde_json::Value> = (0..roles)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("role{i}"), "taskNumber": tasks_per_role, "cpuNumber": 4,
+                "memoryMB": 8192, "gpuNumber": 1,
+                "portList": [{"label": "main", "beginAt": 0, "portNumber": 2}],
+                "command": "python train.py --rank $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
+            })
+        })
+        .collect();
+    serde_json::json!({"jobName": "bench", "image": "pytorch/pytorch", "taskRoles": roles,
+                       "jobEnvs": {"EPOCHS": 3}})
+    .to_string()
+}
+
+fn measure(name: &str, iterations: usize, mut f: impl FnMut()) {
+    for _ in 0..iterations / 10 + 1 {
+        f();
+    }
+    let mut times: Vec<Duration> = (0..iterations)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+    println!(
+        "| {name} | {iterations} | {:.1} | {:.1} | {:.1} | {:.1} |",
+        micros(times[0]),
+        micros(pct(0.5)),
+        micros(pct(0.9)),
+        micros(pct(0.99)),
+    );
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not: run once, quickly.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let n = |full: usize| if quick { 3 } else { full };
+    let tf = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/tensorflow-ps-worker.json"
+    ))
+    .expect("example");
+    let cases = [
+        ("TensorFlow example (2 roles, 4 tasks)", tf, n(20_000)),
+        ("1,000 tasks in 2 roles", job(2, 500), n(20_000)),
+        ("1,000 tasks in 50 roles", job(50, 20), n(2_000)),
+    ];
+    let user = UserName::parse("alice").expect("user");
+    let transformer = Transformer::new(ClusterConfig::default());
+
+    println!("| case | iterations | min µs | median µs | p90 µs | p99 µs |");
+    println!("|---|---|---|---|---|---|");
+    for (name, text, iterations) in &cases {
+        let transform = || {
+            let spec = JobSpec::parse(text, SpecFormat::detect(text)).expect("valid");
+            transformer
+                .transform(
+                    Submission {
+                        user: &user,
+                        spec: &spec,
+                        spec_text: text,
+                    },
+                    Seed::Fixed(1),
+                )
+                .expect("transforms")
+        };
+        measure(&format!("{name}: text → Framework"), *iterations, || {
+            black_box(transform());
+        });
+        let framework = transform();
+        measure(&format!("{name}: Framework → JSON"), *iterations, || {
+            black_box(serde_json::to_vec(&framework).expect("json"));
+        });
+        println!(
+            "| {name}: Framework JSON size | | {} bytes | | | |",
+            serde_json::to_vec(&framework).expect("json").len()
+        );
+    }
+}

@@ -16,7 +16,11 @@ use rest_lite::transform::{Submission, Transformer};
 const EXIT_BAD_INPUT: u8 = 2;
 
 #[derive(Parser, Debug)]
-#[command(name = "rest-lite", version, about = "OpenPAI-style multi-role jobs on Kubernetes")]
+#[command(
+    name = "rest-lite",
+    version,
+    about = "OpenPAI-style multi-role jobs on Kubernetes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -171,6 +171,12 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_is_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rest-lite/config.yaml");
+        assert_eq!(ClusterConfig::load(&path).expect("loads"), ClusterConfig::default());
+    }
+
+    #[test]
     fn unknown_fields_and_bad_values_are_errors() {
         let dir = std::env::temp_dir().join(format!("rest-lite-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");

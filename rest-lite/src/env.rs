@@ -21,7 +21,10 @@ pub fn job_env(user: &UserName, spec: &JobSpec, default_fs_uri: &str) -> Vec<(St
         format!("{}~{}", user.as_str(), spec.name().as_str()),
     ));
     env.push((names::USER_NAME.to_string(), user.as_str().to_string()));
-    env.push((names::DEFAULT_FS_URI.to_string(), default_fs_uri.to_string()));
+    env.push((
+        names::DEFAULT_FS_URI.to_string(),
+        default_fs_uri.to_string(),
+    ));
     env.push((names::TASK_ROLE_COUNT.to_string(), roles.len().to_string()));
     env.push((
         names::TASK_ROLE_LIST.to_string(),
@@ -35,11 +38,20 @@ pub fn job_env(user: &UserName, spec: &JobSpec, default_fs_uri: &str) -> Vec<(St
         let name = role.name().as_str();
         let (min_failed, min_succeeded) = min_counts(role);
         let res = role.resources();
-        env.push((names::task_role_task_count(name), role.task_number().to_string()));
+        env.push((
+            names::task_role_task_count(name),
+            role.task_number().to_string(),
+        ));
         env.push((names::min_failed_instance(name), min_failed.to_string()));
-        env.push((names::min_succeeded_instance(name), min_succeeded.to_string()));
+        env.push((
+            names::min_succeeded_instance(name),
+            min_succeeded.to_string(),
+        ));
         env.push((names::min_failed_task_count(name), min_failed.to_string()));
-        env.push((names::min_succeeded_task_count(name), min_succeeded.to_string()));
+        env.push((
+            names::min_succeeded_task_count(name),
+            min_succeeded.to_string(),
+        ));
         env.push((
             names::resource(name),
             format!(
@@ -62,24 +74,54 @@ pub fn role_env(role: &TaskRole, plan: &PortPlan) -> Vec<(String, String)> {
     let (min_failed, min_succeeded) = min_counts(role);
     let first_port = |label| plan.first(label).map(|p| p.to_string()).unwrap_or_default();
     let mut env = vec![
-        (names::CURRENT_TASK_ROLE_NAME.to_string(), role.name().as_str().to_string()),
-        (names::CURRENT_TASK_ROLE_TASK_COUNT.to_string(), role.task_number().to_string()),
-        (names::CURRENT_TASK_ROLE_CPU_COUNT.to_string(), res.cpu.to_string()),
-        (names::CURRENT_TASK_ROLE_MEM_MB.to_string(), res.memory_mb.to_string()),
-        (names::CURRENT_TASK_ROLE_SHM_MB.to_string(), res.shm_mb.to_string()),
-        (names::CURRENT_TASK_ROLE_GPU_COUNT.to_string(), res.gpu.to_string()),
-        (names::CURRENT_TASK_ROLE_MIN_FAILED_TASK_COUNT.to_string(), min_failed.to_string()),
+        (
+            names::CURRENT_TASK_ROLE_NAME.to_string(),
+            role.name().as_str().to_string(),
+        ),
+        (
+            names::CURRENT_TASK_ROLE_TASK_COUNT.to_string(),
+            role.task_number().to_string(),
+        ),
+        (
+            names::CURRENT_TASK_ROLE_CPU_COUNT.to_string(),
+            res.cpu.to_string(),
+        ),
+        (
+            names::CURRENT_TASK_ROLE_MEM_MB.to_string(),
+            res.memory_mb.to_string(),
+        ),
+        (
+            names::CURRENT_TASK_ROLE_SHM_MB.to_string(),
+            res.shm_mb.to_string(),
+        ),
+        (
+            names::CURRENT_TASK_ROLE_GPU_COUNT.to_string(),
+            res.gpu.to_string(),
+        ),
+        (
+            names::CURRENT_TASK_ROLE_MIN_FAILED_TASK_COUNT.to_string(),
+            min_failed.to_string(),
+        ),
         (
             names::CURRENT_TASK_ROLE_MIN_SUCCEEDED_TASK_COUNT.to_string(),
             min_succeeded.to_string(),
         ),
-        (names::CURRENT_CONTAINER_PORT.to_string(), first_port(HTTP_LABEL)),
+        (
+            names::CURRENT_CONTAINER_PORT.to_string(),
+            first_port(HTTP_LABEL),
+        ),
         (names::CONTAINER_SSH_PORT.to_string(), first_port(SSH_LABEL)),
     ];
     for (label, ports) in plan.iter() {
-        env.push((names::container_host_label_port_list(label), join_ports(ports)));
+        env.push((
+            names::container_host_label_port_list(label),
+            join_ports(ports),
+        ));
     }
-    env.push((names::CONTAINER_HOST_PORT_LIST.to_string(), plan.to_string()));
+    env.push((
+        names::CONTAINER_HOST_PORT_LIST.to_string(),
+        plan.to_string(),
+    ));
     env
 }
 

@@ -139,7 +139,10 @@ pub fn allocate(spec: &JobSpec, range: PortRange, seed: Seed) -> Result<Vec<Port
                     let avoid_job = range.free(&job_taken) >= count;
                     if !avoid_job && range.free(&pod_taken) < count {
                         return Err(SpecErrors::single(
-                            &FieldPath::root().field("taskRoles").index(i).field("portList"),
+                            &FieldPath::root()
+                                .field("taskRoles")
+                                .index(i)
+                                .field("portList"),
                             format!(
                                 "role {:?} needs {count} port(s) for label {:?} but only {} are free in the range {}–{}",
                                 role.name().as_str(),
@@ -161,8 +164,12 @@ pub fn allocate(spec: &JobSpec, range: PortRange, seed: Seed) -> Result<Vec<Port
                     drawn
                 }
             };
-            plan.push(request.label.as_str(), ports)
-                .map_err(|e| SpecErrors::single(&FieldPath::root().field("taskRoles").index(i), e.to_string()))?;
+            plan.push(request.label.as_str(), ports).map_err(|e| {
+                SpecErrors::single(
+                    &FieldPath::root().field("taskRoles").index(i),
+                    e.to_string(),
+                )
+            })?;
         }
         plans.push(plan);
     }
@@ -175,9 +182,14 @@ mod tests {
 
     #[test]
     fn nth_free_skips_taken_ports() {
-        let range = PortRange { begin: 2000, end: 2009 };
+        let range = PortRange {
+            begin: 2000,
+            end: 2009,
+        };
         let taken: BTreeSet<u16> = [2000, 2002, 2003].into_iter().collect();
-        let free: Vec<u16> = (0..range.free(&taken)).map(|n| range.nth_free(n, &taken)).collect();
+        let free: Vec<u16> = (0..range.free(&taken))
+            .map(|n| range.nth_free(n, &taken))
+            .collect();
         assert_eq!(free, vec![2001, 2004, 2005, 2006, 2007, 2008, 2009]);
     }
 

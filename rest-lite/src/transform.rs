@@ -70,8 +70,16 @@ impl Transformer {
 
     /// The Framework that runs `submission`. Fails when a pod name would be too long or
     /// the ports cannot be allocated.
-    pub fn transform(&self, submission: Submission<'_>, seed: Seed) -> Result<Framework, SpecErrors> {
-        let Submission { user, spec, spec_text } = submission;
+    pub fn transform(
+        &self,
+        submission: Submission<'_>,
+        seed: Seed,
+    ) -> Result<Framework, SpecErrors> {
+        let Submission {
+            user,
+            spec,
+            spec_text,
+        } = submission;
         let name = framework_name(user, spec.name());
         check_pod_names(&name, spec)?;
         let plans = allocate(spec, self.config.port_range, seed)?;
@@ -82,7 +90,10 @@ impl Transformer {
             labels: BTreeMap::from([
                 (meta::LABEL_USER.to_string(), user.kube().to_string()),
                 (meta::LABEL_JOB.to_string(), spec.name().kube().to_string()),
-                (meta::LABEL_MANAGED_BY.to_string(), meta::MANAGED_BY.to_string()),
+                (
+                    meta::LABEL_MANAGED_BY.to_string(),
+                    meta::MANAGED_BY.to_string(),
+                ),
             ]),
         };
         let task_roles = spec
@@ -112,7 +123,10 @@ impl Transformer {
             labels: Some(job.labels),
             annotations: Some(BTreeMap::from([
                 (meta::ANNOTATION_USER.to_string(), user.as_str().to_string()),
-                (meta::ANNOTATION_JOB.to_string(), spec.name().as_str().to_string()),
+                (
+                    meta::ANNOTATION_JOB.to_string(),
+                    spec.name().as_str().to_string(),
+                ),
                 (meta::ANNOTATION_SPEC.to_string(), spec_text.to_string()),
             ])),
             ..ObjectMeta::default()
@@ -178,7 +192,10 @@ impl Transformer {
         let res = role.resources();
         let mut amounts = BTreeMap::from([
             ("cpu".to_string(), Quantity(res.cpu.to_string())),
-            ("memory".to_string(), Quantity(format!("{}Mi", res.memory_mb))),
+            (
+                "memory".to_string(),
+                Quantity(format!("{}Mi", res.memory_mb)),
+            ),
         ]);
         if res.gpu > 0 {
             amounts.insert(GPU_RESOURCE.to_string(), Quantity(res.gpu.to_string()));

@@ -74,7 +74,11 @@ impl SpecErrors {
 impl fmt::Display for SpecErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        write!(f, "the job spec has {n} error{}:", if n == 1 { "" } else { "s" })?;
+        write!(
+            f,
+            "the job spec has {n} error{}:",
+            if n == 1 { "" } else { "s" }
+        )?;
         for e in &self.0 {
             write!(f, "\n  {e}")?;
         }

@@ -57,7 +57,11 @@ impl<'a> Object<'a> {
     }
 
     /// The field's value, or an error saying it is required.
-    pub(crate) fn required(&self, key: &str, errors: &mut Errors) -> Option<(&'a Value, FieldPath)> {
+    pub(crate) fn required(
+        &self,
+        key: &str,
+        errors: &mut Errors,
+    ) -> Option<(&'a Value, FieldPath)> {
         let found = self.optional(key);
         if found.is_none() {
             errors.push(&self.path(key), "is required");
@@ -91,7 +95,11 @@ fn suggest(key: &str, known: &[&'static str]) -> Option<&'static str> {
         .map(|(_, k)| k)
 }
 
-pub(crate) fn string<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Option<&'a str> {
+pub(crate) fn string<'a>(
+    value: &'a Value,
+    path: &FieldPath,
+    errors: &mut Errors,
+) -> Option<&'a str> {
     match value {
         Value::String(s) => Some(s),
         other => {
@@ -158,7 +166,11 @@ fn range_rule(min: i64, max: i64) -> String {
     }
 }
 
-pub(crate) fn list<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Option<&'a [Value]> {
+pub(crate) fn list<'a>(
+    value: &'a Value,
+    path: &FieldPath,
+    errors: &mut Errors,
+) -> Option<&'a [Value]> {
     match value {
         Value::Array(items) => Some(items),
         other => {

@@ -59,11 +59,7 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
     let name = obj
         .required("jobName", &mut errors)
         .and_then(|(v, p)| reader::string(v, &p, &mut errors).map(|s| (s, p)))
-        .and_then(|(s, p)| {
-            JobName::parse(s)
-                .map_err(|rule| errors.push(&p, rule))
-                .ok()
-        });
+        .and_then(|(s, p)| JobName::parse(s).map_err(|rule| errors.push(&p, rule)).ok());
 
     let image = obj
         .required("image", &mut errors)
@@ -122,7 +118,10 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
 fn image<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Option<&'a str> {
     let s = reader::text(value, path, errors)?;
     if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        errors.push(path, format!("{s:?} is not an image reference: it contains white space"));
+        errors.push(
+            path,
+            format!("{s:?} is not an image reference: it contains white space"),
+        );
         return None;
     }
     Some(s)
@@ -160,10 +159,16 @@ fn roles(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<Tas
         if let Some(first) = given.insert(role.name.as_str(), i) {
             errors.push(
                 &name_path,
-                format!("duplicate role name {:?} (also taskRoles[{first}])", role.name.as_str()),
+                format!(
+                    "duplicate role name {:?} (also taskRoles[{first}])",
+                    role.name.as_str()
+                ),
             );
         } else if let Some(&first) = kube.get(role.name.kube()) {
-            let other = parsed[first].as_ref().map(|r| r.name.as_str()).unwrap_or_default();
+            let other = parsed[first]
+                .as_ref()
+                .map(|r| r.name.as_str())
+                .unwrap_or_default();
             errors.push(
                 &name_path,
                 format!(
@@ -176,9 +181,16 @@ fn roles(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<Tas
         kube.entry(role.name.kube()).or_insert(i);
     }
 
-    let total: u64 = parsed.iter().flatten().map(|r| u64::from(r.task_number)).sum();
+    let total: u64 = parsed
+        .iter()
+        .flatten()
+        .map(|r| u64::from(r.task_number))
+        .sum();
     if total > u64::from(MAX_TASKS) {
-        errors.push(path, format!("the job has {total} tasks; at most {MAX_TASKS}"));
+        errors.push(
+            path,
+            format!("the job has {total} tasks; at most {MAX_TASKS}"),
+        );
     }
     if errors.len() > before {
         return None;
@@ -193,7 +205,11 @@ fn role(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<TaskRole
     let name = obj
         .required("name", errors)
         .and_then(|(v, p)| reader::string(v, &p, errors).map(|s| (s, p)))
-        .and_then(|(s, p)| RoleName::parse(s).map_err(|rule| errors.push(&p, rule)).ok());
+        .and_then(|(s, p)| {
+            RoleName::parse(s)
+                .map_err(|rule| errors.push(&p, rule))
+                .ok()
+        });
     let task_number = obj
         .required("taskNumber", errors)
         .and_then(|(v, p)| reader::integer(v, &p, 1, i64::from(MAX_TASKS), errors));
@@ -204,13 +220,15 @@ fn role(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<TaskRole
         .required("memoryMB", errors)
         .and_then(|(v, p)| reader::integer(v, &p, 100, I32_MAX, errors));
     let shm_mb = match obj.optional("shmMB") {
-        Some((v, p)) => reader::integer(v, &p, 1, I32_MAX, errors).and_then(|shm| match memory_mb {
-            Some(mem) if shm > mem => {
-                errors.push(&p, format!("must be at most memoryMB ({mem}), got {shm}"));
-                None
-            }
-            _ => Some(shm),
-        }),
+        Some((v, p)) => {
+            reader::integer(v, &p, 1, I32_MAX, errors).and_then(|shm| match memory_mb {
+                Some(mem) if shm > mem => {
+                    errors.push(&p, format!("must be at most memoryMB ({mem}), got {shm}"));
+                    None
+                }
+                _ => Some(shm),
+            })
+        }
         None => Some(i64::from(DEFAULT_SHM_MB).min(memory_mb.unwrap_or(i64::MAX))),
     };
     let gpu = match obj.optional("gpuNumber") {
@@ -297,7 +315,11 @@ fn port_list(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec
                 &item_path.field("beginAt"),
                 format!(
                     "ports {}–{} overlap those of label {:?} ({}–{})",
-                    range.0, range.1, other.label.as_str(), theirs.0, theirs.1
+                    range.0,
+                    range.1,
+                    other.label.as_str(),
+                    theirs.0,
+                    theirs.1
                 ),
             );
             continue;
@@ -313,7 +335,11 @@ fn port_request(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<
     let label = obj
         .required("label", errors)
         .and_then(|(v, p)| reader::string(v, &p, errors).map(|s| (s, p)))
-        .and_then(|(s, p)| PortLabel::parse(s).map_err(|rule| errors.push(&p, rule)).ok());
+        .and_then(|(s, p)| {
+            PortLabel::parse(s)
+                .map_err(|rule| errors.push(&p, rule))
+                .ok()
+        });
     let count = match obj.optional("portNumber") {
         Some((v, p)) => reader::integer(v, &p, 1, 65535 - FIRST_USER_PORT + 1, errors),
         None => Some(1),
@@ -321,18 +347,16 @@ fn port_request(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<
     let start = match obj.optional("beginAt") {
         Some((v, p)) => match v.as_i64() {
             Some(0) => Some(PortStart::Any),
-            Some(n) if (FIRST_USER_PORT..=65535).contains(&n) => {
-                match count {
-                    Some(c) if n + c - 1 > 65535 => {
-                        errors.push(
-                            &obj.path("portNumber"),
-                            format!("ports {n}–{} run past 65535", n + c - 1),
-                        );
-                        None
-                    }
-                    _ => Some(PortStart::At(n as u16)),
+            Some(n) if (FIRST_USER_PORT..=65535).contains(&n) => match count {
+                Some(c) if n + c - 1 > 65535 => {
+                    errors.push(
+                        &obj.path("portNumber"),
+                        format!("ports {n}–{} run past 65535", n + c - 1),
+                    );
+                    None
                 }
-            }
+                _ => Some(PortStart::At(n as u16)),
+            },
             _ => {
                 let got = match v {
                     Value::Number(n) => n.to_string(),
@@ -392,7 +416,10 @@ fn with_implicit_ports(mut ports: Vec<PortRequest>) -> Vec<PortRequest> {
 
 fn job_envs(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<(String, String)>> {
     let Value::Object(map) = value else {
-        errors.push(path, format!("must be an object of names to values, got {}", kind(value)));
+        errors.push(
+            path,
+            format!("must be an object of names to values, got {}", kind(value)),
+        );
         return None;
     };
     let before = errors.len();
@@ -423,7 +450,10 @@ fn job_envs(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<
             Value::Number(n) => n.to_string(),
             Value::Bool(b) => b.to_string(),
             other => {
-                errors.push(&p, format!("must be a string, number or boolean, got {}", kind(other)));
+                errors.push(
+                    &p,
+                    format!("must be a string, number or boolean, got {}", kind(other)),
+                );
                 continue;
             }
         };

@@ -1,0 +1,33 @@
+//! parse → validate → transform over arbitrary bytes: nothing may panic, and every
+//! Framework that comes out keeps the port invariants.
+#![no_main]
+
+use std::collections::HashSet;
+
+use libfuzzer_sys::fuzz_target;
+use rest_lite::config::ClusterConfig;
+use rest_lite::ports::Seed;
+use rest_lite::spec::{JobSpec, SpecFormat, UserName};
+use rest_lite::transform::{Submission, Transformer};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let format = SpecFormat::detect(text);
+    let Ok(spec) = JobSpec::parse(text, format) else { return };
+    let user = UserName::parse("fuzz").expect("valid user");
+    let transformer = Transformer::new(ClusterConfig::default());
+    let submission = Submission { user: &user, spec: &spec, spec_text: text };
+    let Ok(framework) = transformer.transform(submission, Seed::Fixed(data.len() as u64)) else {
+        return;
+    };
+    for role in &framework.spec.task_roles {
+        let pod = role.task.pod.spec.as_ref().expect("pod spec");
+        let ports = pod.containers[0].ports.as_ref().expect("ports");
+        let mut seen = HashSet::new();
+        for p in ports {
+            assert!(p.container_port >= 1024, "port below 1024");
+            assert!(seen.insert(p.container_port), "duplicate port in a pod");
+        }
+    }
+    serde_json::to_string(&framework).expect("serialises");
+});

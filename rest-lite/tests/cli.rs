@@ -1,0 +1,134 @@
+//! The `rest-lite transform` command, run as a user runs it.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn rest_lite(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+        .args(args)
+        .current_dir(common::repo_root())
+        .env_remove("REST_LITE_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rest-lite");
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).expect("write stdin");
+    }
+    drop(input);
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn transform_prints_the_framework_as_yaml_and_json() {
+    let yaml = rest_lite(
+        &[
+            "transform",
+            "examples/tensorflow-ps-worker.json",
+            "--user",
+            "alice",
+            "--seed",
+            "42",
+        ],
+        None,
+    );
+    assert!(
+        yaml.status.success(),
+        "{}",
+        String::from_utf8_lossy(&yaml.stderr)
+    );
+    let from_yaml: pai_contract::Framework =
+        serde_saphyr::from_str(std::str::from_utf8(&yaml.stdout).expect("utf-8"))
+            .expect("YAML Framework");
+
+    let json = rest_lite(
+        &[
+            "transform",
+            "examples/tensorflow-ps-worker.json",
+            "-u",
+            "alice",
+            "--seed",
+            "42",
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert!(json.status.success());
+    let from_json: pai_contract::Framework =
+        serde_json::from_slice(&json.stdout).expect("JSON Framework");
+    assert_eq!(from_yaml, from_json);
+    assert_eq!(from_json.metadata.name.as_deref(), Some("alice--tfdemo"));
+}
+
+#[test]
+fn transform_reads_standard_input() {
+    let spec = common::base_job().to_string();
+    let out = rest_lite(
+        &["transform", "-", "--user", "bob", "-o", "json"],
+        Some(&spec),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let framework: pai_contract::Framework = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(framework.metadata.name.as_deref(), Some("bob--job"));
+}
+
+#[test]
+fn a_bad_spec_exits_2_listing_every_error_on_stderr() {
+    let spec = r#"{"jobName": "bad name", "image": "busybox", "taskRoles": [{"name": "ps", "taskNumber": 0, "cpuNumber": 1, "memoryMB": 1024, "command": "x"}]}"#;
+    let out = rest_lite(&["transform", "-", "--user", "bob"], Some(spec));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the job spec has 2 errors"), "{stderr}");
+    assert!(stderr.contains("jobName: must match"), "{stderr}");
+    assert!(
+        stderr.contains("taskRoles[0].taskNumber: must be an integer from 1 to 100000, got 0"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_files_and_bad_configs_exit_2_with_the_reason() {
+    let out = rest_lite(&["transform", "examples/nope.yaml"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reading spec examples/nope.yaml"));
+
+    let dir = std::env::temp_dir().join(format!("rest-lite-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, "portRange: {begin: 10, end: 20}\n").expect("write");
+    let out = rest_lite(
+        &[
+            "transform",
+            "examples/shell-hello.yaml",
+            "--config",
+            config.to_str().expect("utf-8"),
+        ],
+        None,
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("config field portRange: begin must be at least 1024")
+    );
+}
+
+#[test]
+fn a_bad_user_name_exits_2() {
+    let out = rest_lite(
+        &["transform", "examples/shell-hello.yaml", "--user", "a b"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("user name \"a b\""));
+}

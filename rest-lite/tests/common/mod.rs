@@ -1,0 +1,80 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use pai_contract::Framework;
+use rest_lite::config::ClusterConfig;
+use rest_lite::ports::Seed;
+use rest_lite::spec::{JobSpec, SpecErrors, SpecFormat, UserName};
+use rest_lite::transform::{Submission, Transformer};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Parses and transforms `text` for user `alice` with the default config and `seed`.
+pub fn transform(text: &str, seed: u64) -> Result<Framework, SpecErrors> {
+    transform_with(text, seed, ClusterConfig::default())
+}
+
+pub fn transform_with(
+    text: &str,
+    seed: u64,
+    config: ClusterConfig,
+) -> Result<Framework, SpecErrors> {
+    let spec = JobSpec::parse(text, SpecFormat::detect(text))?;
+    let user = UserName::parse("alice").expect("valid user");
+    Transformer::new(config).transform(
+        Submission {
+            user: &user,
+            spec: &spec,
+            spec_text: text,
+        },
+        Seed::Fixed(seed),
+    )
+}
+
+/// The main container's env of role `role` (index in spec order), as the process sees it
+/// after the kubelet's expansion.
+pub fn main_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
+    let pod = framework.spec.task_roles[role]
+        .task
+        .pod
+        .spec
+        .as_ref()
+        .expect("pod spec");
+    let main = &pod.containers[0];
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for var in main.env.as_deref().unwrap_or_default() {
+        let raw = var.value.clone().unwrap_or_default();
+        let value = pai_contract::env::kubelet_expand(&raw, |n| {
+            seen.iter()
+                .rev()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+        });
+        seen.push((var.name.clone(), value));
+    }
+    seen
+}
+
+pub fn get<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// A small valid job, as JSON, for tests to modify.
+pub fn base_job() -> serde_json::Value {
+    serde_json::json!({
+        "jobName": "job",
+        "image": "busybox",
+        "taskRoles": [
+            {"name": "ps", "taskNumber": 2, "cpuNumber": 1, "memoryMB": 1024, "command": "true"},
+            {"name": "worker", "taskNumber": 2, "cpuNumber": 1, "memoryMB": 1024, "command": "true",
+             "portList": [{"label": "main", "beginAt": 0, "portNumber": 1}]}
+        ]
+    })
+}
