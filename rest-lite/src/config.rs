@@ -173,7 +173,10 @@ mod tests {
     #[test]
     fn the_shipped_example_is_the_defaults() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rest-lite/config.yaml");
-        assert_eq!(ClusterConfig::load(&path).expect("loads"), ClusterConfig::default());
+        assert_eq!(
+            ClusterConfig::load(&path).expect("loads"),
+            ClusterConfig::default()
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! parse → validate → transform over arbitrary bytes: nothing may panic, and every
-//! Framework that comes out keeps the port invariants.
+//! parse → validate → transform over arbitrary bytes: nothing may panic, every
+//! Framework that comes out keeps the port invariants, and it survives JSON and YAML.
 #![no_main]
 
 use std::collections::HashSet;
@@ -29,5 +29,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(seen.insert(p.container_port), "duplicate port in a pod");
         }
     }
-    serde_json::to_string(&framework).expect("serialises");
+    let json = serde_json::to_string(&framework).expect("serialises");
+    let reread: pai_contract::Framework = serde_json::from_str(&json).expect("JSON reads back");
+    assert!(reread == framework, "JSON round trip changed the Framework");
+    // `rest-lite transform` prints YAML by default: the manifest must mean the same.
+    let yaml = serde_saphyr::to_string(&framework).expect("renders YAML");
+    let reread: pai_contract::Framework = serde_saphyr::from_str(&yaml).expect("YAML reads back");
+    assert!(reread == framework, "YAML round trip changed the Framework");
 });

@@ -1,0 +1,61 @@
+//! The gang barrier: wait until every task of a Framework has an address, then hand out
+//! the peer table.
+//!
+//! The rule is one pure function ([`readiness::readiness`]); the waiting is kube's
+//! watcher ([`kube_source`]) or, with no cluster, a Framework file the embedded executor
+//! writes ([`local_source`]). Both end the same way: [`Passed`], or a [`BarrierError`]
+//! whose [`BarrierError::exit_code`] FrameworkController understands.
+
+pub mod config;
+pub mod kube_source;
+pub mod local_source;
+pub mod output;
+pub mod peers;
+pub mod readiness;
+pub mod status;
+
+use pai_contract::Framework;
+use pai_contract::exit::ExitCode;
+
+pub use config::BarrierConfig;
+pub use peers::{Peer, PeerTable, RolePeers};
+pub use readiness::{Progress, Readiness, readiness};
+
+/// The barrier passed: the Framework as last seen, and its peers.
+#[derive(Clone, Debug)]
+pub struct Passed {
+    pub framework: Box<Framework>,
+    pub peers: PeerTable,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BarrierError {
+    #[error("timed out after {seconds} s: {progress}")]
+    Timeout { seconds: u64, progress: String },
+    #[error("framework {namespace}/{name} {what}")]
+    NotFound {
+        namespace: String,
+        name: String,
+        what: &'static str,
+    },
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl BarrierError {
+    /// FrameworkController's reading of each failure: a timeout is a transient conflict
+    /// (retried with back-off), a missing Framework is permanent, the rest unknown.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            BarrierError::Timeout { .. } => ExitCode::TransientConflict,
+            BarrierError::NotFound { .. } => ExitCode::PermanentFailure,
+            BarrierError::Forbidden(_) | BarrierError::Config(_) | BarrierError::Other(_) => {
+                ExitCode::Unknown
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! What the barrier leaves behind: `framework.json` (as frameworkbarrier does) and the
+//! typed `peers.json`, each written whole or not at all.
+
+use std::path::Path;
+
+use pai_contract::Framework;
+use pai_contract::paths::files;
+
+use crate::PeerTable;
+
+/// Writes `framework.json` and `peers.json` into `dir`.
+pub fn write(dir: &Path, framework: &Framework, peers: &PeerTable) -> std::io::Result<()> {
+    write_json(&dir.join(files::FRAMEWORK_JSON), framework)?;
+    write_json(&dir.join(files::PEERS_JSON), peers)
+}
+
+/// Reads a peer table written by [`write`].
+pub fn read_peers(dir: &Path) -> std::io::Result<PeerTable> {
+    let bytes = std::fs::read(dir.join(files::PEERS_JSON))?;
+    serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+}
+
+/// Serialises `value` next to `path`, syncs it, and renames it into place.
+pub fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
+    use std::io::Write;
+    let bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
+    let tmp = path.with_extension("json.tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(&bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,117 @@
+//! The readiness rule, one pure function of the Framework (frameworkbarrier's rule):
+//! the barrier passes when every task counted from the spec has a non-empty pod IP and
+//! is not pending deletion.
+
+use std::collections::HashMap;
+
+use pai_contract::framework::{Framework, TaskStatus};
+
+use crate::peers::{Peer, PeerTable, RolePeers, framework_name, pai_role_name, role_ports};
+use crate::status::{StatusError, task_role_statuses};
+
+/// Where the job stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Every task has an address.
+    Ready(PeerTable),
+    /// Some do not yet.
+    Waiting(Progress),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub ready: u64,
+    pub total: u64,
+    /// The first task (role, index) without an address.
+    pub first_missing: Option<(String, u32)>,
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} tasks have an address", self.ready, self.total)?;
+        if let Some((role, index)) = &self.first_missing {
+            write!(f, "; waiting for {role}-{index} among others")?;
+        }
+        Ok(())
+    }
+}
+
+/// An address counts when it is non-empty and its task is not being deleted.
+fn address(task: &TaskStatus) -> Option<&str> {
+    if task.deletion_pending {
+        return None;
+    }
+    task.attempt_status
+        .pod_ip
+        .as_deref()
+        .filter(|ip| !ip.is_empty())
+}
+
+/// Applies the rule to `framework`.
+pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
+    let statuses = task_role_statuses(framework)?;
+    let by_role: HashMap<&str, HashMap<i32, &TaskStatus>> = statuses
+        .iter()
+        .map(|r| {
+            let tasks = r.task_statuses.iter().map(|t| (t.index, t)).collect();
+            (r.name.as_str(), tasks)
+        })
+        .collect();
+    let no_tasks = HashMap::new();
+
+    let mut progress = Progress {
+        ready: 0,
+        total: 0,
+        first_missing: None,
+    };
+    let mut roles = Vec::with_capacity(framework.spec.task_roles.len());
+    for role in &framework.spec.task_roles {
+        let count = u32::try_from(role.task_number).unwrap_or(0);
+        let tasks = by_role.get(role.name.as_str()).unwrap_or(&no_tasks);
+        let ports = role_ports(role);
+        let mut peers = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            progress.total += 1;
+            let status = i32::try_from(index).ok().and_then(|i| tasks.get(&i));
+            match status.and_then(|t| address(t).map(|ip| (t, ip))) {
+                Some((task, ip)) => {
+                    progress.ready += 1;
+                    peers.push(Peer {
+                        index,
+                        pod_name: task.attempt_status.pod_name.clone(),
+                        ip: ip.to_string(),
+                        host_ip: task
+                            .attempt_status
+                            .pod_host_ip
+                            .clone()
+                            .filter(|h| !h.is_empty()),
+                        ports: ports.clone(),
+                    });
+                }
+                None => {
+                    if progress.first_missing.is_none() {
+                        progress.first_missing = Some((role.name.clone(), index));
+                    }
+                }
+            }
+        }
+        roles.push(RolePeers {
+            name: pai_role_name(role),
+            kube_name: role.name.clone(),
+            tasks: peers,
+        });
+    }
+    if progress.ready < progress.total {
+        return Ok(Readiness::Waiting(progress));
+    }
+    Ok(Readiness::Ready(PeerTable {
+        framework: framework_name(framework),
+        attempt: framework.status.as_ref().map_or(0, |s| s.attempt_status.id),
+        roles,
+    }))
+}
+
+/// True when [`readiness`] passes; a status that cannot be read is not ready.
+pub fn is_ready(framework: &Framework) -> bool {
+    matches!(readiness(framework), Ok(Readiness::Ready(_)))
+}

@@ -1,0 +1,786 @@
+//! An in-process HTTP server that speaks enough of the Kubernetes API for our clients:
+//! namespaced objects of any resource under `/api/v1` and `/apis/<group>/<version>`, with
+//! get, list (field and label selectors), watch (from a resourceVersion, with history,
+//! 410 Gone once compacted, server-side timeouts), create (409), replace (409 on a stale
+//! resourceVersion), JSON merge patch, and delete (404).
+//!
+//! Tests steer it: change objects as a controller would, cut every open watch, compact
+//! the history, answer everything with 401/403, stop and restart on the same port, and
+//! count requests.
+//!
+//! It does not prove: admission, validation against the CRD schema, authentication and
+//! RBAC other than a blanket denial, server-side apply, strategic merge semantics for
+//! lists, bookmarks, pagination (everything fits one page), or the timing of a real
+//! API server and etcd.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+/// Where an object lives.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    /// `frameworks`, `pods`, …
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(resource: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            resource: resource.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Event {
+    rv: u64,
+    key: Key,
+    kind: &'static str,
+    object: Value,
+}
+
+/// One request as the server saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+}
+
+impl Request {
+    pub fn is_watch(&self) -> bool {
+        self.uri.contains("watch=true") || self.uri.contains("watch=1")
+    }
+}
+
+#[derive(Default)]
+struct Store {
+    rv: u64,
+    objects: BTreeMap<Key, Value>,
+    history: VecDeque<Event>,
+    /// Watches from a resourceVersion below this get 410 Gone.
+    compacted_below: u64,
+    deny: Option<u16>,
+    uid: u64,
+    requests: Vec<Request>,
+}
+
+struct Shared {
+    store: Mutex<Store>,
+    events: broadcast::Sender<Event>,
+    /// Bumped to end every open watch.
+    cut: watch::Sender<u64>,
+    /// How many watches have started streaming.
+    watches: watch::Sender<usize>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        // A test that panicked while holding the lock has failed already.
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The server. Dropping it stops it.
+pub struct ApiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl ApiServer {
+    /// Starts on a free loopback port.
+    pub async fn start() -> Self {
+        let (events, _) = broadcast::channel(4096);
+        let (cut, _) = watch::channel(0);
+        let (watches, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::default()),
+            events,
+            cut,
+            watches,
+        });
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let mut server = Self {
+            addr,
+            shared,
+            task: None,
+        };
+        server.serve(listener);
+        server
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
+        let collection = get(list_or_watch).post(create);
+        let item = get(get_one).put(replace).patch(patch).delete(delete);
+        let app = Router::new()
+            .route("/api/v1/namespaces/{ns}/{resource}", collection.clone())
+            .route("/api/v1/namespaces/{ns}/{resource}/{name}", item.clone())
+            .route(
+                "/apis/{group}/{version}/namespaces/{ns}/{resource}",
+                collection,
+            )
+            .route(
+                "/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}",
+                item,
+            )
+            .with_state(self.shared.clone());
+        // Connections are served inside this task's JoinSet, so stopping the task drops
+        // every one of them, as a real API server restart does.
+        self.task = Some(tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                        connections.spawn(async move {
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await;
+                        });
+                    }
+                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                }
+            }
+        }));
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops serving: open connections drop, new ones are refused. State is kept.
+    pub async fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        self.cut_watches();
+    }
+
+    /// Serves again on the same port, with the state it had (an API server restart).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let listener = TcpListener::bind(self.addr)
+            .await
+            .expect("rebind the same port");
+        self.serve(listener);
+    }
+
+    /// Stores `object` as if a client created it; returns it with its metadata.
+    pub fn create(&self, resource: &str, namespace: &str, object: Value) -> Value {
+        let mut store = self.shared.lock();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let key = Key::new(resource, namespace, &name);
+        insert(&mut store, &self.shared.events, key, object, "ADDED")
+    }
+
+    /// The stored object.
+    pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.shared
+            .lock()
+            .objects
+            .get(&Key::new(resource, namespace, name))
+            .cloned()
+    }
+
+    /// Changes a stored object as a controller would (new resourceVersion, MODIFIED event).
+    pub fn modify(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) {
+        let mut store = self.shared.lock();
+        let key = Key::new(resource, namespace, name);
+        let mut object = store
+            .objects
+            .get(&key)
+            .cloned()
+            .expect("object to modify exists");
+        change(&mut object);
+        insert(&mut store, &self.shared.events, key, object, "MODIFIED");
+    }
+
+    /// Deletes a stored object (DELETED event).
+    pub fn delete(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
+        let mut store = self.shared.lock();
+        remove(
+            &mut store,
+            &self.shared.events,
+            &Key::new(resource, namespace, name),
+        )
+    }
+
+    /// Ends every open watch, as a load balancer or a network blip would.
+    pub fn cut_watches(&self) {
+        self.shared.cut.send_modify(|g| *g += 1);
+    }
+
+    /// Forgets the event history: a watch from any earlier resourceVersion gets 410 Gone.
+    pub fn compact(&self) {
+        let mut store = self.shared.lock();
+        store.history.clear();
+        store.compacted_below = store.rv + 1;
+    }
+
+    /// Answers every request with this status (401 or 403), or serves normally (`None`).
+    pub fn deny(&self, code: Option<u16>) {
+        self.shared.lock().deny = code;
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Request> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Returns once `n` watches have started streaming in all (the server's own
+    /// signal: tests need no clock to know a client is watching).
+    pub async fn watches_started(&self, n: usize) {
+        let mut count = self.shared.watches.subscribe();
+        let _ = count.wait_for(|c| *c >= n).await;
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.lock().rv
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.cut_watches();
+    }
+}
+
+fn insert(
+    store: &mut Store,
+    events: &broadcast::Sender<Event>,
+    key: Key,
+    mut object: Value,
+    kind: &'static str,
+) -> Value {
+    store.rv += 1;
+    let rv = store.rv;
+    if !object["metadata"].is_object() {
+        object["metadata"] = json!({});
+    }
+    let meta = &mut object["metadata"];
+    meta["name"] = json!(key.name);
+    meta["namespace"] = json!(key.namespace);
+    meta["resourceVersion"] = json!(rv.to_string());
+    if meta["uid"].as_str().is_none_or(str::is_empty) {
+        store.uid += 1;
+        meta["uid"] = json!(format!("00000000-0000-0000-0000-{:012}", store.uid));
+    }
+    if meta["creationTimestamp"].is_null() {
+        meta["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    }
+    store.objects.insert(key.clone(), object.clone());
+    let event = Event {
+        rv,
+        key,
+        kind,
+        object: object.clone(),
+    };
+    store.history.push_back(event.clone());
+    let _ = events.send(event);
+    object
+}
+
+fn remove(store: &mut Store, events: &broadcast::Sender<Event>, key: &Key) -> Option<Value> {
+    let mut object = store.objects.remove(key)?;
+    store.rv += 1;
+    let rv = store.rv;
+    object["metadata"]["resourceVersion"] = json!(rv.to_string());
+    let event = Event {
+        rv,
+        key: key.clone(),
+        kind: "DELETED",
+        object: object.clone(),
+    };
+    store.history.push_back(event.clone());
+    let _ = events.send(event);
+    Some(object)
+}
+
+/// A Kubernetes `Status` failure.
+struct Failure {
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code,
+        });
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (code, axum::Json(body)).into_response()
+    }
+}
+
+fn status(code: u16, reason: &'static str, message: String) -> Response {
+    Failure {
+        code,
+        reason,
+        message,
+    }
+    .into_response()
+}
+
+/// Records the request; answers it with the blanket denial when one is set.
+fn admit(shared: &Shared, method: &Method, uri: &Uri) -> Result<(), Failure> {
+    let mut store = shared.lock();
+    store.requests.push(Request {
+        method: method.to_string(),
+        uri: uri.to_string(),
+    });
+    match store.deny {
+        Some(401) => Err(Failure {
+            code: 401,
+            reason: "Unauthorized",
+            message: "Unauthorized".to_string(),
+        }),
+        Some(code) => Err(Failure {
+            code,
+            reason: "Forbidden",
+            message: format!(
+                "{} {} is forbidden: User \"system:serviceaccount:test:job\" cannot do it",
+                method,
+                uri.path()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+type Params = HashMap<String, String>;
+
+fn collection_key(params: &Params) -> (String, String) {
+    (
+        params.get("resource").cloned().unwrap_or_default(),
+        params.get("ns").cloned().unwrap_or_default(),
+    )
+}
+
+fn item_key(params: &Params) -> Key {
+    let (resource, namespace) = collection_key(params);
+    Key {
+        resource,
+        namespace,
+        name: params.get("name").cloned().unwrap_or_default(),
+    }
+}
+
+/// `metadata.name=x,metadata.namespace=y` and `a=b,c` (label present) selectors.
+fn selected(object: &Value, query: &Params) -> bool {
+    let field_ok = query.get("fieldSelector").is_none_or(|sel| {
+        sel.split(',')
+            .filter(|t| !t.is_empty())
+            .all(|term| match term.split_once('=') {
+                Some(("metadata.name", v)) => object["metadata"]["name"] == v,
+                Some(("metadata.namespace", v)) => object["metadata"]["namespace"] == v,
+                _ => false,
+            })
+    });
+    let label_ok = query.get("labelSelector").is_none_or(|sel| {
+        let labels = &object["metadata"]["labels"];
+        sel.split(',')
+            .filter(|t| !t.is_empty())
+            .all(|term| match term.split_once('=') {
+                Some((k, v)) => labels[k] == v,
+                None => !labels[term].is_null(),
+            })
+    });
+    field_ok && label_ok
+}
+
+fn list_kind(resource: &str, items: &[Value]) -> String {
+    match items.first().and_then(|o| o["kind"].as_str()) {
+        Some(kind) => format!("{kind}List"),
+        None => format!("{resource}List"),
+    }
+}
+
+async fn list_or_watch(
+    State(shared): State<Arc<Shared>>,
+    Path(params): Path<Params>,
+    Query(query): Query<Params>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    if let Err(denied) = admit(&shared, &method, &uri) {
+        return denied.into_response();
+    }
+    let (resource, namespace) = collection_key(&params);
+    let watching = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    if !watching {
+        let store = shared.lock();
+        let items: Vec<Value> = store
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == resource && k.namespace == namespace)
+            .map(|(_, o)| o.clone())
+            .filter(|o| selected(o, &query))
+            .collect();
+        let body = json!({
+            "kind": list_kind(&resource, &items), "apiVersion": "v1",
+            "metadata": {"resourceVersion": store.rv.to_string()},
+            "items": items,
+        });
+        return axum::Json(body).into_response();
+    }
+    watch_stream(shared, resource, namespace, query)
+}
+
+fn watch_stream(
+    shared: Arc<Shared>,
+    resource: String,
+    namespace: String,
+    query: Params,
+) -> Response {
+    let from: u64 = query
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    // Subscribe before reading the history, so nothing falls between the two.
+    let live = shared.events.subscribe();
+    let mut cut = shared.cut.subscribe();
+    cut.mark_unchanged();
+    let matches = {
+        let resource = resource.clone();
+        let namespace = namespace.clone();
+        let query = query.clone();
+        move |e: &Event| {
+            e.key.resource == resource
+                && e.key.namespace == namespace
+                && selected(&e.object, &query)
+        }
+    };
+    let backlog: Vec<Event> = {
+        let store = shared.lock();
+        if from > 0 && from < store.compacted_below {
+            let gone = json!({"type": "ERROR", "object": {
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("too old resource version: {from} ({})", store.compacted_below),
+                "reason": "Expired", "code": 410}});
+            return line_response(futures::stream::iter([line(&gone)]).boxed());
+        }
+        if from == 0 {
+            store
+                .objects
+                .iter()
+                .map(|(k, o)| Event {
+                    rv: store.rv,
+                    key: k.clone(),
+                    kind: "ADDED",
+                    object: o.clone(),
+                })
+                .filter(&matches)
+                .collect()
+        } else {
+            store
+                .history
+                .iter()
+                .filter(|e| e.rv > from)
+                .filter(|e| matches(e))
+                .cloned()
+                .collect()
+        }
+    };
+    let last_sent = backlog.iter().map(|e| e.rv).max().unwrap_or(from);
+    shared.watches.send_modify(|c| *c += 1);
+    let backlog = futures::stream::iter(backlog.into_iter().map(|e| event_line(&e)));
+    let live = futures::stream::unfold((live, last_sent), move |(mut rx, last)| {
+        let matches = matches.clone();
+        async move {
+            loop {
+                match rx.recv().await {
+                    Ok(e) if e.rv > last && matches(&e) => {
+                        let rv = e.rv;
+                        return Some((event_line(&e), (rx, rv)));
+                    }
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        }
+    });
+    let ends = async move {
+        let cut = async {
+            let _ = cut.changed().await;
+        };
+        match timeout {
+            Some(t) => {
+                let _ = tokio::time::timeout(t, cut).await;
+            }
+            None => cut.await,
+        }
+    };
+    line_response(backlog.chain(live).take_until(Box::pin(ends)).boxed())
+}
+
+fn line(value: &Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+fn event_line(e: &Event) -> Bytes {
+    line(&json!({"type": e.kind, "object": e.object}))
+}
+
+fn line_response(lines: futures::stream::BoxStream<'static, Bytes>) -> Response {
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(
+            lines.map(Ok::<_, std::convert::Infallible>),
+        ))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+async fn get_one(
+    State(shared): State<Arc<Shared>>,
+    Path(params): Path<Params>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    if let Err(denied) = admit(&shared, &method, &uri) {
+        return denied.into_response();
+    }
+    let key = item_key(&params);
+    match shared.lock().objects.get(&key) {
+        Some(o) => axum::Json(o.clone()).into_response(),
+        None => not_found(&key),
+    }
+}
+
+fn not_found(key: &Key) -> Response {
+    status(
+        404,
+        "NotFound",
+        format!("{} \"{}\" not found", key.resource, key.name),
+    )
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, Failure> {
+    serde_json::from_slice(body).map_err(|e| Failure {
+        code: 400,
+        reason: "BadRequest",
+        message: format!("invalid body: {e}"),
+    })
+}
+
+async fn create(
+    State(shared): State<Arc<Shared>>,
+    Path(params): Path<Params>,
+    method: Method,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    if let Err(denied) = admit(&shared, &method, &uri) {
+        return denied.into_response();
+    }
+    let object = match parse_body(&body) {
+        Ok(o) => o,
+        Err(r) => return r.into_response(),
+    };
+    let (resource, namespace) = collection_key(&params);
+    let Some(name) = object["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+    else {
+        return status(422, "Invalid", "metadata.name: Required value".to_string());
+    };
+    let key = Key {
+        resource,
+        namespace,
+        name,
+    };
+    let mut store = shared.lock();
+    if store.objects.contains_key(&key) {
+        return status(
+            409,
+            "AlreadyExists",
+            format!("{} \"{}\" already exists", key.resource, key.name),
+        );
+    }
+    let mut object = object;
+    object["metadata"]["resourceVersion"] = Value::Null;
+    let created = insert(&mut store, &shared.events, key, object, "ADDED");
+    (StatusCode::CREATED, axum::Json(created)).into_response()
+}
+
+async fn replace(
+    State(shared): State<Arc<Shared>>,
+    Path(params): Path<Params>,
+    method: Method,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    if let Err(denied) = admit(&shared, &method, &uri) {
+        return denied.into_response();
+    }
+    let object = match parse_body(&body) {
+        Ok(o) => o,
+        Err(r) => return r.into_response(),
+    };
+    let key = item_key(&params);
+    let mut store = shared.lock();
+    let Some(current) = store.objects.get(&key) else {
+        return not_found(&key);
+    };
+    let sent = object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    if !sent.is_empty() && current["metadata"]["resourceVersion"] != sent {
+        return status(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
+                key.resource, key.name
+            ),
+        );
+    }
+    let updated = insert(&mut store, &shared.events, key, object, "MODIFIED");
+    axum::Json(updated).into_response()
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(fields) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            for (k, v) in fields {
+                if v.is_null() {
+                    if let Some(map) = target.as_object_mut() {
+                        map.remove(k);
+                    }
+                } else {
+                    merge(&mut target[k], v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+async fn patch(
+    State(shared): State<Arc<Shared>>,
+    Path(params): Path<Params>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(denied) = admit(&shared, &method, &uri) {
+        return denied.into_response();
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !(content_type.starts_with("application/merge-patch+json")
+        || content_type.starts_with("application/strategic-merge-patch+json"))
+    {
+        return status(
+            415,
+            "UnsupportedMediaType",
+            format!("the test server does not support patch type {content_type:?}"),
+        );
+    }
+    let patch = match parse_body(&body) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let key = item_key(&params);
+    let mut store = shared.lock();
+    let Some(mut object) = store.objects.get(&key).cloned() else {
+        return not_found(&key);
+    };
+    merge(&mut object, &patch);
+    let updated = insert(&mut store, &shared.events, key, object, "MODIFIED");
+    axum::Json(updated).into_response()
+}
+
+async fn delete(
+    State(shared): State<Arc<Shared>>,
+    Path(params): Path<Params>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    if let Err(denied) = admit(&shared, &method, &uri) {
+        return denied.into_response();
+    }
+    let key = item_key(&params);
+    let mut store = shared.lock();
+    match remove(&mut store, &shared.events, &key) {
+        Some(object) => axum::Json(object).into_response(),
+        None => not_found(&key),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patch_follows_rfc_7386() {
+        let mut target = json!({"a": 1, "b": {"c": 2, "d": 3}});
+        merge(&mut target, &json!({"a": null, "b": {"c": 5}, "e": [1]}));
+        assert_eq!(target, json!({"b": {"c": 5, "d": 3}, "e": [1]}));
+    }
+
+    #[test]
+    fn selectors() {
+        let object = json!({"metadata": {"name": "x", "namespace": "n", "labels": {"a": "b"}}});
+        let q = |k: &str, v: &str| Params::from([(k.to_string(), v.to_string())]);
+        assert!(selected(&object, &q("fieldSelector", "metadata.name=x")));
+        assert!(!selected(&object, &q("fieldSelector", "metadata.name=y")));
+        assert!(selected(&object, &q("labelSelector", "a=b")));
+        assert!(selected(&object, &q("labelSelector", "a")));
+        assert!(!selected(&object, &q("labelSelector", "a=c")));
+    }
+}

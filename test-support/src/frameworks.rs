@@ -1,0 +1,114 @@
+//! Frameworks and controller-like status changes for tests.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
+
+use pai_contract::framework::{
+    CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, RetryPolicySpec, TaskRoleSpec,
+    TaskSpec,
+};
+use pai_contract::{env, meta};
+
+/// Namespace the tests use.
+pub const NAMESPACE: &str = "jobs";
+
+/// A Framework with `roles` (user name, task count). Role `i` has ports
+/// `http:2<i>001;ssh:2<i>002` and the Kubernetes name of the user name lower-cased.
+pub fn framework(name: &str, roles: &[(&str, u32)]) -> Framework {
+    let task_roles = roles
+        .iter()
+        .enumerate()
+        .map(|(i, (role, tasks))| TaskRoleSpec {
+            name: role.to_ascii_lowercase().replace('_', "-"),
+            task_number: i32::try_from(*tasks).unwrap_or(i32::MAX),
+            framework_attempt_completion_policy: CompletionPolicySpec::default(),
+            task: TaskSpec {
+                retry_policy: RetryPolicySpec::default(),
+                pod_graceful_deletion_timeout_sec: None,
+                pod: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        annotations: Some(BTreeMap::from([(
+                            meta::ANNOTATION_ROLE.to_string(),
+                            role.to_string(),
+                        )])),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "main".into(),
+                            env: Some(vec![EnvVar {
+                                name: env::CONTAINER_HOST_PORT_LIST.into(),
+                                value: Some(format!("http:2{i}001;ssh:2{i}002")),
+                                value_from: None,
+                            }]),
+                            ..Container::default()
+                        }],
+                        ..PodSpec::default()
+                    }),
+                },
+            },
+        })
+        .collect();
+    let mut framework = Framework::new(
+        name,
+        FrameworkSpec {
+            description: None,
+            execution_type: ExecutionType::Start,
+            retry_policy: RetryPolicySpec::default(),
+            task_roles,
+        },
+    );
+    framework.metadata.namespace = Some(NAMESPACE.to_string());
+    framework
+}
+
+/// The Framework as the JSON a server stores.
+pub fn to_value(framework: &Framework) -> Value {
+    serde_json::to_value(framework).unwrap_or_default()
+}
+
+/// The address tests give task `index` of the role at `role_position`.
+pub fn address(role_position: usize, index: u32) -> String {
+    format!(
+        "10.{}.{}.{}",
+        role_position + 1,
+        index / 250,
+        index % 250 + 1
+    )
+}
+
+/// Sets (or clears, with `""`) the pod IP of one task, as FrameworkController would.
+pub fn set_pod_ip(framework: &mut Value, kube_role: &str, index: u32, ip: &str) {
+    let pod_name = format!(
+        "{}-{kube_role}-{index}",
+        framework["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    let attempt = &mut framework["status"]["attemptStatus"];
+    if !attempt["taskRoleStatuses"].is_array() {
+        attempt["taskRoleStatuses"] = json!([]);
+    }
+    let roles = attempt["taskRoleStatuses"].as_array_mut().expect("array");
+    let role = match roles.iter().position(|r| r["name"] == kube_role) {
+        Some(i) => &mut roles[i],
+        None => {
+            roles.push(json!({"name": kube_role, "taskStatuses": []}));
+            roles.last_mut().expect("pushed")
+        }
+    };
+    let tasks = role["taskStatuses"].as_array_mut().expect("array");
+    let task = match tasks.iter().position(|t| t["index"] == index) {
+        Some(i) => &mut tasks[i],
+        None => {
+            tasks.push(
+                json!({"index": index, "state": "AttemptRunning", "attemptStatus": {"id": 0}}),
+            );
+            tasks.last_mut().expect("pushed")
+        }
+    };
+    task["attemptStatus"]["podIP"] = json!(ip);
+    task["attemptStatus"]["podHostIP"] = json!("192.0.2.1");
+    task["attemptStatus"]["podName"] = json!(pod_name);
+}

@@ -1,0 +1,6 @@
+//! Test support shared by the crates' tests. Nothing here ships in a binary.
+
+pub mod apiserver;
+pub mod frameworks;
+
+pub use apiserver::ApiServer;
