@@ -13,6 +13,9 @@ pub const INTERVAL_VAR: &str = "BARRIER_CHECK_INTERVAL_SEC";
 pub const NAMESPACE_VAR: &str = "FC_FRAMEWORK_NAMESPACE";
 pub const NAME_VAR: &str = "FC_FRAMEWORK_NAME";
 
+/// Set by the embedded executor: wait on this Framework file instead of the API server.
+pub const FRAMEWORK_FILE_VAR: &str = "BARRIER_FRAMEWORK_FILE";
+
 /// frameworkbarrier's default timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 

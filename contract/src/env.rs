@@ -2,14 +2,15 @@
 //!
 //! | writer | when | variables |
 //! |---|---|---|
-//! | rest-lite (pod template of the role's main container) | submission | [`StaticVar`] names below, the per-role `PAI_TASK_ROLE_TASK_COUNT_<role>`, `PAI_MIN_*_<role>`, `PAI_RESOURCE_<role>`, `PAI_CONTAINER_HOST_<label>_PORT_LIST`, and every `jobEnvs` entry |
+//! | rest-lite (pod template of the role's main container) | submission | the job-level names below, the role's own [`role_family`], the `PAI_CURRENT_*` names, `PAI_CONTAINER_HOST_<label>_PORT_LIST`, and every `jobEnvs` entry |
 //! | rest-lite (init container) | submission | `USER_CMD`, `KUBE_APISERVER_ADDRESS` |
-//! | kube-runtime (env file) | after the barrier | `PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX`, `PAI_TASK_ROLE_INDEX`, `PAI_HOST_IP_<role>_<i>`, `PAI_TASK_ROLE_<role>_HOST_LIST`, `PAI_<role>_<i>_<label>_PORT`, and the per-task `PAI_PORT_LIST_<role>_<i>_<label>` |
+//! | kube-runtime (env file) | after the barrier | `PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX`, `PAI_TASK_ROLE_INDEX`, `PAI_HOST_IP_<role>_<i>`, `PAI_TASK_ROLE_<role>_HOST_LIST`, `PAI_<role>_<i>_<label>_PORT`, the per-task `PAI_PORT_LIST_<role>_<i>_<label>`, and the [`role_family`] of every other role |
 //!
-//! `PAI_PORT_LIST_<role>_<i>_<label>` is known at submission, but it exists once per task:
-//! written into the Framework it would make the object grow with the task count. The
-//! runtime derives it from each role's [`CONTAINER_HOST_PORT_LIST`], which the Framework
-//! carries once per role.
+//! Some of the runtime's variables are known at submission, but written into the
+//! Framework they would make it grow with the number of tasks (`PAI_PORT_LIST_…`, once
+//! per task) or with the square of the number of roles (every role's family in every
+//! role's template). The runtime derives them from role-level data the Framework carries
+//! once: each role's [`CONTAINER_HOST_PORT_LIST`] and family in its own template.
 
 /// `<user>~<job>`, the original (not normalised) names.
 pub const JOB_NAME: &str = "PAI_JOB_NAME";
@@ -54,6 +55,21 @@ pub const KUBE_APISERVER_ADDRESS: &str = "KUBE_APISERVER_ADDRESS";
 pub const FC_PREFIX: &str = "FC_";
 /// Prefix of the variables this contract defines.
 pub const PAI_PREFIX: &str = "PAI_";
+
+/// The variables that describe role `role` to every task of the job. rest-lite writes
+/// them into the role's own pod template only; the runtime copies them from there into
+/// the env file of every other role's tasks, so each template holds O(1) of them and the
+/// Framework grows linearly with the number of roles.
+pub fn role_family(role: &str) -> [String; 6] {
+    [
+        task_role_task_count(role),
+        min_failed_instance(role),
+        min_succeeded_instance(role),
+        min_failed_task_count(role),
+        min_succeeded_task_count(role),
+        resource(role),
+    ]
+}
 
 pub fn task_role_task_count(role: &str) -> String {
     format!("PAI_TASK_ROLE_TASK_COUNT_{role}")

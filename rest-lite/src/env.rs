@@ -15,65 +15,71 @@ const UNSET_COUNT: i64 = -1;
 /// The variables every role of the job shares.
 pub fn job_env(user: &UserName, spec: &JobSpec, default_fs_uri: &str) -> Vec<(String, String)> {
     let roles = spec.roles();
-    let mut env = Vec::with_capacity(8 + roles.len() * 6 + spec.job_envs().len());
-    env.push((
-        names::JOB_NAME.to_string(),
-        format!("{}~{}", user.as_str(), spec.name().as_str()),
-    ));
-    env.push((names::USER_NAME.to_string(), user.as_str().to_string()));
-    env.push((
-        names::DEFAULT_FS_URI.to_string(),
-        default_fs_uri.to_string(),
-    ));
-    env.push((names::TASK_ROLE_COUNT.to_string(), roles.len().to_string()));
-    env.push((
-        names::TASK_ROLE_LIST.to_string(),
-        roles
-            .iter()
-            .map(|r| r.name().as_str())
-            .collect::<Vec<_>>()
-            .join(","),
-    ));
-    for role in roles {
-        let name = role.name().as_str();
-        let (min_failed, min_succeeded) = min_counts(role);
-        let res = role.resources();
-        env.push((
-            names::task_role_task_count(name),
-            role.task_number().to_string(),
-        ));
-        env.push((names::min_failed_instance(name), min_failed.to_string()));
-        env.push((
-            names::min_succeeded_instance(name),
-            min_succeeded.to_string(),
-        ));
-        env.push((names::min_failed_task_count(name), min_failed.to_string()));
-        env.push((
-            names::min_succeeded_task_count(name),
-            min_succeeded.to_string(),
-        ));
-        env.push((
-            names::resource(name),
-            format!(
-                "cpu_count:{},memMB:{},shmMB:{},gpu_count:{}",
-                res.cpu, res.memory_mb, res.shm_mb, res.gpu
-            ),
-        ));
-    }
     let legacy = spec.legacy();
-    env.push((names::DATA_DIR.to_string(), legacy.data_dir.clone()));
-    env.push((names::OUTPUT_DIR.to_string(), legacy.output_dir.clone()));
-    env.push((names::CODE_DIR.to_string(), legacy.code_dir.clone()));
+    let mut env = vec![
+        (
+            names::JOB_NAME.to_string(),
+            format!("{}~{}", user.as_str(), spec.name().as_str()),
+        ),
+        (names::USER_NAME.to_string(), user.as_str().to_string()),
+        (
+            names::DEFAULT_FS_URI.to_string(),
+            default_fs_uri.to_string(),
+        ),
+        (names::TASK_ROLE_COUNT.to_string(), roles.len().to_string()),
+        (
+            names::TASK_ROLE_LIST.to_string(),
+            roles
+                .iter()
+                .map(|r| r.name().as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        (names::DATA_DIR.to_string(), legacy.data_dir.clone()),
+        (names::OUTPUT_DIR.to_string(), legacy.output_dir.clone()),
+        (names::CODE_DIR.to_string(), legacy.code_dir.clone()),
+    ];
     env.extend(spec.job_envs().iter().cloned());
     env
 }
 
-/// The variables of one role, added to [`job_env`] in its tasks.
+/// The variables that describe `role` to the whole job ([`names::role_family`]). Only
+/// the role's own template carries them; the runtime hands them to the other roles.
+pub fn role_family_env(role: &TaskRole) -> Vec<(String, String)> {
+    let (min_failed, min_succeeded) = min_counts(role);
+    let res = role.resources();
+    let [
+        task_count,
+        failed_instance,
+        succeeded_instance,
+        failed_count,
+        succeeded_count,
+        resource,
+    ] = names::role_family(role.name().as_str());
+    vec![
+        (task_count, role.task_number().to_string()),
+        (failed_instance, min_failed.to_string()),
+        (succeeded_instance, min_succeeded.to_string()),
+        (failed_count, min_failed.to_string()),
+        (succeeded_count, min_succeeded.to_string()),
+        (
+            resource,
+            format!(
+                "cpu_count:{},memMB:{},shmMB:{},gpu_count:{}",
+                res.cpu, res.memory_mb, res.shm_mb, res.gpu
+            ),
+        ),
+    ]
+}
+
+/// The variables of one role, added to [`job_env`] in its tasks: its family, the
+/// `PAI_CURRENT_*` names and its ports.
 pub fn role_env(role: &TaskRole, plan: &PortPlan) -> Vec<(String, String)> {
     let res = role.resources();
     let (min_failed, min_succeeded) = min_counts(role);
     let first_port = |label| plan.first(label).map(|p| p.to_string()).unwrap_or_default();
-    let mut env = vec![
+    let mut env = role_family_env(role);
+    env.extend([
         (
             names::CURRENT_TASK_ROLE_NAME.to_string(),
             role.name().as_str().to_string(),
@@ -111,7 +117,7 @@ pub fn role_env(role: &TaskRole, plan: &PortPlan) -> Vec<(String, String)> {
             first_port(HTTP_LABEL),
         ),
         (names::CONTAINER_SSH_PORT.to_string(), first_port(SSH_LABEL)),
-    ];
+    ]);
     for (label, ports) in plan.iter() {
         env.push((
             names::container_host_label_port_list(label),

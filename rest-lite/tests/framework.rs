@@ -23,27 +23,32 @@ fn every_static_variable_has_its_value() {
     assert_eq!(get("PAI_DEFAULT_FS_URI"), "");
     assert_eq!(get("PAI_TASK_ROLE_COUNT"), "2");
     assert_eq!(get("PAI_TASK_ROLE_LIST"), "ps,worker");
-    assert_eq!(get("PAI_TASK_ROLE_TASK_COUNT_ps"), "2");
     assert_eq!(get("PAI_TASK_ROLE_TASK_COUNT_worker"), "2");
     // worker: minSucceededTaskCount 2, minFailedTaskCount unset (1).
-    for prefix in ["PAI_MIN_FAILED_INSTANCE_", "PAI_MIN_FAILED_TASK_COUNT_"] {
-        assert_eq!(get(&format!("{prefix}worker")), "1");
-        assert_eq!(get(&format!("{prefix}ps")), "1");
-    }
-    for prefix in [
-        "PAI_MIN_SUCCEEDED_INSTANCE_",
-        "PAI_MIN_SUCCEEDED_TASK_COUNT_",
-    ] {
-        assert_eq!(get(&format!("{prefix}worker")), "2");
-        assert_eq!(get(&format!("{prefix}ps")), "-1");
-    }
-    assert_eq!(
-        get("PAI_RESOURCE_ps"),
-        "cpu_count:2,memMB:8192,shmMB:64,gpu_count:1"
-    );
+    assert_eq!(get("PAI_MIN_FAILED_INSTANCE_worker"), "1");
+    assert_eq!(get("PAI_MIN_FAILED_TASK_COUNT_worker"), "1");
+    assert_eq!(get("PAI_MIN_SUCCEEDED_INSTANCE_worker"), "2");
+    assert_eq!(get("PAI_MIN_SUCCEEDED_TASK_COUNT_worker"), "2");
     assert_eq!(
         get("PAI_RESOURCE_worker"),
         "cpu_count:2,memMB:16384,shmMB:64,gpu_count:4"
+    );
+    // The ps family lives in the ps template only; the runtime copies it to the workers.
+    assert_eq!(common::get(&worker, "PAI_TASK_ROLE_TASK_COUNT_ps"), None);
+    let ps = common::main_env(&framework, 0);
+    assert_eq!(common::get(&ps, "PAI_TASK_ROLE_TASK_COUNT_ps"), Some("2"));
+    assert_eq!(common::get(&ps, "PAI_MIN_FAILED_INSTANCE_ps"), Some("1"));
+    assert_eq!(
+        common::get(&ps, "PAI_MIN_SUCCEEDED_INSTANCE_ps"),
+        Some("-1")
+    );
+    assert_eq!(
+        common::get(&ps, "PAI_MIN_SUCCEEDED_TASK_COUNT_ps"),
+        Some("-1")
+    );
+    assert_eq!(
+        common::get(&ps, "PAI_RESOURCE_ps"),
+        Some("cpu_count:2,memMB:8192,shmMB:64,gpu_count:1")
     );
     assert_eq!(get("PAI_CURRENT_TASK_ROLE_NAME"), "worker");
     assert_eq!(get("PAI_CURRENT_TASK_ROLE_TASK_COUNT"), "2");
@@ -302,6 +307,33 @@ fn cluster_settings_come_from_the_config() {
     assert_eq!(
         common::get(&env, "PAI_DEFAULT_FS_URI"),
         Some("hdfs://nn:9000")
+    );
+}
+
+#[test]
+fn the_framework_grows_linearly_with_roles() {
+    let sized = |roles: usize| {
+        let roles: Vec<serde_json::Value> = (0..roles)
+            .map(|i| {
+                json!({"name": format!("role{i}"), "taskNumber": 20, "cpuNumber": 1,
+                            "memoryMB": 1024, "command": "true"})
+            })
+            .collect();
+        let job = json!({"jobName": "wide", "image": "busybox", "taskRoles": roles});
+        serde_json::to_vec(&common::transform(&job.to_string(), 9).expect("transforms"))
+            .expect("json")
+            .len()
+    };
+    let (fifty, hundred) = (sized(50), sized(100));
+    // Linear: twice the roles, about twice the bytes. PAI_TASK_ROLE_LIST, in every role,
+    // is the one quadratic term, a few bytes per role.
+    assert!(
+        hundred < fifty * 23 / 10,
+        "50 roles: {fifty} bytes, 100 roles: {hundred} bytes"
+    );
+    assert!(
+        hundred < 1024 * 1024,
+        "100 roles stay far below the API server's object limit: {hundred}"
     );
 }
 

@@ -154,6 +154,8 @@ impl ApiServer {
                 tokio::select! {
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
+                        // As Go's net/http (and so the real API server) does.
+                        let _ = stream.set_nodelay(true);
                         let service = hyper_util::service::TowerToHyperService::new(app.clone());
                         connections.spawn(async move {
                             let _ = hyper::server::conn::http1::Builder::new()

@@ -39,11 +39,7 @@ pub fn framework(name: &str, roles: &[(&str, u32)]) -> Framework {
                     spec: Some(PodSpec {
                         containers: vec![Container {
                             name: "main".into(),
-                            env: Some(vec![EnvVar {
-                                name: env::CONTAINER_HOST_PORT_LIST.into(),
-                                value: Some(format!("http:2{i}001;ssh:2{i}002")),
-                                value_from: None,
-                            }]),
+                            env: Some(template_env(role, i, *tasks)),
                             ..Container::default()
                         }],
                         ..PodSpec::default()
@@ -63,6 +59,34 @@ pub fn framework(name: &str, roles: &[(&str, u32)]) -> Framework {
     );
     framework.metadata.namespace = Some(NAMESPACE.to_string());
     framework
+}
+
+/// A role's main-container env as rest-lite writes it: its ports and its family.
+fn template_env(role: &str, position: usize, tasks: u32) -> Vec<EnvVar> {
+    let var = |name: String, value: String| EnvVar {
+        name,
+        value: Some(value),
+        value_from: None,
+    };
+    let mut vars = vec![var(
+        env::CONTAINER_HOST_PORT_LIST.into(),
+        format!("http:2{position}001;ssh:2{position}002"),
+    )];
+    let values = [
+        tasks.to_string(),
+        "1".into(),
+        "-1".into(),
+        "1".into(),
+        "-1".into(),
+        "cpu_count:1,memMB:1024,shmMB:64,gpu_count:0".into(),
+    ];
+    vars.extend(
+        env::role_family(role)
+            .into_iter()
+            .zip(values)
+            .map(|(n, v)| var(n, v)),
+    );
+    vars
 }
 
 /// The Framework as the JSON a server stores.

@@ -1,0 +1,148 @@
+//! `cargo bench -p pai-barrier --bench release`: the barrier against the in-process API
+//! server.
+//!
+//! 1. Release latency: a 100-task job waits; the API server receives the last address;
+//!    the time until `wait` returns is measured, many times.
+//! 2. API requests in a 60 s wait: the watch-based barrier and a frameworkbarrier-style
+//!    10 s poll wait side by side on the same server for the same 60 s, then the last
+//!    address arrives; requests are counted per Framework, with each one's release latency.
+
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use pai_barrier::readiness::is_ready;
+use pai_barrier::{BarrierConfig, kube_source};
+use pai_contract::Framework;
+use pai_test_support::ApiServer;
+use pai_test_support::frameworks::{NAMESPACE, address, framework, set_pod_ip, to_value};
+
+fn client(server: &ApiServer) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(server.url().parse().expect("url"))).expect("client")
+}
+
+fn config(name: &str) -> BarrierConfig {
+    BarrierConfig {
+        namespace: NAMESPACE.into(),
+        name: name.into(),
+        timeout: Duration::from_secs(600),
+        reread: None,
+    }
+}
+
+/// Creates a job of `tasks` tasks with every address but the last.
+fn almost_ready(server: &ApiServer, name: &str, tasks: u32) {
+    let mut value = to_value(&framework(name, &[("worker", tasks)]));
+    for i in 0..tasks - 1 {
+        set_pod_ip(&mut value, "worker", i, &address(0, i));
+    }
+    server.create("frameworks", NAMESPACE, value);
+}
+
+fn last_address(server: &ApiServer, name: &str, tasks: u32) {
+    server.modify("frameworks", NAMESPACE, name, |f| {
+        set_pod_ip(f, "worker", tasks - 1, &address(0, tasks - 1))
+    });
+}
+
+/// frameworkbarrier's loop: get the Framework every `interval` until it is ready.
+async fn poll(client: kube::Client, name: &str, interval: Duration) {
+    let api: Api<Framework> = Api::namespaced(client, NAMESPACE);
+    let mut tick = tokio::time::interval(interval);
+    loop {
+        tick.tick().await;
+        if let Ok(f) = api.get(name).await
+            && is_ready(&f)
+        {
+            return;
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p) as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let server = ApiServer::start().await;
+    let tasks = 100;
+
+    let rounds = if quick { 3 } else { 200 };
+    let mut latencies = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let name = format!("latency-{round}");
+        almost_ready(&server, &name, tasks);
+        let before = server.requests().iter().filter(|r| r.is_watch()).count();
+        let waiting = tokio::spawn({
+            let client = client(&server);
+            let config = config(&name);
+            async move { kube_source::wait(client, &config).await }
+        });
+        server.watches_started(before + 1).await;
+        let start = Instant::now();
+        last_address(&server, &name, tasks);
+        waiting.await.expect("join").expect("passes");
+        latencies.push(start.elapsed());
+    }
+    latencies.sort();
+    println!(
+        "release latency, {tasks}-task job, {rounds} rounds: min {} ms, median {} ms, p99 {} ms, max {} ms",
+        ms(latencies[0]),
+        ms(percentile(&latencies, 0.5)),
+        ms(percentile(&latencies, 0.99)),
+        ms(latencies[rounds - 1])
+    );
+
+    let wait = if quick {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(60)
+    };
+    almost_ready(&server, "watched", tasks);
+    almost_ready(&server, "polled", tasks);
+    let watched = tokio::spawn({
+        let client = client(&server);
+        async move {
+            kube_source::wait(client, &config("watched"))
+                .await
+                .map(|_| Instant::now())
+        }
+    });
+    let polled = tokio::spawn({
+        let client = client(&server);
+        async move {
+            poll(client, "polled", Duration::from_secs(10)).await;
+            Instant::now()
+        }
+    });
+    tokio::time::sleep(wait).await; // the wait being measured, not a synchronisation
+    let released = Instant::now();
+    last_address(&server, "watched", tasks);
+    last_address(&server, "polled", tasks);
+    let watched_at = watched.await.expect("join").expect("passes");
+    let polled_at = polled.await.expect("join");
+    let count = |name: &str| {
+        server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.uri.contains(&format!("frameworks/{name}"))
+                    || r.uri.contains(&format!("metadata.name%3D{name}"))
+                    || r.uri.contains(&format!("metadata.name={name}"))
+            })
+            .count()
+    };
+    println!(
+        "{} s wait: watch barrier {} requests, released {} ms after the last address; 10 s poll {} requests, released {} ms after",
+        wait.as_secs(),
+        count("watched"),
+        ms(watched_at - released),
+        count("polled"),
+        ms(polled_at - released)
+    );
+}

@@ -1,0 +1,117 @@
+//! Where the runtime keeps things under its root, and which task it is.
+
+use std::path::{Path, PathBuf};
+
+use pai_contract::paths::{self, files};
+
+/// Environment variable that moves the runtime root (tests and the embedded default).
+pub const ROOT_VAR: &str = "PAI_RUNTIME_ROOT";
+/// Environment variable naming the directory with `prep/` and `init/` (default: the
+/// directory of the runtime binary).
+pub const ASSETS_VAR: &str = "PAI_RUNTIME_ASSETS";
+
+/// The files under the runtime root shared by the init and main containers.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// `--root`, else `$PAI_RUNTIME_ROOT`, else `/usr/local/pai`.
+    pub fn from_env(root: Option<PathBuf>) -> Self {
+        Self::new(
+            root.or_else(|| std::env::var_os(ROOT_VAR).map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from(paths::RUNTIME_ROOT)),
+        )
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    /// The installed runtime, the main container's command.
+    pub fn run(&self) -> PathBuf {
+        self.root.join("run")
+    }
+    pub fn init_dir(&self) -> PathBuf {
+        self.root.join("init")
+    }
+    /// Dynamic variables, written by `entry`, read by `run`.
+    pub fn env_file(&self) -> PathBuf {
+        self.root.join(files::ENV_FILE)
+    }
+    /// The whole environment of the task, written by `run` for ssh sessions.
+    pub fn env_all_file(&self) -> PathBuf {
+        self.root.join("env-all.sh")
+    }
+    pub fn main_sh(&self) -> PathBuf {
+        self.root.join(files::MAIN_SH)
+    }
+    pub fn logs(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+}
+
+/// Which task this is, from the variables FrameworkController injects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Task {
+    pub framework_attempt: u32,
+    pub kube_role: String,
+    pub index: u32,
+    pub task_attempt: u32,
+}
+
+impl Task {
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let number = |name: &str, default: Option<u32>| -> Result<u32, String> {
+            match var(name).filter(|v| !v.is_empty()) {
+                Some(v) => v
+                    .parse()
+                    .map_err(|_| format!("{name}={v:?} is not a number")),
+                None => default.ok_or_else(|| format!("{name} is not set")),
+            }
+        };
+        Ok(Self {
+            framework_attempt: number("FC_FRAMEWORK_ATTEMPT_ID", Some(0))?,
+            kube_role: var("FC_TASKROLE_NAME")
+                .filter(|v| !v.is_empty())
+                .ok_or("FC_TASKROLE_NAME is not set")?,
+            index: number("FC_TASK_INDEX", None)?,
+            task_attempt: number("FC_TASK_ATTEMPT_ID", Some(0))?,
+        })
+    }
+
+    /// This attempt's log directory (contracts §3).
+    pub fn log_dir(&self, layout: &Layout) -> PathBuf {
+        layout.logs().join(paths::attempt_log_dir(
+            self.framework_attempt,
+            &self.kube_role,
+            self.index,
+            self.task_attempt,
+        ))
+    }
+}
+
+/// Regular files of `dir` whose names do not start with `.`, sorted by name: the order
+/// `prep/` and `init/` scripts run in. A missing directory has none.
+pub fn scripts(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut scripts = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !entry.file_type()?.is_file() {
+            continue;
+        }
+        scripts.push((name, entry.path()));
+    }
+    scripts.sort();
+    Ok(scripts)
+}

@@ -1,0 +1,15 @@
+//! kube-runtime: the program inside every task.
+//!
+//! - `entry` ([`entry::entry`]), the init container: install, `prep/`, barrier, env file,
+//!   peer table, `main.sh`.
+//! - `run` ([`run::run`]), PID 1 of the main container: env file, `init/` daemons, the
+//!   user command under a supervisor that forwards signals, reaps zombies and exits with
+//!   the user command's status.
+
+pub mod dynamic_env;
+pub mod entry;
+pub mod layout;
+pub mod logs;
+pub mod run;
+pub mod shell;
+pub mod supervisor;

@@ -1,0 +1,120 @@
+//! `kube-runtime run` (installed as `<root>/run`), PID 1 of the main container: load the
+//! env file, leave the whole environment for ssh sessions, then supervise the daemons and
+//! the user command.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use crate::layout::{self, Layout, Task};
+use crate::logs::DEFAULT_CAP;
+use crate::shell;
+use crate::supervisor::signals::Signals;
+use crate::supervisor::{Ended, Plan, SuperviseError, supervise};
+
+/// Seconds between TERM and KILL (default 10; keep it below the pod's
+/// terminationGracePeriodSeconds so the runtime, not the kubelet, decides).
+pub const GRACE_VAR: &str = "PAI_KILL_GRACE_SEC";
+/// Cap of `user.log` in bytes.
+pub const LOG_CAP_VAR: &str = "PAI_LOG_MAX_BYTES";
+const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot read {path} (did the init container run?): {source}")]
+    EnvFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is damaged: {source}")]
+    EnvSyntax {
+        path: String,
+        source: shell::EnvFileError,
+    },
+    #[error("the pod is not set up as FrameworkController sets it up: {0}")]
+    Identity(String),
+    #[error("{0}")]
+    Settings(String),
+    #[error(transparent)]
+    Supervise(#[from] SuperviseError),
+}
+
+/// Loads the environment and supervises the task to its end.
+pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
+    let env = environment(layout)?;
+    let get = |name: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.to_str())
+            .map(str::to_string)
+    };
+    let task = Task::from_env(get).map_err(RunError::Identity)?;
+    let grace = match get(GRACE_VAR) {
+        Some(v) => Duration::from_secs(v.parse().map_err(|_| {
+            RunError::Settings(format!("{GRACE_VAR}={v:?} is not a number of seconds"))
+        })?),
+        None => DEFAULT_GRACE,
+    };
+    let log_cap = match get(LOG_CAP_VAR) {
+        Some(v) => v.parse().map_err(|_| {
+            RunError::Settings(format!("{LOG_CAP_VAR}={v:?} is not a number of bytes"))
+        })?,
+        None => DEFAULT_CAP,
+    };
+    write_env_all(layout, &env);
+    let daemons = layout::scripts(&layout.init_dir()).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot list the init scripts; no daemon starts");
+        Vec::new()
+    });
+    let plan = Plan {
+        program: "/bin/sh".into(),
+        args: vec![layout.main_sh().into_os_string()],
+        daemons,
+        env,
+        log_dir: task.log_dir(layout),
+        log_cap,
+        grace,
+    };
+    Ok(supervise(&plan, signals)?)
+}
+
+/// The container's environment with the env file's variables over it.
+fn environment(layout: &Layout) -> Result<Vec<(OsString, OsString)>, RunError> {
+    let path = layout.env_file();
+    let text = std::fs::read(&path).map_err(|source| RunError::EnvFile {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let dynamic = shell::parse(&text).map_err(|source| RunError::EnvSyntax {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| !dynamic.iter().any(|(d, _)| d == k))
+        .collect();
+    env.retain(|(k, _)| k != layout::ROOT_VAR);
+    env.push((
+        layout::ROOT_VAR.into(),
+        layout.root().as_os_str().to_owned(),
+    ));
+    env.extend(dynamic);
+    Ok(env)
+}
+
+/// `env-all.sh`: the task's whole environment, for ssh sessions to source.
+fn write_env_all(layout: &Layout, env: &[(OsString, OsString)]) {
+    let session_vars = env.iter().filter(|(k, _)| {
+        let k = k.to_string_lossy();
+        pai_contract::env::is_shell_identifier(&k)
+            && !matches!(
+                k.as_ref(),
+                "HOME" | "PWD" | "OLDPWD" | "SHLVL" | "_" | "HOSTNAME"
+            )
+    });
+    let result = shell::render(session_vars.map(|(k, v)| (k.as_os_str(), v.as_os_str())))
+        .map_err(|e| e.to_string())
+        .and_then(|text| std::fs::write(layout.env_all_file(), text).map_err(|e| e.to_string()));
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "cannot write env-all.sh; ssh sessions will lack the job's variables");
+    }
+}

@@ -1,0 +1,209 @@
+//! The supervisor of a task's main container, as PID 1 (or as a child subreaper when
+//! something else is PID 1, as in the embedded default). It reads like tini:
+//!
+//! ```text
+//! start the daemons, start the user command in its own process group
+//! loop:
+//!     reap every child that ended; note the user command's status
+//!     user command ended  → TERM everything left, KILL it after the grace period,
+//!                           leave once nothing is left
+//!     TERM/INT/HUP/USR1/USR2 received → pass it to the user command's process group;
+//!                           after TERM or INT, KILL the group if the grace period passes
+//!     wait for the next signal or deadline
+//! exit with the user command's status (128 + N when signal N ended it)
+//! ```
+//!
+//! A daemon that ends is logged and never ends the job.
+
+mod procs;
+pub mod signals;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use nix::unistd::{Pid, getpid};
+use tracing::{info, warn};
+
+use crate::logs::{CappedLog, Echo, tee};
+pub use procs::Ended;
+use procs::{children, reap, signal_group, signal_rest};
+use signals::{FORWARDED, Signals};
+
+/// What to supervise.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The user command: `/bin/sh <main.sh>`.
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    /// Daemons (name, script), each run by `/bin/sh` with its own log.
+    pub daemons: Vec<(String, PathBuf)>,
+    /// The complete environment of every process started.
+    pub env: Vec<(OsString, OsString)>,
+    pub log_dir: PathBuf,
+    pub log_cap: u64,
+    /// Between TERM and KILL.
+    pub grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SuperviseError {
+    #[error("cannot start the user command {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("signal handling failed: {0}")]
+    Signals(#[from] nix::Error),
+    #[error("cannot create {path}: {source}")]
+    Log {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Runs `plan` to the end; returns the user command's status. `signals` must have been
+/// set up before any thread started.
+pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError> {
+    let pid1 = getpid().as_raw() == 1;
+    if !pid1 && let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        warn!(error = %e, "cannot become a child subreaper; orphans of the user command will not be reaped here");
+    }
+    std::fs::create_dir_all(&plan.log_dir).map_err(|source| SuperviseError::Log {
+        path: plan.log_dir.display().to_string(),
+        source,
+    })?;
+
+    let mut daemons: HashMap<Pid, String> = HashMap::new();
+    for (name, script) in &plan.daemons {
+        match start_daemon(name, script, plan) {
+            Ok(child) => {
+                info!(daemon = %name, pid = child.id(), "started");
+                daemons.insert(Pid::from_raw(child.id() as i32), name.clone());
+            }
+            Err(e) => warn!(daemon = %name, error = %e, "cannot start; the job goes on without it"),
+        }
+    }
+
+    let user_log_path = plan.log_dir.join("user.log");
+    let user_log = match CappedLog::create(&user_log_path, plan.log_cap) {
+        Ok(log) => Some(Arc::new(Mutex::new(log))),
+        Err(e) => {
+            warn!(path = %user_log_path.display(), error = %e, "cannot create the user log; output goes to the container log only");
+            None
+        }
+    };
+    let mut user = Command::new(&plan.program)
+        .args(&plan.args)
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .process_group(0)
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| SuperviseError::Spawn {
+            program: plan.program.display().to_string(),
+            source,
+        })?;
+    let user_pid = Pid::from_raw(user.id() as i32);
+    info!(pid = user.id(), "user command started");
+    let copiers: Vec<_> = [
+        user.stdout
+            .take()
+            .map(|s| tee(s, Echo::Stdout, user_log.clone())),
+        user.stderr
+            .take()
+            .map(|s| tee(s, Echo::Stderr, user_log.clone())),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    drop(user);
+
+    let mut status: Option<Ended> = None;
+    // After a forwarded TERM or INT: when to KILL the user command's group.
+    let mut stop_deadline: Option<Instant> = None;
+    // After the user command ended: when to KILL what is left, and whether we did.
+    let mut cleanup: Option<(Instant, bool)> = None;
+    loop {
+        for (pid, ended) in reap() {
+            if pid == user_pid {
+                info!(code = ended.code(), "user command ended");
+                status = Some(ended);
+            } else if let Some(name) = daemons.remove(&pid) {
+                warn!(daemon = %name, code = ended.code(), "daemon ended; the job goes on");
+            }
+        }
+        let now = Instant::now();
+        if status.is_some() {
+            match cleanup {
+                None => {
+                    signal_rest(Signal::SIGTERM, pid1);
+                    cleanup = Some((now + plan.grace, false));
+                }
+                Some((deadline, false)) if now >= deadline => {
+                    warn!("processes left after the grace period; killing them");
+                    signal_rest(Signal::SIGKILL, pid1);
+                    cleanup = Some((deadline, true));
+                }
+                Some(_) => {}
+            }
+            if children().is_empty() {
+                break;
+            }
+        } else if let Some(deadline) = stop_deadline
+            && now >= deadline
+        {
+            warn!(
+                grace_s = plan.grace.as_secs(),
+                "the user command outlived the grace period; killing it"
+            );
+            signal_group(user_pid, Signal::SIGKILL);
+            stop_deadline = None;
+        }
+
+        let deadline = match (status, cleanup) {
+            (Some(_), Some((deadline, false))) => Some(deadline),
+            (Some(_), _) => None,
+            (None, _) => stop_deadline,
+        };
+        // With everything killed, SIGCHLD is the only thing left to wait for.
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        for signal in signals.wait(timeout)? {
+            if signal == Signal::SIGCHLD || !FORWARDED.contains(&signal) {
+                continue;
+            }
+            if status.is_none() {
+                info!(%signal, "forwarding to the user command");
+                signal_group(user_pid, signal);
+                if matches!(signal, Signal::SIGTERM | Signal::SIGINT) && stop_deadline.is_none() {
+                    stop_deadline = Some(Instant::now() + plan.grace);
+                }
+            }
+        }
+    }
+    for copier in copiers {
+        let _ = copier.join();
+    }
+    Ok(status.unwrap_or(Ended::Exited(0)))
+}
+
+fn start_daemon(name: &str, script: &Path, plan: &Plan) -> std::io::Result<Child> {
+    let log = File::create(plan.log_dir.join(format!("init-{name}.log")))?;
+    Command::new("/bin/sh")
+        .arg(script)
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+}

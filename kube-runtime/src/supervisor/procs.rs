@@ -1,0 +1,89 @@
+//! Processes: reaping, finding what is left, and ending it.
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpgid, getpid};
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    Signaled(Signal),
+}
+
+impl Ended {
+    /// The shell's convention: the exit code, or 128 + N for signal N.
+    pub fn code(self) -> i32 {
+        match self {
+            Ended::Exited(code) => code,
+            Ended::Signaled(signal) => 128 + signal as i32,
+        }
+    }
+}
+
+/// Reaps every child that has ended, without blocking.
+pub fn reap() -> Vec<(Pid, Ended)> {
+    let mut ended = Vec::new();
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) => ended.push((pid, Ended::Exited(code))),
+            Ok(WaitStatus::Signaled(pid, signal, _)) => ended.push((pid, Ended::Signaled(signal))),
+            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return ended,
+            Ok(_) | Err(Errno::EINTR) => continue,
+            Err(_) => return ended,
+        }
+    }
+}
+
+/// Our living children, from /proc (reparented orphans included).
+pub fn children() -> Vec<Pid> {
+    let me = getpid().as_raw();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|&pid| parent_of(pid) == Some(me))
+        .map(Pid::from_raw)
+        .collect()
+}
+
+/// The parent pid from `/proc/<pid>/stat` (zombies excluded: they are reaped, not killed).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid …: comm may hold spaces and parentheses; it ends at the last ')'.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" {
+        return None;
+    }
+    fields.next()?.parse().ok()
+}
+
+/// Sends `signal` to every process we are responsible for. As PID 1 that is every other
+/// process of the namespace; otherwise each child and its process group.
+pub fn signal_rest(signal: Signal, pid1: bool) {
+    if pid1 {
+        let _ = kill(Pid::from_raw(-1), signal);
+        return;
+    }
+    let own_group = getpgid(None).ok();
+    for child in children() {
+        if let Ok(group) = getpgid(Some(child))
+            && Some(group) != own_group
+        {
+            let _ = killpg(group, signal);
+        }
+        let _ = kill(child, signal);
+    }
+}
+
+/// Sends `signal` to a process group, ignoring one that is already gone.
+pub fn signal_group(group: Pid, signal: Signal) {
+    match killpg(group, signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::warn!(%group, %signal, error = %e, "cannot signal the process group"),
+    }
+}

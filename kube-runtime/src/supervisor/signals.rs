@@ -1,0 +1,61 @@
+//! Signals arrive through a signalfd: they are blocked for the whole process (before any
+//! thread starts, so every thread inherits the mask) and read as data in the main loop.
+//! Children start with an empty mask (the standard library resets it before exec).
+
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+/// Signals passed on to the user command's process group.
+pub const FORWARDED: [Signal; 5] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+pub struct Signals {
+    fd: SignalFd,
+}
+
+impl Signals {
+    /// Blocks the forwarded signals and SIGCHLD, and opens the fd that delivers them.
+    /// Call before starting any thread.
+    pub fn block() -> nix::Result<Self> {
+        let mut mask = SigSet::empty();
+        for signal in FORWARDED {
+            mask.add(signal);
+        }
+        mask.add(Signal::SIGCHLD);
+        pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
+        let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        Ok(Self { fd })
+    }
+
+    /// Waits up to `timeout` (forever with `None`) and returns every pending signal.
+    pub fn wait(&self, timeout: Option<Duration>) -> nix::Result<Vec<Signal>> {
+        let timeout = match timeout {
+            None => PollTimeout::NONE,
+            Some(t) => {
+                let millis = i32::try_from(t.as_millis().max(1)).unwrap_or(i32::MAX);
+                PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        let mut signals = Vec::new();
+        while let Some(info) = self.fd.read_signal()? {
+            if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
+                signals.push(signal);
+            }
+        }
+        Ok(signals)
+    }
+}
