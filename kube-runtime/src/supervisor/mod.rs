@@ -99,7 +99,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
             None
         }
     };
-    let mut user = Command::new(&plan.program)
+    let mut user = signals::unblock_in_child(&mut Command::new(&plan.program))
         .args(&plan.args)
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
@@ -197,7 +197,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
 
 fn start_daemon(name: &str, script: &Path, plan: &Plan) -> std::io::Result<Child> {
     let log = File::create(plan.log_dir.join(format!("init-{name}.log")))?;
-    Command::new("/bin/sh")
+    signals::unblock_in_child(&mut Command::new("/bin/sh"))
         .arg(script)
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)))

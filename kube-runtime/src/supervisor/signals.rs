@@ -1,8 +1,11 @@
 //! Signals arrive through a signalfd: they are blocked for the whole process (before any
 //! thread starts, so every thread inherits the mask) and read as data in the main loop.
-//! Children start with an empty mask (the standard library resets it before exec).
+//! Children must not inherit that mask (nor one our own parent left us: `unshare --fork`
+//! blocks nearly everything), so [`unblock_in_child`] clears it between fork and exec.
 
 use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -31,7 +34,8 @@ impl Signals {
             mask.add(signal);
         }
         mask.add(Signal::SIGCHLD);
-        pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
+        // SETMASK, not BLOCK: whatever our parent blocked, exactly these are blocked now.
+        pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&mask), None)?;
         let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         Ok(Self { fd })
     }
@@ -57,5 +61,19 @@ impl Signals {
             }
         }
         Ok(signals)
+    }
+}
+
+/// Makes `command`'s process start with no signal blocked.
+#[allow(unsafe_code)]
+pub fn unblock_in_child(command: &mut Command) -> &mut Command {
+    // SAFETY: the closure runs between fork and exec, where only async-signal-safe calls
+    // are allowed; it calls pthread_sigmask (sigprocmask) on a set built on the stack,
+    // and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+                .map_err(std::io::Error::from)
+        })
     }
 }

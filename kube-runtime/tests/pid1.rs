@@ -1,0 +1,237 @@
+//! `kube-runtime run` as PID 1 of a new PID namespace, with real processes and signals.
+
+mod common;
+
+use std::os::unix::ffi::OsStrExt;
+
+use common::{TaskDir, finish, namespace_init, wait_ready};
+use nix::sys::signal::{Signal, kill};
+
+fn run_to_end(task: &TaskDir) -> common::Finished {
+    finish(task.pid1().spawn().expect("spawn unshare"))
+}
+
+#[test]
+fn exit_codes_survive() {
+    for (script, code) in [
+        ("exit 0", 0),
+        ("exit 3", 3),
+        ("kill -9 $$", 137),
+        ("kill -TERM $$", 143),
+    ] {
+        let task = TaskDir::new(&format!("code-{code}"));
+        task.main(script);
+        let out = run_to_end(&task);
+        assert_eq!(out.code, Some(code), "{script}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn output_goes_to_the_container_and_the_log() {
+    let task = TaskDir::new("output");
+    task.main("echo to-stdout; echo to-stderr >&2");
+    let out = run_to_end(&task);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout, "to-stdout\n");
+    assert!(out.stderr.contains("to-stderr\n"), "{}", out.stderr);
+    let log = std::fs::read_to_string(task.log_dir().join("user.log")).expect("user.log");
+    assert!(
+        log.contains("to-stdout\n") && log.contains("to-stderr\n"),
+        "{log}"
+    );
+}
+
+#[test]
+fn sigterm_reaches_the_user_command() {
+    let task = TaskDir::new("term");
+    let ready = task.fifo("ready");
+    task.main(&format!(
+        "echo ready > {}; exec sleep 1000",
+        ready.display()
+    ));
+    let child = task.pid1().spawn().expect("spawn");
+    wait_ready(&ready);
+    kill(namespace_init(&child), Signal::SIGTERM).expect("signal the runtime");
+    let out = finish(child);
+    assert_eq!(out.code, Some(143), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("forwarding to the user command"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn other_signals_are_forwarded_too() {
+    let task = TaskDir::new("usr1");
+    let ready = task.fifo("ready");
+    task.main(&format!(
+        "trap 'echo got-usr1; exit 42' USR1\necho ready > {}\nsleep 1000 &\nwait\n",
+        ready.display()
+    ));
+    let child = task.pid1().spawn().expect("spawn");
+    wait_ready(&ready);
+    kill(namespace_init(&child), Signal::SIGUSR1).expect("signal");
+    let out = finish(child);
+    assert_eq!(out.code, Some(42), "{}", out.stderr);
+    assert!(out.stdout.contains("got-usr1"));
+}
+
+#[test]
+fn a_command_that_ignores_term_is_killed_after_the_grace_period() {
+    let task = TaskDir::new("ignore-term");
+    let ready = task.fifo("ready");
+    task.main(&format!(
+        "trap '' TERM\necho ready > {}\nexec sleep 1000\n",
+        ready.display()
+    ));
+    let child = task.pid1().spawn().expect("spawn");
+    wait_ready(&ready);
+    kill(namespace_init(&child), Signal::SIGTERM).expect("signal");
+    let out = finish(child);
+    assert_eq!(out.code, Some(137), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("outlived the grace period"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn orphans_are_reaped_while_the_job_runs() {
+    let task = TaskDir::new("orphan");
+    let pid_file = task.root().join("orphan.pid");
+    task.main(&format!(
+        r#"( sh -c 'echo $$ > {f}' & )
+while [ ! -s {f} ]; do :; done
+pid=$(cat {f})
+n=0
+while [ -e /proc/$pid ] && [ $n -lt 200000 ]; do n=$((n + 1)); done
+if [ -e /proc/$pid ]; then grep State /proc/$pid/status; exit 9; fi
+echo reaped
+"#,
+        f = pid_file.display()
+    ));
+    let out = run_to_end(&task);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stdout: {} stderr: {}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(out.stdout.contains("reaped"));
+}
+
+#[test]
+fn what_the_user_command_leaves_behind_is_ended() {
+    // A background process survives its shell; the runtime TERMs it and leaves.
+    let task = TaskDir::new("leftover");
+    task.main("sleep 1000 & echo started");
+    let out = run_to_end(&task);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[test]
+fn a_dying_daemon_does_not_end_the_job() {
+    let task = TaskDir::new("daemon");
+    let marker = task.root().join("daemon-ran");
+    task.daemon(
+        "10-dies.sh",
+        &format!("echo daemon-output; touch {}; exit 7", marker.display()),
+    );
+    task.daemon("20-stays.sh", "exec sleep 1000");
+    task.main(&format!(
+        "while [ ! -e {} ]; do :; done; echo user-done; exit 5",
+        marker.display()
+    ));
+    let out = run_to_end(&task);
+    assert_eq!(
+        out.code,
+        Some(5),
+        "the user command's status, not the daemon's: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("daemon ended; the job goes on"),
+        "{}",
+        out.stderr
+    );
+    let log =
+        std::fs::read_to_string(task.log_dir().join("init-10-dies.sh.log")).expect("daemon log");
+    assert_eq!(log, "daemon-output\n");
+}
+
+#[test]
+fn hostile_values_reach_the_user_command_byte_exact() {
+    let values: Vec<(&str, Vec<u8>)> = vec![
+        ("QUOTES", b"it's \"quoted\" 'twice'".to_vec()),
+        ("NEWLINES", b"a\nb\r\n\nc\n".to_vec()),
+        ("SUBST", b"$(touch /tmp/pwned) ${HOME} `id` $$".to_vec()),
+        ("BYTES", vec![0xff, 0xfe, b'x', 0x80, b'\\', b'\'']),
+        ("EMPTY", Vec::new()),
+    ];
+    let task = TaskDir::new("hostile");
+    let out_dir = task.root().join("out");
+    std::fs::create_dir_all(&out_dir).expect("out");
+    let os = |v: &Vec<u8>| std::ffi::OsStr::from_bytes(v).to_os_string();
+    // Half through the env file (the runtime's dynamic variables), half as the pod's env.
+    let file_vars: Vec<(String, std::ffi::OsString)> = values
+        .iter()
+        .map(|(k, v)| (format!("FILE_{k}"), os(v)))
+        .collect();
+    task.env_file(
+        &file_vars
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_os_str()))
+            .collect::<Vec<_>>(),
+    );
+    let mut script = String::new();
+    for (k, _) in &values {
+        for prefix in ["FILE_", "POD_"] {
+            script.push_str(&format!(
+                "printf '%s' \"${prefix}{k}\" > {}/{prefix}{k}\n",
+                out_dir.display()
+            ));
+        }
+    }
+    task.main(&script);
+    let mut command = task.pid1();
+    for (k, v) in &values {
+        command.env(format!("POD_{k}"), os(v));
+    }
+    let out = finish(command.spawn().expect("spawn"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for (k, v) in &values {
+        for prefix in ["FILE_", "POD_"] {
+            let got = std::fs::read(out_dir.join(format!("{prefix}{k}"))).expect("output");
+            assert_eq!(&got, v, "{prefix}{k}");
+        }
+    }
+    assert!(
+        !std::path::Path::new("/tmp/pwned").exists(),
+        "nothing in a value was evaluated"
+    );
+}
+
+#[test]
+fn without_pid_1_it_is_a_subreaper() {
+    let task = TaskDir::new("subreaper");
+    task.main("( sleep 1000 & ) ; exit 4");
+    let out = finish(task.subreaper().spawn().expect("spawn"));
+    assert_eq!(out.code, Some(4), "{}", out.stderr);
+}
+
+#[test]
+fn a_missing_env_file_is_one_clear_line() {
+    let task = TaskDir::new("no-env");
+    std::fs::remove_file(task.root().join("env.sh")).expect("remove");
+    task.main("exit 0");
+    let out = finish(task.subreaper().spawn().expect("spawn"));
+    assert_eq!(out.code, Some(200));
+    assert!(
+        out.stderr.contains("did the init container run?"),
+        "{}",
+        out.stderr
+    );
+}

@@ -1,0 +1,14 @@
+#!/bin/sh
+# Runs in the init container (the runtime image): fresh ssh host keys for this task, in
+# the shared volume, so the user image needs no ssh-keygen. Never fails the task: without
+# ssh-keygen here, init/10-sshd.sh makes the keys in the main container if it can.
+set -u
+dir="${PAI_RUNTIME_ROOT:-/usr/local/pai}/ssh"
+mkdir -p "$dir" && chmod 700 "$dir"
+if ! command -v ssh-keygen >/dev/null 2>&1; then
+    echo "ssh: no ssh-keygen in the runtime image; host keys will be made in the main container"
+    exit 0
+fi
+rm -f "$dir/ssh_host_ed25519_key" "$dir/ssh_host_ed25519_key.pub"
+ssh-keygen -q -t ed25519 -N '' -C "pai-task-host-key" -f "$dir/ssh_host_ed25519_key" &&
+    echo "ssh: host key made"
