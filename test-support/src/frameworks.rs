@@ -18,6 +18,12 @@ pub const NAMESPACE: &str = "jobs";
 /// A Framework with `roles` (user name, task count). Role `i` has ports
 /// `http:2<i>001;ssh:2<i>002` and the Kubernetes name of the user name lower-cased.
 pub fn framework(name: &str, roles: &[(&str, u32)]) -> Framework {
+    framework_on_ports(name, roles, 20000)
+}
+
+/// [`framework`] with role `i`'s ports at `base + 1000·i + 1` (http) and `+ 2` (ssh), for
+/// tests that bind them and must not meet each other.
+pub fn framework_on_ports(name: &str, roles: &[(&str, u32)], base: u16) -> Framework {
     let task_roles = roles
         .iter()
         .enumerate()
@@ -39,7 +45,7 @@ pub fn framework(name: &str, roles: &[(&str, u32)]) -> Framework {
                     spec: Some(PodSpec {
                         containers: vec![Container {
                             name: "main".into(),
-                            env: Some(template_env(role, i, *tasks)),
+                            env: Some(template_env(role, base + 1000 * i as u16, *tasks)),
                             ..Container::default()
                         }],
                         ..PodSpec::default()
@@ -62,7 +68,7 @@ pub fn framework(name: &str, roles: &[(&str, u32)]) -> Framework {
 }
 
 /// A role's main-container env as rest-lite writes it: its ports and its family.
-fn template_env(role: &str, position: usize, tasks: u32) -> Vec<EnvVar> {
+fn template_env(role: &str, port_base: u16, tasks: u32) -> Vec<EnvVar> {
     let var = |name: String, value: String| EnvVar {
         name,
         value: Some(value),
@@ -70,7 +76,7 @@ fn template_env(role: &str, position: usize, tasks: u32) -> Vec<EnvVar> {
     };
     let mut vars = vec![var(
         env::CONTAINER_HOST_PORT_LIST.into(),
-        format!("http:2{position}001;ssh:2{position}002"),
+        format!("http:{};ssh:{}", port_base + 1, port_base + 2),
     )];
     let values = [
         tasks.to_string(),
