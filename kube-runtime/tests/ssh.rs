@@ -1,0 +1,108 @@
+//! A real sshd started by `init/10-sshd.sh` under the supervisor accepts the job's key,
+//! and a command run over ssh sees the job's `PAI_*` variables. Needs openssh-server and
+//! an ssh client (`.ci/run` installs them).
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{TaskDir, finish};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo").to_path_buf()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind").local_addr().expect("addr").port()
+}
+
+/// Blocks until `path` contains `needle`, woken by inotify on every write.
+fn wait_for_text(path: &Path, needle: &str) -> String {
+    let inotify = Inotify::init(InitFlags::IN_CLOEXEC).expect("inotify");
+    let dir = path.parent().expect("dir");
+    inotify.add_watch(dir, AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CREATE).expect("watch");
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        inotify.read_events().expect("events");
+    }
+}
+
+#[test]
+fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
+    assert!(Path::new("/usr/sbin/sshd").exists(), "install openssh-server (as .ci/run does)");
+    let task = TaskDir::new("sshd");
+    let key = task.root().join("id_ed25519");
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen");
+    assert!(status.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).expect("public key");
+
+    // prep/ runs in the init container, init/ under the supervisor: as in a pod.
+    let prep = Command::new("/bin/sh")
+        .arg(repo().join("prep/10-ssh-host-keys.sh"))
+        .env("PAI_RUNTIME_ROOT", task.root())
+        .output()
+        .expect("prep");
+    assert!(prep.status.success(), "{}", String::from_utf8_lossy(&prep.stderr));
+    std::fs::copy(repo().join("init/10-sshd.sh"), task.root().join("init/10-sshd.sh")).expect("install init");
+
+    let port = free_port();
+    std::fs::create_dir_all(task.log_dir()).expect("log dir, to watch");
+    task.env_file(&[("PAI_HOST_IP_ps_0", OsStr::new("10.1.0.1"))]);
+    let release = task.fifo("release");
+    task.main(&format!("read line < {}\necho released\n", release.display()));
+    let child = task
+        .subreaper()
+        .env("PAI_SSH_PUB_KEY", public.trim())
+        .env("PAI_CONTAINER_SSH_PORT", port.to_string())
+        .env("PAI_JOB_NAME", "alice~ssh it's")
+        .spawn()
+        .expect("run");
+
+    let log = task.log_dir().join("init-10-sshd.sh.log");
+    wait_for_text(&log, "Server listening");
+    let ssh = Command::new("ssh")
+        .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"])
+        .args(["-o", "LogLevel=ERROR", "-i"])
+        .arg(&key)
+        .args(["-p", &port.to_string(), "root@127.0.0.1", "echo \"job=$PAI_JOB_NAME ps=$PAI_HOST_IP_ps_0\""])
+        .output()
+        .expect("ssh");
+    let stranger = Command::new("ssh")
+        .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"])
+        .args(["-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes", "-i"])
+        .arg(task.root().join("none"))
+        .args(["-p", &port.to_string(), "root@127.0.0.1", "true"])
+        .output()
+        .expect("ssh");
+    std::fs::write(&release, "go\n").expect("release the user command");
+    let out = finish(child);
+
+    assert!(ssh.status.success(), "ssh failed: {}\nsshd log: {}", String::from_utf8_lossy(&ssh.stderr),
+        std::fs::read_to_string(&log).unwrap_or_default());
+    assert_eq!(String::from_utf8_lossy(&ssh.stdout), "job=alice~ssh it's ps=10.1.0.1\n");
+    assert!(!stranger.status.success(), "a key that is not the job's is refused");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout, "released\n");
+}
+
+#[test]
+fn without_a_key_sshd_is_one_log_line_not_a_failure() {
+    let task = TaskDir::new("sshd-no-key");
+    std::fs::copy(repo().join("init/10-sshd.sh"), task.root().join("init/10-sshd.sh")).expect("install init");
+    let marker = task.log_dir().join("init-10-sshd.sh.log");
+    task.main(&format!("while ! grep -q sshd {} 2>/dev/null; do :; done; exit 0", marker.display()));
+    let out = finish(task.subreaper().spawn().expect("run"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let log = std::fs::read_to_string(&marker).expect("log");
+    assert_eq!(log, "ssh: PAI_SSH_PUB_KEY is not set (jobEnvs); sshd not started\n");
+}
