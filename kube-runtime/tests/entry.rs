@@ -93,37 +93,66 @@ fn entry_prepares_everything_and_run_starts_the_command_with_its_peers() {
     let task = TaskDir::new("entry-local");
     let assets = Assets::new(&task, "echo prep-ran-in \"$PAI_RUNTIME_ROOT\"\n");
     let file = publish(&task, &ready_framework(30000));
-    let out = finish(local(&mut entry(&task, &assets, "worker", 1), &file).spawn().expect("entry"));
+    let out = finish(
+        local(&mut entry(&task, &assets, "worker", 1), &file)
+            .spawn()
+            .expect("entry"),
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 
     let root = task.root().join("pai");
-    assert_eq!(std::fs::read(root.join("run")).expect("run"), std::fs::read(BIN).expect("bin"));
+    assert_eq!(
+        std::fs::read(root.join("run")).expect("run"),
+        std::fs::read(BIN).expect("bin")
+    );
     assert!(root.join("init/10-noop.sh").exists());
     let log_dir = root.join("logs/attempt-0/role-worker/idx-1/attempt-0");
     let prep_log = std::fs::read_to_string(log_dir.join("prep-10-test.sh.log")).expect("prep log");
     assert_eq!(prep_log, format!("prep-ran-in {}\n", root.display()));
-    assert_eq!(std::fs::read_to_string(root.join("main.sh")).expect("main.sh"), format!("{HOSTILE_CMD}\n"));
+    assert_eq!(
+        std::fs::read_to_string(root.join("main.sh")).expect("main.sh"),
+        format!("{HOSTILE_CMD}\n")
+    );
     assert!(root.join("peers.json").exists() && root.join("framework.json").exists());
 
-    let vars: Vec<(OsString, OsString)> = shell::parse(&std::fs::read(root.join("env.sh")).expect("env.sh")).expect("parses");
-    let get = |n: &str| vars.iter().find(|(k, _)| k == n).and_then(|(_, v)| v.to_str()).map(str::to_string);
-    assert_eq!(get("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX").as_deref(), Some("1"));
+    let vars: Vec<(OsString, OsString)> =
+        shell::parse(&std::fs::read(root.join("env.sh")).expect("env.sh")).expect("parses");
+    let get = |n: &str| {
+        vars.iter()
+            .find(|(k, _)| k == n)
+            .and_then(|(_, v)| v.to_str())
+            .map(str::to_string)
+    };
+    assert_eq!(
+        get("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX").as_deref(),
+        Some("1")
+    );
     assert_eq!(get("PAI_TASK_ROLE_INDEX").as_deref(), Some("1"));
     assert_eq!(get("PAI_HOST_IP_worker_0"), Some(address(1, 0)));
-    assert_eq!(get("PAI_TASK_ROLE_worker_HOST_LIST"), Some(format!("{}:31001,{}:31001", address(1, 0), address(1, 1))));
+    assert_eq!(
+        get("PAI_TASK_ROLE_worker_HOST_LIST"),
+        Some(format!("{}:31001,{}:31001", address(1, 0), address(1, 1)))
+    );
     assert_eq!(get("PAI_PORT_LIST_ps_0_ssh").as_deref(), Some("30002"));
 
     let out = run(&task, "worker", 1);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(
         out.stdout,
-        format!("index=1 ps={}:30001 ps_tasks=1\nquotes \" and $(not run)\n", address(0, 0))
+        format!(
+            "index=1 ps={}:30001 ps_tasks=1\nquotes \" and $(not run)\n",
+            address(0, 0)
+        )
     );
 }
 
 #[test]
 fn entry_passes_the_barrier_through_the_api_server() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("rt");
     let server = runtime.block_on(ApiServer::start());
     let task = TaskDir::new("entry-kube");
     let assets = Assets::new(&task, "true\n");
@@ -136,12 +165,19 @@ fn entry_passes_the_barrier_through_the_api_server() {
         .expect("entry");
     // The last address arrives once the barrier watches.
     runtime.block_on(server.watches_started(1));
-    server.modify("frameworks", NAMESPACE, "fw", |f| set_pod_ip(f, "worker", 1, &address(1, 1)));
+    server.modify("frameworks", NAMESPACE, "fw", |f| {
+        set_pod_ip(f, "worker", 1, &address(1, 1))
+    });
     let out = finish(child);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let out = run(&task, "worker", 0);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(out.stdout.starts_with(&format!("index=0 ps={}:32001 ps_tasks=1\n", address(0, 0))), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .starts_with(&format!("index=0 ps={}:32001 ps_tasks=1\n", address(0, 0))),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -151,18 +187,43 @@ fn failures_exit_with_controller_codes_and_one_line() {
     // A failing prep script: transient (200), naming the script and its log.
     let assets = Assets::new(&task, "echo broken >&2; exit 3\n");
     let file = publish(&task, &ready_framework(33000));
-    let out = finish(local(&mut entry(&task, &assets, "worker", 0), &file).spawn().expect("entry"));
+    let out = finish(
+        local(&mut entry(&task, &assets, "worker", 0), &file)
+            .spawn()
+            .expect("entry"),
+    );
     assert_eq!(out.code, Some(200), "{}", out.stderr);
-    assert!(out.stderr.contains("prep script 10-test.sh failed (exit status: 3)"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("prep script 10-test.sh failed (exit status: 3)"),
+        "{}",
+        out.stderr
+    );
     std::fs::write(assets.dir.join("prep/10-test.sh"), "true\n").expect("fix prep");
 
     // Not FrameworkController's pod: permanent (210).
-    let out = finish(local(&mut entry(&task, &assets, "worker", 0), &file).env_remove("FC_TASKROLE_NAME").spawn().expect("entry"));
+    let out = finish(
+        local(&mut entry(&task, &assets, "worker", 0), &file)
+            .env_remove("FC_TASKROLE_NAME")
+            .spawn()
+            .expect("entry"),
+    );
     assert_eq!(out.code, Some(210), "{}", out.stderr);
-    assert!(out.stderr.contains("FC_TASKROLE_NAME is not set"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("FC_TASKROLE_NAME is not set"),
+        "{}",
+        out.stderr
+    );
 
     // No Framework: permanent (210).
-    let out = finish(local(&mut entry(&task, &assets, "worker", 0), &task.root().join("none.json")).spawn().expect("entry"));
+    let out = finish(
+        local(
+            &mut entry(&task, &assets, "worker", 0),
+            &task.root().join("none.json"),
+        )
+        .spawn()
+        .expect("entry"),
+    );
     assert_eq!(out.code, Some(210), "{}", out.stderr);
 
     // The barrier times out: transient conflict (201).
@@ -170,22 +231,43 @@ fn failures_exit_with_controller_codes_and_one_line() {
     set_pod_ip(&mut waiting, "ps", 0, "");
     let file = publish(&task, &waiting);
     let out = finish(
-        local(&mut entry(&task, &assets, "worker", 0), &file).env("BARRIER_CHECK_TIMEOUT_SEC", "1").spawn().expect("entry"),
+        local(&mut entry(&task, &assets, "worker", 0), &file)
+            .env("BARRIER_CHECK_TIMEOUT_SEC", "1")
+            .spawn()
+            .expect("entry"),
     );
     assert_eq!(out.code, Some(201), "{}", out.stderr);
-    assert!(out.stderr.contains("2/3 tasks have an address"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("2/3 tasks have an address"),
+        "{}",
+        out.stderr
+    );
 
     // One of this task's ports is taken on the host: transient conflict (201).
     let file = publish(&task, &ready_framework(33000));
     let holder = std::net::TcpListener::bind(("0.0.0.0", 34001)).expect("hold the port");
     let file_with_port = {
-        let mut value: Value = serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
-        value["spec"]["taskRoles"][1]["task"]["pod"]["spec"]["containers"][0]["env"][0]["value"] = "http:34001;ssh:34002".into();
+        let mut value: Value =
+            serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
+        value["spec"]["taskRoles"][1]["task"]["pod"]["spec"]["containers"][0]["env"][0]["value"] =
+            "http:34001;ssh:34002".into();
         publish(&task, &value)
     };
-    let out = finish(local(&mut entry(&task, &assets, "worker", 0), &file_with_port).spawn().expect("entry"));
+    let out = finish(
+        local(&mut entry(&task, &assets, "worker", 0), &file_with_port)
+            .spawn()
+            .expect("entry"),
+    );
     drop(holder);
     assert_eq!(out.code, Some(201), "{}", out.stderr);
-    assert!(out.stderr.contains("port 34001 (label http) is already in use on this host"), "{}", out.stderr);
-    assert!(!task.root().join("pai/env.sh").exists(), "nothing left for the main container after a failure");
+    assert!(
+        out.stderr
+            .contains("port 34001 (label http) is already in use on this host"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !task.root().join("pai/env.sh").exists(),
+        "nothing left for the main container after a failure"
+    );
 }

@@ -12,18 +12,27 @@ use common::{TaskDir, finish};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo")
+        .to_path_buf()
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind").local_addr().expect("addr").port()
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// Blocks until `path` contains `needle`, woken by inotify on every write.
 fn wait_for_text(path: &Path, needle: &str) -> String {
     let inotify = Inotify::init(InitFlags::IN_CLOEXEC).expect("inotify");
     let dir = path.parent().expect("dir");
-    inotify.add_watch(dir, AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CREATE).expect("watch");
+    inotify
+        .add_watch(dir, AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CREATE)
+        .expect("watch");
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         if text.contains(needle) {
@@ -35,7 +44,10 @@ fn wait_for_text(path: &Path, needle: &str) -> String {
 
 #[test]
 fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
-    assert!(Path::new("/usr/sbin/sshd").exists(), "install openssh-server (as .ci/run does)");
+    assert!(
+        Path::new("/usr/sbin/sshd").exists(),
+        "install openssh-server (as .ci/run does)"
+    );
     let task = TaskDir::new("sshd");
     let key = task.root().join("id_ed25519");
     let status = Command::new("ssh-keygen")
@@ -52,14 +64,25 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
         .env("PAI_RUNTIME_ROOT", task.root())
         .output()
         .expect("prep");
-    assert!(prep.status.success(), "{}", String::from_utf8_lossy(&prep.stderr));
-    std::fs::copy(repo().join("init/10-sshd.sh"), task.root().join("init/10-sshd.sh")).expect("install init");
+    assert!(
+        prep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&prep.stderr)
+    );
+    std::fs::copy(
+        repo().join("init/10-sshd.sh"),
+        task.root().join("init/10-sshd.sh"),
+    )
+    .expect("install init");
 
     let port = free_port();
     std::fs::create_dir_all(task.log_dir()).expect("log dir, to watch");
     task.env_file(&[("PAI_HOST_IP_ps_0", OsStr::new("10.1.0.1"))]);
     let release = task.fifo("release");
-    task.main(&format!("read line < {}\necho released\n", release.display()));
+    task.main(&format!(
+        "read line < {}\necho released\n",
+        release.display()
+    ));
     let child = task
         .subreaper()
         .env("PAI_SSH_PUB_KEY", public.trim())
@@ -71,14 +94,33 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
     let log = task.log_dir().join("init-10-sshd.sh.log");
     wait_for_text(&log, "Server listening");
     let ssh = Command::new("ssh")
-        .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"])
+        .args([
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
         .args(["-o", "LogLevel=ERROR", "-i"])
         .arg(&key)
-        .args(["-p", &port.to_string(), "root@127.0.0.1", "echo \"job=$PAI_JOB_NAME ps=$PAI_HOST_IP_ps_0\""])
+        .args([
+            "-p",
+            &port.to_string(),
+            "root@127.0.0.1",
+            "echo \"job=$PAI_JOB_NAME ps=$PAI_HOST_IP_ps_0\"",
+        ])
         .output()
         .expect("ssh");
     let stranger = Command::new("ssh")
-        .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"])
+        .args([
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
         .args(["-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes", "-i"])
         .arg(task.root().join("none"))
         .args(["-p", &port.to_string(), "root@127.0.0.1", "true"])
@@ -87,10 +129,20 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
     std::fs::write(&release, "go\n").expect("release the user command");
     let out = finish(child);
 
-    assert!(ssh.status.success(), "ssh failed: {}\nsshd log: {}", String::from_utf8_lossy(&ssh.stderr),
-        std::fs::read_to_string(&log).unwrap_or_default());
-    assert_eq!(String::from_utf8_lossy(&ssh.stdout), "job=alice~ssh it's ps=10.1.0.1\n");
-    assert!(!stranger.status.success(), "a key that is not the job's is refused");
+    assert!(
+        ssh.status.success(),
+        "ssh failed: {}\nsshd log: {}",
+        String::from_utf8_lossy(&ssh.stderr),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ssh.stdout),
+        "job=alice~ssh it's ps=10.1.0.1\n"
+    );
+    assert!(
+        !stranger.status.success(),
+        "a key that is not the job's is refused"
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(out.stdout, "released\n");
 }
@@ -98,11 +150,21 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
 #[test]
 fn without_a_key_sshd_is_one_log_line_not_a_failure() {
     let task = TaskDir::new("sshd-no-key");
-    std::fs::copy(repo().join("init/10-sshd.sh"), task.root().join("init/10-sshd.sh")).expect("install init");
+    std::fs::copy(
+        repo().join("init/10-sshd.sh"),
+        task.root().join("init/10-sshd.sh"),
+    )
+    .expect("install init");
     let marker = task.log_dir().join("init-10-sshd.sh.log");
-    task.main(&format!("while ! grep -q sshd {} 2>/dev/null; do :; done; exit 0", marker.display()));
+    task.main(&format!(
+        "while ! grep -q sshd {} 2>/dev/null; do :; done; exit 0",
+        marker.display()
+    ));
     let out = finish(task.subreaper().spawn().expect("run"));
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let log = std::fs::read_to_string(&marker).expect("log");
-    assert_eq!(log, "ssh: PAI_SSH_PUB_KEY is not set (jobEnvs); sshd not started\n");
+    assert_eq!(
+        log,
+        "ssh: PAI_SSH_PUB_KEY is not set (jobEnvs); sshd not started\n"
+    );
 }

@@ -10,14 +10,26 @@ use pai_test_support::frameworks::{address, framework_on_ports, set_pod_ip, to_v
 const TARGET: &str = "x86_64-unknown-linux-gnu";
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo")
+        .to_path_buf()
 }
 
 /// Builds the static runtime in its own target directory and returns its path.
 fn static_runtime() -> PathBuf {
     let target_dir = repo().join("target/static");
     let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["build", "--quiet", "-p", "pai-kube-runtime", "--bin", "kube-runtime", "--target", TARGET])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "pai-kube-runtime",
+            "--bin",
+            "kube-runtime",
+            "--target",
+            TARGET,
+        ])
         .arg("--target-dir")
         .arg(&target_dir)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
@@ -61,25 +73,52 @@ fn the_static_runtime_runs_in_a_chroot_with_only_busybox() {
     std::os::unix::fs::symlink("busybox", root.join("bin/sh")).expect("sh");
     std::fs::copy(&runtime, root.join("opt/pai/kube-runtime")).expect("runtime");
 
-    let mut framework = to_value(&framework_on_ports("fw", &[("ps", 1), ("worker", 1)], 35000));
+    let mut framework = to_value(&framework_on_ports(
+        "fw",
+        &[("ps", 1), ("worker", 1)],
+        35000,
+    ));
     set_pod_ip(&mut framework, "ps", 0, &address(0, 0));
     set_pod_ip(&mut framework, "worker", 0, &address(1, 0));
-    std::fs::write(root.join("state/framework.json"), serde_json::to_vec(&framework).expect("json")).expect("write");
+    std::fs::write(
+        root.join("state/framework.json"),
+        serde_json::to_vec(&framework).expect("json"),
+    )
+    .expect("write");
 
     let env = [
         ("FC_FRAMEWORK_NAMESPACE", "jobs".to_string()),
         ("FC_FRAMEWORK_NAME", "fw".to_string()),
         ("FC_TASKROLE_NAME", "worker".to_string()),
         ("FC_TASK_INDEX", "0".to_string()),
-        ("BARRIER_FRAMEWORK_FILE", "/state/framework.json".to_string()),
-        ("USER_CMD", "echo \"peer ps at $PAI_HOST_IP_ps_0, I am pid $$\"; exit 7".to_string()),
+        (
+            "BARRIER_FRAMEWORK_FILE",
+            "/state/framework.json".to_string(),
+        ),
+        (
+            "USER_CMD",
+            "echo \"peer ps at $PAI_HOST_IP_ps_0, I am pid $$\"; exit 7".to_string(),
+        ),
     ];
     let entry = in_chroot(&root, &["/opt/pai/kube-runtime", "entry"], &env);
-    assert_eq!(entry.status.code(), Some(0), "{}", String::from_utf8_lossy(&entry.stderr));
+    assert_eq!(
+        entry.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&entry.stderr)
+    );
 
     let run = in_chroot(&root, &["/usr/local/pai/run"], &env);
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert_eq!(run.status.code(), Some(7), "{}", String::from_utf8_lossy(&run.stderr));
-    assert_eq!(stdout, format!("peer ps at {}, I am pid 2\n", address(0, 0)));
+    assert_eq!(
+        run.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        stdout,
+        format!("peer ps at {}, I am pid 2\n", address(0, 0))
+    );
     std::fs::remove_dir_all(&root).ok();
 }
