@@ -42,6 +42,24 @@ fn wait_for_text(path: &Path, needle: &str) -> String {
     }
 }
 
+/// `ssh` to 127.0.0.1:`port` with only `key`, never asking anything.
+fn ssh(key: &Path, port: u16, command: &str) -> std::process::Output {
+    Command::new("ssh")
+        .args([
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
+        .args(["-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes", "-i"])
+        .arg(key)
+        .args(["-p", &port.to_string(), "root@127.0.0.1", command])
+        .output()
+        .expect("ssh")
+}
+
 #[test]
 fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
     assert!(
@@ -93,39 +111,12 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
 
     let log = task.log_dir().join("init-10-sshd.sh.log");
     wait_for_text(&log, "Server listening");
-    let ssh = Command::new("ssh")
-        .args([
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-        ])
-        .args(["-o", "LogLevel=ERROR", "-i"])
-        .arg(&key)
-        .args([
-            "-p",
-            &port.to_string(),
-            "root@127.0.0.1",
-            "echo \"job=$PAI_JOB_NAME ps=$PAI_HOST_IP_ps_0\"",
-        ])
-        .output()
-        .expect("ssh");
-    let stranger = Command::new("ssh")
-        .args([
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-        ])
-        .args(["-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes", "-i"])
-        .arg(task.root().join("none"))
-        .args(["-p", &port.to_string(), "root@127.0.0.1", "true"])
-        .output()
-        .expect("ssh");
+    let ssh = ssh(
+        &key,
+        port,
+        "echo \"job=$PAI_JOB_NAME ps=$PAI_HOST_IP_ps_0\"",
+    );
+    let stranger = ssh(&task.root().join("none"), port, "true");
     std::fs::write(&release, "go\n").expect("release the user command");
     let out = finish(child);
 

@@ -21,7 +21,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::StreamExt;
@@ -145,6 +146,10 @@ impl ApiServer {
                 "/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}",
                 item,
             )
+            .layer(axum::middleware::from_fn_with_state(
+                self.shared.clone(),
+                admit,
+            ))
             .with_state(self.shared.clone());
         // Connections are served inside this task's JoinSet, so stopping the task drops
         // every one of them, as a real API server restart does.
@@ -363,29 +368,33 @@ fn status(code: u16, reason: &'static str, message: String) -> Response {
     .into_response()
 }
 
-/// Records the request; answers it with the blanket denial when one is set.
-fn admit(shared: &Shared, method: &Method, uri: &Uri) -> Result<(), Failure> {
-    let mut store = shared.lock();
-    store.requests.push(Request {
-        method: method.to_string(),
-        uri: uri.to_string(),
-    });
-    match store.deny {
-        Some(401) => Err(Failure {
-            code: 401,
-            reason: "Unauthorized",
-            message: "Unauthorized".to_string(),
-        }),
-        Some(code) => Err(Failure {
+/// Every request passes here: it is recorded, and answered with the blanket denial
+/// when one is set.
+async fn admit(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: Next,
+) -> Response {
+    let (method, uri) = (request.method().clone(), request.uri().clone());
+    let denial = {
+        let mut store = shared.lock();
+        store.requests.push(Request {
+            method: method.to_string(),
+            uri: uri.to_string(),
+        });
+        store.deny
+    };
+    match denial {
+        None => next.run(request).await,
+        Some(401) => status(401, "Unauthorized", "Unauthorized".to_string()),
+        Some(code) => status(
             code,
-            reason: "Forbidden",
-            message: format!(
-                "{} {} is forbidden: User \"system:serviceaccount:test:job\" cannot do it",
-                method,
+            "Forbidden",
+            format!(
+                "{method} {} is forbidden: User \"system:serviceaccount:test:job\" cannot do it",
                 uri.path()
             ),
-        }),
-        None => Ok(()),
+        ),
     }
 }
 
@@ -441,12 +450,7 @@ async fn list_or_watch(
     State(shared): State<Arc<Shared>>,
     Path(params): Path<Params>,
     Query(query): Query<Params>,
-    method: Method,
-    uri: Uri,
 ) -> Response {
-    if let Err(denied) = admit(&shared, &method, &uri) {
-        return denied.into_response();
-    }
     let (resource, namespace) = collection_key(&params);
     let watching = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     if !watching {
@@ -579,15 +583,7 @@ fn line_response(lines: futures::stream::BoxStream<'static, Bytes>) -> Response 
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-async fn get_one(
-    State(shared): State<Arc<Shared>>,
-    Path(params): Path<Params>,
-    method: Method,
-    uri: Uri,
-) -> Response {
-    if let Err(denied) = admit(&shared, &method, &uri) {
-        return denied.into_response();
-    }
+async fn get_one(State(shared): State<Arc<Shared>>, Path(params): Path<Params>) -> Response {
     let key = item_key(&params);
     match shared.lock().objects.get(&key) {
         Some(o) => axum::Json(o.clone()).into_response(),
@@ -614,13 +610,8 @@ fn parse_body(body: &Bytes) -> Result<Value, Failure> {
 async fn create(
     State(shared): State<Arc<Shared>>,
     Path(params): Path<Params>,
-    method: Method,
-    uri: Uri,
     body: Bytes,
 ) -> Response {
-    if let Err(denied) = admit(&shared, &method, &uri) {
-        return denied.into_response();
-    }
     let object = match parse_body(&body) {
         Ok(o) => o,
         Err(r) => return r.into_response(),
@@ -655,13 +646,8 @@ async fn create(
 async fn replace(
     State(shared): State<Arc<Shared>>,
     Path(params): Path<Params>,
-    method: Method,
-    uri: Uri,
     body: Bytes,
 ) -> Response {
-    if let Err(denied) = admit(&shared, &method, &uri) {
-        return denied.into_response();
-    }
     let object = match parse_body(&body) {
         Ok(o) => o,
         Err(r) => return r.into_response(),
@@ -712,14 +698,9 @@ fn merge(target: &mut Value, patch: &Value) {
 async fn patch(
     State(shared): State<Arc<Shared>>,
     Path(params): Path<Params>,
-    method: Method,
-    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(denied) = admit(&shared, &method, &uri) {
-        return denied.into_response();
-    }
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -747,15 +728,7 @@ async fn patch(
     axum::Json(updated).into_response()
 }
 
-async fn delete(
-    State(shared): State<Arc<Shared>>,
-    Path(params): Path<Params>,
-    method: Method,
-    uri: Uri,
-) -> Response {
-    if let Err(denied) = admit(&shared, &method, &uri) {
-        return denied.into_response();
-    }
+async fn delete(State(shared): State<Arc<Shared>>, Path(params): Path<Params>) -> Response {
     let key = item_key(&params);
     let mut store = shared.lock();
     match remove(&mut store, &shared.events, &key) {
