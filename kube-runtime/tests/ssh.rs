@@ -43,7 +43,7 @@ fn wait_for_text(path: &Path, needle: &str) -> String {
 }
 
 /// `ssh` to 127.0.0.1:`port` with only `key`, never asking anything.
-fn ssh(key: &Path, port: u16, command: &str) -> std::process::Output {
+fn ssh_to(key: &Path, port: u16, command: &str) -> std::process::Output {
     Command::new("ssh")
         .args([
             "-o",
@@ -111,12 +111,12 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
 
     let log = task.log_dir().join("init-10-sshd.sh.log");
     wait_for_text(&log, "Server listening");
-    let ssh = ssh(
+    let ssh = ssh_to(
         &key,
         port,
         "echo \"job=$PAI_JOB_NAME ps=$PAI_HOST_IP_ps_0\"",
     );
-    let stranger = ssh(&task.root().join("none"), port, "true");
+    let stranger = ssh_to(&task.root().join("none"), port, "true");
     std::fs::write(&release, "go\n").expect("release the user command");
     let out = finish(child);
 
