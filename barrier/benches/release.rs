@@ -116,7 +116,7 @@ async fn main() {
     let polled = tokio::spawn({
         let client = client(&server);
         async move {
-            poll(client, "polled", Duration::from_secs(10)).await;
+            poll(client, "polled", poll_interval).await;
             Instant::now()
         }
     });
@@ -138,10 +138,11 @@ async fn main() {
             .count()
     };
     println!(
-        "{} s wait: watch barrier {} requests, released {} ms after the last address; 10 s poll {} requests, released {} ms after",
+        "{} s wait: watch barrier {} requests, released {} ms after the last address; {} s poll {} requests, released {} ms after",
         wait.as_secs(),
         count("watched"),
         ms(watched_at - released),
+        poll_interval.as_secs_f64(),
         count("polled"),
         ms(polled_at - released)
     );
