@@ -103,6 +103,11 @@ async fn main() {
     } else {
         Duration::from_secs(60)
     };
+    let poll_interval = if quick {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(10)
+    };
     almost_ready(&server, "watched", tasks);
     almost_ready(&server, "polled", tasks);
     let watched = tokio::spawn({
