@@ -252,3 +252,34 @@ async fn times_out_as_a_transient_conflict_saying_what_is_missing() {
         "timed out after 1 s: 1/3 tasks have an address; waiting for worker-0 among others"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_interval_only_bounds_the_watch() {
+    // BARRIER_CHECK_INTERVAL_SEC becomes the watch's timeoutSeconds: the watch is re-opened
+    // that often from the last resourceVersion, never re-listed or polled.
+    let server = start_with_job(&[("worker", 1)]).await;
+    let client = client(&server);
+    let waiting = tokio::spawn(async move {
+        let config = BarrierConfig {
+            reread: Some(Duration::from_secs(1)),
+            ..config(LONG)
+        };
+        kube_source::wait(client, &config).await
+    });
+    server.watches_started(2).await;
+    give_address(&server, 0, "worker", 0);
+    waiting.await.expect("join").expect("passes");
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .filter(|r| r.is_watch())
+            .all(|r| r.uri.contains("timeoutSeconds=1")),
+        "{requests:?}"
+    );
+    assert_eq!(
+        lists(&server),
+        1,
+        "re-opened watches, not re-lists: {requests:?}"
+    );
+}
