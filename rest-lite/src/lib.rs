@@ -8,4 +8,5 @@ pub mod config;
 pub mod env;
 pub mod ports;
 pub mod spec;
+pub mod status;
 pub mod transform;

@@ -1,0 +1,360 @@
+//! What users see of a job: the Framework (spec and status) read as OpenPAI's job status,
+//! plus Kubernetes-style conditions. One pure function of the Framework, used by every
+//! backend.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use pai_contract::exit::platform;
+use pai_contract::framework::{
+    CompletionStatus, ExecutionType, Framework, FrameworkState, TaskRoleSpec, TaskStatus,
+};
+use pai_contract::{PortPlan, meta};
+
+/// The job states OpenPAI shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum JobState {
+    Waiting,
+    Running,
+    Succeeded,
+    Failed,
+    Stopped,
+    Unknown,
+}
+
+/// `GET /api/v1/user/:u/jobs/:j`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobView {
+    pub name: String,
+    pub job_status: JobStatus,
+    pub task_roles: BTreeMap<String, RoleView>,
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus {
+    pub username: String,
+    pub state: JobState,
+    /// The Framework's own state, e.g. `AttemptRunning`.
+    pub sub_state: String,
+    /// `START` or `STOP`.
+    pub execution_type: String,
+    pub retries: i32,
+    pub created_time: Option<i64>,
+    pub completed_time: Option<i64>,
+    pub app_exit_code: Option<i32>,
+    pub app_exit_diagnostics: Option<String>,
+    /// The role and index of the task whose completion ended the attempt.
+    pub app_exit_trigger_task_role_name: Option<String>,
+    pub app_exit_trigger_task_index: Option<i32>,
+    pub total_task_number: u32,
+    pub total_task_role_number: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleView {
+    pub task_role_status: RoleName,
+    pub task_statuses: Vec<TaskView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RoleName {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskView {
+    pub task_index: u32,
+    pub task_state: JobState,
+    /// The pod's UID.
+    pub container_id: Option<String>,
+    pub container_ip: Option<String>,
+    /// Label → comma-separated ports.
+    pub container_ports: BTreeMap<String, String>,
+    pub container_gpus: u32,
+    /// Where this task's log is served.
+    pub container_log: String,
+    pub container_exit_code: Option<i32>,
+    pub retries: i32,
+}
+
+/// A Kubernetes-style condition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// `Submitted`, `Running`, `Succeeded`, `Failed` or `Stopped`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// `True` or `False`.
+    pub status: &'static str,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: Option<String>,
+}
+
+/// Epoch milliseconds of an RFC 3339 time.
+fn millis(time: Option<&str>) -> Option<i64> {
+    time.and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_millisecond())
+}
+
+/// The user-facing state of a Framework.
+pub fn job_state(framework: &Framework) -> JobState {
+    let Some(status) = &framework.status else {
+        return JobState::Waiting;
+    };
+    let stopping = framework.spec.execution_type == ExecutionType::Stop;
+    match status.state {
+        FrameworkState::AttemptCreationPending
+        | FrameworkState::AttemptCreationRequested
+        | FrameworkState::AttemptPreparing => {
+            if stopping {
+                JobState::Running
+            } else {
+                JobState::Waiting
+            }
+        }
+        // An attempt that is ending: the job still runs until it completes or retries.
+        FrameworkState::AttemptRunning
+        | FrameworkState::AttemptDeletionPending
+        | FrameworkState::AttemptDeletionRequested
+        | FrameworkState::AttemptDeleting
+        | FrameworkState::AttemptCompleted => JobState::Running,
+        FrameworkState::Completed => {
+            let code = status
+                .attempt_status
+                .completion_status
+                .as_ref()
+                .map(|c| c.code);
+            match code {
+                Some(0) => JobState::Succeeded,
+                _ if stopping || code == Some(platform::STOP_REQUESTED) => JobState::Stopped,
+                Some(_) => JobState::Failed,
+                None => JobState::Unknown,
+            }
+        }
+    }
+}
+
+fn task_state(task: &TaskStatus, stopping: bool) -> JobState {
+    match task.state {
+        FrameworkState::AttemptCreationPending
+        | FrameworkState::AttemptCreationRequested
+        | FrameworkState::AttemptPreparing => JobState::Waiting,
+        FrameworkState::AttemptRunning
+        | FrameworkState::AttemptDeletionPending
+        | FrameworkState::AttemptDeletionRequested
+        | FrameworkState::AttemptDeleting
+        | FrameworkState::AttemptCompleted => JobState::Running,
+        FrameworkState::Completed => match task
+            .attempt_status
+            .completion_status
+            .as_ref()
+            .map(|c| c.code)
+        {
+            Some(0) => JobState::Succeeded,
+            Some(platform::STOP_REQUESTED) => JobState::Stopped,
+            _ if stopping => JobState::Stopped,
+            Some(_) => JobState::Failed,
+            None => JobState::Unknown,
+        },
+    }
+}
+
+fn role_ports(role: &TaskRoleSpec) -> PortPlan {
+    pai_barrier::peers::role_ports(role)
+}
+
+/// The job as OpenPAI shows it. `logs_base` is the job's URL (`/api/v1/user/u/jobs/j`).
+pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
+    let annotations = framework.metadata.annotations.clone().unwrap_or_default();
+    let name = annotations
+        .get(meta::ANNOTATION_JOB)
+        .cloned()
+        .unwrap_or_else(|| framework.metadata.name.clone().unwrap_or_default());
+    let username = annotations
+        .get(meta::ANNOTATION_USER)
+        .cloned()
+        .unwrap_or_default();
+    let state = job_state(framework);
+    let stopping = framework.spec.execution_type == ExecutionType::Stop;
+    let status = framework.status.as_ref();
+    let completion: Option<&CompletionStatus> =
+        status.and_then(|s| s.attempt_status.completion_status.as_ref());
+    let completed = state != JobState::Running && state != JobState::Waiting;
+    let statuses = pai_barrier::status::task_role_statuses(framework).unwrap_or_default();
+
+    let mut task_roles = BTreeMap::new();
+    let mut total_tasks = 0;
+    for role in &framework.spec.task_roles {
+        let pai_name = pai_barrier::peers::pai_role_name(role);
+        let ports: BTreeMap<String, String> = role_ports(role)
+            .iter()
+            .map(|(label, p)| (label.to_string(), pai_contract::ports::join_ports(p)))
+            .collect();
+        let gpus = gpu_count(role);
+        let tasks = u32::try_from(role.task_number).unwrap_or(0);
+        total_tasks += tasks;
+        let observed = statuses.iter().find(|r| r.name == role.name);
+        let task_statuses = (0..tasks)
+            .map(|index| {
+                let task =
+                    observed.and_then(|r| r.task_statuses.iter().find(|t| t.index as u32 == index));
+                TaskView {
+                    task_index: index,
+                    task_state: task.map_or(JobState::Waiting, |t| task_state(t, stopping)),
+                    container_id: task.and_then(|t| t.attempt_status.pod_uid.clone()),
+                    container_ip: task.and_then(|t| {
+                        t.attempt_status
+                            .pod_ip
+                            .clone()
+                            .filter(|ip| !ip.is_empty())
+                            .or_else(|| t.attempt_status.pod_host_ip.clone())
+                    }),
+                    container_ports: ports.clone(),
+                    container_gpus: gpus,
+                    container_log: format!("{logs_base}/logs?role={pai_name}&index={index}"),
+                    container_exit_code: task
+                        .and_then(|t| t.attempt_status.completion_status.as_ref())
+                        .map(|c| c.code),
+                    retries: task.map_or(0, |t| t.retry_policy_status.total_retried_count),
+                }
+            })
+            .collect();
+        task_roles.insert(
+            pai_name.clone(),
+            RoleView {
+                task_role_status: RoleName { name: pai_name },
+                task_statuses,
+            },
+        );
+    }
+
+    let created = framework
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond());
+    let completed_time = completed
+        .then(|| millis(status.and_then(|s| s.completion_time.as_deref())))
+        .flatten();
+    let trigger = completion.and_then(|c| c.trigger.as_ref());
+    let job_status = JobStatus {
+        username,
+        state,
+        sub_state: status.map_or("AttemptCreationPending".to_string(), |s| {
+            format!("{:?}", s.state)
+        }),
+        execution_type: match framework.spec.execution_type {
+            ExecutionType::Start => "START".to_string(),
+            ExecutionType::Stop => "STOP".to_string(),
+        },
+        retries: status.map_or(0, |s| s.retry_policy_status.total_retried_count),
+        created_time: created,
+        completed_time,
+        app_exit_code: completed.then(|| completion.map(|c| c.code)).flatten(),
+        app_exit_diagnostics: completed
+            .then(|| completion.and_then(|c| c.diagnostics.clone()))
+            .flatten(),
+        app_exit_trigger_task_role_name: trigger.and_then(|t| t.task_role_name.clone()).map(
+            |kube| {
+                framework
+                    .spec
+                    .task_roles
+                    .iter()
+                    .find(|r| r.name == kube)
+                    .map_or(kube, pai_barrier::peers::pai_role_name)
+            },
+        ),
+        app_exit_trigger_task_index: trigger.and_then(|t| t.task_index),
+        total_task_number: total_tasks,
+        total_task_role_number: framework.spec.task_roles.len(),
+    };
+    let conditions = conditions(framework, &job_status);
+    JobView {
+        name,
+        job_status,
+        task_roles,
+        conditions,
+    }
+}
+
+fn gpu_count(role: &TaskRoleSpec) -> u32 {
+    role.task
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get(crate::transform::GPU_RESOURCE))
+        .and_then(|q| q.0.parse().ok())
+        .unwrap_or(0)
+}
+
+fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
+    let status = framework.status.as_ref();
+    let created = framework
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string());
+    let run_time = status.and_then(|s| s.attempt_status.run_time.clone());
+    let completion_time = status.and_then(|s| s.completion_time.clone());
+    let finished = |state: JobState| job.state == state;
+    let diagnostics = job.app_exit_diagnostics.clone().unwrap_or_default();
+    let ended_reason = match job.app_exit_code {
+        Some(code) => format!("ExitCode{code}"),
+        None => String::new(),
+    };
+    let cond = |kind, on: bool, reason: String, message: String, time: Option<String>| Condition {
+        kind,
+        status: if on { "True" } else { "False" },
+        reason,
+        message,
+        last_transition_time: if on { time } else { None },
+    };
+    vec![
+        cond(
+            "Submitted",
+            true,
+            "Accepted".into(),
+            "the Framework was created".into(),
+            created,
+        ),
+        cond(
+            "Running",
+            job.state == JobState::Running,
+            job.sub_state.clone(),
+            format!("attempt state {}", job.sub_state),
+            run_time,
+        ),
+        cond(
+            "Succeeded",
+            finished(JobState::Succeeded),
+            ended_reason.clone(),
+            diagnostics.clone(),
+            completion_time.clone(),
+        ),
+        cond(
+            "Failed",
+            finished(JobState::Failed),
+            ended_reason.clone(),
+            diagnostics.clone(),
+            completion_time.clone(),
+        ),
+        cond(
+            "Stopped",
+            finished(JobState::Stopped),
+            "StopRequested".into(),
+            diagnostics,
+            completion_time,
+        ),
+    ]
+}
