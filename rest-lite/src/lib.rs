@@ -7,6 +7,7 @@
 pub mod config;
 pub mod env;
 pub mod ports;
+pub mod server;
 pub mod spec;
 pub mod status;
 pub mod transform;

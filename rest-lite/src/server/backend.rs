@@ -1,0 +1,41 @@
+//! Where Frameworks live: a Kubernetes cluster (FrameworkController runs them), or this
+//! machine (the embedded default). The server holds no state of its own.
+
+use futures::future::BoxFuture;
+
+use pai_contract::Framework;
+use pai_contract::framework::ExecutionType;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BackendError {
+    #[error("{0}")]
+    Conflict(String),
+    #[error("not found")]
+    NotFound,
+    #[error("the cluster rejected the Framework: {0}")]
+    Invalid(String),
+    #[error("the cluster at {address} cannot be reached: {message}")]
+    Unavailable { address: String, message: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The operations the jobs API needs of a place that runs Frameworks.
+pub trait Backend: Send + Sync + 'static {
+    /// A short description for the start-up line: which backend, where.
+    fn describe(&self) -> String;
+    fn create(&self, framework: Framework) -> BoxFuture<'_, Result<(), BackendError>>;
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>>;
+    /// Every Framework rest-lite made, of one (normalised) user or of all.
+    fn list<'a>(
+        &'a self,
+        user: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>>;
+    fn set_execution<'a>(
+        &'a self,
+        name: &'a str,
+        execution: ExecutionType,
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
+    /// Deletes the Framework (and so its pods); `NotFound` when there is none.
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
+}

@@ -1,0 +1,128 @@
+//! Frameworks in a Kubernetes cluster, through its API server. FrameworkController runs
+//! them; this backend only creates, reads, patches and deletes the objects.
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+
+use pai_contract::framework::ExecutionType;
+use pai_contract::{Framework, meta};
+
+use super::backend::{Backend, BackendError};
+
+pub struct KubeBackend {
+    api: Api<Framework>,
+    namespace: String,
+    address: String,
+}
+
+impl KubeBackend {
+    pub fn new(client: Client, namespace: &str, address: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            address: address.to_string(),
+        }
+    }
+
+    fn error(&self, error: kube::Error) -> BackendError {
+        match error {
+            kube::Error::Api(status) => match status.code {
+                404 => BackendError::NotFound,
+                409 => BackendError::Conflict(status.message),
+                400 | 422 => BackendError::Invalid(status.message),
+                401 | 403 => BackendError::Other(format!(
+                    "rest-lite's service account may not manage frameworks in namespace {} ({} {}): see deploy/rbac",
+                    self.namespace, status.code, status.message
+                )),
+                500..=599 => BackendError::Unavailable {
+                    address: self.address.clone(),
+                    message: format!("{} {}", status.code, status.reason),
+                },
+                code => {
+                    BackendError::Other(format!("the API server answered {code} {}", status.reason))
+                }
+            },
+            kube::Error::HyperError(e) => self.unavailable(e.to_string()),
+            kube::Error::Service(e) => self.unavailable(e.to_string()),
+            other => BackendError::Other(other.to_string()),
+        }
+    }
+
+    fn unavailable(&self, message: String) -> BackendError {
+        BackendError::Unavailable {
+            address: self.address.clone(),
+            message,
+        }
+    }
+}
+
+impl Backend for KubeBackend {
+    fn describe(&self) -> String {
+        format!(
+            "kubernetes at {} (namespace {})",
+            self.address, self.namespace
+        )
+    }
+
+    fn create(&self, framework: Framework) -> BoxFuture<'_, Result<(), BackendError>> {
+        async move {
+            self.api
+                .create(&PostParams::default(), &framework)
+                .await
+                .map(|_| ())
+                .map_err(|e| self.error(e))
+        }
+        .boxed()
+    }
+
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {
+        async move { self.api.get_opt(name).await.map_err(|e| self.error(e)) }.boxed()
+    }
+
+    fn list<'a>(
+        &'a self,
+        user: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>> {
+        async move {
+            let mut selector = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
+            if let Some(user) = user {
+                selector.push_str(&format!(",{}={user}", meta::LABEL_USER));
+            }
+            self.api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map(|list| list.items)
+                .map_err(|e| self.error(e))
+        }
+        .boxed()
+    }
+
+    fn set_execution<'a>(
+        &'a self,
+        name: &'a str,
+        execution: ExecutionType,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        async move {
+            let patch = serde_json::json!({"spec": {"executionType": execution}});
+            self.api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| self.error(e))
+        }
+        .boxed()
+    }
+
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
+        async move {
+            self.api
+                .delete(name, &DeleteParams::background())
+                .await
+                .map(|_| ())
+                .map_err(|e| self.error(e))
+        }
+        .boxed()
+    }
+}

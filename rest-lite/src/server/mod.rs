@@ -1,0 +1,53 @@
+//! `rest-lite serve`: the OpenPAI v1 jobs API over a [`backend::Backend`].
+
+pub mod backend;
+pub mod error;
+pub mod kube_backend;
+pub mod routes;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, put};
+
+use crate::transform::Transformer;
+
+/// Default limit of a request body: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub backend: Arc<dyn backend::Backend>,
+    pub transformer: Arc<Transformer>,
+    pub body_limit: usize,
+}
+
+/// Every route of the API.
+pub fn router(state: AppState) -> Router {
+    let limit = state.body_limit;
+    Router::new()
+        .route("/healthz", get(routes::healthz))
+        .route("/api/v1/jobs", get(routes::list_jobs))
+        .route(
+            "/api/v1/user/{user}/jobs",
+            get(routes::list_user_jobs).post(routes::submit),
+        )
+        .route(
+            "/api/v1/user/{user}/jobs/{job}",
+            get(routes::get_job)
+                .put(routes::submit_named)
+                .delete(routes::delete_job),
+        )
+        .route(
+            "/api/v1/user/{user}/jobs/{job}/config",
+            get(routes::get_config),
+        )
+        .route("/api/v1/user/{user}/jobs/{job}/ssh", get(routes::get_ssh))
+        .route(
+            "/api/v1/user/{user}/jobs/{job}/executionType",
+            put(routes::set_execution),
+        )
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}

@@ -1,0 +1,371 @@
+//! The jobs API handlers: extract, call the domain, map the result.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use pai_contract::framework::{ExecutionType, FrameworkState};
+use pai_contract::{Framework, meta};
+
+use super::AppState;
+use super::backend::BackendError;
+use super::error::ApiError;
+use crate::ports::Seed;
+use crate::spec::names::framework_name;
+use crate::spec::{JobName, JobSpec, SpecFormat, UserName};
+use crate::status::{JobState, JobStatus, job_view};
+use crate::transform::Submission;
+
+type ApiResult = Result<Response, ApiError>;
+
+#[derive(Serialize)]
+struct Message {
+    message: String,
+}
+
+fn accepted(message: String) -> Response {
+    (StatusCode::ACCEPTED, Json(Message { message })).into_response()
+}
+
+fn user_name(user: &str) -> Result<UserName, ApiError> {
+    UserName::parse(user)
+        .map_err(|rule| ApiError::bad_request(format!("user name {user:?}: {rule}")))
+}
+
+/// Maps what the backend said to what the API says.
+fn backend_error(error: BackendError, user: &str, job: &str) -> ApiError {
+    match error {
+        BackendError::NotFound => ApiError::no_job(user, job),
+        BackendError::Conflict(_) => ApiError::conflict(format!(
+            "job {user}~{job} already exists (or another job of {user} has the same Kubernetes name)"
+        )),
+        BackendError::Invalid(reason) => {
+            ApiError::bad_request(format!("the cluster rejected the job: {reason}"))
+        }
+        e @ BackendError::Unavailable { .. } => ApiError::unavailable(e.to_string()),
+        BackendError::Other(message) => ApiError::internal(message),
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SubmitQuery {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+fn spec_format(headers: &HeaderMap, text: &str) -> Result<SpecFormat, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    match essence.as_str() {
+        "application/json" => Ok(SpecFormat::Json),
+        "application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml" => {
+            Ok(SpecFormat::Yaml)
+        }
+        "" | "text/plain" | "application/octet-stream" => Ok(SpecFormat::detect(text)),
+        _ => Err(ApiError::unsupported_type(content_type)),
+    }
+}
+
+/// `POST /api/v1/user/{user}/jobs`: the job's name comes from the spec.
+pub async fn submit(
+    State(state): State<AppState>,
+    Path(user): Path<String>,
+    Query(query): Query<SubmitQuery>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    submit_job(&state, &user, None, query.dry_run, &headers, body).await
+}
+
+/// `PUT /api/v1/user/{user}/jobs/{job}`: the proof of concept's form; the path's job name
+/// must be the spec's.
+pub async fn submit_named(
+    State(state): State<AppState>,
+    Path((user, job)): Path<(String, String)>,
+    Query(query): Query<SubmitQuery>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    submit_job(&state, &user, Some(&job), query.dry_run, &headers, body).await
+}
+
+async fn submit_job(
+    state: &AppState,
+    user: &str,
+    path_job: Option<&str>,
+    dry_run: bool,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let user = user_name(user)?;
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large(state.body_limit),
+        _ => ApiError::bad_request(rejection.body_text()),
+    })?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::bad_request("the job spec is not UTF-8 text"))?;
+    let spec =
+        JobSpec::parse(text, spec_format(headers, text)?).map_err(|e| ApiError::bad_spec(&e))?;
+    if let Some(job) = path_job
+        && job != spec.name().as_str()
+    {
+        return Err(ApiError::bad_request(format!(
+            "the job name in the path ({job:?}) is not the spec's jobName ({:?})",
+            spec.name().as_str()
+        )));
+    }
+    let submission = Submission {
+        user: &user,
+        spec: &spec,
+        spec_text: text,
+    };
+    let framework = state
+        .transformer
+        .transform(submission, Seed::Random)
+        .map_err(|e| ApiError::bad_spec(&e))?;
+    if dry_run {
+        return Ok(Json(framework).into_response());
+    }
+    let job = spec.name().as_str().to_string();
+    state
+        .backend
+        .create(framework)
+        .await
+        .map_err(|e| backend_error(e, user.as_str(), &job))?;
+    tracing::info!(user = %user, job = %job, "job submitted");
+    Ok(accepted(format!("update job {job} successfully")))
+}
+
+/// The Framework of `job` of `user`, if it is really theirs and really that job (two job
+/// names can share a Kubernetes name).
+async fn find(state: &AppState, user: &str, job: &str) -> Result<Framework, ApiError> {
+    let user_name = user_name(user)?;
+    let job_name = JobName::parse(job).map_err(|_| ApiError::no_job(user, job))?;
+    let framework = state
+        .backend
+        .get(&framework_name(&user_name, &job_name))
+        .await
+        .map_err(|e| backend_error(e, user, job))?
+        .ok_or_else(|| ApiError::no_job(user, job))?;
+    let annotations = framework.metadata.annotations.clone().unwrap_or_default();
+    let owned = annotations.get(meta::ANNOTATION_USER).map(String::as_str) == Some(user)
+        && annotations.get(meta::ANNOTATION_JOB).map(String::as_str) == Some(job);
+    if owned {
+        Ok(framework)
+    } else {
+        Err(ApiError::no_job(user, job))
+    }
+}
+
+fn job_url(user: &str, job: &str) -> String {
+    format!("/api/v1/user/{user}/jobs/{job}")
+}
+
+/// `GET /api/v1/user/{user}/jobs/{job}`.
+pub async fn get_job(
+    State(state): State<AppState>,
+    Path((user, job)): Path<(String, String)>,
+) -> ApiResult {
+    let framework = find(&state, &user, &job).await?;
+    Ok(Json(job_view(&framework, &job_url(&user, &job))).into_response())
+}
+
+/// `GET …/config`: the spec exactly as submitted.
+pub async fn get_config(
+    State(state): State<AppState>,
+    Path((user, job)): Path<(String, String)>,
+) -> ApiResult {
+    let framework = find(&state, &user, &job).await?;
+    let text = framework
+        .metadata
+        .annotations
+        .and_then(|mut a| a.remove(meta::ANNOTATION_SPEC))
+        .unwrap_or_default();
+    let content_type = match SpecFormat::detect(&text) {
+        SpecFormat::Json => "application/json",
+        SpecFormat::Yaml => "application/yaml",
+    };
+    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SshContainer {
+    id: String,
+    ssh_ip: String,
+    ssh_port: String,
+}
+
+/// `GET …/ssh`: where each running task's sshd listens.
+pub async fn get_ssh(
+    State(state): State<AppState>,
+    Path((user, job)): Path<(String, String)>,
+) -> ApiResult {
+    let framework = find(&state, &user, &job).await?;
+    let view = job_view(&framework, &job_url(&user, &job));
+    let containers: Vec<SshContainer> = view
+        .task_roles
+        .iter()
+        .flat_map(|(role, r)| {
+            r.task_statuses.iter().filter_map(move |t| {
+                Some(SshContainer {
+                    id: format!("{role}-{}", t.task_index),
+                    ssh_ip: t.container_ip.clone()?,
+                    ssh_port: t
+                        .container_ports
+                        .get(pai_contract::ports::SSH_LABEL)?
+                        .clone(),
+                })
+            })
+        })
+        .collect();
+    if containers.is_empty() {
+        return Err(ApiError::no_ssh(&user, &job, "no task has an address yet"));
+    }
+    Ok(Json(serde_json::json!({ "containers": containers })).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct ExecutionBody {
+    value: String,
+}
+
+/// `PUT …/executionType` `{"value": "START" | "STOP"}`.
+pub async fn set_execution(
+    State(state): State<AppState>,
+    Path((user, job)): Path<(String, String)>,
+    body: Result<Json<ExecutionBody>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult {
+    let Json(body) = body.map_err(|e| {
+        ApiError::bad_request(format!(
+            "expected {{\"value\": \"START\" | \"STOP\"}}: {}",
+            e.body_text()
+        ))
+    })?;
+    let framework = find(&state, &user, &job).await?;
+    let completed = framework
+        .status
+        .as_ref()
+        .is_some_and(|s| s.state == FrameworkState::Completed);
+    match body.value.as_str() {
+        "STOP" => {
+            if !completed {
+                state
+                    .backend
+                    .set_execution(
+                        framework.metadata.name.as_deref().unwrap_or_default(),
+                        ExecutionType::Stop,
+                    )
+                    .await
+                    .map_err(|e| backend_error(e, &user, &job))?;
+                tracing::info!(user = %user, job = %job, "stop requested");
+            }
+            Ok(accepted(format!("execute job {job} successfully")))
+        }
+        "START" if completed => Err(ApiError::conflict(format!(
+            "job {user}~{job} has completed and cannot be started again: submit it anew"
+        ))),
+        "START" if framework.spec.execution_type == ExecutionType::Stop => {
+            Err(ApiError::conflict(format!(
+                "job {user}~{job} is stopping and cannot be started again: submit it anew once it stopped"
+            )))
+        }
+        "START" => Ok(accepted(format!("execute job {job} successfully"))),
+        other => Err(ApiError::bad_request(format!(
+            "value {other:?} is not START or STOP"
+        ))),
+    }
+}
+
+/// `DELETE /api/v1/user/{user}/jobs/{job}`: the Framework and, with it, its pods.
+pub async fn delete_job(
+    State(state): State<AppState>,
+    Path((user, job)): Path<(String, String)>,
+) -> ApiResult {
+    let framework = find(&state, &user, &job).await?;
+    state
+        .backend
+        .delete(framework.metadata.name.as_deref().unwrap_or_default())
+        .await
+        .map_err(|e| backend_error(e, &user, &job))?;
+    tracing::info!(user = %user, job = %job, "job deleted");
+    Ok(accepted(format!("delete job {job} successfully")))
+}
+
+/// One job in a list.
+#[derive(Serialize)]
+struct JobSummary {
+    name: String,
+    #[serde(flatten)]
+    status: JobStatus,
+}
+
+async fn list(state: &AppState, user: Option<&str>) -> ApiResult {
+    let kube_user = match user {
+        Some(u) => Some(user_name(u)?.kube().to_string()),
+        None => None,
+    };
+    let frameworks = state
+        .backend
+        .list(kube_user.as_deref())
+        .await
+        .map_err(|e| backend_error(e, user.unwrap_or("*"), "*"))?;
+    let mut jobs: Vec<JobSummary> = frameworks
+        .iter()
+        .map(|f| job_view(f, ""))
+        // Two users can share a Kubernetes user name; show each only their own.
+        .filter(|v| user.is_none_or(|u| v.job_status.username == u))
+        .map(|v| JobSummary {
+            name: v.name,
+            status: v.job_status,
+        })
+        .collect();
+    jobs.sort_by(|a, b| {
+        b.status
+            .created_time
+            .cmp(&a.status.created_time)
+            .then(a.name.cmp(&b.name))
+    });
+    Ok(Json(jobs).into_response())
+}
+
+/// `GET /api/v1/user/{user}/jobs`.
+pub async fn list_user_jobs(State(state): State<AppState>, Path(user): Path<String>) -> ApiResult {
+    list(&state, Some(&user)).await
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    username: Option<String>,
+}
+
+/// `GET /api/v1/jobs?username=`.
+pub async fn list_jobs(State(state): State<AppState>, Query(query): Query<ListQuery>) -> ApiResult {
+    list(&state, query.username.as_deref()).await
+}
+
+/// `GET /healthz`.
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Whether a job has finished, for callers that wait on it.
+pub fn is_final(state: JobState) -> bool {
+    matches!(
+        state,
+        JobState::Succeeded | JobState::Failed | JobState::Stopped
+    )
+}

@@ -1,0 +1,403 @@
+//! The jobs API over real sockets, with the Kubernetes backend talking to the in-process
+//! API server.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use pai_test_support::ApiServer;
+use rest_lite::config::ClusterConfig;
+use rest_lite::server::kube_backend::KubeBackend;
+use rest_lite::server::{AppState, router};
+use rest_lite::transform::Transformer;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const NS: &str = "jobs";
+const LIMIT: usize = 64 * 1024;
+
+struct Setup {
+    api: ApiServer,
+    addr: SocketAddr,
+}
+
+async fn start() -> Setup {
+    let api = ApiServer::start().await;
+    let client =
+        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let state = AppState {
+        backend: Arc::new(KubeBackend::new(client, NS, &api.url())),
+        transformer: Arc::new(Transformer::new(ClusterConfig {
+            namespace: NS.into(),
+            ..ClusterConfig::default()
+        })),
+        body_limit: LIMIT,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    Setup { api, addr }
+}
+
+struct Reply {
+    status: u16,
+    content_type: String,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// A plain HTTP/1.1 exchange over a fresh connection.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> Reply {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: rest-lite\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(ct) = content_type {
+        head.push_str(&format!("Content-Type: {ct}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.expect("write");
+    // A server may answer (413) and close before the whole body is sent.
+    let _ = stream.write_all(body.as_bytes()).await;
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| {
+                l.split_once(':')
+                    .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    };
+    let body = if header("transfer-encoding") == "chunked" {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Reply {
+        status,
+        content_type: header("content-type"),
+        body,
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    out
+}
+
+async fn submit(addr: SocketAddr, user: &str, spec: &str) -> Reply {
+    request(
+        addr,
+        "POST",
+        &format!("/api/v1/user/{user}/jobs"),
+        Some("application/json"),
+        spec,
+    )
+    .await
+}
+
+fn frameworks(api: &ApiServer) -> usize {
+    api.requests().iter().filter(|r| r.method == "POST").count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_then_read_the_job_back() {
+    let s = start().await;
+    let spec = common::base_job().to_string();
+    let reply = submit(s.addr, "alice", &spec).await;
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    assert_eq!(reply.json()["message"], "update job job successfully");
+    assert!(s.api.get("frameworks", NS, "alice--job").is_some());
+
+    let job = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;
+    assert_eq!(job.status, 200, "{}", job.body);
+    let view = job.json();
+    assert_eq!(view["name"], "job");
+    assert_eq!(view["jobStatus"]["state"], "WAITING");
+    assert_eq!(view["jobStatus"]["username"], "alice");
+
+    let config = request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/job/config",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(config.status, 200);
+    assert_eq!(config.body, spec, "the spec exactly as submitted");
+    assert_eq!(config.content_type, "application/json");
+
+    for path in [
+        "/api/v1/user/alice/jobs",
+        "/api/v1/jobs?username=alice",
+        "/api/v1/jobs",
+    ] {
+        let list = request(s.addr, "GET", path, None, "").await;
+        assert_eq!(list.status, 200, "{path}");
+        assert_eq!(list.json()[0]["name"], "job", "{path}");
+    }
+    let others = request(s.addr, "GET", "/api/v1/user/bob/jobs", None, "").await;
+    assert_eq!(others.json(), json!([]));
+    let not_yours = request(s.addr, "GET", "/api/v1/user/bob/jobs/job", None, "").await;
+    assert_eq!(
+        (not_yours.status, not_yours.json()["code"].clone()),
+        (404, json!("NoJobError"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_and_the_named_put_are_accepted() {
+    let s = start().await;
+    let yaml = "jobName: yjob\nimage: busybox\ntaskRoles:\n  - {name: a, taskNumber: 1, cpuNumber: 1, memoryMB: 256, command: 'true'}\n";
+    let reply = request(
+        s.addr,
+        "POST",
+        "/api/v1/user/alice/jobs",
+        Some("application/yaml"),
+        yaml,
+    )
+    .await;
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    let config = request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/yjob/config",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(
+        (config.body.as_str(), config.content_type.as_str()),
+        (yaml, "application/yaml")
+    );
+
+    let named = yaml.replace("yjob", "other");
+    let reply = request(s.addr, "PUT", "/api/v1/user/alice/jobs/other", None, &named).await;
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    let mismatch = request(s.addr, "PUT", "/api/v1/user/alice/jobs/third", None, &named).await;
+    assert_eq!(mismatch.status, 400);
+    assert!(
+        mismatch.json()["message"]
+            .as_str()
+            .expect("message")
+            .contains("is not the spec's jobName")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_4xx_that_changes_nothing() {
+    let s = start().await;
+    let mut bad = common::base_job();
+    bad["taskRoles"][0]["taskNumber"] = json!(0);
+    let reply = submit(s.addr, "alice", &bad.to_string()).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["code"], "InvalidParametersError");
+    assert!(
+        reply.json()["message"]
+            .as_str()
+            .expect("message")
+            .contains("taskRoles[0].taskNumber: must be an integer from 1 to 100000, got 0")
+    );
+
+    let too_big = format!("{{\"jobName\": \"{}\"}}", "x".repeat(LIMIT));
+    let reply = submit(s.addr, "alice", &too_big).await;
+    assert_eq!(
+        (reply.status, reply.json()["code"].clone()),
+        (413, json!("PayloadTooLargeError"))
+    );
+
+    let reply = request(
+        s.addr,
+        "POST",
+        "/api/v1/user/alice/jobs",
+        Some("image/png"),
+        "x",
+    )
+    .await;
+    assert_eq!(reply.status, 415);
+    let reply = submit(s.addr, "a b", &common::base_job().to_string()).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(frameworks(&s.api), 0, "nothing reached the cluster");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_returns_the_framework_without_creating_it() {
+    let s = start().await;
+    let reply = request(
+        s.addr,
+        "POST",
+        "/api/v1/user/alice/jobs?dryRun=true",
+        Some("application/json"),
+        &common::base_job().to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let framework: pai_contract::Framework =
+        serde_json::from_str(&reply.body).expect("a Framework");
+    assert_eq!(framework.metadata.name.as_deref(), Some("alice--job"));
+    assert_eq!(frameworks(&s.api), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_submissions_of_one_name_give_one_202_and_one_409() {
+    let s = start().await;
+    let spec = common::base_job().to_string();
+    let (a, b) = tokio::join!(
+        submit(s.addr, "alice", &spec),
+        submit(s.addr, "alice", &spec)
+    );
+    let mut codes = [a.status, b.status];
+    codes.sort();
+    assert_eq!(codes, [202, 409]);
+    let conflict = if a.status == 409 { a } else { b };
+    assert_eq!(conflict.json()["code"], "ConflictJobError");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_start_and_delete() {
+    let s = start().await;
+    assert_eq!(
+        submit(s.addr, "alice", &common::base_job().to_string())
+            .await
+            .status,
+        202
+    );
+    let path = "/api/v1/user/alice/jobs/job/executionType";
+    let reply = request(
+        s.addr,
+        "PUT",
+        path,
+        Some("application/json"),
+        r#"{"value": "STOP"}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    let stored = s.api.get("frameworks", NS, "alice--job").expect("stored");
+    assert_eq!(stored["spec"]["executionType"], "Stop");
+    let reply = request(
+        s.addr,
+        "PUT",
+        path,
+        Some("application/json"),
+        r#"{"value": "START"}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 409, "a stopping job cannot start again");
+
+    s.api.modify("frameworks", NS, "alice--job", |f| {
+        f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0, "completionStatus": {"code": -210, "phrase": "stop"}}});
+    });
+    let job = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;
+    assert_eq!(job.json()["jobStatus"]["state"], "STOPPED");
+    let reply = request(
+        s.addr,
+        "PUT",
+        path,
+        Some("application/json"),
+        r#"{"value": "START"}"#,
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.json()["code"].clone()),
+        (409, json!("ConflictJobError"))
+    );
+    let reply = request(
+        s.addr,
+        "PUT",
+        path,
+        Some("application/json"),
+        r#"{"value": "PAUSE"}"#,
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+
+    let reply = request(s.addr, "DELETE", "/api/v1/user/alice/jobs/job", None, "").await;
+    assert_eq!(reply.status, 202);
+    assert!(s.api.get("frameworks", NS, "alice--job").is_none());
+    let reply = request(s.addr, "DELETE", "/api/v1/user/alice/jobs/job", None, "").await;
+    assert_eq!(
+        (reply.status, reply.json()["code"].clone()),
+        (404, json!("NoJobError"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssh_info_lists_tasks_with_addresses() {
+    let s = start().await;
+    assert_eq!(
+        submit(s.addr, "alice", &common::base_job().to_string())
+            .await
+            .status,
+        202
+    );
+    let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job/ssh", None, "").await;
+    assert_eq!(
+        (reply.status, reply.json()["code"].clone()),
+        (404, json!("NoJobSshInfoError"))
+    );
+    s.api.modify("frameworks", NS, "alice--job", |f| {
+        pai_test_support::frameworks::set_pod_ip(f, "ps", 1, "10.0.0.9")
+    });
+    let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job/ssh", None, "").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let container = &reply.json()["containers"][0];
+    assert_eq!(container["id"], "ps-1");
+    assert_eq!(container["sshIp"], "10.0.0.9");
+    assert!(
+        container["sshPort"]
+            .as_str()
+            .expect("port")
+            .parse::<u16>()
+            .is_ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_cluster_is_503_naming_the_address() {
+    let mut s = start().await;
+    s.api.stop().await;
+    let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert_eq!(reply.json()["code"], "ServiceUnavailableError");
+    assert!(
+        reply.json()["message"]
+            .as_str()
+            .expect("message")
+            .contains(&s.api.url()),
+        "{}",
+        reply.body
+    );
+}
