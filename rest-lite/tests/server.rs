@@ -23,6 +23,10 @@ struct Setup {
 }
 
 async fn start() -> Setup {
+    start_with(None).await
+}
+
+async fn start_with(tokens: Option<rest_lite::server::auth::Tokens>) -> Setup {
     let api = ApiServer::start().await;
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
@@ -33,6 +37,7 @@ async fn start() -> Setup {
             ..ClusterConfig::default()
         })),
         body_limit: LIMIT,
+        tokens: tokens.map(Arc::new),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -62,11 +67,25 @@ async fn request(
     content_type: Option<&str>,
     body: &str,
 ) -> Reply {
+    request_as(addr, None, method, path, content_type, body).await
+}
+
+async fn request_as(
+    addr: SocketAddr,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> Reply {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: rest-lite\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
     if let Some(ct) = content_type {
         head.push_str(&format!("Content-Type: {ct}\r\n"));
     }
@@ -400,4 +419,111 @@ async fn an_unreachable_cluster_is_503_naming_the_address() {
         "{}",
         reply.body
     );
+}
+
+fn tokens() -> rest_lite::server::auth::Tokens {
+    use rest_lite::server::auth::hash;
+    let dir = std::env::temp_dir().join(format!("rest-lite-tokens-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("tokens.yaml");
+    let file = format!(
+        "users:\n  - {{name: alice, tokenSha256: {}}}\n  - {{name: bob, tokenSha256: {}}}\n  - {{name: ops, tokenSha256: {}, admin: true}}\n",
+        hash("alice-secret"),
+        hash("bob-secret"),
+        hash("ops-secret")
+    );
+    std::fs::write(&path, &file).expect("write");
+    assert!(!file.contains("alice-secret"), "tokens are stored hashed");
+    let tokens = rest_lite::server::auth::Tokens::load(&path).expect("loads");
+    std::fs::remove_dir_all(&dir).ok();
+    tokens
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_auth_matrix() {
+    let s = start_with(Some(tokens())).await;
+    let spec = common::base_job().to_string();
+    let json = Some("application/json");
+
+    let anonymous = request(s.addr, "GET", "/api/v1/jobs", None, "").await;
+    assert_eq!(
+        (anonymous.status, anonymous.json()["code"].clone()),
+        (401, json!("UnauthorizedUserError"))
+    );
+    let wrong = request_as(s.addr, Some("guess"), "GET", "/api/v1/jobs", None, "").await;
+    assert_eq!(wrong.status, 401);
+    assert_eq!(
+        request(s.addr, "GET", "/healthz", None, "").await.status,
+        200,
+        "health needs no token"
+    );
+
+    let own = request_as(
+        s.addr,
+        Some("alice-secret"),
+        "POST",
+        "/api/v1/user/alice/jobs",
+        json,
+        &spec,
+    )
+    .await;
+    assert_eq!(own.status, 202, "{}", own.body);
+    let as_other = request_as(
+        s.addr,
+        Some("bob-secret"),
+        "POST",
+        "/api/v1/user/alice/jobs",
+        json,
+        &spec,
+    )
+    .await;
+    assert_eq!(
+        (as_other.status, as_other.json()["code"].clone()),
+        (403, json!("ForbiddenUserError"))
+    );
+
+    // Bob never sees Alice's job, on any route: not found, not forbidden.
+    let job = "/api/v1/user/alice/jobs/job";
+    for (method, path, body) in [
+        ("GET", job.to_string(), ""),
+        ("GET", format!("{job}/config"), ""),
+        ("GET", format!("{job}/ssh"), ""),
+        (
+            "PUT",
+            format!("{job}/executionType"),
+            r#"{"value": "STOP"}"#,
+        ),
+        ("DELETE", job.to_string(), ""),
+    ] {
+        let reply = request_as(s.addr, Some("bob-secret"), method, &path, json, body).await;
+        assert_eq!(
+            (reply.status, reply.json()["code"].clone()),
+            (404, json!("NoJobError")),
+            "{method} {path}"
+        );
+    }
+    for path in [
+        "/api/v1/user/alice/jobs",
+        "/api/v1/jobs?username=alice",
+        "/api/v1/jobs",
+    ] {
+        let reply = request_as(s.addr, Some("bob-secret"), "GET", path, None, "").await;
+        assert_eq!(reply.json(), json!([]), "{path}");
+    }
+    assert!(
+        s.api.get("frameworks", NS, "alice--job").is_some(),
+        "still there after Bob's attempts"
+    );
+    assert_eq!(
+        s.api.get("frameworks", NS, "alice--job").expect("job")["spec"]["executionType"],
+        "Start"
+    );
+
+    // Alice and an admin do see it.
+    for token in ["alice-secret", "ops-secret"] {
+        let reply = request_as(s.addr, Some(token), "GET", job, None, "").await;
+        assert_eq!(reply.status, 200, "{token}");
+        let list = request_as(s.addr, Some(token), "GET", "/api/v1/jobs", None, "").await;
+        assert_eq!(list.json()[0]["name"], "job", "{token}");
+    }
 }

@@ -82,6 +82,10 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "UnauthorizedUserError", message)
     }
 
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "ForbiddenUserError", message)
+    }
+
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -1,5 +1,6 @@
 //! `rest-lite serve`: the OpenPAI v1 jobs API over a [`backend::Backend`].
 
+pub mod auth;
 pub mod backend;
 pub mod error;
 pub mod kube_backend;
@@ -21,13 +22,15 @@ pub struct AppState {
     pub backend: Arc<dyn backend::Backend>,
     pub transformer: Arc<Transformer>,
     pub body_limit: usize,
+    /// `None`: no token file, every caller may do everything (the server then listens
+    /// on loopback only).
+    pub tokens: Option<Arc<auth::Tokens>>,
 }
 
 /// Every route of the API.
 pub fn router(state: AppState) -> Router {
     let limit = state.body_limit;
-    Router::new()
-        .route("/healthz", get(routes::healthz))
+    let api = Router::new()
         .route("/api/v1/jobs", get(routes::list_jobs))
         .route(
             "/api/v1/user/{user}/jobs",
@@ -48,6 +51,13 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/user/{user}/jobs/{job}/executionType",
             put(routes::set_execution),
         )
-        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
+        .layer(DefaultBodyLimit::max(limit));
+    Router::new()
+        .route("/healthz", get(routes::healthz))
+        .merge(api)
         .with_state(state)
 }

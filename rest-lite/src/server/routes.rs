@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -12,6 +12,7 @@ use pai_contract::framework::{ExecutionType, FrameworkState};
 use pai_contract::{Framework, meta};
 
 use super::AppState;
+use super::auth::Caller;
 use super::backend::BackendError;
 use super::error::ApiError;
 use crate::ports::Seed;
@@ -82,34 +83,52 @@ fn spec_format(headers: &HeaderMap, text: &str) -> Result<SpecFormat, ApiError> 
 /// `POST /api/v1/user/{user}/jobs`: the job's name comes from the spec.
 pub async fn submit(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(user): Path<String>,
     Query(query): Query<SubmitQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
-    submit_job(&state, &user, None, query.dry_run, &headers, body).await
+    submit_job(&state, &caller, &user, None, query.dry_run, &headers, body).await
 }
 
 /// `PUT /api/v1/user/{user}/jobs/{job}`: the proof of concept's form; the path's job name
 /// must be the spec's.
 pub async fn submit_named(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((user, job)): Path<(String, String)>,
     Query(query): Query<SubmitQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
-    submit_job(&state, &user, Some(&job), query.dry_run, &headers, body).await
+    submit_job(
+        &state,
+        &caller,
+        &user,
+        Some(&job),
+        query.dry_run,
+        &headers,
+        body,
+    )
+    .await
 }
 
 async fn submit_job(
     state: &AppState,
+    caller: &Caller,
     user: &str,
     path_job: Option<&str>,
     dry_run: bool,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
+    if !caller.may_act_for(user) {
+        return Err(ApiError::forbidden(format!(
+            "user {:?} may not submit jobs as {user:?}",
+            caller.user
+        )));
+    }
     let user = user_name(user)?;
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large(state.body_limit),
@@ -151,7 +170,15 @@ async fn submit_job(
 
 /// The Framework of `job` of `user`, if it is really theirs and really that job (two job
 /// names can share a Kubernetes name).
-async fn find(state: &AppState, user: &str, job: &str) -> Result<Framework, ApiError> {
+async fn find(
+    state: &AppState,
+    caller: &Caller,
+    user: &str,
+    job: &str,
+) -> Result<Framework, ApiError> {
+    if !caller.may_act_for(user) {
+        return Err(ApiError::no_job(user, job));
+    }
     let user_name = user_name(user)?;
     let job_name = JobName::parse(job).map_err(|_| ApiError::no_job(user, job))?;
     let framework = state
@@ -177,18 +204,20 @@ fn job_url(user: &str, job: &str) -> String {
 /// `GET /api/v1/user/{user}/jobs/{job}`.
 pub async fn get_job(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((user, job)): Path<(String, String)>,
 ) -> ApiResult {
-    let framework = find(&state, &user, &job).await?;
+    let framework = find(&state, &caller, &user, &job).await?;
     Ok(Json(job_view(&framework, &job_url(&user, &job))).into_response())
 }
 
 /// `GET …/config`: the spec exactly as submitted.
 pub async fn get_config(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((user, job)): Path<(String, String)>,
 ) -> ApiResult {
-    let framework = find(&state, &user, &job).await?;
+    let framework = find(&state, &caller, &user, &job).await?;
     let text = framework
         .metadata
         .annotations
@@ -212,9 +241,10 @@ struct SshContainer {
 /// `GET …/ssh`: where each running task's sshd listens.
 pub async fn get_ssh(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((user, job)): Path<(String, String)>,
 ) -> ApiResult {
-    let framework = find(&state, &user, &job).await?;
+    let framework = find(&state, &caller, &user, &job).await?;
     let view = job_view(&framework, &job_url(&user, &job));
     let containers: Vec<SshContainer> = view
         .task_roles
@@ -246,6 +276,7 @@ pub struct ExecutionBody {
 /// `PUT …/executionType` `{"value": "START" | "STOP"}`.
 pub async fn set_execution(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((user, job)): Path<(String, String)>,
     body: Result<Json<ExecutionBody>, axum::extract::rejection::JsonRejection>,
 ) -> ApiResult {
@@ -255,7 +286,7 @@ pub async fn set_execution(
             e.body_text()
         ))
     })?;
-    let framework = find(&state, &user, &job).await?;
+    let framework = find(&state, &caller, &user, &job).await?;
     let completed = framework
         .status
         .as_ref()
@@ -293,9 +324,10 @@ pub async fn set_execution(
 /// `DELETE /api/v1/user/{user}/jobs/{job}`: the Framework and, with it, its pods.
 pub async fn delete_job(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((user, job)): Path<(String, String)>,
 ) -> ApiResult {
-    let framework = find(&state, &user, &job).await?;
+    let framework = find(&state, &caller, &user, &job).await?;
     state
         .backend
         .delete(framework.metadata.name.as_deref().unwrap_or_default())
@@ -313,7 +345,13 @@ struct JobSummary {
     status: JobStatus,
 }
 
-async fn list(state: &AppState, user: Option<&str>) -> ApiResult {
+async fn list(state: &AppState, caller: &Caller, user: Option<&str>) -> ApiResult {
+    // Others' jobs are invisible: a non-admin lists only their own.
+    let user = match user {
+        _ if caller.admin => user,
+        Some(u) if u != caller.user => return Ok(Json(Vec::<JobSummary>::new()).into_response()),
+        _ => Some(caller.user.as_str()),
+    };
     let kube_user = match user {
         Some(u) => Some(user_name(u)?.kube().to_string()),
         None => None,
@@ -343,8 +381,12 @@ async fn list(state: &AppState, user: Option<&str>) -> ApiResult {
 }
 
 /// `GET /api/v1/user/{user}/jobs`.
-pub async fn list_user_jobs(State(state): State<AppState>, Path(user): Path<String>) -> ApiResult {
-    list(&state, Some(&user)).await
+pub async fn list_user_jobs(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(user): Path<String>,
+) -> ApiResult {
+    list(&state, &caller, Some(&user)).await
 }
 
 #[derive(Deserialize)]
@@ -353,8 +395,12 @@ pub struct ListQuery {
 }
 
 /// `GET /api/v1/jobs?username=`.
-pub async fn list_jobs(State(state): State<AppState>, Query(query): Query<ListQuery>) -> ApiResult {
-    list(&state, query.username.as_deref()).await
+pub async fn list_jobs(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<ListQuery>,
+) -> ApiResult {
+    list(&state, &caller, query.username.as_deref()).await
 }
 
 /// `GET /healthz`.

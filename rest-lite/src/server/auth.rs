@@ -1,0 +1,153 @@
+//! Bearer tokens from a file: each maps to a user, some users are admins. Tokens are
+//! stored as SHA-256 hashes, never in clear. A user reads and changes only their own
+//! jobs; another user's job is "not found", never "forbidden" (its existence is not told).
+//!
+//! ```yaml
+//! users:
+//!   - name: alice
+//!     tokenSha256: 2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
+//!   - name: ops
+//!     tokenSha256: …
+//!     admin: true
+//! ```
+//! (`printf %s "$TOKEN" | sha256sum` gives the hash.)
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::AppState;
+use super::error::ApiError;
+
+/// Who is calling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub user: String,
+    pub admin: bool,
+}
+
+impl Caller {
+    /// Everything is allowed: the server runs without a token file (loopback only).
+    pub fn anonymous_admin() -> Self {
+        Self {
+            user: String::new(),
+            admin: true,
+        }
+    }
+
+    /// May this caller act on `user`'s jobs?
+    pub fn may_act_for(&self, user: &str) -> bool {
+        self.admin || self.user == user
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenFile {
+    users: Vec<TokenEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TokenEntry {
+    name: String,
+    token_sha256: String,
+    #[serde(default)]
+    admin: bool,
+}
+
+/// The token table: SHA-256 (hex) → caller.
+#[derive(Clone, Debug, Default)]
+pub struct Tokens {
+    by_hash: HashMap<String, Caller>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("cannot read token file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("token file {path} is not valid: {message}")]
+    Invalid { path: String, message: String },
+}
+
+/// SHA-256 of `token`, lower-case hex.
+pub fn hash(token: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Tokens {
+    pub fn load(path: &Path) -> Result<Self, TokenFileError> {
+        let display = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
+            path: display.clone(),
+            source,
+        })?;
+        let invalid = |message: String| TokenFileError::Invalid {
+            path: display.clone(),
+            message,
+        };
+        let file: TokenFile = serde_saphyr::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let mut by_hash = HashMap::new();
+        for (i, entry) in file.users.into_iter().enumerate() {
+            let digest = entry.token_sha256.trim().to_ascii_lowercase();
+            if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(invalid(format!(
+                    "users[{i}].tokenSha256 is not a SHA-256 in hex"
+                )));
+            }
+            crate::spec::UserName::parse(&entry.name)
+                .map_err(|rule| invalid(format!("users[{i}].name: {rule}")))?;
+            let caller = Caller {
+                user: entry.name,
+                admin: entry.admin,
+            };
+            if by_hash.insert(digest, caller).is_some() {
+                return Err(invalid(format!("users[{i}].tokenSha256 appears twice")));
+            }
+        }
+        Ok(Self { by_hash })
+    }
+
+    fn caller(&self, token: &str) -> Option<Caller> {
+        self.by_hash.get(&hash(token)).cloned()
+    }
+}
+
+/// Middleware: puts the [`Caller`] in the request, or answers 401.
+pub async fn authenticate(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let caller = match &state.tokens {
+        None => Caller::anonymous_admin(),
+        Some(tokens) => {
+            let token = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim);
+            match token.and_then(|t| tokens.caller(t)) {
+                Some(caller) => caller,
+                None => {
+                    return ApiError::unauthorized(
+                        "a valid bearer token is required (Authorization: Bearer <token>)",
+                    )
+                    .into_response();
+                }
+            }
+        }
+    };
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
