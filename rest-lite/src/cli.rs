@@ -218,6 +218,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             transformer: std::sync::Arc::new(Transformer::new(config)),
             body_limit: args.max_body_bytes,
             tokens,
+            metrics: Default::default(),
         };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

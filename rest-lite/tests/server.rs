@@ -38,6 +38,7 @@ async fn start_with(tokens: Option<rest_lite::server::auth::Tokens>) -> Setup {
         })),
         body_limit: LIMIT,
         tokens: tokens.map(Arc::new),
+        metrics: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -623,5 +624,39 @@ fn serve_refuses_to_listen_beyond_loopback_without_tokens() {
     assert!(
         String::from_utf8_lossy(&out.stderr)
             .contains("without --token-file the server only listens on loopback")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_cluster_and_metrics_count_routes() {
+    let mut s = start().await;
+    assert_eq!(
+        request(s.addr, "GET", "/readyz", None, "").await.status,
+        200
+    );
+    assert_eq!(
+        submit(s.addr, "alice", &common::base_job().to_string())
+            .await
+            .status,
+        202
+    );
+    let metrics = request(s.addr, "GET", "/metrics", None, "").await;
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics.content_type.starts_with("text/plain"),
+        "{}",
+        metrics.content_type
+    );
+    assert!(
+        metrics.body.contains(r#"rest_lite_http_requests_total{method="POST",route="/api/v1/user/{user}/jobs",status="202"} 1"#),
+        "{}",
+        metrics.body
+    );
+    assert!(!metrics.body.contains("alice"), "no user names in labels");
+    s.api.stop().await;
+    let ready = request(s.addr, "GET", "/readyz", None, "").await;
+    assert_eq!(
+        (ready.status, ready.json()["code"].clone()),
+        (503, json!("ServiceUnavailableError"))
     );
 }

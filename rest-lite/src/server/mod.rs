@@ -4,6 +4,7 @@ pub mod auth;
 pub mod backend;
 pub mod error;
 pub mod kube_backend;
+pub mod metrics;
 pub mod routes;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub struct AppState {
     /// `None`: no token file, every caller may do everything (the server then listens
     /// on loopback only).
     pub tokens: Option<Arc<auth::Tokens>>,
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 /// Every route of the API.
@@ -58,6 +60,12 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(limit));
     Router::new()
         .route("/healthz", get(routes::healthz))
+        .route("/readyz", get(routes::readyz))
+        .route("/metrics", get(routes::metrics))
         .merge(api)
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::count,
+        ))
         .with_state(state)
 }

@@ -408,6 +408,23 @@ pub async fn healthz() -> &'static str {
     "ok"
 }
 
+/// `GET /readyz`: ready when the backend answers.
+pub async fn readyz(State(state): State<AppState>) -> ApiResult {
+    match state.backend.get("rest-lite-readiness-probe").await {
+        Ok(_) => Ok("ok".into_response()),
+        Err(e) => Err(backend_error(e, "-", "-")),
+    }
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
 /// Whether a job has finished, for callers that wait on it.
 pub fn is_final(state: JobState) -> bool {
     matches!(
