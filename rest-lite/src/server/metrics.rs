@@ -12,18 +12,27 @@ use axum::response::Response;
 
 use super::AppState;
 
+/// What a request is counted under: method, route template, status.
+type RequestKey = (String, String, u16);
+
+/// Requests answered and seconds spent on them.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    count: u64,
+    seconds: f64,
+}
+
 #[derive(Default)]
 pub struct Metrics {
-    /// (method, route, status) → (count, seconds).
-    requests: Mutex<BTreeMap<(String, String, u16), (u64, f64)>>,
+    requests: Mutex<BTreeMap<RequestKey, Tally>>,
 }
 
 impl Metrics {
     fn record(&self, method: String, route: String, status: u16, seconds: f64) {
         let mut requests = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = requests.entry((method, route, status)).or_default();
-        entry.0 += 1;
-        entry.1 += seconds;
+        let tally = requests.entry((method, route, status)).or_default();
+        tally.count += 1;
+        tally.seconds += seconds;
     }
 
     /// The exposition text.
@@ -32,7 +41,7 @@ impl Metrics {
         let mut out = String::new();
         out.push_str("# HELP rest_lite_http_requests_total HTTP requests answered.\n");
         out.push_str("# TYPE rest_lite_http_requests_total counter\n");
-        for ((method, route, status), (count, _)) in requests.iter() {
+        for ((method, route, status), Tally { count, .. }) in requests.iter() {
             let _ = writeln!(
                 out,
                 "rest_lite_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {count}"
@@ -42,7 +51,7 @@ impl Metrics {
             "# HELP rest_lite_http_request_seconds_total Time spent answering HTTP requests.\n",
         );
         out.push_str("# TYPE rest_lite_http_request_seconds_total counter\n");
-        for ((method, route, status), (_, seconds)) in requests.iter() {
+        for ((method, route, status), Tally { seconds, .. }) in requests.iter() {
             let _ = writeln!(
                 out,
                 "rest_lite_http_request_seconds_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {seconds:.6}"
