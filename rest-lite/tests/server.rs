@@ -55,6 +55,14 @@ struct Reply {
 }
 
 impl Reply {
+    /// The status and the error body's `code`.
+    fn error(&self) -> (u16, String) {
+        (
+            self.status,
+            self.json()["code"].as_str().unwrap_or_default().to_string(),
+        )
+    }
+
     fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
@@ -192,10 +200,7 @@ async fn submit_then_read_the_job_back() {
     let others = request(s.addr, "GET", "/api/v1/user/bob/jobs", None, "").await;
     assert_eq!(others.json(), json!([]));
     let not_yours = request(s.addr, "GET", "/api/v1/user/bob/jobs/job", None, "").await;
-    assert_eq!(
-        (not_yours.status, not_yours.json()["code"].clone()),
-        (404, json!("NoJobError"))
-    );
+    assert_eq!(not_yours.error(), (404, "NoJobError".to_string()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,10 +259,7 @@ async fn bad_input_is_a_4xx_that_changes_nothing() {
 
     let too_big = format!("{{\"jobName\": \"{}\"}}", "x".repeat(LIMIT));
     let reply = submit(s.addr, "alice", &too_big).await;
-    assert_eq!(
-        (reply.status, reply.json()["code"].clone()),
-        (413, json!("PayloadTooLargeError"))
-    );
+    assert_eq!(reply.error(), (413, "PayloadTooLargeError".to_string()));
 
     let reply = request(
         s.addr,
@@ -350,10 +352,7 @@ async fn stop_start_and_delete() {
         r#"{"value": "START"}"#,
     )
     .await;
-    assert_eq!(
-        (reply.status, reply.json()["code"].clone()),
-        (409, json!("ConflictJobError"))
-    );
+    assert_eq!(reply.error(), (409, "ConflictJobError".to_string()));
     let reply = request(
         s.addr,
         "PUT",
@@ -368,10 +367,7 @@ async fn stop_start_and_delete() {
     assert_eq!(reply.status, 202);
     assert!(s.api.get("frameworks", NS, "alice--job").is_none());
     let reply = request(s.addr, "DELETE", "/api/v1/user/alice/jobs/job", None, "").await;
-    assert_eq!(
-        (reply.status, reply.json()["code"].clone()),
-        (404, json!("NoJobError"))
-    );
+    assert_eq!(reply.error(), (404, "NoJobError".to_string()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,10 +380,7 @@ async fn ssh_info_lists_tasks_with_addresses() {
         202
     );
     let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job/ssh", None, "").await;
-    assert_eq!(
-        (reply.status, reply.json()["code"].clone()),
-        (404, json!("NoJobSshInfoError"))
-    );
+    assert_eq!(reply.error(), (404, "NoJobSshInfoError".to_string()));
     s.api.modify("frameworks", NS, "alice--job", |f| {
         pai_test_support::frameworks::set_pod_ip(f, "ps", 1, "10.0.0.9")
     });
@@ -448,8 +441,8 @@ async fn the_auth_matrix() {
 
     let anonymous = request(s.addr, "GET", "/api/v1/jobs", None, "").await;
     assert_eq!(
-        (anonymous.status, anonymous.json()["code"].clone()),
-        (401, json!("UnauthorizedUserError"))
+        anonymous.error(),
+        (401, "UnauthorizedUserError".to_string())
     );
     let wrong = request_as(s.addr, Some("guess"), "GET", "/api/v1/jobs", None, "").await;
     assert_eq!(wrong.status, 401);
@@ -478,10 +471,7 @@ async fn the_auth_matrix() {
         &spec,
     )
     .await;
-    assert_eq!(
-        (as_other.status, as_other.json()["code"].clone()),
-        (403, json!("ForbiddenUserError"))
-    );
+    assert_eq!(as_other.error(), (403, "ForbiddenUserError".to_string()));
 
     // Bob never sees Alice's job, on any route: not found, not forbidden.
     let job = "/api/v1/user/alice/jobs/job";
@@ -498,8 +488,8 @@ async fn the_auth_matrix() {
     ] {
         let reply = request_as(s.addr, Some("bob-secret"), method, &path, json, body).await;
         assert_eq!(
-            (reply.status, reply.json()["code"].clone()),
-            (404, json!("NoJobError")),
+            reply.error(),
+            (404, "NoJobError".to_string()),
             "{method} {path}"
         );
     }
@@ -655,8 +645,5 @@ async fn readiness_follows_the_cluster_and_metrics_count_routes() {
     assert!(!metrics.body.contains("alice"), "no user names in labels");
     s.api.stop().await;
     let ready = request(s.addr, "GET", "/readyz", None, "").await;
-    assert_eq!(
-        (ready.status, ready.json()["code"].clone()),
-        (503, json!("ServiceUnavailableError"))
-    );
+    assert_eq!(ready.error(), (503, "ServiceUnavailableError".to_string()));
 }
