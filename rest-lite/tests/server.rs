@@ -647,3 +647,56 @@ async fn readiness_follows_the_cluster_and_metrics_count_routes() {
     let ready = request(s.addr, "GET", "/readyz", None, "").await;
     assert_eq!(ready.error(), (503, "ServiceUnavailableError".to_string()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_served_and_followed() {
+    let s = start().await;
+    assert_eq!(
+        submit(s.addr, "alice", &common::base_job().to_string())
+            .await
+            .status,
+        202
+    );
+    let path = "/api/v1/user/alice/jobs/job/logs?role=worker&index=1";
+    let missing = request(s.addr, "GET", path, None, "").await;
+    assert_eq!(missing.error(), (404, "NoJobError".to_string()));
+    assert!(
+        missing.json()["message"]
+            .as_str()
+            .expect("message")
+            .contains("has no log yet")
+    );
+
+    s.api.append_log(NS, "alice--job-worker-1", "first line\n");
+    let reply = request(s.addr, "GET", path, None, "").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.body, "first line\n");
+
+    let following = tokio::spawn(request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/job/logs?role=worker&index=1&follow=true",
+        None,
+        "",
+    ));
+    s.api.watches_started(1).await;
+    s.api.append_log(NS, "alice--job-worker-1", "second line\n");
+    s.api
+        .append_log(NS, "alice--job-worker-0", "another task\n");
+    s.api.append_log(NS, "alice--job-worker-1", "third line\n");
+    s.api.end_log(NS, "alice--job-worker-1");
+    let reply = following.await.expect("join");
+    assert_eq!(reply.body, "first line\nsecond line\nthird line\n");
+
+    for bad in ["role=nope&index=0", "role=worker&index=2"] {
+        let reply = request(
+            s.addr,
+            "GET",
+            &format!("/api/v1/user/alice/jobs/job/logs?{bad}"),
+            None,
+            "",
+        )
+        .await;
+        assert_eq!(reply.error(), (404, "NoJobError".to_string()), "{bad}");
+    }
+}

@@ -81,6 +81,8 @@ struct Store {
     compacted_below: u64,
     deny: Option<u16>,
     uid: u64,
+    /// Container logs by pod.
+    logs: HashMap<Key, String>,
     requests: Vec<Request>,
 }
 
@@ -89,8 +91,10 @@ struct Shared {
     events: broadcast::Sender<Event>,
     /// Bumped to end every open watch.
     cut: watch::Sender<u64>,
-    /// How many watches have started streaming.
+    /// How many watches (and followed logs) have started streaming.
     watches: watch::Sender<usize>,
+    /// Text appended to a pod's log; `None` ends its followers (the container exited).
+    log_appends: broadcast::Sender<(Key, Option<String>)>,
 }
 
 impl Shared {
@@ -113,11 +117,13 @@ impl ApiServer {
         let (events, _) = broadcast::channel(4096);
         let (cut, _) = watch::channel(0);
         let (watches, _) = watch::channel(0);
+        let (log_appends, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::default()),
             events,
             cut,
             watches,
+            log_appends,
         });
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
@@ -136,6 +142,7 @@ impl ApiServer {
         let collection = get(list_or_watch).post(create);
         let item = get(get_one).put(replace).patch(patch).delete(delete);
         let app = Router::new()
+            .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(pod_log))
             .route("/api/v1/namespaces/{ns}/{resource}", collection.clone())
             .route("/api/v1/namespaces/{ns}/{resource}/{name}", item.clone())
             .route(
@@ -246,7 +253,28 @@ impl ApiServer {
         )
     }
 
-    /// Ends every open watch, as a load balancer or a network blip would.
+    /// Appends `text` to the main container's log of pod `name` (creating the log).
+    pub fn append_log(&self, namespace: &str, name: &str, text: &str) {
+        let key = Key::new("pods", namespace, name);
+        self.shared
+            .lock()
+            .logs
+            .entry(key.clone())
+            .or_default()
+            .push_str(text);
+        let _ = self.shared.log_appends.send((key, Some(text.to_string())));
+    }
+
+    /// Ends every follower of pod `name`'s log, after what was appended before, as the
+    /// container's exit does.
+    pub fn end_log(&self, namespace: &str, name: &str) {
+        let _ = self
+            .shared
+            .log_appends
+            .send((Key::new("pods", namespace, name), None));
+    }
+
+    /// Ends every open watch and followed log, as a load balancer or a network blip would.
     pub fn cut_watches(&self) {
         self.shared.cut.send_modify(|g| *g += 1);
     }
@@ -581,6 +609,48 @@ fn line_response(lines: futures::stream::BoxStream<'static, Bytes>) -> Response 
             lines.map(Ok::<_, std::convert::Infallible>),
         ))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// `GET …/pods/{name}/log[?follow=true]`: the log so far, then (following) what is
+/// appended until the log ends or the stream is cut.
+async fn pod_log(
+    State(shared): State<Arc<Shared>>,
+    Path(params): Path<Params>,
+    Query(query): Query<Params>,
+) -> Response {
+    let key = Key::new(
+        "pods",
+        params.get("ns").map_or("", String::as_str),
+        params.get("name").map_or("", String::as_str),
+    );
+    let follow = matches!(query.get("follow").map(String::as_str), Some("true" | "1"));
+    let appends = shared.log_appends.subscribe();
+    let mut cut = shared.cut.subscribe();
+    cut.mark_unchanged();
+    let Some(so_far) = shared.lock().logs.get(&key).cloned() else {
+        return not_found(&key);
+    };
+    let head = futures::stream::iter([Bytes::from(so_far)]);
+    if !follow {
+        return line_response(head.boxed());
+    }
+    shared.watches.send_modify(|c| *c += 1);
+    let tail = futures::stream::unfold((appends, key), |(mut appends, key)| async move {
+        loop {
+            match appends.recv().await {
+                Ok((k, Some(text))) if k == key => {
+                    return Some((Bytes::from(text), (appends, key)));
+                }
+                Ok((k, None)) if k == key => return None,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    let ends = async move {
+        let _ = cut.changed().await;
+    };
+    line_response(head.chain(tail).take_until(Box::pin(ends)).boxed())
 }
 
 async fn get_one(State(shared): State<Arc<Shared>>, Path(params): Path<Params>) -> Response {

@@ -1,7 +1,9 @@
 //! Where Frameworks live: a Kubernetes cluster (FrameworkController runs them), or this
 //! machine (the embedded default). The server holds no state of its own.
 
+use axum::body::Bytes;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 
 use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
@@ -20,6 +22,9 @@ pub enum BackendError {
     Other(String),
 }
 
+/// A task's log, chunk by chunk.
+pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
+
 /// The operations the jobs API needs of a place that runs Frameworks.
 pub trait Backend: Send + Sync + 'static {
     /// A short description for the start-up line: which backend, where.
@@ -36,6 +41,12 @@ pub trait Backend: Send + Sync + 'static {
         name: &'a str,
         execution: ExecutionType,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
+    /// The main container's log of pod `pod`; with `follow`, it goes on as the task writes.
+    fn logs<'a>(
+        &'a self,
+        pod: &'a str,
+        follow: bool,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
     /// Deletes the Framework (and so its pods); `NotFound` when there is none.
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
 }

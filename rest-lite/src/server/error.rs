@@ -30,6 +30,12 @@ impl ApiError {
         }
     }
 
+    /// The same error with another message.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
+    }
+
     pub fn bad_spec(errors: &SpecErrors) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,

@@ -1,18 +1,21 @@
 //! Frameworks in a Kubernetes cluster, through its API server. FrameworkController runs
 //! them; this backend only creates, reads, patches and deletes the objects.
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use futures::{AsyncReadExt, FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use pai_contract::framework::ExecutionType;
 use pai_contract::{Framework, meta};
 
-use super::backend::{Backend, BackendError};
+use super::backend::{Backend, BackendError, LogStream};
+use crate::transform::MAIN_CONTAINER;
 
 pub struct KubeBackend {
     api: Api<Framework>,
+    pods: Api<Pod>,
     namespace: String,
     address: String,
 }
@@ -20,6 +23,7 @@ pub struct KubeBackend {
 impl KubeBackend {
     pub fn new(client: Client, namespace: &str, address: &str) -> Self {
         Self {
+            pods: Api::namespaced(client.clone(), namespace),
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             address: address.to_string(),
@@ -111,6 +115,38 @@ impl Backend for KubeBackend {
                 .await
                 .map(|_| ())
                 .map_err(|e| self.error(e))
+        }
+        .boxed()
+    }
+
+    fn logs<'a>(
+        &'a self,
+        pod: &'a str,
+        follow: bool,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        async move {
+            let params = LogParams {
+                container: Some(MAIN_CONTAINER.to_string()),
+                follow,
+                ..LogParams::default()
+            };
+            let reader = self
+                .pods
+                .log_stream(pod, &params)
+                .await
+                .map_err(|e| self.error(e))?;
+            let chunks = futures::stream::unfold(Box::pin(reader), |mut reader| async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                match reader.read(&mut buf).await {
+                    Ok(0) => None,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Some((Ok(axum::body::Bytes::from(buf)), reader))
+                    }
+                    Err(e) => Some((Err(e), reader)),
+                }
+            });
+            Ok(chunks.boxed())
         }
         .boxed()
     }

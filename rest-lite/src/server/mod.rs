@@ -49,6 +49,7 @@ pub fn router(state: AppState) -> Router {
             get(routes::get_config),
         )
         .route("/api/v1/user/{user}/jobs/{job}/ssh", get(routes::get_ssh))
+        .route("/api/v1/user/{user}/jobs/{job}/logs", get(routes::get_logs))
         .route(
             "/api/v1/user/{user}/jobs/{job}/executionType",
             put(routes::set_execution),

@@ -408,6 +408,62 @@ pub async fn healthz() -> &'static str {
     "ok"
 }
 
+#[derive(Deserialize)]
+pub struct LogQuery {
+    role: String,
+    #[serde(default)]
+    index: u32,
+    #[serde(default)]
+    follow: bool,
+}
+
+/// `GET …/logs?role=&index=&follow=`: one task's output, streamed while it runs when
+/// following.
+pub async fn get_logs(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((user, job)): Path<(String, String)>,
+    Query(query): Query<LogQuery>,
+) -> ApiResult {
+    let framework = find(&state, &caller, &user, &job).await?;
+    let no_task = || {
+        ApiError::no_job(&user, &job).with_message(format!(
+            "job {user}~{job} has no task {}-{}",
+            query.role, query.index
+        ))
+    };
+    let role = framework
+        .spec
+        .task_roles
+        .iter()
+        .find(|r| pai_barrier::peers::pai_role_name(r) == query.role)
+        .ok_or_else(no_task)?;
+    if i64::from(query.index) >= i64::from(role.task_number) {
+        return Err(no_task());
+    }
+    let pod = pai_contract::framework::pod_name(
+        framework.metadata.name.as_deref().unwrap_or_default(),
+        &role.name,
+        query.index,
+    );
+    let logs = state
+        .backend
+        .logs(&pod, query.follow)
+        .await
+        .map_err(|e| match e {
+            BackendError::NotFound => ApiError::no_job(&user, &job).with_message(format!(
+                "task {}-{} of job {user}~{job} has no log yet (its pod {pod} does not exist)",
+                query.role, query.index
+            )),
+            other => backend_error(other, &user, &job),
+        })?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        axum::body::Body::from_stream(logs),
+    )
+        .into_response())
+}
+
 /// `GET /readyz`: ready when the backend answers.
 pub async fn readyz(State(state): State<AppState>) -> ApiResult {
     match state.backend.get("rest-lite-readiness-probe").await {
