@@ -95,14 +95,7 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("rest-lite-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: t, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: t, user: {{}}}}]\ncontexts: [{{name: t, context: {{cluster: t, user: t}}}}]\ncurrent-context: t\n",
-            api.url()
-        ),
-    )
-    .expect("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, None);
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rest-lite"))
         .args(["serve", "--listen", "127.0.0.1:0", "--kubeconfig"])
         .arg(&kubeconfig)

@@ -10,7 +10,7 @@ use pai_contract::exit::platform;
 use pai_contract::framework::{
     CompletionStatus, ExecutionType, Framework, FrameworkState, TaskRoleSpec, TaskStatus,
 };
-use pai_contract::{PortPlan, meta};
+use pai_contract::meta;
 
 /// The job states OpenPAI shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -167,10 +167,6 @@ fn task_state(task: &TaskStatus, stopping: bool) -> JobState {
     }
 }
 
-fn role_ports(role: &TaskRoleSpec) -> PortPlan {
-    pai_barrier::peers::role_ports(role)
-}
-
 /// The job as OpenPAI shows it. `logs_base` is the job's URL (`/api/v1/user/u/jobs/j`).
 pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
     let annotations = framework.metadata.annotations.clone().unwrap_or_default();
@@ -194,7 +190,7 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
     let mut total_tasks = 0;
     for role in &framework.spec.task_roles {
         let pai_name = pai_barrier::peers::pai_role_name(role);
-        let ports: BTreeMap<String, String> = role_ports(role)
+        let ports: BTreeMap<String, String> = pai_barrier::peers::role_ports(role)
             .iter()
             .map(|(label, p)| (label.to_string(), pai_contract::ports::join_ports(p)))
             .collect();

@@ -527,14 +527,7 @@ async fn the_serve_command_serves_and_stops_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("rest-lite-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: test, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: test, user: {{}}}}]\ncontexts: [{{name: test, context: {{cluster: test, user: test, namespace: jobs}}}}]\ncurrent-context: test\n",
-            api.url()
-        ),
-    )
-    .expect("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, Some("jobs"));
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rest-lite"))
         .args([
             "serve",

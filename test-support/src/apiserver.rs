@@ -186,6 +186,23 @@ impl ApiServer {
         format!("http://{}", self.addr)
     }
 
+    /// Writes a kubeconfig whose current context is this server (no credentials), with
+    /// `namespace` as the context's namespace when given.
+    pub fn write_kubeconfig(&self, path: &std::path::Path, namespace: Option<&str>) {
+        let namespace = namespace
+            .map(|n| format!(", namespace: {n}"))
+            .unwrap_or_default();
+        let text = format!(
+            "apiVersion: v1\nkind: Config\n\
+             clusters: [{{name: test, cluster: {{server: \"{}\"}}}}]\n\
+             users: [{{name: test, user: {{}}}}]\n\
+             contexts: [{{name: test, context: {{cluster: test, user: test{namespace}}}}}]\n\
+             current-context: test\n",
+            self.url()
+        );
+        std::fs::write(path, text).expect("write the kubeconfig");
+    }
+
     /// Stops serving: open connections drop, new ones are refused. State is kept.
     pub async fn stop(&mut self) {
         if let Some(task) = self.task.take() {

@@ -18,7 +18,7 @@ use super::error::ApiError;
 use crate::ports::Seed;
 use crate::spec::names::framework_name;
 use crate::spec::{JobName, JobSpec, SpecFormat, UserName};
-use crate::status::{JobState, JobStatus, job_view};
+use crate::status::{JobStatus, job_view};
 use crate::transform::Submission;
 
 type ApiResult = Result<Response, ApiError>;
@@ -479,12 +479,4 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         state.metrics.render(),
     )
         .into_response()
-}
-
-/// Whether a job has finished, for callers that wait on it.
-pub fn is_final(state: JobState) -> bool {
-    matches!(
-        state,
-        JobState::Succeeded | JobState::Failed | JobState::Stopped
-    )
 }
