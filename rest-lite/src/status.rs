@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use pai_contract::exit::platform;
 use pai_contract::framework::{
@@ -13,7 +14,7 @@ use pai_contract::framework::{
 use pai_contract::meta;
 
 /// The job states OpenPAI shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum JobState {
     Waiting,
@@ -25,7 +26,7 @@ pub enum JobState {
 }
 
 /// `GET /api/v1/user/:u/jobs/:j`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobView {
     pub name: String,
@@ -34,7 +35,7 @@ pub struct JobView {
     pub conditions: Vec<Condition>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobStatus {
     pub username: String,
@@ -55,19 +56,19 @@ pub struct JobStatus {
     pub total_task_role_number: usize,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleView {
     pub task_role_status: RoleName,
     pub task_statuses: Vec<TaskView>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 pub struct RoleName {
     pub name: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskView {
     pub task_index: u32,
@@ -85,7 +86,7 @@ pub struct TaskView {
 }
 
 /// A Kubernetes-style condition.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     /// `Submitted`, `Running`, `Succeeded`, `Failed` or `Stopped`.

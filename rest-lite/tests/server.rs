@@ -693,3 +693,110 @@ async fn logs_are_served_and_followed() {
         assert_eq!(reply.error(), (404, "NoJobError".to_string()), "{bad}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_framework_the_cluster_finds_invalid_is_a_400_with_its_reason() {
+    let s = start().await;
+    s.api.reject_creates(Some(
+        "Framework.frameworkcontroller.microsoft.com \"alice--job\" is invalid: spec.taskRoles[0].taskNumber: Invalid value: 0",
+    ));
+    let reply = submit(s.addr, "alice", &common::base_job().to_string()).await;
+    assert_eq!(reply.error(), (400, "InvalidParametersError".to_string()));
+    let message = reply.json()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.contains("the cluster rejected the job")
+            && message.contains("spec.taskRoles[0].taskNumber: Invalid value: 0"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("\"kind\""),
+        "no raw upstream body: {message}"
+    );
+    assert!(s.api.get("frameworks", NS, "alice--job").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_covers_every_route_and_the_job_view() {
+    let s = start().await;
+    let doc = request(s.addr, "GET", "/api/v1/openapi.json", None, "").await;
+    assert_eq!(doc.status, 200, "{}", doc.body);
+    let doc = doc.json();
+    assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
+    let routes = [
+        ("/api/v1/jobs", "get"),
+        ("/api/v1/user/{user}/jobs", "get"),
+        ("/api/v1/user/{user}/jobs", "post"),
+        ("/api/v1/user/{user}/jobs/{job}", "get"),
+        ("/api/v1/user/{user}/jobs/{job}", "put"),
+        ("/api/v1/user/{user}/jobs/{job}", "delete"),
+        ("/api/v1/user/{user}/jobs/{job}/config", "get"),
+        ("/api/v1/user/{user}/jobs/{job}/ssh", "get"),
+        ("/api/v1/user/{user}/jobs/{job}/logs", "get"),
+        ("/api/v1/user/{user}/jobs/{job}/executionType", "put"),
+        ("/api/v1/openapi.json", "get"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+        ("/metrics", "get"),
+    ];
+    let paths = doc["paths"].as_object().expect("paths");
+    let documented: usize = paths
+        .values()
+        .map(|p| p.as_object().map_or(0, |o| o.len()))
+        .sum();
+    assert_eq!(documented, routes.len(), "{:?}", paths.keys());
+    for (path, method) in routes {
+        let operation = &doc["paths"][path][method];
+        assert!(operation.is_object(), "{method} {path} is not documented");
+        // Every documented route is served (an undocumented path would be 404 here).
+        let concrete = path.replace("{user}", "alice").replace("{job}", "nojob");
+        let reply = request(s.addr, &method.to_uppercase(), &concrete, None, "").await;
+        assert_ne!(reply.status, 405, "{method} {path}");
+        let secured = operation["security"].is_array();
+        assert_eq!(
+            secured,
+            path.starts_with("/api/v1/user") || path == "/api/v1/jobs",
+            "{method} {path}: bearer tokens are required exactly on the jobs routes"
+        );
+    }
+    assert!(
+        doc["paths"]["/api/v1/user/{user}/jobs"]["post"]["parameters"]
+            .as_array()
+            .is_some_and(|p| p
+                .iter()
+                .any(|p| p["name"] == "dryRun" && p["in"] == "query"))
+    );
+
+    // The documented job view is the one served: every key of a real one is in the schema.
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    let view = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "")
+        .await
+        .json();
+    let schemas = &doc["components"]["schemas"];
+    for (schema, value) in [
+        ("JobView", &view),
+        ("JobStatus", &view["jobStatus"]),
+        ("TaskView", &view["taskRoles"]["worker"]["taskStatuses"][0]),
+    ] {
+        let properties = schemas[schema]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no schema {schema}"));
+        let keys = value
+            .as_object()
+            .unwrap_or_else(|| panic!("{schema}: {value}"));
+        for key in keys.keys() {
+            assert!(properties.contains_key(key), "{schema} lacks {key}");
+        }
+    }
+    for code in [
+        "ErrorBody",
+        "Message",
+        "SshInfo",
+        "ExecutionBody",
+        "JobSummary",
+    ] {
+        assert!(schemas[code].is_object(), "no schema {code}");
+    }
+}

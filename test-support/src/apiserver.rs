@@ -80,6 +80,9 @@ struct Store {
     /// Watches from a resourceVersion below this get 410 Gone.
     compacted_below: u64,
     deny: Option<u16>,
+    /// Creates are refused as invalid (422) with this message, as validation against
+    /// the CRD schema or an admission webhook would.
+    invalid: Option<String>,
     uid: u64,
     /// Container logs by pod.
     logs: HashMap<Key, String>,
@@ -306,6 +309,11 @@ impl ApiServer {
     /// Answers every request with this status (401 or 403), or serves normally (`None`).
     pub fn deny(&self, code: Option<u16>) {
         self.shared.lock().deny = code;
+    }
+
+    /// Refuses every create as 422 Invalid with `message` (`None`: accept again).
+    pub fn reject_creates(&self, message: Option<&str>) {
+        self.shared.lock().invalid = message.map(str::to_string);
     }
 
     /// Every request so far.
@@ -717,6 +725,9 @@ async fn create(
         name,
     };
     let mut store = shared.lock();
+    if let Some(message) = store.invalid.clone() {
+        return status(422, "Invalid", message);
+    }
     if store.objects.contains_key(&key) {
         return status(
             409,

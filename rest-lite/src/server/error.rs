@@ -15,9 +15,12 @@ pub struct ApiError {
     pub message: String,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
+/// The body of every error response.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody<'a> {
+    /// `<Name>Error`, e.g. `NoJobError`.
     code: &'a str,
+    /// What went wrong, naming the field and the rule where there is one.
     message: &'a str,
 }
 
@@ -107,7 +110,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Body {
+        let body = ErrorBody {
             code: self.code,
             message: &self.message,
         };

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod error;
 pub mod kube_backend;
 pub mod metrics;
+pub mod openapi;
 pub mod routes;
 
 use std::sync::Arc;
@@ -63,6 +64,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
         .route("/metrics", get(routes::metrics))
+        .route(openapi::DOCUMENT_PATH, get(openapi::openapi_json))
         .merge(api)
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -14,17 +14,18 @@ use pai_contract::{Framework, meta};
 use super::AppState;
 use super::auth::Caller;
 use super::backend::BackendError;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use crate::ports::Seed;
 use crate::spec::names::framework_name;
 use crate::spec::{JobName, JobSpec, SpecFormat, UserName};
-use crate::status::{JobStatus, job_view};
+use crate::status::{JobStatus, JobView, job_view};
 use crate::transform::Submission;
 
 type ApiResult = Result<Response, ApiError>;
 
-#[derive(Serialize)]
-struct Message {
+/// The body of a 202.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Message {
     message: String,
 }
 
@@ -52,9 +53,11 @@ fn backend_error(error: BackendError, user: &str, job: &str) -> ApiError {
     }
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 pub struct SubmitQuery {
+    /// Validate and transform only: answer with the Framework, create nothing.
     #[serde(default)]
     dry_run: bool,
 }
@@ -81,6 +84,24 @@ fn spec_format(headers: &HeaderMap, text: &str) -> Result<SpecFormat, ApiError> 
 }
 
 /// `POST /api/v1/user/{user}/jobs`: the job's name comes from the spec.
+#[utoipa::path(
+    post,
+    path = "/api/v1/user/{user}/jobs",
+    tag = "jobs",
+    params(("user" = String, Path, description = "the job's owner"), SubmitQuery),
+    request_body(description = "the job spec, JSON or YAML (contracts §1)", content((String = "application/json"), (String = "application/yaml"))),
+    responses(
+        (status = 202, description = "accepted", body = Message),
+        (status = 200, description = "dry run: the Framework that would be created", body = Object),
+        (status = 400, description = "bad spec or parameter: the message names the field and the rule", body = ErrorBody),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "the caller may not act for this user", body = ErrorBody),
+        (status = 409, description = "a job of that name exists, or the job cannot be started again", body = ErrorBody),
+        (status = 413, description = "the body is larger than the server's limit", body = ErrorBody),
+        (status = 415, description = "the body is not JSON or YAML", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn submit(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -94,6 +115,24 @@ pub async fn submit(
 
 /// `PUT /api/v1/user/{user}/jobs/{job}`: the proof of concept's form; the path's job name
 /// must be the spec's.
+#[utoipa::path(
+    put,
+    path = "/api/v1/user/{user}/jobs/{job}",
+    tag = "jobs",
+    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)"), SubmitQuery),
+    request_body(description = "the job spec; its jobName must be the path's", content((String = "application/json"), (String = "application/yaml"))),
+    responses(
+        (status = 202, description = "accepted", body = Message),
+        (status = 200, description = "dry run: the Framework that would be created", body = Object),
+        (status = 400, description = "bad spec or parameter: the message names the field and the rule", body = ErrorBody),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 403, description = "the caller may not act for this user", body = ErrorBody),
+        (status = 409, description = "a job of that name exists, or the job cannot be started again", body = ErrorBody),
+        (status = 413, description = "the body is larger than the server's limit", body = ErrorBody),
+        (status = 415, description = "the body is not JSON or YAML", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn submit_named(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -202,6 +241,18 @@ fn job_url(user: &str, job: &str) -> String {
 }
 
 /// `GET /api/v1/user/{user}/jobs/{job}`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}",
+    tag = "jobs",
+    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    responses(
+        (status = 200, description = "the job's status", body = JobView),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn get_job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -212,6 +263,18 @@ pub async fn get_job(
 }
 
 /// `GET …/config`: the spec exactly as submitted.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}/config",
+    tag = "jobs",
+    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    responses(
+        (status = 200, description = "the spec exactly as submitted", content((String = "application/json"), (String = "application/yaml"))),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn get_config(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -230,15 +293,33 @@ pub async fn get_config(
     Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct SshContainer {
+pub struct SshContainer {
+    /// `<role>-<index>`.
     id: String,
     ssh_ip: String,
     ssh_port: String,
 }
 
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SshInfo {
+    containers: Vec<SshContainer>,
+}
+
 /// `GET …/ssh`: where each running task's sshd listens.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}/ssh",
+    tag = "jobs",
+    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    responses(
+        (status = 200, description = "where each task's sshd listens", body = SshInfo),
+        (status = 404, description = "no such job, or no task has an address yet (`NoJobSshInfoError`)", body = ErrorBody),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn get_ssh(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -265,15 +346,32 @@ pub async fn get_ssh(
     if containers.is_empty() {
         return Err(ApiError::no_ssh(&user, &job, "no task has an address yet"));
     }
-    Ok(Json(serde_json::json!({ "containers": containers })).into_response())
+    Ok(Json(SshInfo { containers }).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct ExecutionBody {
+    /// `START` or `STOP`.
+    #[schema(example = "STOP")]
     value: String,
 }
 
 /// `PUT …/executionType` `{"value": "START" | "STOP"}`.
+#[utoipa::path(
+    put,
+    path = "/api/v1/user/{user}/jobs/{job}/executionType",
+    tag = "jobs",
+    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    request_body = ExecutionBody,
+    responses(
+        (status = 202, description = "accepted", body = Message),
+        (status = 400, description = "bad spec or parameter: the message names the field and the rule", body = ErrorBody),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
+        (status = 409, description = "a job of that name exists, or the job cannot be started again", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn set_execution(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -322,6 +420,18 @@ pub async fn set_execution(
 }
 
 /// `DELETE /api/v1/user/{user}/jobs/{job}`: the Framework and, with it, its pods.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/user/{user}/jobs/{job}",
+    tag = "jobs",
+    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    responses(
+        (status = 202, description = "the job and its tasks are being removed", body = Message),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn delete_job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -338,8 +448,8 @@ pub async fn delete_job(
 }
 
 /// One job in a list.
-#[derive(Serialize)]
-struct JobSummary {
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct JobSummary {
     name: String,
     #[serde(flatten)]
     status: JobStatus,
@@ -381,6 +491,17 @@ async fn list(state: &AppState, caller: &Caller, user: Option<&str>) -> ApiResul
 }
 
 /// `GET /api/v1/user/{user}/jobs`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs",
+    tag = "jobs",
+    params(("user" = String, Path, description = "the job's owner")),
+    responses(
+        (status = 200, description = "the user's jobs, newest first", body = [JobSummary]),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn list_user_jobs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -389,12 +510,25 @@ pub async fn list_user_jobs(
     list(&state, &caller, Some(&user)).await
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only this user's jobs.
     username: Option<String>,
 }
 
 /// `GET /api/v1/jobs?username=`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs",
+    tag = "jobs",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "jobs, newest first (a non-admin sees only their own)", body = [JobSummary]),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn list_jobs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -404,21 +538,39 @@ pub async fn list_jobs(
 }
 
 /// `GET /healthz`.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "the process serves", body = String)))]
 pub async fn healthz() -> &'static str {
     "ok"
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct LogQuery {
+    /// The task role's name as in the spec.
     role: String,
+    /// The task's index in its role.
     #[serde(default)]
     index: u32,
+    /// Keep streaming while the task runs.
     #[serde(default)]
     follow: bool,
 }
 
 /// `GET …/logs?role=&index=&follow=`: one task's output, streamed while it runs when
 /// following.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}/logs",
+    tag = "jobs",
+    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)"), LogQuery),
+    responses(
+        (status = 200, description = "the task's output; streamed while it runs with follow=true", content_type = "text/plain", body = String),
+        (status = 400, description = "bad spec or parameter: the message names the field and the rule", body = ErrorBody),
+        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
+        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn get_logs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -465,6 +617,15 @@ pub async fn get_logs(
 }
 
 /// `GET /readyz`: ready when the backend answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "the backend answers", body = String),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
 pub async fn readyz(State(state): State<AppState>) -> ApiResult {
     match state.backend.get("rest-lite-readiness-probe").await {
         Ok(_) => Ok("ok".into_response()),
@@ -473,6 +634,7 @@ pub async fn readyz(State(state): State<AppState>) -> ApiResult {
 }
 
 /// `GET /metrics`: Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
