@@ -85,6 +85,32 @@ pub fn role_ports(role: &TaskRoleSpec) -> PortPlan {
         .unwrap_or_default()
 }
 
+/// Each task's own ports by role (Framework name) and index, where the Framework says
+/// (the embedded default's [`meta::ANNOTATION_TASK_PORTS`]); empty otherwise, and then
+/// every task has its role's ports.
+pub fn task_ports(framework: &Framework) -> std::collections::HashMap<String, Vec<PortPlan>> {
+    framework
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(meta::ANNOTATION_TASK_PORTS))
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
+}
+
+/// The ports of task `index` of `role`: its own when the Framework gives them, else the
+/// role's.
+pub fn ports_of(
+    role: &TaskRoleSpec,
+    index: u32,
+    own: &std::collections::HashMap<String, Vec<PortPlan>>,
+) -> PortPlan {
+    own.get(&role.name)
+        .and_then(|plans| plans.get(index as usize))
+        .cloned()
+        .unwrap_or_else(|| role_ports(role))
+}
+
 /// The Framework's name, or empty.
 pub(crate) fn framework_name(framework: &Framework) -> String {
     framework.metadata.name.clone().unwrap_or_default()

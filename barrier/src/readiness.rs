@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use pai_contract::framework::{Framework, TaskStatus};
 
-use crate::peers::{Peer, PeerTable, RolePeers, framework_name, pai_role_name, role_ports};
+use crate::peers::{Peer, PeerTable, RolePeers, framework_name, pai_role_name, ports_of, task_ports};
 use crate::status::{StatusError, task_role_statuses};
 
 /// Where the job stands.
@@ -64,11 +64,11 @@ pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
         total: 0,
         first_missing: None,
     };
+    let own_ports = task_ports(framework);
     let mut roles = Vec::with_capacity(framework.spec.task_roles.len());
     for role in &framework.spec.task_roles {
         let count = u32::try_from(role.task_number).unwrap_or(0);
         let tasks = by_role.get(role.name.as_str()).unwrap_or(&no_tasks);
-        let ports = role_ports(role);
         let mut peers = Vec::with_capacity(count as usize);
         for index in 0..count {
             progress.total += 1;
@@ -85,7 +85,7 @@ pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
                             .pod_host_ip
                             .clone()
                             .filter(|h| !h.is_empty()),
-                        ports: ports.clone(),
+                        ports: ports_of(role, index, &own_ports),
                     });
                 }
                 None => {

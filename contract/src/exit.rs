@@ -52,12 +52,53 @@ impl ExitCode {
 
 /// Codes FrameworkController itself puts in a completion status.
 pub mod platform {
+    /// The task's pod was deleted by someone else (in the embedded default: its
+    /// processes ended with the server).
+    pub const POD_EXTERNAL_DELETED: i32 = -101;
     /// The Framework was asked to stop (`executionType: Stop`).
     pub const STOP_REQUESTED: i32 = -210;
     /// The attempt completed by its completion policy while the task still ran.
     pub const ATTEMPT_COMPLETION: i32 = -220;
     /// The task's pod was deleted.
     pub const TASK_DELETED: i32 = -230;
+}
+
+impl CompletionKind {
+    /// The controller's `type` of a completion: `Succeeded` or `Failed`, with attributes.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            CompletionKind::Succeeded => "Succeeded",
+            _ => "Failed",
+        }
+    }
+
+    pub fn attributes(self) -> &'static [&'static str] {
+        match self {
+            CompletionKind::Succeeded => &[],
+            CompletionKind::TransientFailure => &["Transient"],
+            CompletionKind::TransientConflict => &["Transient", "Conflict"],
+            CompletionKind::PermanentFailure => &["Permanent"],
+            CompletionKind::UnknownFailure => &[],
+        }
+    }
+}
+
+/// The phrase the controller gives a code.
+pub fn phrase(code: i32) -> &'static str {
+    match code {
+        0 => ExitCode::Succeeded.phrase(),
+        200 => ExitCode::TransientFailure.phrase(),
+        201 => ExitCode::TransientConflict.phrase(),
+        210 => ExitCode::PermanentFailure.phrase(),
+        platform::POD_EXTERNAL_DELETED => "PodExternalDeleted",
+        platform::STOP_REQUESTED => "StopFrameworkRequested",
+        platform::ATTEMPT_COMPLETION => "FrameworkAttemptCompletion",
+        platform::TASK_DELETED => "DeleteTaskRequested",
+        130 => "ContainerSigIntReceived",
+        137 => "ContainerSigKillReceived",
+        143 => "ContainerSigTermReceived",
+        _ => "ContainerFailed",
+    }
 }
 
 /// How the controller classifies a completion code: container exit codes (≥ 0) and the

@@ -189,6 +189,23 @@ pub struct CompletionStatus {
     pub trigger: Option<CompletionTrigger>,
 }
 
+impl CompletionStatus {
+    /// The status the controller writes for `code`: its phrase and type, as classified.
+    pub fn of(code: i32, diagnostics: impl Into<String>) -> Self {
+        let kind = crate::exit::classify(code);
+        Self {
+            code,
+            phrase: crate::exit::phrase(code).to_string(),
+            kind: CompletionType {
+                name: kind.type_name().to_string(),
+                attributes: kind.attributes().iter().map(|a| a.to_string()).collect(),
+            },
+            diagnostics: Some(diagnostics.into()),
+            trigger: None,
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct CompletionType {

@@ -16,3 +16,8 @@ pub const ANNOTATION_JOB: &str = "rest-lite.openpai.io/job-name";
 pub const ANNOTATION_SPEC: &str = "rest-lite.openpai.io/job-spec";
 /// Annotation on a pod template: the role's name exactly as given.
 pub const ANNOTATION_ROLE: &str = "rest-lite.openpai.io/role-name";
+/// Annotation the embedded default puts on a Framework: each task's own ports, as JSON
+/// `{"<role>": ["<label>:<ports>;…", …by index]}`. Tasks of one role share the host there,
+/// so they cannot share ports; on Kubernetes each pod has its own address and the role's
+/// ports hold for every task.
+pub const ANNOTATION_TASK_PORTS: &str = "rest-lite.openpai.io/task-ports";

@@ -54,6 +54,21 @@ pub fn dynamic_env(
         ),
         (names::TASK_ROLE_INDEX.to_string(), role_index.to_string()),
     ];
+    // This task's own ports: the same as its template's on Kubernetes; its own on a
+    // shared host (the embedded default), where they override the role's.
+    let mine = &own.tasks[me.index as usize].ports;
+    env.push((names::CONTAINER_HOST_PORT_LIST.to_string(), mine.to_string()));
+    for (label, ports) in mine.iter() {
+        env.push((names::container_host_label_port_list(label), join_ports(ports)));
+    }
+    for (var, label) in [
+        (names::CURRENT_CONTAINER_PORT, HTTP_LABEL),
+        (names::CONTAINER_SSH_PORT, pai_contract::ports::SSH_LABEL),
+    ] {
+        if let Some(port) = mine.first(label) {
+            env.push((var.to_string(), port.to_string()));
+        }
+    }
     for role in &peers.roles {
         let name = role.name.as_str();
         let mut hosts = Vec::with_capacity(role.tasks.len());

@@ -107,7 +107,12 @@ fn install(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     let same = std::fs::canonicalize(&run).ok() == std::fs::canonicalize(&me).ok();
     if !same {
         let tmp = run.with_extension("tmp");
-        std::fs::copy(&me, &tmp).map_err(|e| setup("cannot install the runtime as", &run, e))?;
+        let _ = std::fs::remove_file(&tmp);
+        // A hard link costs nothing (many tasks on one host, the embedded default); a copy
+        // when the root is on another file system (the shared volume of a pod).
+        std::fs::hard_link(&me, &tmp)
+            .or_else(|_| std::fs::copy(&me, &tmp).map(drop))
+            .map_err(|e| setup("cannot install the runtime as", &run, e))?;
         std::fs::rename(&tmp, &run).map_err(|e| setup("cannot install the runtime as", &run, e))?;
     }
     let scripts = layout::scripts(&assets.join("init"))

@@ -6,6 +6,7 @@
 //!   user command under a supervisor that forwards signals, reaps zombies and exits with
 //!   the user command's status.
 
+pub mod cli;
 pub mod dynamic_env;
 pub mod entry;
 pub mod layout;

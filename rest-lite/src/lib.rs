@@ -4,8 +4,10 @@
 //! [`ports::allocate`] → [`transform::Transformer`] builds the [`pai_contract::Framework`],
 //! whose pod templates carry the static environment of [`env`].
 
+pub mod client;
 pub mod config;
 pub mod env;
+pub mod local;
 pub mod ports;
 pub mod server;
 pub mod spec;

@@ -1,0 +1,107 @@
+//! The command line of the runtime: `entry` (init container) and `run` (also reached as
+//! `<root>/run`, the main container's command). Shared by the `kube-runtime` binary and
+//! by `rest-lite`, which carries the same runtime for the embedded default.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::layout::{ASSETS_VAR, Layout};
+use crate::supervisor::signals::Signals;
+use crate::{entry, run};
+
+const USAGE: &str =
+    "usage: kube-runtime entry [--root DIR] [--assets DIR]\n       kube-runtime run [--root DIR]";
+
+/// Runs the runtime with `args` (`args[0]` is the program name; `run` as its file name
+/// means the `run` command). Call before any thread starts: `run` blocks signals for
+/// every thread it will have.
+pub fn main(mut args: Vec<String>) -> ExitCode {
+    let invoked_as_run = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|n| n == "run");
+    let command = if invoked_as_run {
+        "run".to_string()
+    } else if args.len() > 1 {
+        args.remove(1)
+    } else {
+        String::new()
+    };
+    let (root, assets) = match options(&args[1..]) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("kube-runtime: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match command.as_str() {
+        "run" => {
+            // Before any thread exists, so that every thread inherits the blocked mask.
+            let signals = match Signals::block() {
+                Ok(s) => s,
+                Err(e) => return fail(1, &format!("cannot set up signal handling: {e}")),
+            };
+            init_tracing();
+            match run::run(&Layout::from_env(root), &signals) {
+                Ok(ended) => ExitCode::from(u8::try_from(ended.code()).unwrap_or(1)),
+                Err(e) => fail(
+                    pai_contract::exit::ExitCode::TransientFailure.code(),
+                    &e.to_string(),
+                ),
+            }
+        }
+        "entry" => {
+            init_tracing();
+            let assets = assets
+                .or_else(|| std::env::var_os(ASSETS_VAR).map(PathBuf::from))
+                .or_else(|| {
+                    std::env::current_exe()
+                        .ok()
+                        .and_then(|p| p.parent().map(PathBuf::from))
+                })
+                .unwrap_or_else(|| PathBuf::from("."));
+            match entry::entry(&Layout::from_env(root), &assets) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e.exit_code().code(), &e.to_string()),
+            }
+        }
+        other => {
+            eprintln!("kube-runtime: unknown command {other:?}\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn options(args: &[String]) -> Result<(Option<PathBuf>, Option<PathBuf>), String> {
+    let (mut root, mut assets) = (None, None);
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let slot = match arg.as_str() {
+            "--root" => &mut root,
+            "--assets" => &mut assets,
+            other => return Err(format!("unexpected argument {other:?}")),
+        };
+        *slot = Some(PathBuf::from(
+            it.next()
+                .ok_or_else(|| format!("{arg} needs a directory"))?,
+        ));
+    }
+    Ok((root, assets))
+}
+
+fn fail(code: i32, message: &str) -> ExitCode {
+    tracing::error!(exit_code = code, "{message}");
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+}

@@ -1,0 +1,177 @@
+//! The client commands: `submit`, `jobs`, `status`, `logs`, `stop`, `delete`, `ssh`,
+//! each one request to a server.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use serde_json::Value;
+
+use rest_lite::client::Client;
+
+/// Where the server is and who is asking.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Connection {
+    /// The server's URL.
+    #[arg(long, env = "REST_LITE_SERVER", default_value = "http://127.0.0.1:9186")]
+    pub server: String,
+    /// Bearer token (a server without a token file needs none).
+    #[arg(long, env = "REST_LITE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The user whose jobs these are [default: $USER, else "default"].
+    #[arg(long, short)]
+    pub user: Option<String>,
+}
+
+impl Connection {
+    pub fn user(&self) -> String {
+        self.user
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| "default".to_string())
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.server, self.token.clone())
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    /// Job spec file (JSON or YAML); `-` reads standard input.
+    spec: PathBuf,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct JobsArgs {
+    /// Every user's jobs the token may see, not only the user's.
+    #[arg(long)]
+    all: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct JobArgs {
+    /// The job's name.
+    job: String,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct LogsArgs {
+    /// The job's name.
+    job: String,
+    /// The task role.
+    #[arg(long, short)]
+    role: String,
+    /// The task's index in its role.
+    #[arg(long, short, default_value_t = 0)]
+    index: u32,
+    /// Keep printing while the task runs.
+    #[arg(long, short)]
+    follow: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(future)
+}
+
+fn print_json(value: &Value) -> Result<ExitCode> {
+    let mut text = serde_json::to_string_pretty(value).context("rendering JSON")?;
+    text.push('\n');
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn message(value: &Value) -> Result<ExitCode> {
+    println!("{}", value["message"].as_str().unwrap_or_default());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
+    let text = super::read_spec(&args.spec)?;
+    let user = args.connection.user();
+    block_on(async {
+        Ok(args.connection.client().submit(&user, &text).await?)
+    })
+    .and_then(|v| message(&v))
+}
+
+pub fn jobs(args: JobsArgs) -> Result<ExitCode> {
+    let user = (!args.all).then(|| args.connection.user());
+    let jobs = block_on(async { Ok(args.connection.client().jobs(user.as_deref()).await?) })?;
+    let mut out = String::new();
+    out.push_str(&format!("{:<32} {:<16} {:<10} {:>7}\n", "NAME", "USER", "STATE", "RETRIES"));
+    for job in jobs.as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<32} {:<16} {:<10} {:>7}\n",
+            job["name"].as_str().unwrap_or_default(),
+            job["username"].as_str().unwrap_or_default(),
+            job["state"].as_str().unwrap_or_default(),
+            job["retries"].as_i64().unwrap_or_default()
+        ));
+    }
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn status(args: JobArgs) -> Result<ExitCode> {
+    let user = args.connection.user();
+    let view = block_on(async { Ok(args.connection.client().job(&user, &args.job).await?) })?;
+    print_json(&view)
+}
+
+pub fn stop(args: JobArgs) -> Result<ExitCode> {
+    let user = args.connection.user();
+    block_on(async { Ok(args.connection.client().stop(&user, &args.job).await?) })
+        .and_then(|v| message(&v))
+}
+
+pub fn delete(args: JobArgs) -> Result<ExitCode> {
+    let user = args.connection.user();
+    block_on(async { Ok(args.connection.client().delete(&user, &args.job).await?) })
+        .and_then(|v| message(&v))
+}
+
+pub fn ssh(args: JobArgs) -> Result<ExitCode> {
+    let user = args.connection.user();
+    let info = block_on(async { Ok(args.connection.client().ssh(&user, &args.job).await?) })?;
+    for container in info["containers"].as_array().into_iter().flatten() {
+        println!(
+            "{}: ssh -p {} root@{}",
+            container["id"].as_str().unwrap_or_default(),
+            container["sshPort"].as_str().unwrap_or_default(),
+            container["sshIp"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn logs(args: LogsArgs) -> Result<ExitCode> {
+    let user = args.connection.user();
+    block_on(async {
+        let mut stream = args
+            .connection
+            .client()
+            .logs(&user, &args.job, &args.role, args.index, args.follow)
+            .await?;
+        let mut stdout = std::io::stdout();
+        while let Some(chunk) = stream.next().await {
+            stdout.write_all(&chunk?)?;
+            stdout.flush()?;
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,194 @@
+//! Command-line parsing and dispatch; each command is a thin call into the library.
+
+mod client;
+mod run;
+mod serve;
+
+pub use rest_lite::local::RUNTIME_COMMAND;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use rest_lite::config::ClusterConfig;
+use rest_lite::ports::Seed;
+use rest_lite::spec::{JobSpec, SpecFormat, UserName};
+use rest_lite::transform::{Submission, Transformer};
+
+/// Exit code for bad input: an invalid spec, config or argument.
+const EXIT_BAD_INPUT: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rest-lite",
+    version,
+    about = "OpenPAI-style multi-role jobs on Kubernetes, or on this machine with the same runtime"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a job on this machine and follow it to its end (the embedded default, no
+    /// server to start): every task's output, then the job's state; exits 0 when it
+    /// succeeded.
+    Run(run::RunArgs),
+    /// Serve the OpenPAI v1 jobs API, over a Kubernetes cluster or on this machine.
+    Serve(serve::ServeArgs),
+    /// Submit a job to a server.
+    Submit(client::SubmitArgs),
+    /// List jobs.
+    Jobs(client::JobsArgs),
+    /// Show a job's state and tasks.
+    Status(client::JobArgs),
+    /// Print a task's output.
+    Logs(client::LogsArgs),
+    /// Stop a job.
+    Stop(client::JobArgs),
+    /// Delete a job and its tasks.
+    Delete(client::JobArgs),
+    /// Print how to ssh into a job's tasks.
+    Ssh(client::JobArgs),
+    /// Print the FrameworkController Framework a job spec becomes.
+    Transform(TransformArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct TransformArgs {
+    /// Job spec file (JSON or YAML); `-` reads standard input.
+    spec: PathBuf,
+    /// The submitting user [default: $USER, else "default"].
+    #[arg(long, short)]
+    user: Option<String>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = Output::Yaml)]
+    output: Output,
+    /// Cluster config file (YAML); defaults apply without one.
+    #[arg(long, short, env = "REST_LITE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Seed for port allocation, for reproducible output; random without one.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Output {
+    Yaml,
+    Json,
+}
+
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    // The server tells what it does; the other commands speak only of trouble.
+    init_tracing(match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    });
+    let result = match cli.command {
+        Command::Transform(args) => transform(args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => serve::serve(args).map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => run::run(args),
+        Command::Submit(args) => client::submit(args),
+        Command::Jobs(args) => client::jobs(args),
+        Command::Status(args) => client::status(args),
+        Command::Logs(args) => client::logs(args),
+        Command::Stop(args) => client::stop(args),
+        Command::Delete(args) => client::delete(args),
+        Command::Ssh(args) => client::ssh(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}
+
+fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(|| LossyStderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// Standard error that drops what it cannot write. A server whose log reader went away
+/// must keep answering requests; the logging library panics on a failed write.
+struct LossyStderr;
+
+impl Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+fn transform(args: TransformArgs) -> Result<()> {
+    let config = match &args.config {
+        Some(path) => ClusterConfig::load(path)?,
+        None => ClusterConfig::default(),
+    };
+    let user_name = args
+        .user
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "default".to_string());
+    let user = UserName::parse(&user_name)
+        .map_err(|rule| anyhow::anyhow!("user name {user_name:?}: {rule}"))?;
+    let text = read_spec(&args.spec)?;
+    let format = format_of(&args.spec, &text);
+    let spec = JobSpec::parse(&text, format)?;
+    let seed = args.seed.map_or(Seed::Random, Seed::Fixed);
+    let framework = Transformer::new(config).transform(
+        Submission {
+            user: &user,
+            spec: &spec,
+            spec_text: &text,
+        },
+        seed,
+    )?;
+    let rendered = match args.output {
+        Output::Yaml => serde_saphyr::to_string(&framework).context("rendering YAML")?,
+        Output::Json => {
+            let mut s = serde_json::to_string_pretty(&framework).context("rendering JSON")?;
+            s.push('\n');
+            s
+        }
+    };
+    std::io::stdout()
+        .write_all(rendered.as_bytes())
+        .context("writing to standard output")
+}
+
+pub(crate) fn read_spec(path: &Path) -> Result<String> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the spec from standard input")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading spec {}", path.display()))
+}
+
+/// By extension, else by content.
+pub(crate) fn format_of(path: &Path, text: &str) -> SpecFormat {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => SpecFormat::Json,
+        Some("yaml" | "yml") => SpecFormat::Yaml,
+        _ => SpecFormat::detect(text),
+    }
+}
+

@@ -1,0 +1,214 @@
+//! `rest-lite serve`: the jobs API over a cluster (FrameworkController) or over this
+//! machine (the embedded default).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+
+use rest_lite::config::ClusterConfig;
+use rest_lite::local::task::Runtime;
+use rest_lite::local::{LocalBackend, Settings};
+use rest_lite::server::backend::Backend;
+use rest_lite::server::kube_backend::KubeBackend;
+use rest_lite::server::{AppState, auth, router};
+use rest_lite::transform::Transformer;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// Kubernetes when a cluster configuration is found, else this machine.
+    Auto,
+    /// A Kubernetes cluster with FrameworkController.
+    Kube,
+    /// This machine.
+    Local,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9186")]
+    listen: std::net::SocketAddr,
+    /// Where jobs run.
+    #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
+    backend: BackendKind,
+    /// Cluster config file (YAML); defaults apply without one.
+    #[arg(long, short, env = "REST_LITE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Bearer tokens (YAML: users with name, tokenSha256, admin). Without it the server
+    /// listens on loopback only and every caller may act as any user.
+    #[arg(long, env = "REST_LITE_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// kubeconfig to use [default: in-cluster, $KUBECONFIG or ~/.kube/config].
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Namespace of the Frameworks (overrides the config's).
+    #[arg(long, short)]
+    namespace: Option<String>,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = rest_lite::server::DEFAULT_BODY_LIMIT)]
+    max_body_bytes: usize,
+    #[command(flatten)]
+    local: LocalArgs,
+}
+
+/// Options of the embedded default.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LocalArgs {
+    /// State directory of jobs run on this machine [default: $XDG_STATE_HOME/rest-lite
+    /// or ~/.local/state/rest-lite].
+    #[arg(long, env = "REST_LITE_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// A kube-runtime binary for the tasks [default: the runtime this binary carries].
+    #[arg(long)]
+    pub runtime: Option<PathBuf>,
+    /// Directory with the runtime's prep/ and init/ scripts [default: the first
+    /// ancestor of this binary's directory that has both].
+    #[arg(long)]
+    pub assets: Option<PathBuf>,
+}
+
+impl LocalArgs {
+    pub fn settings(&self, state_dir: PathBuf) -> Result<Settings> {
+        let runtime = match &self.runtime {
+            Some(path) => Runtime::binary(path),
+            None => Runtime::embedded().context("finding this binary for the task runtime")?,
+        };
+        let assets = self.assets.clone().or_else(rest_lite::local::find_assets);
+        if assets.is_none() {
+            tracing::warn!("no directory with prep/ and init/ found: tasks run without prep scripts and daemons (give --assets)");
+        }
+        Ok(Settings {
+            state_dir,
+            runtime,
+            assets,
+            default_grace: std::time::Duration::from_secs(30),
+            conflict_delay: std::time::Duration::from_secs(5),
+        })
+    }
+}
+
+pub fn load_config(path: Option<&Path>) -> Result<ClusterConfig> {
+    Ok(match path {
+        Some(path) => ClusterConfig::load(path)?,
+        None => ClusterConfig::default(),
+    })
+}
+
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let mut config = load_config(args.config.as_deref())?;
+    if let Some(namespace) = args.namespace {
+        config.namespace = namespace;
+        config.check()?;
+    }
+    let tokens = match &args.token_file {
+        Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
+        None => {
+            if !args.listen.ip().is_loopback() {
+                anyhow::bail!(
+                    "without --token-file the server only listens on loopback, not {}: give it a token file or listen on 127.0.0.1",
+                    args.listen
+                );
+            }
+            tracing::warn!(
+                "no token file: every caller may act as any user; listening on loopback only"
+            );
+            None
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let backend = backend(args.backend, args.kubeconfig.as_deref(), &config, &args.local).await?;
+        let describe = backend.describe();
+        let state = AppState {
+            backend,
+            transformer: Arc::new(Transformer::new(config)),
+            body_limit: args.max_body_bytes,
+            tokens,
+            metrics: Default::default(),
+        };
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let bound = listener.local_addr().context("reading the bound address")?;
+        tracing::info!(url = %format!("http://{bound}"), backend = %describe, "rest-lite serving");
+        axum::serve(listener, router(state))
+            .with_graceful_shutdown(shutdown())
+            .await
+            .context("serving")
+    })
+}
+
+async fn backend(
+    kind: BackendKind,
+    kubeconfig: Option<&Path>,
+    config: &ClusterConfig,
+    local: &LocalArgs,
+) -> Result<Arc<dyn Backend>> {
+    let kube = match kind {
+        BackendKind::Local => None,
+        BackendKind::Kube => Some(kube_config(kubeconfig).await?),
+        BackendKind::Auto if kubeconfig.is_some() => Some(kube_config(kubeconfig).await?),
+        BackendKind::Auto => match kube::Config::infer().await {
+            Ok(found) => Some(found),
+            Err(e) => {
+                tracing::info!(reason = %e, "no Kubernetes configuration found; jobs run on this machine");
+                None
+            }
+        },
+    };
+    Ok(match kube {
+        Some(kube_config) => {
+            let address = kube_config.cluster_url.to_string();
+            let client =
+                kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
+            Arc::new(KubeBackend::new(client, &config.namespace, &address))
+        }
+        None => {
+            let state_dir = local
+                .state_dir
+                .clone()
+                .unwrap_or_else(rest_lite::local::default_state_dir);
+            let backend = LocalBackend::open(local.settings(state_dir.clone())?)
+                .await
+                .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
+            Arc::new(backend)
+        }
+    })
+}
+
+/// `--kubeconfig`, else in-cluster, `$KUBECONFIG` or `~/.kube/config`.
+async fn kube_config(kubeconfig: Option<&Path>) -> Result<kube::Config> {
+    match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("using kubeconfig {}", path.display()))
+        }
+        None => kube::Config::infer().await.context(
+            "no Kubernetes configuration found (in-cluster, $KUBECONFIG, ~/.kube/config or --kubeconfig); \
+             use --backend local to run jobs on this machine",
+        ),
+    }
+}
+
+pub async fn shutdown() {
+    let terminate = async {
+        if let Ok(mut signal) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            signal.recv().await;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutting down");
+}

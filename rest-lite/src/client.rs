@@ -1,0 +1,211 @@
+//! The command line's HTTP client of the jobs API.
+
+use axum::body::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use http_body_util::{BodyExt, BodyStream, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{code} ({status}): {message}")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    #[error("cannot reach rest-lite at {url}: {message}")]
+    Transport { url: String, message: String },
+    #[error("the server's answer is not what the API says: {0}")]
+    Answer(String),
+}
+
+/// A client of one server, acting with one token (or none).
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: HttpClient<HttpConnector, Full<Bytes>>,
+}
+
+/// Percent-encodes a path segment or query value.
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(byte as char)
+            }
+            other => out.push_str(&format!("%{other:02X}")),
+        }
+    }
+    out
+}
+
+impl Client {
+    /// `base`: `http://host:port`.
+    pub fn new(base: &str, token: Option<String>) -> Self {
+        Self {
+            base: base.trim_end_matches('/').to_string(),
+            token,
+            http: HttpClient::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    fn job_path(user: &str, job: &str) -> String {
+        format!("/api/v1/user/{}/jobs/{}", encode(user), encode(job))
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut request = Request::builder().method(method).uri(&url);
+        if let Some(content_type) = content_type {
+            request = request.header(hyper::header::CONTENT_TYPE, content_type);
+        }
+        if let Some(token) = &self.token {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| ClientError::Transport {
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
+        let response = self
+            .http
+            .request(request)
+            .await
+            .map_err(|e| ClientError::Transport {
+                url: self.base.clone(),
+                message: format!("{e:#}"),
+            })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        Err(api_error(status, &body))
+    }
+
+    async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Value, ClientError> {
+        let response = self.send(method, path, content_type, body).await?;
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Answer(e.to_string()))?
+            .to_bytes();
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Answer(e.to_string()))
+    }
+
+    /// Submits a spec (JSON or YAML text); returns the server's message.
+    pub async fn submit(&self, user: &str, spec: &str) -> Result<Value, ClientError> {
+        self.json(
+            Method::POST,
+            &format!("/api/v1/user/{}/jobs", encode(user)),
+            None,
+            Bytes::from(spec.to_string()),
+        )
+        .await
+    }
+
+    pub async fn job(&self, user: &str, job: &str) -> Result<Value, ClientError> {
+        self.json(Method::GET, &Self::job_path(user, job), None, Bytes::new())
+            .await
+    }
+
+    /// The jobs of `user`, or every job the caller may see.
+    pub async fn jobs(&self, user: Option<&str>) -> Result<Value, ClientError> {
+        let path = match user {
+            Some(user) => format!("/api/v1/user/{}/jobs", encode(user)),
+            None => "/api/v1/jobs".to_string(),
+        };
+        self.json(Method::GET, &path, None, Bytes::new()).await
+    }
+
+    pub async fn ssh(&self, user: &str, job: &str) -> Result<Value, ClientError> {
+        self.json(
+            Method::GET,
+            &format!("{}/ssh", Self::job_path(user, job)),
+            None,
+            Bytes::new(),
+        )
+        .await
+    }
+
+    pub async fn stop(&self, user: &str, job: &str) -> Result<Value, ClientError> {
+        self.json(
+            Method::PUT,
+            &format!("{}/executionType", Self::job_path(user, job)),
+            Some("application/json"),
+            Bytes::from_static(br#"{"value":"STOP"}"#),
+        )
+        .await
+    }
+
+    pub async fn delete(&self, user: &str, job: &str) -> Result<Value, ClientError> {
+        self.json(Method::DELETE, &Self::job_path(user, job), None, Bytes::new())
+            .await
+    }
+
+    /// One task's log, chunk by chunk; with `follow`, until the task ends.
+    pub async fn logs(
+        &self,
+        user: &str,
+        job: &str,
+        role: &str,
+        index: u32,
+        follow: bool,
+    ) -> Result<BoxStream<'static, Result<Bytes, ClientError>>, ClientError> {
+        let path = format!(
+            "{}/logs?role={}&index={index}&follow={follow}",
+            Self::job_path(user, job),
+            encode(role)
+        );
+        let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
+        let stream = BodyStream::new(response.into_body()).filter_map(|frame| async move {
+            match frame {
+                Ok(frame) => frame.into_data().ok().map(Ok),
+                Err(e) => Some(Err(ClientError::Answer(e.to_string()))),
+            }
+        });
+        Ok(stream.boxed())
+    }
+}
+
+fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let field = |name: &str| {
+        parsed
+            .as_ref()
+            .and_then(|v| v[name].as_str())
+            .map(str::to_string)
+    };
+    ClientError::Api {
+        status: status.as_u16(),
+        code: field("code").unwrap_or_else(|| "UnknownError".to_string()),
+        message: field("message")
+            .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string()),
+    }
+}

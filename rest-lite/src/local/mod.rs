@@ -1,0 +1,361 @@
+//! The embedded default: Frameworks run on this machine, behind the same API as on
+//! Kubernetes. Each task is a process tree started through the real runtime (`entry`,
+//! then `run`), peers meet at the same barrier (over the Framework file), and
+//! FrameworkController's rules decide completions and retries ([`policy`]). Every change
+//! is on disk ([`store`]) before it is told; a restarted server finds every job, ends
+//! what was left running and fails-and-retries those attempts.
+
+mod controller;
+pub mod policy;
+pub mod ports;
+pub mod procs;
+pub mod store;
+pub mod task;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, watch};
+
+use pai_contract::Framework;
+use pai_contract::framework::{ExecutionType, FrameworkState, pod_name};
+
+use crate::server::backend::{Backend, BackendError, LogStream};
+use store::Store;
+use task::Runtime;
+
+/// How the embedded default runs tasks.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The state directory: jobs, their Frameworks, task roots and logs.
+    pub state_dir: PathBuf,
+    pub runtime: Runtime,
+    /// The directory with `prep/` and `init/`; none: no prep scripts and no daemons.
+    pub assets: Option<PathBuf>,
+    /// Between a task's TERM and KILL when it is stopped (its pod's
+    /// `terminationGracePeriodSeconds` when it has one).
+    pub default_grace: Duration,
+    /// Delay before retrying an attempt that failed with a transient conflict.
+    pub conflict_delay: Duration,
+}
+
+/// `rest-lite runtime entry|run`: the runtime this binary carries.
+pub const RUNTIME_COMMAND: &str = "runtime";
+
+impl Runtime {
+    /// The runtime carried by this very binary.
+    pub fn embedded() -> std::io::Result<Self> {
+        Ok(Self {
+            program: std::env::current_exe()?,
+            args: vec![RUNTIME_COMMAND.into()],
+        })
+    }
+
+    /// A `kube-runtime` binary.
+    pub fn binary(path: &Path) -> Self {
+        Self {
+            program: path.to_path_buf(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// The directory with `prep/` and `init/` for tasks: the first of this binary's
+/// directory and its ancestors (a source checkout, an unpacked release) that has both.
+pub fn find_assets() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .skip(1)
+        .find(|dir| dir.join("prep").is_dir() && dir.join("init").is_dir())
+        .map(Path::to_path_buf)
+}
+
+/// `$XDG_STATE_HOME/rest-lite`, else `~/.local/state/rest-lite`.
+pub fn default_state_dir() -> PathBuf {
+    std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("rest-lite")
+}
+
+/// Variables of the server's environment every task gets (a pod gets its image's).
+const HOST_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "RUST_LOG",
+];
+
+pub(crate) enum Command {
+    Stop,
+    Delete,
+}
+
+struct Job {
+    framework: Mutex<Framework>,
+    /// Held while a snapshot is written, so saves land in order.
+    save: tokio::sync::Mutex<()>,
+    /// Bumped after every save.
+    changed: watch::Sender<u64>,
+    commands: mpsc::UnboundedSender<Command>,
+    /// Deleted: invisible, its name still taken until its processes and files are gone.
+    deleting: std::sync::atomic::AtomicBool,
+}
+
+impl Job {
+    fn framework(&self) -> MutexGuard<'_, Framework> {
+        self.framework.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn name(&self) -> String {
+        self.framework().metadata.name.clone().unwrap_or_default()
+    }
+}
+
+pub(crate) struct Inner {
+    store: Store,
+    settings: Settings,
+    host_env: Vec<(String, String)>,
+    jobs: Mutex<BTreeMap<String, Arc<Job>>>,
+}
+
+impl Inner {
+    fn jobs(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Job>>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn visible(&self, name: &str) -> Option<Arc<Job>> {
+        self.jobs()
+            .get(name)
+            .filter(|j| !j.deleting.load(std::sync::atomic::Ordering::SeqCst))
+            .cloned()
+    }
+
+    /// Writes the job's Framework as it is now; returns once it is on disk.
+    async fn persist(&self, job: &Job) -> Result<(), BackendError> {
+        let _order = job.save.lock().await;
+        let snapshot = job.framework().clone();
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.save(&snapshot))
+            .await
+            .map_err(|e| BackendError::Other(format!("saving the job: {e}")))?
+            .map_err(|e| BackendError::Other(e.to_string()))?;
+        job.changed.send_modify(|v| *v += 1);
+        Ok(())
+    }
+}
+
+/// The backend that runs Frameworks on this machine.
+pub struct LocalBackend {
+    inner: Arc<Inner>,
+}
+
+impl LocalBackend {
+    /// Opens the state directory, ends whatever tasks a previous server left, completes
+    /// their attempts as failed ("server restarted") and resumes every job.
+    /// Must run inside a multi-threaded Tokio runtime whose worker threads live as long
+    /// as the server (tasks die with the thread that started them).
+    pub async fn open(settings: Settings) -> Result<Self, anyhow::Error> {
+        let store = Store::open(&settings.state_dir)?;
+        let host_env = HOST_ENV
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect();
+        let inner = Arc::new(Inner {
+            store: store.clone(),
+            settings,
+            host_env,
+            jobs: Mutex::new(BTreeMap::new()),
+        });
+        let frameworks = tokio::task::spawn_blocking(move || store.load_all()).await??;
+        for framework in frameworks {
+            let (job, commands) = insert(&inner, framework).map_err(|e| anyhow::anyhow!("{e}"))?;
+            controller::recover(&inner, &job).await;
+            spawn_controller(&inner, job, commands);
+        }
+        Ok(Self { inner })
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        self.inner.store.root()
+    }
+}
+
+/// Registers a job (its name must be free); returns it with its command channel.
+fn insert(
+    inner: &Arc<Inner>,
+    framework: Framework,
+) -> Result<(Arc<Job>, mpsc::UnboundedReceiver<Command>), BackendError> {
+    let name = framework.metadata.name.clone().unwrap_or_default();
+    let mut jobs = inner.jobs();
+    if let Some(existing) = jobs.get(&name) {
+        let what = if existing.deleting.load(std::sync::atomic::Ordering::SeqCst) {
+            "is still being deleted"
+        } else {
+            "already exists"
+        };
+        return Err(BackendError::Conflict(format!("Framework {name} {what}")));
+    }
+    let (commands, receiver) = mpsc::unbounded_channel();
+    let job = Arc::new(Job {
+        framework: Mutex::new(framework),
+        save: tokio::sync::Mutex::new(()),
+        changed: watch::channel(0).0,
+        commands,
+        deleting: false.into(),
+    });
+    jobs.insert(name, job.clone());
+    Ok((job, receiver))
+}
+
+fn spawn_controller(inner: &Arc<Inner>, job: Arc<Job>, commands: mpsc::UnboundedReceiver<Command>) {
+    tokio::spawn(controller::drive(inner.clone(), job, commands));
+}
+
+/// A random UID in the form Kubernetes gives objects.
+pub(crate) fn uid() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// The task of job `framework` that pod `pod` names: its role and index.
+fn task_of_pod(framework: &Framework, pod: &str) -> Option<(String, u32)> {
+    let name = framework.metadata.name.as_deref()?;
+    framework.spec.task_roles.iter().find_map(|role| {
+        let index = pod
+            .strip_prefix(&format!("{name}-{}-", role.name))?
+            .parse::<u32>()
+            .ok()?;
+        (i64::from(index) < i64::from(role.task_number)
+            && pod_name(name, &role.name, index) == pod)
+            .then(|| (role.name.clone(), index))
+    })
+}
+
+impl Backend for LocalBackend {
+    fn describe(&self) -> String {
+        format!(
+            "this machine (embedded default), state in {}",
+            self.inner.store.root().display()
+        )
+    }
+
+    fn create(&self, mut framework: Framework) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move {
+            framework.metadata.uid = Some(uid());
+            framework.metadata.creation_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+            );
+            framework.status = None;
+            let (job, commands) = insert(&self.inner, framework)?;
+            // On disk before the caller is told.
+            if let Err(e) = self.inner.persist(&job).await {
+                self.inner.jobs().remove(&job.name());
+                return Err(e);
+            }
+            spawn_controller(&self.inner, job, commands);
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {
+        Box::pin(async move { Ok(self.inner.visible(name).map(|j| j.framework().clone())) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        user: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>> {
+        Box::pin(async move {
+            let jobs: Vec<Arc<Job>> = self.inner.jobs().values().cloned().collect();
+            Ok(jobs
+                .iter()
+                .filter(|j| !j.deleting.load(std::sync::atomic::Ordering::SeqCst))
+                .map(|j| j.framework().clone())
+                .filter(|f| {
+                    user.is_none_or(|u| {
+                        f.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(pai_contract::meta::LABEL_USER))
+                            .is_some_and(|v| v == u)
+                    })
+                })
+                .collect())
+        })
+    }
+
+    fn set_execution<'a>(
+        &'a self,
+        name: &'a str,
+        execution: ExecutionType,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            let job = self.inner.visible(name).ok_or(BackendError::NotFound)?;
+            if execution == ExecutionType::Stop {
+                let changed = {
+                    let mut framework = job.framework();
+                    let changed = framework.spec.execution_type != ExecutionType::Stop;
+                    framework.spec.execution_type = ExecutionType::Stop;
+                    changed
+                };
+                if changed {
+                    self.inner.persist(&job).await?;
+                    let _ = job.commands.send(Command::Stop);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn logs<'a>(
+        &'a self,
+        pod: &'a str,
+        follow: bool,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        Box::pin(async move {
+            let jobs: Vec<Arc<Job>> = self.inner.jobs().values().cloned().collect();
+            let (job, role, index) = jobs
+                .into_iter()
+                .filter(|j| !j.deleting.load(std::sync::atomic::Ordering::SeqCst))
+                .find_map(|j| {
+                    let (role, index) = task_of_pod(&j.framework(), pod)?;
+                    Some((j, role, index))
+                })
+                .ok_or(BackendError::NotFound)?;
+            controller::log_stream(&self.inner, job, role, index, follow)
+        })
+    }
+
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            let job = self.inner.visible(name).ok_or(BackendError::NotFound)?;
+            job.deleting.store(true, std::sync::atomic::Ordering::SeqCst);
+            let _ = job.commands.send(Command::Delete);
+            Ok(())
+        })
+    }
+}
+
+/// Whether a Framework's attempt is still going (not completed).
+fn attempt_open(framework: &Framework) -> bool {
+    framework.status.as_ref().is_some_and(|s| {
+        !matches!(
+            s.state,
+            FrameworkState::AttemptCompleted | FrameworkState::Completed
+        )
+    })
+}

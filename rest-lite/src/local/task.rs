@@ -1,0 +1,326 @@
+//! One task on this machine, as a pod would run it: the init container's command
+//! (`kube-runtime entry`) with the init container's environment, then the main
+//! container's command (`<root>/run`) with the main container's, each environment being
+//! FrameworkController's `FC_*` variables followed by the template's, expanded as the
+//! kubelet expands `$(VAR)`. The output of both goes to the task's container log.
+
+use std::ffi::OsString;
+use std::io::{BufRead, Seek};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Container;
+use tokio::sync::watch;
+
+use pai_barrier::config::FRAMEWORK_FILE_VAR;
+use pai_contract::env as names;
+use pai_kube_runtime::layout::{ASSETS_VAR, ROOT_VAR};
+
+use super::procs::{self, ProcessId};
+
+/// The identity FrameworkController gives a task's pod, as `FC_*` variables.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub namespace: String,
+    pub framework: String,
+    pub framework_uid: String,
+    pub attempt: i32,
+    pub attempt_uid: String,
+    pub role: String,
+    pub role_uid: String,
+    pub index: u32,
+    pub task_uid: String,
+    pub task_attempt_uid: String,
+    pub pod_name: String,
+    pub pod_uid: String,
+}
+
+impl Identity {
+    pub fn fc_env(&self) -> Vec<(String, String)> {
+        let configmap = format!("{}-attempt", self.framework);
+        [
+            ("FC_FRAMEWORK_NAMESPACE", self.namespace.clone()),
+            ("FC_FRAMEWORK_NAME", self.framework.clone()),
+            ("FC_TASKROLE_NAME", self.role.clone()),
+            ("FC_TASK_INDEX", self.index.to_string()),
+            ("FC_CONFIGMAP_NAME", configmap),
+            ("FC_POD_NAME", self.pod_name.clone()),
+            ("FC_FRAMEWORK_UID", self.framework_uid.clone()),
+            ("FC_FRAMEWORK_ATTEMPT_ID", self.attempt.to_string()),
+            ("FC_FRAMEWORK_ATTEMPT_INSTANCE_UID", self.attempt_uid.clone()),
+            ("FC_CONFIGMAP_UID", self.attempt_uid.clone()),
+            ("FC_TASKROLE_UID", self.role_uid.clone()),
+            ("FC_TASK_UID", self.task_uid.clone()),
+            ("FC_TASK_ATTEMPT_ID", "0".to_string()),
+            ("FC_TASK_ATTEMPT_INSTANCE_UID", self.task_attempt_uid.clone()),
+            ("FC_POD_UID", self.pod_uid.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// A container's environment as the kubelet builds it: `first` (FrameworkController's
+/// variables), then the container's own, each value's `$(VAR)` expanded from the
+/// variables before it and `$$` unescaped.
+pub fn container_env(first: Vec<(String, String)>, container: &Container) -> Vec<(String, String)> {
+    let mut env = first;
+    for var in container.env.iter().flatten() {
+        let Some(value) = var.value.as_deref() else {
+            tracing::warn!(name = %var.name, "valueFrom is not supported on this machine; variable left out");
+            continue;
+        };
+        let expanded = names::kubelet_expand(value, |name| {
+            env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        });
+        env.push((var.name.clone(), expanded));
+    }
+    env
+}
+
+/// How to start the runtime: its program and the arguments before `entry`.
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+/// Everything a task needs to start.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub runtime: Runtime,
+    /// The task's runtime root (the pod's shared volume).
+    pub root: PathBuf,
+    /// The directory with `prep/` and `init/`.
+    pub assets: Option<PathBuf>,
+    /// The Framework file the barrier watches.
+    pub framework_file: PathBuf,
+    /// Variables passed from the server's environment (`PATH`, `HOME`, …).
+    pub host_env: Vec<(String, String)>,
+    pub init_env: Vec<(String, String)>,
+    pub main_env: Vec<(String, String)>,
+    /// Between TERM and KILL when the task is stopped.
+    pub grace: Duration,
+}
+
+impl Launch {
+    pub fn container_log(&self) -> PathBuf {
+        container_log(&self.root)
+    }
+}
+
+pub fn container_log(root: &Path) -> PathBuf {
+    root.join("container.log")
+}
+
+/// Where the task's current process is recorded, for a restarted server to find.
+pub fn pid_file(root: &Path) -> PathBuf {
+    root.join("pid")
+}
+
+/// What a task reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// The main container started.
+    Running,
+    Completed { code: i32, diagnostics: String },
+}
+
+/// Why a task is being ended, and the completion code it then gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StopRequest {
+    pub code: i32,
+    pub reason: String,
+}
+
+/// Runs the task to its end, reporting through `report`; a stop request ends it with
+/// TERM, then KILL of its whole tree after `grace`.
+pub async fn run(
+    launch: Launch,
+    report: impl Fn(Progress),
+    mut stop: watch::Receiver<Option<StopRequest>>,
+) {
+    let completed = |code, diagnostics| Progress::Completed { code, diagnostics };
+    if let Err(e) = std::fs::create_dir_all(&launch.root) {
+        report(completed(
+            pai_contract::exit::ExitCode::TransientFailure.code(),
+            format!("cannot create {}: {e}", launch.root.display()),
+        ));
+        return;
+    }
+    // The init container.
+    let mut entry = tokio::process::Command::new(&launch.runtime.program);
+    entry.args(&launch.runtime.args).arg("entry");
+    let mut init_env = launch.init_env.clone();
+    init_env.push((
+        FRAMEWORK_FILE_VAR.to_string(),
+        launch.framework_file.display().to_string(),
+    ));
+    if let Some(assets) = &launch.assets {
+        init_env.push((ASSETS_VAR.to_string(), assets.display().to_string()));
+    }
+    let status = match start_and_wait(&launch, entry, &init_env, &mut stop).await {
+        Outcome::Exited(status) => status,
+        Outcome::Stopped(request) => return report(completed(request.code, request.reason)),
+        Outcome::CannotStart(message) => return report(completed(1, message)),
+    };
+    if !status.success() {
+        let code = exit_code(status);
+        return report(completed(
+            code,
+            format!(
+                "the init container (kube-runtime entry) exited with code {code}: {}",
+                last_line(&launch.container_log())
+            ),
+        ));
+    }
+    // The main container.
+    let run = tokio::process::Command::new(launch.root.join("run"));
+    let started = {
+        let report = &report;
+        move || report(Progress::Running)
+    };
+    match start_and_wait_then(&launch, run, &launch.main_env, &mut stop, started).await {
+        Outcome::Exited(status) => {
+            let code = exit_code(status);
+            let diagnostics = if code == 0 {
+                "the main container exited with code 0".to_string()
+            } else {
+                format!(
+                    "the main container exited with code {code}: {}",
+                    last_line(&launch.container_log())
+                )
+            };
+            report(completed(code, diagnostics));
+        }
+        Outcome::Stopped(request) => report(completed(request.code, request.reason)),
+        Outcome::CannotStart(message) => report(completed(1, message)),
+    }
+}
+
+enum Outcome {
+    Exited(ExitStatus),
+    Stopped(StopRequest),
+    CannotStart(String),
+}
+
+async fn start_and_wait(
+    launch: &Launch,
+    command: tokio::process::Command,
+    env: &[(String, String)],
+    stop: &mut watch::Receiver<Option<StopRequest>>,
+) -> Outcome {
+    start_and_wait_then(launch, command, env, stop, || {}).await
+}
+
+async fn start_and_wait_then(
+    launch: &Launch,
+    mut command: tokio::process::Command,
+    env: &[(String, String)],
+    stop: &mut watch::Receiver<Option<StopRequest>>,
+    started: impl FnOnce(),
+) -> Outcome {
+    if let Some(request) = stop.borrow().clone() {
+        return Outcome::Stopped(request);
+    }
+    let log = match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(launch.container_log())
+        .and_then(|log| Ok((log.try_clone()?, log)))
+    {
+        Ok(pair) => pair,
+        Err(e) => {
+            return Outcome::CannotStart(format!(
+                "cannot open {}: {e}",
+                launch.container_log().display()
+            ));
+        }
+    };
+    command
+        .env_clear()
+        .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env(ROOT_VAR, &launch.root)
+        .current_dir(&launch.root)
+        .stdin(Stdio::null())
+        .stdout(log.0)
+        .stderr(log.1);
+    let mut child = match procs::spawn(&mut command) {
+        Ok(child) => child,
+        Err(e) => {
+            return Outcome::CannotStart(format!(
+                "cannot start {:?}: {e}",
+                command.as_std().get_program()
+            ));
+        }
+    };
+    let Some(process) = child.id().and_then(|pid| ProcessId::of(pid as i32)) else {
+        // Ended already: nothing to record.
+        return match child.wait().await {
+            Ok(status) => Outcome::Exited(status),
+            Err(e) => Outcome::CannotStart(e.to_string()),
+        };
+    };
+    let _ = std::fs::write(pid_file(&launch.root), process.to_string());
+    started();
+    tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => Outcome::Exited(status),
+            Err(e) => Outcome::CannotStart(format!("lost the task's process: {e}")),
+        },
+        request = wait_for_stop(stop) => {
+            terminate(&mut child, process, launch.grace).await;
+            Outcome::Stopped(request)
+        }
+    }
+}
+
+async fn wait_for_stop(stop: &mut watch::Receiver<Option<StopRequest>>) -> StopRequest {
+    loop {
+        if let Some(request) = stop.borrow_and_update().clone() {
+            return request;
+        }
+        if stop.changed().await.is_err() {
+            // The controller is gone: never stop on its behalf.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// TERM to the process group (the runtime passes it to the user command), then, after
+/// `grace`, KILL of the whole tree.
+async fn terminate(child: &mut tokio::process::Child, process: ProcessId, grace: Duration) {
+    procs::signal_group(process.pid, nix::sys::signal::Signal::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        tracing::warn!(pid = process.pid, grace_s = grace.as_secs(), "task outlived its grace period; killing its processes");
+        procs::kill_tree(process);
+        let _ = child.wait().await;
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// The last non-empty line of a log (at most its last 4 KiB are read).
+fn last_line(path: &Path) -> String {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(std::io::SeekFrom::Start(len.saturating_sub(4096)));
+    std::io::BufReader::new(file)
+        .split(b'\n')
+        .map_while(Result::ok)
+        .map(|line| String::from_utf8_lossy(&line).trim().to_string())
+        .filter(|line| !line.is_empty())
+        .last()
+        .unwrap_or_default()
+}
