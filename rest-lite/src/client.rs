@@ -135,6 +135,39 @@ impl Client {
             .await
     }
 
+    /// The job's status now and after every change, until a final state or its deletion.
+    pub async fn watch(
+        &self,
+        user: &str,
+        job: &str,
+    ) -> Result<BoxStream<'static, Result<Value, ClientError>>, ClientError> {
+        let path = format!("{}?watch=true", Self::job_path(user, job));
+        let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
+        let chunks = BodyStream::new(response.into_body());
+        let lines = futures::stream::unfold(
+            (chunks, Vec::<u8>::new()),
+            |(mut chunks, mut pending)| async move {
+                loop {
+                    if let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                        let line: Vec<u8> = pending.drain(..=end).collect();
+                        let value = serde_json::from_slice(&line)
+                            .map_err(|e| ClientError::Answer(e.to_string()));
+                        return Some((value, (chunks, pending)));
+                    }
+                    match chunks.next().await? {
+                        Ok(frame) => {
+                            if let Ok(data) = frame.into_data() {
+                                pending.extend_from_slice(&data);
+                            }
+                        }
+                        Err(e) => return Some((Err(ClientError::Answer(e.to_string())), (chunks, Vec::new()))),
+                    }
+                }
+            },
+        );
+        Ok(lines.boxed())
+    }
+
     /// The jobs of `user`, or every job the caller may see.
     pub async fn jobs(&self, user: Option<&str>) -> Result<Value, ClientError> {
         let path = match user {

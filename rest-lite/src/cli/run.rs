@@ -110,20 +110,22 @@ async fn follow_job(client: &Client, user: &str, job: &str, spec: &str) -> Resul
     }
     let mut interrupted = false;
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
-    let view = loop {
+    let mut changes = client.watch(user, job).await?;
+    let mut last = None;
+    loop {
         tokio::select! {
             _ = &mut ctrl_c, if !interrupted => {
                 interrupted = true;
                 eprintln!("rest-lite: stopping {job}");
                 client.stop(user, job).await?;
             }
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            change = changes.next() => match change {
+                Some(view) => last = Some(view?),
+                None => break,
+            }
         }
-        let view = client.job(user, job).await?;
-        if FINAL_STATES.contains(&view["jobStatus"]["state"].as_str().unwrap_or_default()) {
-            break view;
-        }
-    };
+    }
+    let view = last.ok_or_else(|| anyhow::anyhow!("job {job} was deleted while it ran"))?;
     // The followers end with their tasks' logs.
     let _ = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(followers)).await;
     let status = &view["jobStatus"];

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use pai_contract::Framework;
 use pai_contract::framework::{ExecutionType, FrameworkState, pod_name};
 
-use crate::server::backend::{Backend, BackendError, LogStream};
+use crate::server::backend::{Backend, BackendError, FrameworkStream, LogStream};
 use store::Store;
 use task::Runtime;
 
@@ -340,11 +340,38 @@ impl Backend for LocalBackend {
         })
     }
 
+    fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
+        Box::pin(async move {
+            let job = self.inner.visible(name).ok_or(BackendError::NotFound)?;
+            let changed = job.changed.subscribe();
+            // (job, changes, the deletion was told)
+            let stream = futures::stream::unfold(
+                (job, changed, false, true),
+                |(job, mut changed, told, first)| async move {
+                    if told {
+                        return None;
+                    }
+                    if !first && changed.changed().await.is_err() {
+                        return None;
+                    }
+                    changed.borrow_and_update();
+                    if job.deleting.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Some((Ok(None), (job, changed, true, false)));
+                    }
+                    let framework = job.framework().clone();
+                    Some((Ok(Some(framework)), (job, changed, false, false)))
+                },
+            );
+            Ok(Box::pin(stream) as FrameworkStream)
+        })
+    }
+
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
             let job = self.inner.visible(name).ok_or(BackendError::NotFound)?;
             job.deleting.store(true, std::sync::atomic::Ordering::SeqCst);
             let _ = job.commands.send(Command::Delete);
+            job.changed.send_modify(|v| *v += 1);
             Ok(())
         })
     }

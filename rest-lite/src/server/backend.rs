@@ -25,6 +25,10 @@ pub enum BackendError {
 /// A task's log, chunk by chunk.
 pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
 
+/// A Framework as it changes: its state now, then after every change; `None` once it
+/// is deleted, and then the stream ends.
+pub type FrameworkStream = BoxStream<'static, Result<Option<Framework>, BackendError>>;
+
 /// The operations the jobs API needs of a place that runs Frameworks.
 pub trait Backend: Send + Sync + 'static {
     /// A short description for the start-up line: which backend, where.
@@ -47,6 +51,8 @@ pub trait Backend: Send + Sync + 'static {
         pod: &'a str,
         follow: bool,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
+    /// Watches Framework `name` (which exists when the watch starts).
+    fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;
     /// Deletes the Framework (and so its pods); `NotFound` when there is none.
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
 }

@@ -10,7 +10,7 @@ use kube::{Api, Client};
 use pai_contract::framework::ExecutionType;
 use pai_contract::{Framework, meta};
 
-use super::backend::{Backend, BackendError, LogStream};
+use super::backend::{Backend, BackendError, FrameworkStream, LogStream};
 use crate::transform::MAIN_CONTAINER;
 
 pub struct KubeBackend {
@@ -147,6 +147,34 @@ impl Backend for KubeBackend {
                 }
             });
             Ok(chunks.boxed())
+        }
+        .boxed()
+    }
+
+    fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
+        async move {
+            use kube::runtime::WatchStreamExt;
+            use kube::runtime::watcher::{self, Event};
+            let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            let name = name.to_string();
+            let events = watcher::watcher(self.api.clone(), config)
+                .default_backoff()
+                .filter_map(move |event| {
+                    let name = name.clone();
+                    async move {
+                        match event {
+                            Ok(Event::Apply(f) | Event::InitApply(f)) => Some(Ok(Some(f))),
+                            Ok(Event::Delete(_)) => Some(Ok(None)),
+                            Ok(Event::Init | Event::InitDone) => None,
+                            Err(e) => {
+                                // The watcher re-lists after its back-off; the stream goes on.
+                                tracing::warn!(framework = %name, error = %e, "watch interrupted");
+                                None
+                            }
+                        }
+                    }
+                });
+            Ok(events.boxed())
         }
         .boxed()
     }

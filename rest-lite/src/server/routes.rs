@@ -6,6 +6,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use pai_contract::framework::{ExecutionType, FrameworkState};
@@ -18,7 +19,7 @@ use super::error::{ApiError, ErrorBody};
 use crate::ports::Seed;
 use crate::spec::names::framework_name;
 use crate::spec::{JobName, JobSpec, SpecFormat, UserName};
-use crate::status::{JobStatus, JobView, job_view};
+use crate::status::{JobState, JobStatus, JobView, job_view};
 use crate::transform::Submission;
 
 type ApiResult = Result<Response, ApiError>;
@@ -245,21 +246,65 @@ fn job_url(user: &str, job: &str) -> String {
     get,
     path = "/api/v1/user/{user}/jobs/{job}",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)"), GetQuery),
     responses(
-        (status = 200, description = "the job's status", body = JobView),
+        (status = 200, description = "the job's status; with watch=true one JSON line per change (application/x-ndjson), ending after a final state or the deletion", content((JobView = "application/json"), (JobView = "application/x-ndjson"))),
         (status = 401, description = "no or unknown bearer token", body = ErrorBody),
         (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
         (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
     )
 )]
+/// `GET /api/v1/user/{user}/jobs/{job}`, or its changes with `watch=true`.
 pub async fn get_job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path((user, job)): Path<(String, String)>,
+    Query(query): Query<GetQuery>,
 ) -> ApiResult {
     let framework = find(&state, &caller, &user, &job).await?;
-    Ok(Json(job_view(&framework, &job_url(&user, &job))).into_response())
+    let url = job_url(&user, &job);
+    if !query.watch {
+        return Ok(Json(job_view(&framework, &url)).into_response());
+    }
+    let name = framework.metadata.name.clone().unwrap_or_default();
+    let changes = state
+        .backend
+        .watch(&name)
+        .await
+        .map_err(|e| backend_error(e, &user, &job))?;
+    // One line per change; the line of a final state is the last.
+    let lines = changes
+        .map(move |change| {
+            let view = job_view(&change.ok()??, &url);
+            let last = matches!(
+                view.job_status.state,
+                JobState::Succeeded | JobState::Failed | JobState::Stopped
+            );
+            let mut line = serde_json::to_vec(&view).ok()?;
+            line.push(b'\n');
+            Some((line, last))
+        })
+        // Deleted (or unreadable): the watch ends.
+        .take_while(|line| futures::future::ready(line.is_some()))
+        .flat_map(futures::stream::iter)
+        .scan(false, |ended, (line, last)| {
+            let emit = (!*ended).then(|| Ok::<_, std::io::Error>(Bytes::from(line)));
+            *ended = last;
+            futures::future::ready(emit)
+        });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(lines),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct GetQuery {
+    /// Stream the job's status on every change until it completes.
+    #[serde(default)]
+    watch: bool,
 }
 
 /// `GET …/config`: the spec exactly as submitted.
