@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use pai_contract::framework::{Framework, TaskStatus};
 
-use crate::peers::{Peer, PeerTable, RolePeers, framework_name, pai_role_name, ports_of, task_ports};
+use crate::peers::{
+    Peer, PeerTable, RolePeers, framework_name, pai_role_name, ports_of, task_ports,
+};
 use crate::status::{StatusError, task_role_statuses};
 
 /// Where the job stands.

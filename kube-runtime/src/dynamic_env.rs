@@ -57,9 +57,15 @@ pub fn dynamic_env(
     // This task's own ports: the same as its template's on Kubernetes; its own on a
     // shared host (the embedded default), where they override the role's.
     let mine = &own.tasks[me.index as usize].ports;
-    env.push((names::CONTAINER_HOST_PORT_LIST.to_string(), mine.to_string()));
+    env.push((
+        names::CONTAINER_HOST_PORT_LIST.to_string(),
+        mine.to_string(),
+    ));
     for (label, ports) in mine.iter() {
-        env.push((names::container_host_label_port_list(label), join_ports(ports)));
+        env.push((
+            names::container_host_label_port_list(label),
+            join_ports(ports),
+        ));
     }
     for (var, label) in [
         (names::CURRENT_CONTAINER_PORT, HTTP_LABEL),

@@ -160,7 +160,12 @@ impl Client {
                                 pending.extend_from_slice(&data);
                             }
                         }
-                        Err(e) => return Some((Err(ClientError::Answer(e.to_string())), (chunks, Vec::new()))),
+                        Err(e) => {
+                            return Some((
+                                Err(ClientError::Answer(e.to_string())),
+                                (chunks, Vec::new()),
+                            ));
+                        }
                     }
                 }
             },
@@ -198,8 +203,13 @@ impl Client {
     }
 
     pub async fn delete(&self, user: &str, job: &str) -> Result<Value, ClientError> {
-        self.json(Method::DELETE, &Self::job_path(user, job), None, Bytes::new())
-            .await
+        self.json(
+            Method::DELETE,
+            &Self::job_path(user, job),
+            None,
+            Bytes::new(),
+        )
+        .await
     }
 
     /// One task's log, chunk by chunk; with `follow`, until the task ends.

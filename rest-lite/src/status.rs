@@ -187,14 +187,11 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
     let completed = state != JobState::Running && state != JobState::Waiting;
     let statuses = pai_barrier::status::task_role_statuses(framework).unwrap_or_default();
 
+    let own_ports = pai_barrier::peers::task_ports(framework);
     let mut task_roles = BTreeMap::new();
     let mut total_tasks = 0;
     for role in &framework.spec.task_roles {
         let pai_name = pai_barrier::peers::pai_role_name(role);
-        let ports: BTreeMap<String, String> = pai_barrier::peers::role_ports(role)
-            .iter()
-            .map(|(label, p)| (label.to_string(), pai_contract::ports::join_ports(p)))
-            .collect();
         let gpus = gpu_count(role);
         let tasks = u32::try_from(role.task_number).unwrap_or(0);
         total_tasks += tasks;
@@ -214,7 +211,10 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
                             .filter(|ip| !ip.is_empty())
                             .or_else(|| t.attempt_status.pod_host_ip.clone())
                     }),
-                    container_ports: ports.clone(),
+                    container_ports: pai_barrier::peers::ports_of(role, index, &own_ports)
+                        .iter()
+                        .map(|(label, p)| (label.to_string(), pai_contract::ports::join_ports(p)))
+                        .collect(),
                     container_gpus: gpus,
                     container_log: format!("{logs_base}/logs?role={pai_name}&index={index}"),
                     container_exit_code: task

@@ -15,7 +15,11 @@ use rest_lite::client::Client;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Connection {
     /// The server's URL.
-    #[arg(long, env = "REST_LITE_SERVER", default_value = "http://127.0.0.1:9186")]
+    #[arg(
+        long,
+        env = "REST_LITE_SERVER",
+        default_value = "http://127.0.0.1:9186"
+    )]
     pub server: String,
     /// Bearer token (a server without a token file needs none).
     #[arg(long, env = "REST_LITE_TOKEN", hide_env_values = true)]
@@ -103,17 +107,18 @@ fn message(value: &Value) -> Result<ExitCode> {
 pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
     let text = super::read_spec(&args.spec)?;
     let user = args.connection.user();
-    block_on(async {
-        Ok(args.connection.client().submit(&user, &text).await?)
-    })
-    .and_then(|v| message(&v))
+    block_on(async { Ok(args.connection.client().submit(&user, &text).await?) })
+        .and_then(|v| message(&v))
 }
 
 pub fn jobs(args: JobsArgs) -> Result<ExitCode> {
     let user = (!args.all).then(|| args.connection.user());
     let jobs = block_on(async { Ok(args.connection.client().jobs(user.as_deref()).await?) })?;
     let mut out = String::new();
-    out.push_str(&format!("{:<32} {:<16} {:<10} {:>7}\n", "NAME", "USER", "STATE", "RETRIES"));
+    out.push_str(&format!(
+        "{:<32} {:<16} {:<10} {:>7}\n",
+        "NAME", "USER", "STATE", "RETRIES"
+    ));
     for job in jobs.as_array().into_iter().flatten() {
         out.push_str(&format!(
             "{:<32} {:<16} {:<10} {:>7}\n",

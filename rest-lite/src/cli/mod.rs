@@ -191,4 +191,3 @@ pub(crate) fn format_of(path: &Path, text: &str) -> SpecFormat {
         _ => SpecFormat::detect(text),
     }
 }
-

@@ -50,7 +50,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .clone()
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "default".to_string());
-    UserName::parse(&user_name).map_err(|rule| anyhow::anyhow!("user name {user_name:?}: {rule}"))?;
+    UserName::parse(&user_name)
+        .map_err(|rule| anyhow::anyhow!("user name {user_name:?}: {rule}"))?;
     let config = load_config(args.config.as_deref())?;
     let (state_dir, keep) = match &args.local.state_dir {
         Some(dir) => (dir.clone(), true),
@@ -127,7 +128,8 @@ async fn follow_job(client: &Client, user: &str, job: &str, spec: &str) -> Resul
     }
     let view = last.ok_or_else(|| anyhow::anyhow!("job {job} was deleted while it ran"))?;
     // The followers end with their tasks' logs.
-    let _ = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(followers)).await;
+    let _ =
+        tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(followers)).await;
     let status = &view["jobStatus"];
     let state = status["state"].as_str().unwrap_or_default();
     eprintln!(

@@ -77,7 +77,9 @@ impl LocalArgs {
         };
         let assets = self.assets.clone().or_else(rest_lite::local::find_assets);
         if assets.is_none() {
-            tracing::warn!("no directory with prep/ and init/ found: tasks run without prep scripts and daemons (give --assets)");
+            tracing::warn!(
+                "no directory with prep/ and init/ found: tasks run without prep scripts and daemons (give --assets)"
+            );
         }
         Ok(Settings {
             state_dir,
@@ -122,7 +124,13 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let backend = backend(args.backend, args.kubeconfig.as_deref(), &config, &args.local).await?;
+        let backend = backend(
+            args.backend,
+            args.kubeconfig.as_deref(),
+            &config,
+            &args.local,
+        )
+        .await?;
         let describe = backend.describe();
         let state = AppState {
             backend,

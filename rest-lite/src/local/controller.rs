@@ -31,14 +31,20 @@ fn now() -> String {
 }
 
 fn statuses(framework: &mut Framework) -> &mut Vec<TaskRoleStatus> {
-    let status = framework.status.get_or_insert_with(FrameworkStatus::default);
+    let status = framework
+        .status
+        .get_or_insert_with(FrameworkStatus::default);
     status
         .attempt_status
         .task_role_statuses
         .get_or_insert_with(Vec::new)
 }
 
-fn task_mut<'a>(framework: &'a mut Framework, role: &str, index: u32) -> Option<&'a mut TaskStatus> {
+fn task_mut<'a>(
+    framework: &'a mut Framework,
+    role: &str,
+    index: u32,
+) -> Option<&'a mut TaskStatus> {
     statuses(framework)
         .iter_mut()
         .find(|r| r.name == role)?
@@ -100,7 +106,11 @@ fn local_note(framework: &Framework) -> String {
         .task_roles
         .iter()
         .filter_map(|r| r.task.pod.spec.as_ref())
-        .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
         .filter_map(|c| c.image.clone())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
@@ -123,7 +133,9 @@ fn with_note(mut completion: CompletionStatus, framework: &Framework) -> Complet
 /// Completes the current attempt with `completion`.
 fn complete_attempt(framework: &mut Framework, completion: CompletionStatus) {
     let completion = with_note(completion, framework);
-    let status = framework.status.get_or_insert_with(FrameworkStatus::default);
+    let status = framework
+        .status
+        .get_or_insert_with(FrameworkStatus::default);
     status.attempt_status.completion_status = Some(completion);
     status.attempt_status.completion_time = Some(now());
     set_state(status, FrameworkState::AttemptCompleted);
@@ -169,7 +181,10 @@ pub(super) async fn recover(inner: &Arc<Inner>, job: &Arc<Job>) {
         for role in statuses(&mut framework) {
             for task in &mut role.task_statuses {
                 if task.state != FrameworkState::Completed {
-                    complete_task(task, CompletionStatus::of(platform::POD_EXTERNAL_DELETED, reason));
+                    complete_task(
+                        task,
+                        CompletionStatus::of(platform::POD_EXTERNAL_DELETED, reason),
+                    );
                 }
             }
         }
@@ -196,7 +211,13 @@ fn complete_task(task: &mut TaskStatus, completion: CompletionStatus) {
     task.attempt_status.completion_status = Some(completion);
 }
 
-fn task_root(inner: &Inner, name: &str, attempt: i32, role: &str, index: u32) -> std::path::PathBuf {
+fn task_root(
+    inner: &Inner,
+    name: &str,
+    attempt: i32,
+    role: &str,
+    index: u32,
+) -> std::path::PathBuf {
     inner
         .store
         .job_dir(name)
@@ -204,6 +225,9 @@ fn task_root(inner: &Inner, name: &str, attempt: i32, role: &str, index: u32) ->
         .join(attempt.to_string())
         .join(format!("{role}-{index}"))
 }
+
+/// A task of the running attempt and the way to stop it.
+type TaskStop = ((String, u32), watch::Sender<Option<StopRequest>>);
 
 enum AttemptEnd {
     Completed,
@@ -239,10 +263,9 @@ pub(super) async fn drive(
                 Some(Command::Stop) => continue,
                 Some(Command::Delete) | None => None,
             },
-            Some(FrameworkState::AttemptCompleted) => match decide(&inner, &job, &mut commands).await {
-                Some(()) => Some(AttemptEnd::Completed),
-                None => None,
-            },
+            Some(FrameworkState::AttemptCompleted) => decide(&inner, &job, &mut commands)
+                .await
+                .map(|()| AttemptEnd::Completed),
             Some(_) => Some(run_attempt(&inner, &job, &mut commands).await),
         };
         match step {
@@ -277,7 +300,11 @@ async fn decide(
     let decision = {
         let framework = job.framework();
         let status = framework.status.as_ref()?;
-        let completion = status.attempt_status.completion_status.clone().unwrap_or_default();
+        let completion = status
+            .attempt_status
+            .completion_status
+            .clone()
+            .unwrap_or_default();
         if framework.spec.execution_type == ExecutionType::Stop {
             None
         } else {
@@ -319,7 +346,9 @@ async fn decide(
                 .as_ref()
                 .map_or(0, |s| s.attempt_status.id + 1);
             let attempt = new_attempt(&framework, next);
-            let status = framework.status.get_or_insert_with(FrameworkStatus::default);
+            let status = framework
+                .status
+                .get_or_insert_with(FrameworkStatus::default);
             status.retry_policy_status.total_retried_count += 1;
             if decision.accountable {
                 status.retry_policy_status.accountable_retried_count += 1;
@@ -357,7 +386,10 @@ async fn run_attempt(
     if job.framework().spec.execution_type == ExecutionType::Stop {
         complete_attempt(
             &mut job.framework(),
-            CompletionStatus::of(platform::STOP_REQUESTED, "stop requested before the attempt started"),
+            CompletionStatus::of(
+                platform::STOP_REQUESTED,
+                "stop requested before the attempt started",
+            ),
         );
         return AttemptEnd::Completed;
     }
@@ -367,7 +399,10 @@ async fn run_attempt(
             tracing::error!(job = %name, %message, "cannot start the attempt");
             complete_attempt(
                 &mut job.framework(),
-                CompletionStatus::of(pai_contract::exit::ExitCode::TransientConflict.code(), message),
+                CompletionStatus::of(
+                    pai_contract::exit::ExitCode::TransientConflict.code(),
+                    message,
+                ),
             );
             return AttemptEnd::Completed;
         }
@@ -392,15 +427,17 @@ async fn run_attempt(
         ));
     }
     drop(events);
-    let attempt = job.framework().status.as_ref().map_or(0, |s| s.attempt_status.id);
+    let attempt = job
+        .framework()
+        .status
+        .as_ref()
+        .map_or(0, |s| s.attempt_status.id);
     tracing::info!(job = %name, attempt, tasks = stops.len(), "attempt started");
 
     let mut remaining = stops.len();
     let mut completion: Option<CompletionStatus> = None;
     let mut deleted = false;
-    let stop_all = |stops: &[((String, u32), watch::Sender<Option<StopRequest>>)],
-                    job: &Job,
-                    request: StopRequest| {
+    let stop_all = |stops: &[TaskStop], job: &Job, request: StopRequest| {
         let mut framework = job.framework();
         for ((role, index), stop) in stops {
             if let Some(task) = task_mut(&mut framework, role, *index)
@@ -478,7 +515,12 @@ async fn run_attempt(
                             .as_ref()
                             .and_then(|s| s.attempt_status.task_role_statuses.clone())
                             .unwrap_or_default();
-                        completion = policy::attempt_completion(&framework.spec, &roles, &role, index as i32);
+                        completion = policy::attempt_completion(
+                            &framework.spec,
+                            &roles,
+                            &role,
+                            index as i32,
+                        );
                         if let Some(done) = &completion
                             && remaining > 0
                         {
@@ -487,10 +529,14 @@ async fn run_attempt(
                                 done.trigger.as_ref().map_or("", |t| t.message.as_str())
                             );
                             drop(framework);
-                            stop_all(&stops, job, StopRequest {
-                                code: platform::ATTEMPT_COMPLETION,
-                                reason,
-                            });
+                            stop_all(
+                                &stops,
+                                job,
+                                StopRequest {
+                                    code: platform::ATTEMPT_COMPLETION,
+                                    reason,
+                                },
+                            );
                         }
                     }
                 }
@@ -504,7 +550,10 @@ async fn run_attempt(
         return AttemptEnd::Deleted;
     }
     let completion = completion.unwrap_or_else(|| {
-        CompletionStatus::of(platform::ATTEMPT_COMPLETION, "the attempt ended without a completion")
+        CompletionStatus::of(
+            platform::ATTEMPT_COMPLETION,
+            "the attempt ended without a completion",
+        )
     });
     tracing::info!(job = %name, attempt, code = completion.code, "attempt completed");
     complete_attempt(&mut job.framework(), completion);
@@ -515,7 +564,8 @@ async fn run_attempt(
 /// start each.
 fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, String> {
     let mut framework = job.framework();
-    let own_ports = ports::allocate(&framework).map_err(|e| format!("no free ports on this machine: {e}"))?;
+    let own_ports =
+        ports::allocate(&framework).map_err(|e| format!("no free ports on this machine: {e}"))?;
     let ports_json = serde_json::to_string(&own_ports).map_err(|e| e.to_string())?;
     framework
         .metadata
@@ -528,7 +578,11 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
     let framework_uid = framework.metadata.uid.clone().unwrap_or_default();
     let status = framework.status.clone().unwrap_or_default();
     let attempt = status.attempt_status.id;
-    let attempt_uid = status.attempt_status.instance_uid.clone().unwrap_or_default();
+    let attempt_uid = status
+        .attempt_status
+        .instance_uid
+        .clone()
+        .unwrap_or_default();
     let mut launches = Vec::new();
     let roles = framework.spec.task_roles.clone();
     for role in &roles {
@@ -576,9 +630,20 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
                 pod_uid: pod_uid.clone(),
             };
             let fc = identity.fc_env();
+            let root = task_root(inner, &name, attempt, &role.name, index);
+            let user_log = root
+                .join("logs")
+                .join(pai_contract::paths::attempt_log_dir(
+                    u32::try_from(attempt).unwrap_or(0),
+                    &role.name,
+                    index,
+                    0,
+                ))
+                .join("user.log");
             let launch = Launch {
                 runtime: inner.settings.runtime.clone(),
-                root: task_root(inner, &name, attempt, &role.name, index),
+                user_log,
+                root,
                 assets: inner.settings.assets.clone(),
                 framework_file: inner.store.framework_file(&name),
                 host_env: inner.host_env.clone(),
@@ -665,7 +730,15 @@ pub(super) fn log_stream(
                     buf.truncate(n);
                     return Some((Ok(Bytes::from(buf)), t));
                 }
-                Err(e) => return Some((Err(e), Tail { finished: true, ..t })),
+                Err(e) => {
+                    return Some((
+                        Err(e),
+                        Tail {
+                            finished: true,
+                            ..t
+                        },
+                    ));
+                }
             }
             if !t.follow || t.finished {
                 return None;

@@ -239,8 +239,7 @@ fn task_of_pod(framework: &Framework, pod: &str) -> Option<(String, u32)> {
             .strip_prefix(&format!("{name}-{}-", role.name))?
             .parse::<u32>()
             .ok()?;
-        (i64::from(index) < i64::from(role.task_number)
-            && pod_name(name, &role.name, index) == pod)
+        (i64::from(index) < i64::from(role.task_number) && pod_name(name, &role.name, index) == pod)
             .then(|| (role.name.clone(), index))
     })
 }
@@ -369,7 +368,8 @@ impl Backend for LocalBackend {
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
             let job = self.inner.visible(name).ok_or(BackendError::NotFound)?;
-            job.deleting.store(true, std::sync::atomic::Ordering::SeqCst);
+            job.deleting
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             let _ = job.commands.send(Command::Delete);
             job.changed.send_modify(|v| *v += 1);
             Ok(())

@@ -21,7 +21,10 @@ pub fn attempt_completion(
 ) -> Option<CompletionStatus> {
     let role_spec = spec.task_roles.iter().find(|r| r.name == role)?;
     let role_status = roles.iter().find(|r| r.name == role)?;
-    let task = role_status.task_statuses.iter().find(|t| t.index == index)?;
+    let task = role_status
+        .task_statuses
+        .iter()
+        .find(|t| t.index == index)?;
     let completion = task.attempt_status.completion_status.as_ref()?;
     let codes = || {
         role_status
@@ -115,7 +118,10 @@ pub fn retry_decision(
             false,
             true,
             Duration::ZERO,
-            format!("completion code {code} ({}) is never retried", completion.phrase),
+            format!(
+                "completion code {code} ({}) is never retried",
+                completion.phrase
+            ),
         );
     }
     let kind = classify(code);
@@ -156,8 +162,10 @@ mod tests {
         let mut framework =
             pai_test_support::frameworks::framework("fw", &[("ps", 1), ("worker", 3)]);
         for role in &mut framework.spec.task_roles {
-            role.framework_attempt_completion_policy.min_failed_task_count = min_failed;
-            role.framework_attempt_completion_policy.min_succeeded_task_count = min_succeeded;
+            role.framework_attempt_completion_policy
+                .min_failed_task_count = min_failed;
+            role.framework_attempt_completion_policy
+                .min_succeeded_task_count = min_succeeded;
         }
         framework.spec
     }
@@ -185,7 +193,11 @@ mod tests {
             },
             TaskRoleStatus {
                 name: "worker".into(),
-                task_statuses: workers.iter().enumerate().map(|(i, c)| task(i, c)).collect(),
+                task_statuses: workers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| task(i, c))
+                    .collect(),
                 ..TaskRoleStatus::default()
             },
         ]
@@ -193,8 +205,13 @@ mod tests {
 
     #[test]
     fn one_failure_fails_the_attempt_with_that_task_named() {
-        let done = attempt_completion(&spec(1, -1), &roles(&[None, Some(3), None], None), "worker", 1)
-            .expect("completed");
+        let done = attempt_completion(
+            &spec(1, -1),
+            &roles(&[None, Some(3), None], None),
+            "worker",
+            1,
+        )
+        .expect("completed");
         assert_eq!(done.code, 3);
         let trigger = done.trigger.expect("trigger");
         assert_eq!(

@@ -49,7 +49,11 @@ mod tests {
             20000,
         );
         let plans = allocate(&framework).expect("ports");
-        let mut all: Vec<u16> = plans.values().flatten().flat_map(|p| p.all_ports()).collect();
+        let mut all: Vec<u16> = plans
+            .values()
+            .flatten()
+            .flat_map(|p| p.all_ports())
+            .collect();
         let count = all.len();
         all.sort_unstable();
         all.dedup();
@@ -60,7 +64,10 @@ mod tests {
             assert_eq!(tasks.len(), role.task_number as usize);
             for plan in tasks {
                 let labels: Vec<_> = plan.iter().map(|(l, p)| (l.to_string(), p.len())).collect();
-                let expected: Vec<_> = template.iter().map(|(l, p)| (l.to_string(), p.len())).collect();
+                let expected: Vec<_> = template
+                    .iter()
+                    .map(|(l, p)| (l.to_string(), p.len()))
+                    .collect();
                 assert_eq!(labels, expected);
                 for port in plan.all_ports() {
                     TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).expect("free");

@@ -105,7 +105,11 @@ pub fn kill_tree(root: ProcessId) {
     let _ = kill(Pid::from_raw(root.pid), Signal::SIGSTOP);
     for _ in 0..16 {
         let now = descendants(root.pid);
-        let new: Vec<i32> = now.iter().copied().filter(|p| !frozen.contains(p)).collect();
+        let new: Vec<i32> = now
+            .iter()
+            .copied()
+            .filter(|p| !frozen.contains(p))
+            .collect();
         if new.is_empty() {
             break;
         }

@@ -48,12 +48,18 @@ impl Identity {
             ("FC_POD_NAME", self.pod_name.clone()),
             ("FC_FRAMEWORK_UID", self.framework_uid.clone()),
             ("FC_FRAMEWORK_ATTEMPT_ID", self.attempt.to_string()),
-            ("FC_FRAMEWORK_ATTEMPT_INSTANCE_UID", self.attempt_uid.clone()),
+            (
+                "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID",
+                self.attempt_uid.clone(),
+            ),
             ("FC_CONFIGMAP_UID", self.attempt_uid.clone()),
             ("FC_TASKROLE_UID", self.role_uid.clone()),
             ("FC_TASK_UID", self.task_uid.clone()),
             ("FC_TASK_ATTEMPT_ID", "0".to_string()),
-            ("FC_TASK_ATTEMPT_INSTANCE_UID", self.task_attempt_uid.clone()),
+            (
+                "FC_TASK_ATTEMPT_INSTANCE_UID",
+                self.task_attempt_uid.clone(),
+            ),
             ("FC_POD_UID", self.pod_uid.clone()),
         ]
         .into_iter()
@@ -73,7 +79,10 @@ pub fn container_env(first: Vec<(String, String)>, container: &Container) -> Vec
             continue;
         };
         let expanded = names::kubelet_expand(value, |name| {
-            env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+            env.iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
         });
         env.push((var.name.clone(), expanded));
     }
@@ -103,6 +112,8 @@ pub struct Launch {
     pub main_env: Vec<(String, String)>,
     /// Between TERM and KILL when the task is stopped.
     pub grace: Duration,
+    /// The user command's own log, as the runtime writes it.
+    pub user_log: PathBuf,
 }
 
 impl Launch {
@@ -125,7 +136,10 @@ pub fn pid_file(root: &Path) -> PathBuf {
 pub enum Progress {
     /// The main container started.
     Running,
-    Completed { code: i32, diagnostics: String },
+    Completed {
+        code: i32,
+        diagnostics: String,
+    },
 }
 
 /// Why a task is being ended, and the completion code it then gets.
@@ -188,10 +202,11 @@ pub async fn run(
             let diagnostics = if code == 0 {
                 "the main container exited with code 0".to_string()
             } else {
-                format!(
-                    "the main container exited with code {code}: {}",
-                    last_line(&launch.container_log())
-                )
+                let mut last = last_line(&launch.user_log);
+                if last.is_empty() {
+                    last = last_line(&launch.container_log());
+                }
+                format!("the main container exited with code {code}: {last}")
             };
             report(completed(code, diagnostics));
         }
@@ -295,7 +310,11 @@ async fn wait_for_stop(stop: &mut watch::Receiver<Option<StopRequest>>) -> StopR
 async fn terminate(child: &mut tokio::process::Child, process: ProcessId, grace: Duration) {
     procs::signal_group(process.pid, nix::sys::signal::Signal::SIGTERM);
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        tracing::warn!(pid = process.pid, grace_s = grace.as_secs(), "task outlived its grace period; killing its processes");
+        tracing::warn!(
+            pid = process.pid,
+            grace_s = grace.as_secs(),
+            "task outlived its grace period; killing its processes"
+        );
         procs::kill_tree(process);
         let _ = child.wait().await;
     }

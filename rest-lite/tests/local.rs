@@ -1,0 +1,433 @@
+//! The embedded default end to end: the real `rest-lite serve --backend local` process,
+//! its tasks started through the real runtime, jobs submitted and followed over HTTP.
+//! Tasks report through a FIFO: every user process holds its write end, so end of file
+//! on the read end means every one of them is gone.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rest_lite::client::Client;
+use serde_json::{Value, json};
+
+/// Long enough for a slow machine, short enough to fail rather than hang.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(state: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+            .args(["serve", "--backend", "local", "--listen", "127.0.0.1:0"])
+            .arg("--state-dir")
+            .arg(state)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rest-lite serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        // Reads the log all along, as a log collector would.
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("rest-lite serving")
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let line = rx.recv_timeout(DEADLINE).expect("a start-up line");
+        assert!(line.contains("this machine (embedded default)"), "{line}");
+        assert!(line.contains(&state.display().to_string()), "{line}");
+        let url = line
+            .split("url=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .expect("url")
+            .to_string();
+        Self { child, url }
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.url, None)
+    }
+
+    /// SIGKILL: no chance to clean up.
+    fn kill(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("wait");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rest-lite-local-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// A FIFO the tasks write lines into; its lines arrive on the receiver, then `None` at
+/// end of file (no writer left).
+fn events(dir: &Path) -> (PathBuf, mpsc::Receiver<Option<String>>) {
+    let path = dir.join("events");
+    let status = Command::new("mkfifo").arg(&path).status().expect("mkfifo");
+    assert!(status.success());
+    let (tx, rx) = mpsc::channel();
+    let reader = path.clone();
+    std::thread::spawn(move || {
+        // Opening blocks until the first writer.
+        let Ok(file) = std::fs::File::open(&reader) else {
+            return;
+        };
+        for line in BufReader::new(file).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(Some(line));
+        }
+        let _ = tx.send(None);
+    });
+    (path, rx)
+}
+
+fn next_event(rx: &mpsc::Receiver<Option<String>>) -> Option<String> {
+    rx.recv_timeout(DEADLINE).expect("an event from the tasks")
+}
+
+/// The job's view once it reaches a final state.
+async fn final_view(client: &Client, user: &str, job: &str) -> Value {
+    let mut changes = client.watch(user, job).await.expect("watch");
+    let mut last = Value::Null;
+    let follow = async {
+        while let Some(view) = changes.next().await {
+            last = view.expect("a view");
+        }
+    };
+    tokio::time::timeout(DEADLINE, follow)
+        .await
+        .expect("the job completes");
+    last
+}
+
+async fn log_of(client: &Client, user: &str, job: &str, role: &str, index: u32) -> String {
+    let mut stream = client
+        .logs(user, job, role, index, true)
+        .await
+        .expect("logs");
+    let mut text = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        text.extend_from_slice(&chunk.expect("chunk"));
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+fn job(name: &str, roles: Value, extra: Value) -> String {
+    let mut spec = json!({"jobName": name, "image": "busybox", "taskRoles": roles});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    spec.to_string()
+}
+
+fn role(name: &str, tasks: u32, command: &str) -> Value {
+    json!({"name": name, "taskNumber": tasks, "cpuNumber": 1, "memoryMB": 128, "command": command})
+}
+
+/// A user command that reports `up <role>-<index>` into the FIFO, then waits; TERM makes
+/// it report `term <role>-<index>` and leave.
+const WAIT_FOR_TERM: &str = r#"me="$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
+exec 3>"$EVENTS"
+trap 'echo "term $me" >&3; exit 0' TERM
+echo "up $me" >&3
+while :; do sleep 1 & wait $!; done"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shell_example_exchanges_messages_over_tcp_and_succeeds() {
+    let dir = scratch("example");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let spec = std::fs::read_to_string(common::repo_root().join("examples/shell-hello.yaml"))
+        .expect("example");
+    client.submit("alice", &spec).await.expect("submitted");
+
+    let view = final_view(&client, "alice", "shell-hello").await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    assert_eq!(view["jobStatus"]["appExitCode"], 0);
+    let diagnostics = view["jobStatus"]["appExitDiagnostics"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        diagnostics.contains("busybox:1.36") && diagnostics.contains("not used"),
+        "{diagnostics}"
+    );
+
+    // Tasks of one role share this host: each has its own ports.
+    let clients = view["taskRoles"]["client"]["taskStatuses"]
+        .as_array()
+        .expect("clients");
+    let http: Vec<&str> = clients
+        .iter()
+        .map(|t| t["containerPorts"]["http"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(http.len(), 2);
+    assert_ne!(http[0], http[1], "{view:#}");
+
+    let server_log = log_of(&client, "alice", "shell-hello", "server", 0).await;
+    assert!(
+        server_log.contains("every client said hello"),
+        "{server_log}"
+    );
+    for index in 0..2 {
+        let log = log_of(&client, "alice", "shell-hello", "client", index).await;
+        assert!(
+            log.contains(&format!("heard: ack: hello from client {index}")),
+            "{log}"
+        );
+    }
+    let config = client.job("alice", "shell-hello").await.expect("job");
+    assert_eq!(config["name"], "shell-hello");
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_task_fails_the_job_with_its_code_and_name() {
+    let dir = scratch("failure");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let wait = "while :; do sleep 1 & wait $!; done";
+    let spec = job(
+        "fails",
+        json!([
+            role("ps", 1, wait),
+            {"name": "worker", "taskNumber": 2, "cpuNumber": 1, "memoryMB": 128, "minFailedTaskCount": 1,
+             "command": format!("if [ \"$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" = 1 ]; then echo bad input >&2; exit 7; fi\n{wait}")}
+        ]),
+        json!({}),
+    );
+    client.submit("alice", &spec).await.expect("submitted");
+    let view = final_view(&client, "alice", "fails").await;
+    let status = &view["jobStatus"];
+    assert_eq!(status["state"], "FAILED", "{view:#}");
+    assert_eq!(status["appExitCode"], 7);
+    assert_eq!(status["appExitTriggerTaskRoleName"], "worker");
+    assert_eq!(status["appExitTriggerTaskIndex"], 1);
+    assert!(
+        status["appExitDiagnostics"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("code 7: bad input"),
+        "{status}"
+    );
+    assert_eq!(status["retries"], 0);
+    let worker = &view["taskRoles"]["worker"]["taskStatuses"];
+    assert_eq!(worker[1]["containerExitCode"], 7);
+    // The others were ended when the attempt completed.
+    assert_eq!(worker[0]["containerExitCode"], -220);
+    assert_eq!(
+        view["taskRoles"]["ps"]["taskStatuses"][0]["containerExitCode"],
+        -220
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
+    let dir = scratch("retry");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let counter = dir.join("attempts");
+    let spec = job(
+        "flaky",
+        json!([role(
+            "worker",
+            1,
+            "n=$(cat \"$COUNTER\" 2>/dev/null || echo 0); n=$((n + 1)); echo \"$n\" > \"$COUNTER\"\necho \"attempt $FC_FRAMEWORK_ATTEMPT_ID, run $n\"\n[ \"$n\" -ge 3 ]"
+        )]),
+        json!({"retryCount": 2, "jobEnvs": {"COUNTER": counter.display().to_string()}}),
+    );
+    client.submit("alice", &spec).await.expect("submitted");
+    let view = final_view(&client, "alice", "flaky").await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    assert_eq!(view["jobStatus"]["retries"], 2);
+    assert_eq!(
+        std::fs::read_to_string(&counter).expect("counter").trim(),
+        "3"
+    );
+    let log = log_of(&client, "alice", "flaky", "worker", 0).await;
+    assert!(log.contains("attempt 2, run 3"), "{log}");
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_terms_every_task_and_leaves_no_process() {
+    let dir = scratch("stop");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let (events, rx) = events(&dir);
+    let spec = job(
+        "long",
+        json!([
+            role("ps", 1, WAIT_FOR_TERM),
+            role("worker", 2, WAIT_FOR_TERM)
+        ]),
+        json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
+    );
+    client.submit("alice", &spec).await.expect("submitted");
+    let mut up: Vec<String> = (0..3).map(|_| next_event(&rx).expect("up")).collect();
+    up.sort();
+    assert_eq!(up, ["up ps-0", "up worker-0", "up worker-1"]);
+    assert_eq!(
+        client.job("alice", "long").await.expect("job")["jobStatus"]["state"],
+        "RUNNING"
+    );
+
+    client.stop("alice", "long").await.expect("stopped");
+    let mut seen = Vec::new();
+    while let Some(event) = next_event(&rx) {
+        seen.push(event);
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["term ps-0", "term worker-0", "term worker-1"],
+        "every task got TERM; end of file: none is left"
+    );
+    let view = final_view(&client, "alice", "long").await;
+    assert_eq!(view["jobStatus"]["state"], "STOPPED", "{view:#}");
+    assert_eq!(view["jobStatus"]["appExitCode"], -210);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_ends_every_task_and_frees_the_name() {
+    let dir = scratch("delete");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let (events, rx) = events(&dir);
+    let spec = job(
+        "doomed",
+        json!([role("worker", 2, WAIT_FOR_TERM)]),
+        json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
+    );
+    client.submit("alice", &spec).await.expect("submitted");
+    next_event(&rx).expect("up");
+    next_event(&rx).expect("up");
+    client.delete("alice", "doomed").await.expect("deleted");
+    assert!(matches!(
+        client.job("alice", "doomed").await,
+        Err(rest_lite::client::ClientError::Api { status: 404, .. })
+    ));
+    let mut seen = Vec::new();
+    while let Some(event) = next_event(&rx) {
+        seen.push(event);
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let listed = client.jobs(Some("alice")).await.expect("list");
+    assert_eq!(listed, json!([]));
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running_one() {
+    let dir = scratch("restart");
+    let state = dir.join("state");
+    let server = Server::start(&state);
+    let client = server.client();
+    // One job done before the crash.
+    client
+        .submit(
+            "alice",
+            &job(
+                "done",
+                json!([role("worker", 1, "echo finished")]),
+                json!({}),
+            ),
+        )
+        .await
+        .expect("submitted");
+    assert_eq!(
+        final_view(&client, "alice", "done").await["jobStatus"]["state"],
+        "SUCCEEDED"
+    );
+    // One running at the crash: its second attempt succeeds at once.
+    let (events, rx) = events(&dir);
+    let command = format!(
+        "if [ \"$FC_FRAMEWORK_ATTEMPT_ID\" != 0 ]; then echo \"attempt $FC_FRAMEWORK_ATTEMPT_ID\"; exit 0; fi\n{WAIT_FOR_TERM}"
+    );
+    client
+        .submit(
+            "alice",
+            &job(
+                "crash",
+                json!([role("worker", 2, &command)]),
+                json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
+            ),
+        )
+        .await
+        .expect("submitted");
+    next_event(&rx).expect("up");
+    next_event(&rx).expect("up");
+
+    server.kill();
+    // The tasks die with the server: each got TERM, then no writer is left.
+    let mut seen = Vec::new();
+    while let Some(event) = next_event(&rx) {
+        seen.push(event);
+    }
+    seen.sort();
+    assert_eq!(seen, ["term worker-0", "term worker-1"]);
+
+    let server = Server::start(&state);
+    let client = server.client();
+    let mut names: Vec<String> = client
+        .jobs(Some("alice"))
+        .await
+        .expect("list")
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|j| j["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["crash", "done"]);
+    assert_eq!(
+        client.job("alice", "done").await.expect("job")["jobStatus"]["state"],
+        "SUCCEEDED"
+    );
+
+    let view = final_view(&client, "alice", "crash").await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    assert_eq!(
+        view["jobStatus"]["retries"], 1,
+        "the interrupted attempt was retried"
+    );
+    let log = log_of(&client, "alice", "crash", "worker", 0).await;
+    assert!(log.contains("attempt 1"), "{log}");
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
