@@ -166,6 +166,10 @@ impl Transformer {
             env_var(names::USER_CMD, role.command()),
             env_var(names::KUBE_APISERVER_ADDRESS, &cfg.kube_apiserver_address),
         ];
+        // The prep scripts make ssh host keys only for jobs that can log in.
+        if let Some((_, key)) = job.env.iter().find(|(k, _)| k == names::SSH_PUB_KEY) {
+            init_env.push(env_var(names::SSH_PUB_KEY, key));
+        }
         if let Some(timeout) = cfg.barrier_timeout_sec {
             init_env.push(env_var("BARRIER_CHECK_TIMEOUT_SEC", &timeout.to_string()));
         }

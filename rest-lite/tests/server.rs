@@ -800,3 +800,68 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
         assert!(schemas[code].is_object(), "no schema {code}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
+    let s = start().await;
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    let addr = s.addr;
+    let watch = tokio::spawn(async move {
+        request(
+            addr,
+            "GET",
+            "/api/v1/user/alice/jobs/job?watch=true",
+            None,
+            "",
+        )
+        .await
+    });
+    // The server watches the Framework (one list, then the watch) before anything changes.
+    s.api.watches_started(1).await;
+    s.api.modify("frameworks", NS, "alice--job", |f| {
+        f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
+    });
+    s.api.modify("frameworks", NS, "alice--job", |f| {
+        f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
+            "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}}}});
+    });
+    // Nothing changes after the final state: the stream ends by itself.
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(60), watch)
+        .await
+        .expect("the watch ends after the final state")
+        .expect("join");
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.content_type, "application/x-ndjson");
+    let states: Vec<String> = reply
+        .body
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("a JSON line");
+            v["jobStatus"]["state"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        states.first().map(String::as_str),
+        Some("WAITING"),
+        "{states:?}"
+    );
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("SUCCEEDED"),
+        "{states:?}"
+    );
+    assert!(states.iter().any(|s| s == "RUNNING"), "{states:?}");
+
+    let missing = request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/other?watch=true",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(missing.error(), (404, "NoJobError".to_string()));
+}

@@ -542,7 +542,7 @@ async fn run_attempt(
                 }
             }
         }
-        if !deleted && let Err(e) = inner.persist(job).await {
+        if !deleted && let Err(e) = inner.record(job).await {
             tracing::error!(job = %name, error = %e, "cannot save the job");
         }
     }

@@ -133,12 +133,23 @@ impl Inner {
             .cloned()
     }
 
-    /// Writes the job's Framework as it is now; returns once it is on disk.
+    /// Writes the job's Framework as it is now, durably (synced); returns once it is on
+    /// disk. For every decision: acceptance, an attempt's start, completion, stop.
     async fn persist(&self, job: &Job) -> Result<(), BackendError> {
+        self.save(job, true).await
+    }
+
+    /// Writes the job's Framework as it is now, atomically but not synced: for task
+    /// progress, which a restart re-derives (the attempt is then failed and retried).
+    async fn record(&self, job: &Job) -> Result<(), BackendError> {
+        self.save(job, false).await
+    }
+
+    async fn save(&self, job: &Job, durable: bool) -> Result<(), BackendError> {
         let _order = job.save.lock().await;
         let snapshot = job.framework().clone();
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.save(&snapshot))
+        tokio::task::spawn_blocking(move || store.save(&snapshot, durable))
             .await
             .map_err(|e| BackendError::Other(format!("saving the job: {e}")))?
             .map_err(|e| BackendError::Other(e.to_string()))?;

@@ -62,9 +62,11 @@ impl Store {
         self.job_dir(name).join(FRAMEWORK_FILE)
     }
 
-    /// Writes the Framework durably: a temporary file, synced, renamed over the old one,
-    /// and the directory synced, so a crash leaves the old or the new file, whole.
-    pub fn save(&self, framework: &Framework) -> Result<(), StoreError> {
+    /// Writes the Framework atomically: a temporary file renamed over the old one, so a
+    /// crash leaves the old or the new file, whole. `durable`: the file and the
+    /// directory are synced first, so the new one survives a power loss too (a process
+    /// crash loses nothing either way: the page cache is the kernel's).
+    pub fn save(&self, framework: &Framework, durable: bool) -> Result<(), StoreError> {
         let name = framework.metadata.name.as_deref().unwrap_or_default();
         let dir = self.job_dir(name);
         std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
@@ -76,11 +78,15 @@ impl Store {
         let tmp = dir.join(".framework.json.tmp");
         let mut file = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
         file.write_all(&bytes).map_err(io("write", &tmp))?;
-        file.sync_all().map_err(io("sync", &tmp))?;
+        if durable {
+            file.sync_all().map_err(io("sync", &tmp))?;
+        }
         std::fs::rename(&tmp, &path).map_err(io("replace", &path))?;
-        std::fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("sync", &dir))?;
+        if durable {
+            std::fs::File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io("sync", &dir))?;
+        }
         Ok(())
     }
 

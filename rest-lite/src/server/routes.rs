@@ -272,26 +272,30 @@ pub async fn get_job(
         .watch(&name)
         .await
         .map_err(|e| backend_error(e, &user, &job))?;
-    // One line per change; the line of a final state is the last.
+    // One line per change; the line of a final state is the last, and the stream ends
+    // right after it (not at the next change, which may never come).
     let lines = changes
-        .map(move |change| {
-            let view = job_view(&change.ok()??, &url);
-            let last = matches!(
-                view.job_status.state,
-                JobState::Succeeded | JobState::Failed | JobState::Stopped
-            );
-            let mut line = serde_json::to_vec(&view).ok()?;
-            line.push(b'\n');
-            Some((line, last))
+        .flat_map(move |change| {
+            let line = change.ok().flatten().and_then(|framework| {
+                let view = job_view(&framework, &url);
+                let last = matches!(
+                    view.job_status.state,
+                    JobState::Succeeded | JobState::Failed | JobState::Stopped
+                );
+                let mut line = serde_json::to_vec(&view).ok()?;
+                line.push(b'\n');
+                Some((line, last))
+            });
+            // `None` ends the stream: deleted, unreadable, or after a final state.
+            let items = match line {
+                Some((line, true)) => vec![Some(Bytes::from(line)), None],
+                Some((line, false)) => vec![Some(Bytes::from(line))],
+                None => vec![None],
+            };
+            futures::stream::iter(items)
         })
-        // Deleted (or unreadable): the watch ends.
-        .take_while(|line| futures::future::ready(line.is_some()))
-        .flat_map(futures::stream::iter)
-        .scan(false, |ended, (line, last)| {
-            let emit = (!*ended).then(|| Ok::<_, std::io::Error>(Bytes::from(line)));
-            *ended = last;
-            futures::future::ready(emit)
-        });
+        .take_while(|item| futures::future::ready(item.is_some()))
+        .filter_map(|item| futures::future::ready(item.map(Ok::<_, std::io::Error>)));
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         axum::body::Body::from_stream(lines),

@@ -1,0 +1,147 @@
+//! `cargo bench -p rest-lite --bench local`: a 64-task job on the embedded default, from
+//! submission to every user command running, and to SUCCEEDED.
+//!
+//! The real `rest-lite serve --backend local` (release build) runs with a fresh state
+//! directory; this process submits over HTTP and is the clock. Every user command
+//! writes one line into a FIFO the benchmark reads, then exits 0: the 64th line is
+//! "every user command running"; the job's watch reaching SUCCEEDED is the end. The
+//! server, 64 task trees (entry, prep, barrier, run, shell) and the clock share the
+//! machine's cores.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use rest_lite::client::Client;
+use serde_json::json;
+
+const TASKS: u32 = 64;
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let rounds = if quick { 1 } else { 10 };
+    let dir = std::env::temp_dir().join(format!("rest-lite-bench-local-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+        .args(["serve", "--backend", "local", "--listen", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rest-lite serve");
+    let stderr = server.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.split("url=").nth(1)
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(
+                    url.split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("start-up line");
+    let client = Client::new(&url, None);
+
+    let (mut running, mut done) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let fifo = dir.join(format!("up-{round}"));
+        assert!(
+            Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .expect("mkfifo")
+                .success()
+        );
+        let lines = read_lines(&fifo);
+        let name = format!("bench-{round}");
+        let spec = json!({
+            "jobName": name,
+            "image": "busybox",
+            "taskRoles": [
+                {"name": "ps", "taskNumber": 4, "cpuNumber": 1, "memoryMB": 128,
+                 "command": "echo \"ps $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" >> \"$UP\""},
+                {"name": "worker", "taskNumber": TASKS - 4, "cpuNumber": 1, "memoryMB": 128,
+                 "command": "echo \"worker $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" >> \"$UP\""}
+            ],
+            "jobEnvs": {"UP": fifo.display().to_string()}
+        })
+        .to_string();
+        let started = Instant::now();
+        client.submit("bench", &spec).await.expect("submitted");
+        let mut changes = client.watch("bench", &name).await.expect("watch");
+        let waited = tokio::task::spawn_blocking(move || {
+            for _ in 0..TASKS {
+                lines
+                    .recv_timeout(Duration::from_secs(120))
+                    .expect("a user command");
+            }
+        });
+        waited.await.expect("join");
+        running.push(started.elapsed().as_secs_f64() * 1000.0);
+        let mut last = serde_json::Value::Null;
+        while let Some(view) = changes.next().await {
+            last = view.expect("view");
+        }
+        done.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(last["jobStatus"]["state"], "SUCCEEDED", "{last}");
+        client.delete("bench", &name).await.expect("delete");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    running.sort_by(f64::total_cmp);
+    done.sort_by(f64::total_cmp);
+    println!("| {TASKS}-task job | rounds | min ms | median ms | max ms |");
+    println!("|---|---|---|---|---|");
+    for (what, times) in [
+        ("submit → every user command running", &running),
+        ("submit → SUCCEEDED", &done),
+    ] {
+        println!(
+            "| {what} | {} | {:.0} | {:.0} | {:.0} |",
+            times.len(),
+            times[0],
+            percentile(times, 0.5),
+            times[times.len() - 1]
+        );
+    }
+}
+
+/// Lines written into the FIFO at `path`, as they come (each task opens, writes, closes).
+fn read_lines(path: &Path) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        // Reopened after each end of file: writers come and go.
+        while let Ok(file) = std::fs::File::open(&path) {
+            for line in BufReader::new(file).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
