@@ -431,3 +431,152 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs `rest-lite ARGS` to its end (killed past the deadline); returns (code, stdout,
+/// stderr).
+fn rest_lite(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+    command
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let child = command.spawn().expect("rest-lite");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output = match rx.recv_timeout(DEADLINE) {
+        Ok(output) => output.expect("output"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("rest-lite {args:?} did not end");
+        }
+    };
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_quick_start_runs_the_example_in_one_command() {
+    let example = common::repo_root().join("examples/shell-hello.yaml");
+    let (code, stdout, stderr) = rest_lite(
+        &["run", example.to_str().expect("path"), "--user", "alice"],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("[server-0] every client said hello"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("[client-1] client 1 of 2 heard: ack: hello from client 1"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("job shell-hello SUCCEEDED"), "{stderr}");
+}
+
+#[test]
+fn run_exits_with_the_failed_jobs_code() {
+    let dir = scratch("run-fails");
+    let spec = dir.join("fails.json");
+    std::fs::write(
+        &spec,
+        job(
+            "exits",
+            json!([role("worker", 1, "echo about to fail; exit 3")]),
+            json!({}),
+        ),
+    )
+    .expect("spec");
+    let (code, stdout, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    assert_eq!(code, Some(3), "{stdout}\n{stderr}");
+    assert!(stdout.contains("[worker-0] about to fail"), "{stdout}");
+    assert!(stderr.contains("FAILED"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_command_line_client_drives_a_job() {
+    let dir = scratch("client");
+    let server = Server::start(&dir.join("state"));
+    let spec = dir.join("hello.yaml");
+    std::fs::write(
+        &spec,
+        "jobName: hello\nimage: busybox\ntaskRoles:\n  - name: worker\n    taskNumber: 1\n    cpuNumber: 1\n    memoryMB: 128\n    command: echo hello from $PAI_CURRENT_TASK_ROLE_NAME\n",
+    )
+    .expect("spec");
+    let connection = ["--server", server.url.as_str(), "--user", "alice"];
+    let with = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(connection);
+        rest_lite(&all, &[])
+    };
+    let (code, stdout, stderr) = with(&["submit", spec.to_str().expect("path")]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("hello"), "{stdout}");
+    let (code, stdout, _) = with(&["logs", "hello", "--role", "worker", "--follow"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("hello from worker"), "{stdout}");
+    let (_, stdout, _) = with(&["jobs"]);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("hello ") && l.contains("alice")),
+        "{stdout}"
+    );
+    let (code, stdout, _) = with(&["status", "hello"]);
+    assert_eq!(code, Some(0));
+    let view: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(view["name"], "hello");
+    let (code, _, stderr) = with(&["status", "nothing"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("NoJobError"), "{stderr}");
+    let (code, _, stderr) = with(&["delete", "hello"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn without_a_cluster_configuration_serve_runs_jobs_here() {
+    let dir = scratch("auto");
+    let state = dir.join("state");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(&state)
+        .env("HOME", &dir)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("rest-lite serving") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let line = rx.recv_timeout(DEADLINE).expect("a start-up line");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.contains("url=http://127.0.0.1:"), "{line}");
+    assert!(line.contains("this machine (embedded default)"), "{line}");
+    assert!(line.contains(&state.display().to_string()), "{line}");
+    std::fs::remove_dir_all(&dir).ok();
+}

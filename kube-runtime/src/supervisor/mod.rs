@@ -138,7 +138,11 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
                 info!(code = ended.code(), "user command ended");
                 status = Some(ended);
             } else if let Some(name) = daemons.remove(&pid) {
-                warn!(daemon = %name, code = ended.code(), "daemon ended; the job goes on");
+                if ended.code() == 0 {
+                    info!(daemon = %name, "daemon script finished");
+                } else {
+                    warn!(daemon = %name, code = ended.code(), "daemon ended; the job goes on");
+                }
             }
         }
         let now = Instant::now();

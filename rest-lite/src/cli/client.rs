@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use serde_json::Value;
 
-use rest_lite::client::Client;
+use rest_lite::client::{Client, ClientError};
 
 /// Where the server is and who is asking.
 #[derive(clap::Args, Debug, Clone)]
@@ -166,12 +166,35 @@ pub fn ssh(args: JobArgs) -> Result<ExitCode> {
 
 pub fn logs(args: LogsArgs) -> Result<ExitCode> {
     let user = args.connection.user();
+    let client = args.connection.client();
     block_on(async {
-        let mut stream = args
-            .connection
-            .client()
-            .logs(&user, &args.job, &args.role, args.index, args.follow)
-            .await?;
+        // Following a task that has not started yet waits for it, change by change.
+        let mut changes = None;
+        let mut stream = loop {
+            match client
+                .logs(&user, &args.job, &args.role, args.index, args.follow)
+                .await
+            {
+                Ok(stream) => break stream,
+                Err(ClientError::Api { status: 404, .. }) if args.follow => {
+                    if changes.is_none() {
+                        // Fails here when the job itself does not exist.
+                        changes = Some(client.watch(&user, &args.job).await?);
+                    }
+                    let ended = match changes.as_mut() {
+                        Some(changes) => changes.next().await.is_none(),
+                        None => true,
+                    };
+                    if ended {
+                        // The job completed or went away: one last look.
+                        break client
+                            .logs(&user, &args.job, &args.role, args.index, false)
+                            .await?;
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         let mut stdout = std::io::stdout();
         while let Some(chunk) = stream.next().await {
             stdout.write_all(&chunk?)?;

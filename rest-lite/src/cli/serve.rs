@@ -15,6 +15,9 @@ use rest_lite::server::kube_backend::KubeBackend;
 use rest_lite::server::{AppState, auth, router};
 use rest_lite::transform::Transformer;
 
+/// How long open streams may delay the end of a server asked to stop.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
     /// Kubernetes when a cluster configuration is found, else this machine.
@@ -144,10 +147,25 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             .with_context(|| format!("listening on {}", args.listen))?;
         let bound = listener.local_addr().context("reading the bound address")?;
         tracing::info!(url = %format!("http://{bound}"), backend = %describe, "rest-lite serving");
-        axum::serve(listener, router(state))
-            .with_graceful_shutdown(shutdown())
-            .await
-            .context("serving")
+        // Requests in flight finish; open streams (watches, followed logs) get a few
+        // seconds, then the server leaves anyway.
+        let (begun, shutting_down) = tokio::sync::oneshot::channel();
+        let graceful = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+            shutdown().await;
+            let _ = begun.send(());
+        });
+        tokio::select! {
+            result = graceful => result.context("serving"),
+            () = async {
+                if shutting_down.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => {
+                tracing::warn!(grace_s = SHUTDOWN_GRACE.as_secs(), "open streams outlived the shutdown grace; leaving");
+                Ok(())
+            }
+        }
     })
 }
 

@@ -343,3 +343,87 @@ fn last_line(path: &Path) -> String {
         .last()
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::EnvVar;
+
+    fn var(name: &str, value: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            ..EnvVar::default()
+        }
+    }
+
+    #[test]
+    fn the_kubelet_expansion_sees_the_controllers_variables_and_earlier_ones() {
+        let container = Container {
+            env: Some(vec![
+                var("A", "task $(FC_TASK_INDEX) of $(FC_TASKROLE_NAME)"),
+                var("B", "$(A)!"),
+                var("LITERAL", "$$(A) stays"),
+                var("LATER", "$(C) is not defined yet"),
+                var("C", "c"),
+            ]),
+            ..Container::default()
+        };
+        let first = vec![
+            ("FC_TASK_INDEX".to_string(), "3".to_string()),
+            ("FC_TASKROLE_NAME".to_string(), "worker".to_string()),
+        ];
+        let env = container_env(first, &container);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("A"), Some("task 3 of worker"));
+        assert_eq!(get("B"), Some("task 3 of worker!"));
+        assert_eq!(get("LITERAL"), Some("$(A) stays"));
+        assert_eq!(get("LATER"), Some("$(C) is not defined yet"));
+        assert_eq!(
+            env[0].0, "FC_TASK_INDEX",
+            "the controller's variables come first"
+        );
+    }
+
+    #[test]
+    fn the_identity_gives_every_fc_variable() {
+        let identity = Identity {
+            namespace: "default".into(),
+            framework: "alice--job".into(),
+            framework_uid: "f".into(),
+            attempt: 2,
+            attempt_uid: "a".into(),
+            role: "worker".into(),
+            role_uid: "r".into(),
+            index: 1,
+            task_uid: "t".into(),
+            task_attempt_uid: "ta".into(),
+            pod_name: "alice--job-worker-1".into(),
+            pod_uid: "p".into(),
+        };
+        let env = identity.fc_env();
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        for name in [
+            "FC_FRAMEWORK_NAMESPACE",
+            "FC_FRAMEWORK_NAME",
+            "FC_TASKROLE_NAME",
+            "FC_TASK_INDEX",
+            "FC_CONFIGMAP_NAME",
+            "FC_POD_NAME",
+            "FC_FRAMEWORK_UID",
+            "FC_FRAMEWORK_ATTEMPT_ID",
+            "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID",
+            "FC_CONFIGMAP_UID",
+            "FC_TASKROLE_UID",
+            "FC_TASK_UID",
+            "FC_TASK_ATTEMPT_ID",
+            "FC_TASK_ATTEMPT_INSTANCE_UID",
+            "FC_POD_UID",
+        ] {
+            assert!(names.contains(&name), "{name} missing");
+        }
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("FC_FRAMEWORK_ATTEMPT_ID"), Some("2"));
+        assert_eq!(get("FC_TASK_INDEX"), Some("1"));
+    }
+}
