@@ -9,6 +9,7 @@
 pub mod config;
 pub mod kube_source;
 pub mod local_source;
+pub mod logging;
 pub mod output;
 pub mod peers;
 pub mod readiness;

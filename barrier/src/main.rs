@@ -9,14 +9,7 @@ use std::process::ExitCode;
 use pai_barrier::{BarrierConfig, BarrierError, kube_source, output};
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    pai_barrier::logging::init();
     let dir = std::env::args_os()
         .nth(1)
         .map_or_else(|| PathBuf::from("."), PathBuf::from);

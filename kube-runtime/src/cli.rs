@@ -41,7 +41,7 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                 Ok(s) => s,
                 Err(e) => return fail(1, &format!("cannot set up signal handling: {e}")),
             };
-            init_tracing();
+            pai_barrier::logging::init();
             match run::run(&Layout::from_env(root), &signals) {
                 Ok(ended) => ExitCode::from(u8::try_from(ended.code()).unwrap_or(1)),
                 Err(e) => fail(
@@ -51,7 +51,7 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
             }
         }
         "entry" => {
-            init_tracing();
+            pai_barrier::logging::init();
             let assets = assets
                 .or_else(|| std::env::var_os(ASSETS_VAR).map(PathBuf::from))
                 .or_else(|| {
@@ -92,16 +92,4 @@ fn options(args: &[String]) -> Result<(Option<PathBuf>, Option<PathBuf>), String
 fn fail(code: i32, message: &str) -> ExitCode {
     tracing::error!(exit_code = code, "{message}");
     ExitCode::from(u8::try_from(code).unwrap_or(1))
-}
-
-fn init_tracing() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .init();
 }

@@ -388,12 +388,14 @@ impl Backend for LocalBackend {
     }
 }
 
-/// Whether a Framework's attempt is still going (not completed).
+/// Whether a Framework's attempt has started its tasks and not completed.
 fn attempt_open(framework: &Framework) -> bool {
     framework.status.as_ref().is_some_and(|s| {
         !matches!(
             s.state,
-            FrameworkState::AttemptCompleted | FrameworkState::Completed
+            FrameworkState::AttemptCreationPending
+                | FrameworkState::AttemptCompleted
+                | FrameworkState::Completed
         )
     })
 }
