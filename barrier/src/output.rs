@@ -20,13 +20,14 @@ pub fn read_peers(dir: &Path) -> std::io::Result<PeerTable> {
     serde_json::from_slice(&bytes).map_err(std::io::Error::other)
 }
 
-/// Serialises `value` next to `path`, syncs it, and renames it into place.
+/// Serialises `value` next to `path` and renames it into place: readers see the old file
+/// or the new one, whole. Not synced: these files live as long as the pod, which a
+/// machine's crash ends anyway.
 pub fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
     use std::io::Write;
     let bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
     let tmp = path.with_extension("json.tmp");
     let mut file = std::fs::File::create(&tmp)?;
     file.write_all(&bytes)?;
-    file.sync_all()?;
     std::fs::rename(&tmp, path)
 }

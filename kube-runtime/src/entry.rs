@@ -198,14 +198,14 @@ fn check_ports(passed: &Passed, me: &Me) -> Result<(), EntryError> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` whole (temporary file, sync, rename).
+/// Writes `bytes` to `path` whole (temporary file, rename). Not synced: the shared
+/// volume lives as long as the pod, which a machine's crash ends anyway.
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), EntryError> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
         std::fs::rename(&tmp, path)
     };
     write().map_err(|e| setup("cannot write", path, e))
