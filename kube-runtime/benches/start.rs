@@ -140,7 +140,7 @@ fn main() {
         })
         .collect();
     report(
-        "entry, barrier already passed (copies the runtime binary)",
+        "entry, barrier already passed (links the runtime binary)",
         times,
     );
 
