@@ -132,11 +132,12 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     let mut stop_deadline: Option<Instant> = None;
     // After the user command ended: when to KILL what is left, and whether we did.
     let mut cleanup: Option<(Instant, bool)> = None;
-    loop {
-        for (pid, ended) in reap() {
+    // Notes what ended: the user command's status, a daemon's end.
+    let mut note = |ended: Vec<(Pid, Ended)>, status: &mut Option<Ended>| {
+        for (pid, ended) in ended {
             if pid == user_pid {
                 info!(code = ended.code(), "user command ended");
-                status = Some(ended);
+                *status = Some(ended);
             } else if let Some(name) = daemons.remove(&pid) {
                 if ended.code() == 0 {
                     info!(daemon = %name, "daemon script finished");
@@ -145,6 +146,9 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
                 }
             }
         }
+    };
+    loop {
+        note(reap(), &mut status);
         let now = Instant::now();
         if status.is_some() {
             match cleanup {
@@ -160,6 +164,8 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
                 Some(_) => {}
             }
             if children().is_empty() {
+                // Nothing runs any more; what ended meanwhile is reaped and told.
+                note(reap(), &mut status);
                 break;
             }
         } else if let Some(deadline) = stop_deadline
