@@ -2,7 +2,8 @@
 //! Kubernetes. Each task is a process tree started through the real runtime (`entry`,
 //! then `run`), peers meet at the same barrier (over the Framework file), and
 //! FrameworkController's rules decide completions and retries ([`policy`]). Every change
-//! is on disk ([`store`]) before it is told; a restarted server finds every job, ends
+//! is written ([`store`]) before it is told, and every decision (acceptance, an attempt's
+//! addresses, a completion, a stop) is synced; a restarted server finds every job, ends
 //! what was left running and fails-and-retries those attempts.
 
 mod controller;
