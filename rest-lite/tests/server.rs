@@ -865,3 +865,32 @@ async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
     .await;
     assert_eq!(missing.error(), (404, "NoJobError".to_string()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_ends_when_the_job_was_deleted_while_the_cluster_was_away() {
+    let mut s = start().await;
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    let addr = s.addr;
+    let watch = tokio::spawn(async move {
+        request(
+            addr,
+            "GET",
+            "/api/v1/user/alice/jobs/job?watch=true",
+            None,
+            "",
+        )
+        .await
+    });
+    s.api.watches_started(1).await;
+    // Away: the deletion's event is never delivered, and its history is gone.
+    s.api.stop().await;
+    s.api.delete("frameworks", NS, "alice--job");
+    s.api.compact();
+    s.api.restart().await;
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(60), watch)
+        .await
+        .expect("the watch ends once the re-list misses the job")
+        .expect("join");
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.body.lines().count(), 1, "{}", reply.body);
+}

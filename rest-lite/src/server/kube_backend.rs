@@ -157,23 +157,32 @@ impl Backend for KubeBackend {
             use kube::runtime::watcher::{self, Event};
             let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
             let name = name.to_string();
+            // A (re-)list that no longer finds the Framework means it was deleted while
+            // the watch was down: the raw watcher says so only by its absence.
             let events = watcher::watcher(self.api.clone(), config)
                 .default_backoff()
-                .filter_map(move |event| {
-                    let name = name.clone();
-                    async move {
-                        match event {
-                            Ok(Event::Apply(f) | Event::InitApply(f)) => Some(Ok(Some(f))),
-                            Ok(Event::Delete(_)) => Some(Ok(None)),
-                            Ok(Event::Init | Event::InitDone) => None,
-                            Err(e) => {
-                                // The watcher re-lists after its back-off; the stream goes on.
-                                tracing::warn!(framework = %name, error = %e, "watch interrupted");
-                                None
-                            }
+                .scan(false, move |listed, event| {
+                    let change = match event {
+                        Ok(Event::Init) => {
+                            *listed = false;
+                            None
                         }
-                    }
-                });
+                        Ok(Event::InitApply(f)) => {
+                            *listed = true;
+                            Some(Ok(Some(f)))
+                        }
+                        Ok(Event::InitDone) => (!*listed).then_some(Ok(None)),
+                        Ok(Event::Apply(f)) => Some(Ok(Some(f))),
+                        Ok(Event::Delete(_)) => Some(Ok(None)),
+                        Err(e) => {
+                            // The watcher re-lists after its back-off; the stream goes on.
+                            tracing::warn!(framework = %name, error = %e, "watch interrupted");
+                            None
+                        }
+                    };
+                    futures::future::ready(Some(change))
+                })
+                .filter_map(futures::future::ready);
             Ok(events.boxed())
         }
         .boxed()
