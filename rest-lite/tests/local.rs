@@ -114,6 +114,16 @@ fn next_event(rx: &mpsc::Receiver<Option<String>>) -> Option<String> {
     rx.recv_timeout(DEADLINE).expect("an event from the tasks")
 }
 
+/// Every event until end of file (no task process holds the FIFO any more), sorted.
+fn until_none_left(rx: &mpsc::Receiver<Option<String>>) -> Vec<String> {
+    let mut seen = Vec::new();
+    while let Some(event) = next_event(rx) {
+        seen.push(event);
+    }
+    seen.sort();
+    seen
+}
+
 /// The job's view once it reaches a final state.
 async fn final_view(client: &Client, user: &str, job: &str) -> Value {
     let mut changes = client.watch(user, job).await.expect("watch");
@@ -305,11 +315,7 @@ async fn stop_terms_every_task_and_leaves_no_process() {
     );
 
     client.stop("alice", "long").await.expect("stopped");
-    let mut seen = Vec::new();
-    while let Some(event) = next_event(&rx) {
-        seen.push(event);
-    }
-    seen.sort();
+    let seen = until_none_left(&rx);
     assert_eq!(
         seen,
         ["term ps-0", "term worker-0", "term worker-1"],
@@ -341,10 +347,7 @@ async fn delete_ends_every_task_and_frees_the_name() {
         client.job("alice", "doomed").await,
         Err(rest_lite::client::ClientError::Api { status: 404, .. })
     ));
-    let mut seen = Vec::new();
-    while let Some(event) = next_event(&rx) {
-        seen.push(event);
-    }
+    let seen = until_none_left(&rx);
     assert_eq!(seen.len(), 2, "{seen:?}");
     let listed = client.jobs(Some("alice")).await.expect("list");
     assert_eq!(listed, json!([]));
@@ -395,11 +398,7 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
 
     server.kill();
     // The tasks die with the server: each got TERM, then no writer is left.
-    let mut seen = Vec::new();
-    while let Some(event) = next_event(&rx) {
-        seen.push(event);
-    }
-    seen.sort();
+    let seen = until_none_left(&rx);
     assert_eq!(seen, ["term worker-0", "term worker-1"]);
 
     let server = Server::start(&state);

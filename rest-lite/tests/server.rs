@@ -801,9 +801,9 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
-    let s = start().await;
+/// Submits the base job as alice and starts watching it; returns once the server's
+/// watch on the API server streams (the server's own signal, no clock).
+async fn submit_and_watch(s: &Setup) -> tokio::task::JoinHandle<Reply> {
     submit(s.addr, "alice", &common::base_job().to_string()).await;
     let addr = s.addr;
     let watch = tokio::spawn(async move {
@@ -816,8 +816,14 @@ async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
         )
         .await
     });
-    // The server watches the Framework (one list, then the watch) before anything changes.
     s.api.watches_started(1).await;
+    watch
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
+    let s = start().await;
+    let watch = submit_and_watch(&s).await;
     s.api.modify("frameworks", NS, "alice--job", |f| {
         f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
     });
@@ -869,19 +875,7 @@ async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_ends_when_the_job_was_deleted_while_the_cluster_was_away() {
     let mut s = start().await;
-    submit(s.addr, "alice", &common::base_job().to_string()).await;
-    let addr = s.addr;
-    let watch = tokio::spawn(async move {
-        request(
-            addr,
-            "GET",
-            "/api/v1/user/alice/jobs/job?watch=true",
-            None,
-            "",
-        )
-        .await
-    });
-    s.api.watches_started(1).await;
+    let watch = submit_and_watch(&s).await;
     // Away: the deletion's event is never delivered, and its history is gone.
     s.api.stop().await;
     s.api.delete("frameworks", NS, "alice--job");

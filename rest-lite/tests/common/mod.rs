@@ -47,19 +47,7 @@ pub fn main_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
         .spec
         .as_ref()
         .expect("pod spec");
-    let main = &pod.containers[0];
-    let mut seen: Vec<(String, String)> = Vec::new();
-    for var in main.env.as_deref().unwrap_or_default() {
-        let raw = var.value.clone().unwrap_or_default();
-        let value = pai_contract::env::kubelet_expand(&raw, |n| {
-            seen.iter()
-                .rev()
-                .find(|(k, _)| k == n)
-                .map(|(_, v)| v.clone())
-        });
-        seen.push((var.name.clone(), value));
-    }
-    seen
+    rest_lite::local::task::container_env(Vec::new(), &pod.containers[0])
 }
 
 pub fn get<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
