@@ -750,6 +750,16 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
     for (path, method) in routes {
         let operation = &doc["paths"][path][method];
         assert!(operation.is_object(), "{method} {path} is not documented");
+        for name in ["user", "job"] {
+            if path.contains(&format!("{{{name}}}")) {
+                assert!(
+                    operation["parameters"]
+                        .as_array()
+                        .is_some_and(|p| p.iter().any(|p| p["name"] == name && p["in"] == "path")),
+                    "{method} {path}: path parameter {name} is not documented"
+                );
+            }
+        }
         // Every documented route is served (an undocumented path would be 404 here).
         let concrete = path.replace("{user}", "alice").replace("{job}", "nojob");
         let reply = request(s.addr, &method.to_uppercase(), &concrete, None, "").await;

@@ -24,6 +24,24 @@ use crate::transform::Submission;
 
 type ApiResult = Result<Response, ApiError>;
 
+/// `/api/v1/user/{user}/…`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct UserPath {
+    /// The jobs' owner.
+    user: String,
+}
+
+/// `/api/v1/user/{user}/jobs/{job}…`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct JobPath {
+    /// The job's owner.
+    user: String,
+    /// The job's name (`jobName`).
+    job: String,
+}
+
 /// The body of a 202.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Message {
@@ -89,7 +107,7 @@ fn spec_format(headers: &HeaderMap, text: &str) -> Result<SpecFormat, ApiError> 
     post,
     path = "/api/v1/user/{user}/jobs",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner"), SubmitQuery),
+    params(UserPath, SubmitQuery),
     request_body(description = "the job spec, JSON or YAML (contracts §1)", content((String = "application/json"), (String = "application/yaml"))),
     responses(
         (status = 202, description = "accepted", body = Message),
@@ -106,7 +124,7 @@ fn spec_format(headers: &HeaderMap, text: &str) -> Result<SpecFormat, ApiError> 
 pub async fn submit(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(user): Path<String>,
+    Path(UserPath { user }): Path<UserPath>,
     Query(query): Query<SubmitQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -120,7 +138,7 @@ pub async fn submit(
     put,
     path = "/api/v1/user/{user}/jobs/{job}",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)"), SubmitQuery),
+    params(JobPath, SubmitQuery),
     request_body(description = "the job spec; its jobName must be the path's", content((String = "application/json"), (String = "application/yaml"))),
     responses(
         (status = 202, description = "accepted", body = Message),
@@ -137,7 +155,7 @@ pub async fn submit(
 pub async fn submit_named(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path((user, job)): Path<(String, String)>,
+    Path(JobPath { user, job }): Path<JobPath>,
     Query(query): Query<SubmitQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -246,7 +264,7 @@ fn job_url(user: &str, job: &str) -> String {
     get,
     path = "/api/v1/user/{user}/jobs/{job}",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)"), GetQuery),
+    params(JobPath, GetQuery),
     responses(
         (status = 200, description = "the job's status; with watch=true one JSON line per change (application/x-ndjson), ending after a final state or the deletion", content((JobView = "application/json"), (JobView = "application/x-ndjson"))),
         (status = 401, description = "no or unknown bearer token", body = ErrorBody),
@@ -258,7 +276,7 @@ fn job_url(user: &str, job: &str) -> String {
 pub async fn get_job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path((user, job)): Path<(String, String)>,
+    Path(JobPath { user, job }): Path<JobPath>,
     Query(query): Query<GetQuery>,
 ) -> ApiResult {
     let framework = find(&state, &caller, &user, &job).await?;
@@ -316,7 +334,7 @@ pub struct GetQuery {
     get,
     path = "/api/v1/user/{user}/jobs/{job}/config",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    params(JobPath),
     responses(
         (status = 200, description = "the spec exactly as submitted", content((String = "application/json"), (String = "application/yaml"))),
         (status = 401, description = "no or unknown bearer token", body = ErrorBody),
@@ -327,7 +345,7 @@ pub struct GetQuery {
 pub async fn get_config(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path((user, job)): Path<(String, String)>,
+    Path(JobPath { user, job }): Path<JobPath>,
 ) -> ApiResult {
     let framework = find(&state, &caller, &user, &job).await?;
     let text = framework
@@ -361,7 +379,7 @@ pub struct SshInfo {
     get,
     path = "/api/v1/user/{user}/jobs/{job}/ssh",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    params(JobPath),
     responses(
         (status = 200, description = "where each task's sshd listens", body = SshInfo),
         (status = 404, description = "no such job, or no task has an address yet (`NoJobSshInfoError`)", body = ErrorBody),
@@ -372,7 +390,7 @@ pub struct SshInfo {
 pub async fn get_ssh(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path((user, job)): Path<(String, String)>,
+    Path(JobPath { user, job }): Path<JobPath>,
 ) -> ApiResult {
     let framework = find(&state, &caller, &user, &job).await?;
     let view = job_view(&framework, &job_url(&user, &job));
@@ -410,7 +428,7 @@ pub struct ExecutionBody {
     put,
     path = "/api/v1/user/{user}/jobs/{job}/executionType",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    params(JobPath),
     request_body = ExecutionBody,
     responses(
         (status = 202, description = "accepted", body = Message),
@@ -424,7 +442,7 @@ pub struct ExecutionBody {
 pub async fn set_execution(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path((user, job)): Path<(String, String)>,
+    Path(JobPath { user, job }): Path<JobPath>,
     body: Result<Json<ExecutionBody>, axum::extract::rejection::JsonRejection>,
 ) -> ApiResult {
     let Json(body) = body.map_err(|e| {
@@ -473,7 +491,7 @@ pub async fn set_execution(
     delete,
     path = "/api/v1/user/{user}/jobs/{job}",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)")),
+    params(JobPath),
     responses(
         (status = 202, description = "the job and its tasks are being removed", body = Message),
         (status = 401, description = "no or unknown bearer token", body = ErrorBody),
@@ -484,7 +502,7 @@ pub async fn set_execution(
 pub async fn delete_job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path((user, job)): Path<(String, String)>,
+    Path(JobPath { user, job }): Path<JobPath>,
 ) -> ApiResult {
     let framework = find(&state, &caller, &user, &job).await?;
     state
@@ -544,7 +562,7 @@ async fn list(state: &AppState, caller: &Caller, user: Option<&str>) -> ApiResul
     get,
     path = "/api/v1/user/{user}/jobs",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner")),
+    params(UserPath),
     responses(
         (status = 200, description = "the user's jobs, newest first", body = [JobSummary]),
         (status = 401, description = "no or unknown bearer token", body = ErrorBody),
@@ -554,7 +572,7 @@ async fn list(state: &AppState, caller: &Caller, user: Option<&str>) -> ApiResul
 pub async fn list_user_jobs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(user): Path<String>,
+    Path(UserPath { user }): Path<UserPath>,
 ) -> ApiResult {
     list(&state, &caller, Some(&user)).await
 }
@@ -611,7 +629,7 @@ pub struct LogQuery {
     get,
     path = "/api/v1/user/{user}/jobs/{job}/logs",
     tag = "jobs",
-    params(("user" = String, Path, description = "the job's owner"), ("job" = String, Path, description = "the job's name (`jobName`)"), LogQuery),
+    params(JobPath, LogQuery),
     responses(
         (status = 200, description = "the task's output; streamed while it runs with follow=true", content_type = "text/plain", body = String),
         (status = 400, description = "bad spec or parameter: the message names the field and the rule", body = ErrorBody),
@@ -623,7 +641,7 @@ pub struct LogQuery {
 pub async fn get_logs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path((user, job)): Path<(String, String)>,
+    Path(JobPath { user, job }): Path<JobPath>,
     Query(query): Query<LogQuery>,
 ) -> ApiResult {
     let framework = find(&state, &caller, &user, &job).await?;
