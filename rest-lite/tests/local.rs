@@ -543,6 +543,22 @@ fn the_command_line_client_drives_a_job() {
     assert!(stderr.contains("NoJobError"), "{stderr}");
     let (code, _, stderr) = with(&["delete", "hello"]);
     assert_eq!(code, Some(0), "{stderr}");
+
+    // Submitted and followed: the output, then the job's exit code as ours.
+    let failing = dir.join("failing.json");
+    std::fs::write(
+        &failing,
+        job(
+            "failing",
+            json!([role("worker", 1, "echo giving up; exit 4")]),
+            json!({}),
+        ),
+    )
+    .expect("spec");
+    let (code, stdout, stderr) = with(&["submit", failing.to_str().expect("path"), "--follow"]);
+    assert_eq!(code, Some(4), "{stdout}\n{stderr}");
+    assert!(stdout.contains("[worker-0] giving up"), "{stdout}");
+    assert!(stderr.contains("job failing FAILED"), "{stderr}");
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }

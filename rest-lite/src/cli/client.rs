@@ -46,6 +46,10 @@ impl Connection {
 pub struct SubmitArgs {
     /// Job spec file (JSON or YAML); `-` reads standard input.
     spec: PathBuf,
+    /// Then follow the job to its end: every task's output, and the job's outcome as the
+    /// exit code (Ctrl-C stops the job).
+    #[arg(long, short)]
+    follow: bool,
     #[command(flatten)]
     connection: Connection,
 }
@@ -107,8 +111,17 @@ fn message(value: &Value) -> Result<ExitCode> {
 pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
     let text = super::read_spec(&args.spec)?;
     let user = args.connection.user();
-    block_on(async { Ok(args.connection.client().submit(&user, &text).await?) })
-        .and_then(|v| message(&v))
+    let client = args.connection.client();
+    if !args.follow {
+        return block_on(async { Ok(client.submit(&user, &text).await?) })
+            .and_then(|v| message(&v));
+    }
+    let spec = rest_lite::spec::JobSpec::parse(&text, super::format_of(&args.spec, &text))?;
+    let job = spec.name().as_str().to_string();
+    block_on(async {
+        client.submit(&user, &text).await?;
+        super::follow::follow(&client, &user, &job).await
+    })
 }
 
 pub fn jobs(args: JobsArgs) -> Result<ExitCode> {

@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch; each command is a thin call into the library.
 
 mod client;
+mod follow;
 mod run;
 mod serve;
 

@@ -4,16 +4,13 @@
 //! the job's outcome: 0 when it succeeded, its exit code (or 1) otherwise. Ctrl-C stops
 //! the job.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use futures::StreamExt;
 
-use rest_lite::client::{Client, ClientError};
+use rest_lite::client::Client;
 use rest_lite::local::LocalBackend;
 use rest_lite::server::{AppState, router};
 use rest_lite::spec::{JobSpec, UserName};
@@ -38,8 +35,6 @@ pub struct RunArgs {
     #[command(flatten)]
     local: LocalArgs,
 }
-
-const FINAL_STATES: [&str; 3] = ["SUCCEEDED", "FAILED", "STOPPED"];
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let text = super::read_spec(&args.spec)?;
@@ -84,122 +79,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             "rest-lite: running {job} on this machine; API at {url}, state in {}",
             state_dir.display()
         );
-        follow_job(&Client::new(&url, None), &user_name, &job, &text).await
+        let client = Client::new(&url, None);
+        client.submit(&user_name, &text).await?;
+        super::follow::follow(&client, &user_name, &job).await
     });
     drop(runtime);
     if !keep {
         let _ = std::fs::remove_dir_all(&state_dir);
     }
     outcome
-}
-
-async fn follow_job(client: &Client, user: &str, job: &str, spec: &str) -> Result<ExitCode> {
-    client.submit(user, spec).await?;
-    let view = client.job(user, job).await?;
-    let mut followers = Vec::new();
-    for (role, detail) in view["taskRoles"].as_object().into_iter().flatten() {
-        let tasks = detail["taskStatuses"].as_array().map_or(0, Vec::len);
-        for index in 0..tasks as u32 {
-            followers.push(tokio::spawn(print_task(
-                client.clone(),
-                user.to_string(),
-                job.to_string(),
-                role.clone(),
-                index,
-            )));
-        }
-    }
-    let mut interrupted = false;
-    let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
-    let mut changes = client.watch(user, job).await?;
-    let mut last = None;
-    loop {
-        tokio::select! {
-            _ = &mut ctrl_c, if !interrupted => {
-                interrupted = true;
-                eprintln!("rest-lite: stopping {job}");
-                client.stop(user, job).await?;
-            }
-            change = changes.next() => match change {
-                Some(view) => last = Some(view?),
-                None => break,
-            }
-        }
-    }
-    let view = last.ok_or_else(|| anyhow::anyhow!("job {job} was deleted while it ran"))?;
-    // The followers end with their tasks' logs.
-    let _ =
-        tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(followers)).await;
-    let status = &view["jobStatus"];
-    let state = status["state"].as_str().unwrap_or_default();
-    eprintln!(
-        "rest-lite: job {job} {state} (exit code {}, {} retries){}",
-        status["appExitCode"],
-        status["retries"],
-        status["appExitDiagnostics"]
-            .as_str()
-            .map(|d| format!(": {d}"))
-            .unwrap_or_default()
-    );
-    Ok(match state {
-        "SUCCEEDED" => ExitCode::SUCCESS,
-        _ if interrupted => ExitCode::from(130),
-        _ => ExitCode::from(
-            status["appExitCode"]
-                .as_i64()
-                .and_then(|c| u8::try_from(c).ok())
-                .filter(|&c| c != 0)
-                .unwrap_or(1),
-        ),
-    })
-}
-
-/// Prints one task's output, line by line with its name in front, attempt after
-/// attempt.
-async fn print_task(client: Client, user: String, job: String, role: String, index: u32) {
-    let mut printed_attempt: Option<i64> = None;
-    loop {
-        let Ok(view) = client.job(&user, &job).await else {
-            return;
-        };
-        let attempt = view["jobStatus"]["retries"].as_i64().unwrap_or(0);
-        let done = FINAL_STATES.contains(&view["jobStatus"]["state"].as_str().unwrap_or_default());
-        if printed_attempt != Some(attempt) {
-            match client.logs(&user, &job, &role, index, true).await {
-                Ok(stream) => {
-                    printed_attempt = Some(attempt);
-                    print_lines(stream, &format!("[{role}-{index}] ")).await;
-                    continue;
-                }
-                Err(ClientError::Api { status: 404, .. }) if !done => {}
-                Err(_) => return,
-            }
-        } else if done {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn print_lines(
-    mut stream: futures::stream::BoxStream<'static, Result<axum::body::Bytes, ClientError>>,
-    prefix: &str,
-) {
-    let mut pending: Vec<u8> = Vec::new();
-    let emit = |line: &[u8]| {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(prefix.as_bytes());
-        let _ = out.write_all(line);
-        let _ = out.write_all(b"\n");
-    };
-    while let Some(Ok(chunk)) = stream.next().await {
-        pending.extend_from_slice(&chunk);
-        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-            emit(&pending[..end]);
-            pending.drain(..=end);
-        }
-    }
-    if !pending.is_empty() {
-        emit(&pending);
-    }
 }
