@@ -54,6 +54,11 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
         tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(followers)).await;
     let status = &view["jobStatus"];
     let state = status["state"].as_str().unwrap_or_default();
+    if !FINAL_STATES.contains(&state) {
+        anyhow::bail!(
+            "job {job} went away while {state} (deleted, or the server stopped answering)"
+        );
+    }
     eprintln!(
         "rest-lite: job {job} {state} (exit code {}, {} retries){}",
         status["appExitCode"],
