@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::watch;
 
 use rest_lite::client::{Client, ClientError};
 
@@ -17,9 +19,14 @@ const FINAL_STATES: [&str; 3] = ["SUCCEEDED", "FAILED", "STOPPED"];
 /// for the job's outcome: 0 when it succeeded, 130 when stopped here, else its exit code
 /// (or 1).
 pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> {
-    let view = client.job(user, job).await?;
+    let mut changes = client.watch(user, job).await?;
+    let first = match changes.next().await {
+        Some(view) => view?,
+        None => anyhow::bail!("job {job} went away before it could be followed"),
+    };
+    let (views, latest) = watch::channel(first.clone());
     let mut followers = Vec::new();
-    for (role, detail) in view["taskRoles"].as_object().into_iter().flatten() {
+    for (role, detail) in first["taskRoles"].as_object().into_iter().flatten() {
         let tasks = detail["taskStatuses"].as_array().map_or(0, Vec::len);
         for index in 0..tasks as u32 {
             followers.push(tokio::spawn(print_task(
@@ -28,13 +35,14 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
                 job.to_string(),
                 role.clone(),
                 index,
+                latest.clone(),
             )));
         }
     }
+    drop(latest);
     let mut interrupted = false;
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
-    let mut changes = client.watch(user, job).await?;
-    let mut last = None;
+    let mut last = Some(first);
     loop {
         tokio::select! {
             _ = &mut ctrl_c, if !interrupted => {
@@ -43,11 +51,17 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
                 client.stop(user, job).await?;
             }
             change = changes.next() => match change {
-                Some(view) => last = Some(view?),
+                Some(view) => {
+                    let view = view?;
+                    views.send_replace(view.clone());
+                    last = Some(view);
+                }
                 None => break,
             }
         }
     }
+    // Followers print what is left of their logs, then end.
+    drop(views);
     let view = last.ok_or_else(|| anyhow::anyhow!("job {job} was deleted while it ran"))?;
     // The followers end with their tasks' logs.
     let _ =
@@ -82,29 +96,43 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
 }
 
 /// Prints one task's output, line by line with its name in front, attempt after
-/// attempt.
-async fn print_task(client: Client, user: String, job: String, role: String, index: u32) {
+/// attempt. `views` carries the job's latest view (from the one watch of the job); it
+/// closes when the job has reached its final state.
+async fn print_task(
+    client: Client,
+    user: String,
+    job: String,
+    role: String,
+    index: u32,
+    mut views: watch::Receiver<Value>,
+) {
     let mut printed_attempt: Option<i64> = None;
+    let mut closed = false;
     loop {
-        let Ok(view) = client.job(&user, &job).await else {
-            return;
+        let (attempt, started) = {
+            let view = views.borrow_and_update();
+            let state = view["taskRoles"][&role]["taskStatuses"][index as usize]["taskState"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (
+                view["jobStatus"]["retries"].as_i64().unwrap_or(0),
+                !state.is_empty() && state != "WAITING",
+            )
         };
-        let attempt = view["jobStatus"]["retries"].as_i64().unwrap_or(0);
-        let done = FINAL_STATES.contains(&view["jobStatus"]["state"].as_str().unwrap_or_default());
-        if printed_attempt != Some(attempt) {
-            match client.logs(&user, &job, &role, index, true).await {
-                Ok(stream) => {
-                    printed_attempt = Some(attempt);
-                    print_lines(stream, &format!("[{role}-{index}] ")).await;
-                    continue;
-                }
-                Err(ClientError::Api { status: 404, .. }) if !done => {}
-                Err(_) => return,
-            }
-        } else if done {
+        if printed_attempt != Some(attempt)
+            && (started || closed)
+            && let Ok(stream) = client.logs(&user, &job, &role, index, true).await
+        {
+            printed_attempt = Some(attempt);
+            print_lines(stream, &format!("[{role}-{index}] ")).await;
+            continue;
+        }
+        if closed {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Closed: one last look at the final view, then leave.
+        closed = views.changed().await.is_err();
     }
 }
 

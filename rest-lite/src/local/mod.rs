@@ -170,6 +170,7 @@ impl LocalBackend {
     /// Must run inside a multi-threaded Tokio runtime whose worker threads live as long
     /// as the server (tasks die with the thread that started them).
     pub async fn open(settings: Settings) -> Result<Self, anyhow::Error> {
+        raise_open_files_limit();
         let store = Store::open(&settings.state_dir)?;
         let host_env = HOST_ENV
             .iter()
@@ -192,6 +193,19 @@ impl LocalBackend {
 
     pub fn state_dir(&self) -> &Path {
         self.inner.store.root()
+    }
+}
+
+/// Lifts the soft limit of open files to the hard one: an attempt holds a socket per
+/// port of every task while it hands ports out (two per task at least), and 1,024 is a
+/// common soft default.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(soft, hard, error = %e, "cannot raise the open-files limit; large jobs may not get their ports");
     }
 }
 
