@@ -11,6 +11,7 @@ pub mod dynamic_env;
 pub mod entry;
 pub mod layout;
 pub mod logs;
+pub mod procfs;
 pub mod run;
 pub mod shell;
 pub mod supervisor;

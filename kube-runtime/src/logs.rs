@@ -11,6 +11,9 @@ use std::thread::JoinHandle;
 /// Default cap of `user.log`: 64 MiB.
 pub const DEFAULT_CAP: u64 = 64 * 1024 * 1024;
 
+/// The user command's log, in the task attempt's log directory.
+pub const USER_LOG: &str = "user.log";
+
 /// A file that rotates once it would pass `cap` bytes.
 pub struct CappedLog {
     path: PathBuf,

@@ -16,7 +16,6 @@ use pai_test_support::ApiServer;
 use rest_lite::config::ClusterConfig;
 use rest_lite::server::kube_backend::KubeBackend;
 use rest_lite::server::{AppState, router};
-use rest_lite::transform::Transformer;
 
 const CONNECTIONS: usize = 64;
 
@@ -33,13 +32,10 @@ async fn main() {
     let api = ApiServer::start().await;
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
-    let state = AppState {
-        backend: Arc::new(KubeBackend::new(client, "default", &api.url())),
-        transformer: Arc::new(Transformer::new(ClusterConfig::default())),
-        body_limit: rest_lite::server::DEFAULT_BODY_LIMIT,
-        tokens: None,
-        metrics: Default::default(),
-    };
+    let state = AppState::new(
+        Arc::new(KubeBackend::new(client, "default", &api.url())),
+        ClusterConfig::default(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

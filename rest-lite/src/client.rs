@@ -143,34 +143,10 @@ impl Client {
     ) -> Result<BoxStream<'static, Result<Value, ClientError>>, ClientError> {
         let path = format!("{}?watch=true", Self::job_path(user, job));
         let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
-        let chunks = BodyStream::new(response.into_body());
-        let lines = futures::stream::unfold(
-            (chunks, Vec::<u8>::new()),
-            |(mut chunks, mut pending)| async move {
-                loop {
-                    if let Some(end) = pending.iter().position(|&b| b == b'\n') {
-                        let line: Vec<u8> = pending.drain(..=end).collect();
-                        let value = serde_json::from_slice(&line)
-                            .map_err(|e| ClientError::Answer(e.to_string()));
-                        return Some((value, (chunks, pending)));
-                    }
-                    match chunks.next().await? {
-                        Ok(frame) => {
-                            if let Ok(data) = frame.into_data() {
-                                pending.extend_from_slice(&data);
-                            }
-                        }
-                        Err(e) => {
-                            return Some((
-                                Err(ClientError::Answer(e.to_string())),
-                                (chunks, Vec::new()),
-                            ));
-                        }
-                    }
-                }
-            },
-        );
-        Ok(lines.boxed())
+        let views = lines(chunks(response)).map(|line| {
+            serde_json::from_slice(&line?).map_err(|e| ClientError::Answer(e.to_string()))
+        });
+        Ok(views.boxed())
     }
 
     /// The jobs of `user`, or every job the caller may see.
@@ -227,14 +203,50 @@ impl Client {
             encode(role)
         );
         let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
-        let stream = BodyStream::new(response.into_body()).filter_map(|frame| async move {
+        Ok(chunks(response))
+    }
+}
+
+/// A body chunk by chunk.
+type Chunks = BoxStream<'static, Result<Bytes, ClientError>>;
+
+/// A response's body, chunk by chunk as it arrives.
+fn chunks(response: hyper::Response<hyper::body::Incoming>) -> Chunks {
+    BodyStream::new(response.into_body())
+        .filter_map(|frame| async move {
             match frame {
                 Ok(frame) => frame.into_data().ok().map(Ok),
                 Err(e) => Some(Err(ClientError::Answer(e.to_string()))),
             }
-        });
-        Ok(stream.boxed())
-    }
+        })
+        .boxed()
+}
+
+/// Chunks cut into lines, without their `\n`; a last line without one comes at the end.
+pub fn lines(chunks: Chunks) -> BoxStream<'static, Result<Vec<u8>, ClientError>> {
+    // (chunks, the bytes after the last line, the body ended)
+    futures::stream::unfold(
+        (chunks, Vec::<u8>::new(), false),
+        |(mut chunks, mut pending, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                if let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                    let mut line: Vec<u8> = pending.drain(..=end).collect();
+                    line.pop();
+                    return Some((Ok(line), (chunks, pending, false)));
+                }
+                match chunks.next().await {
+                    Some(Ok(chunk)) => pending.extend_from_slice(&chunk),
+                    Some(Err(e)) => return Some((Err(e), (chunks, pending, true))),
+                    None if pending.is_empty() => return None,
+                    None => return Some((Ok(pending), (chunks, Vec::new(), true))),
+                }
+            }
+        },
+    )
+    .boxed()
 }
 
 fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
@@ -250,5 +262,23 @@ fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
         code: field("code").unwrap_or_else(|| "UnknownError".to_string()),
         message: field("message")
             .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn chunks_are_cut_into_lines_across_their_borders() {
+        let chunks: Chunks = futures::stream::iter(
+            ["ab\nc", "d\n", "\n", "e"].map(|c| Ok(Bytes::from_static(c.as_bytes()))),
+        )
+        .boxed();
+        let got: Vec<Vec<u8>> = lines(chunks).map(|l| l.expect("line")).collect().await;
+        assert_eq!(
+            got,
+            [b"ab".to_vec(), b"cd".to_vec(), b"".to_vec(), b"e".to_vec()]
+        );
     }
 }

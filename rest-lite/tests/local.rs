@@ -24,18 +24,30 @@ struct Server {
 }
 
 impl Server {
+    /// `rest-lite serve` on this machine, state in `state`.
     fn start(state: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
-            .args(["serve", "--backend", "local", "--listen", "127.0.0.1:0"])
-            .arg("--state-dir")
+        Self::spawn(Self::command(state).args(["--backend", "local"]), state)
+    }
+
+    /// `rest-lite serve` on a free loopback port with state in `state`, other options to
+    /// be added.
+    fn command(state: &Path) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(state)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("rest-lite serve");
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// Starts `command`; returns once its start-up line says it serves jobs on this
+    /// machine with state in `state`.
+    fn spawn(command: &mut Command, state: &Path) -> Self {
+        let mut child = command.spawn().expect("rest-lite serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel();
         // Reads the log all along, as a log collector would.
@@ -567,31 +579,19 @@ fn the_command_line_client_drives_a_job() {
 fn without_a_cluster_configuration_serve_runs_jobs_here() {
     let dir = scratch("auto");
     let state = dir.join("state");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
-        .arg(&state)
-        .env("HOME", &dir)
-        .env_remove("KUBECONFIG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("KUBERNETES_SERVICE_PORT")
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("rest-lite serving") {
-                let _ = tx.send(line);
-            }
-        }
-    });
-    let line = rx.recv_timeout(DEADLINE).expect("a start-up line");
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(line.contains("url=http://127.0.0.1:"), "{line}");
-    assert!(line.contains("this machine (embedded default)"), "{line}");
-    assert!(line.contains(&state.display().to_string()), "{line}");
+    let server = Server::spawn(
+        Server::command(&state)
+            .env("HOME", &dir)
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT"),
+        &state,
+    );
+    assert!(
+        server.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+    drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -10,7 +10,6 @@ use pai_test_support::ApiServer;
 use rest_lite::config::ClusterConfig;
 use rest_lite::server::kube_backend::KubeBackend;
 use rest_lite::server::{AppState, router};
-use rest_lite::transform::Transformer;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -31,14 +30,15 @@ async fn start_with(tokens: Option<rest_lite::server::auth::Tokens>) -> Setup {
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
     let state = AppState {
-        backend: Arc::new(KubeBackend::new(client, NS, &api.url())),
-        transformer: Arc::new(Transformer::new(ClusterConfig {
-            namespace: NS.into(),
-            ..ClusterConfig::default()
-        })),
         body_limit: LIMIT,
         tokens: tokens.map(Arc::new),
-        metrics: Default::default(),
+        ..AppState::new(
+            Arc::new(KubeBackend::new(client, NS, &api.url())),
+            ClusterConfig {
+                namespace: NS.into(),
+                ..ClusterConfig::default()
+            },
+        )
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -91,7 +91,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         }
     }
 
-    let user_log_path = plan.log_dir.join("user.log");
+    let user_log_path = plan.log_dir.join(crate::logs::USER_LOG);
     let user_log = match CappedLog::create(&user_log_path, plan.log_cap) {
         Ok(log) => Some(Arc::new(Mutex::new(log))),
         Err(e) => {

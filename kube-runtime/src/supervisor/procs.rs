@@ -5,6 +5,8 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgid, getpid};
 
+use crate::procfs;
+
 /// How a process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ended {
@@ -36,30 +38,15 @@ pub fn reap() -> Vec<(Pid, Ended)> {
     }
 }
 
-/// Our living children, from /proc (reparented orphans included).
+/// Our living children, from /proc (reparented orphans included; zombies are reaped,
+/// not killed).
 pub fn children() -> Vec<Pid> {
     let me = getpid().as_raw();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
-        .filter(|&pid| parent_of(pid) == Some(me))
+    procfs::pids()
+        .into_iter()
+        .filter(|&pid| procfs::stat(pid).is_some_and(|s| !s.is_zombie() && s.ppid == me))
         .map(Pid::from_raw)
         .collect()
-}
-
-/// The parent pid from `/proc/<pid>/stat` (zombies excluded: they are reaped, not killed).
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // pid (comm) state ppid …: comm may hold spaces and parentheses; it ends at the last ')'.
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?;
-    if state == "Z" {
-        return None;
-    }
-    fields.next()?.parse().ok()
 }
 
 /// Sends `signal` to every process we are responsible for. As PID 1 that is every other

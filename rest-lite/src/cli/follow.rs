@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
+use axum::body::Bytes;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -136,25 +138,12 @@ async fn print_task(
     }
 }
 
-async fn print_lines(
-    mut stream: futures::stream::BoxStream<'static, Result<axum::body::Bytes, ClientError>>,
-    prefix: &str,
-) {
-    let mut pending: Vec<u8> = Vec::new();
-    let emit = |line: &[u8]| {
+async fn print_lines(stream: BoxStream<'static, Result<Bytes, ClientError>>, prefix: &str) {
+    let mut lines = rest_lite::client::lines(stream);
+    while let Some(Ok(line)) = lines.next().await {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(prefix.as_bytes());
-        let _ = out.write_all(line);
+        let _ = out.write_all(&line);
         let _ = out.write_all(b"\n");
-    };
-    while let Some(Ok(chunk)) = stream.next().await {
-        pending.extend_from_slice(&chunk);
-        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-            emit(&pending[..end]);
-            pending.drain(..=end);
-        }
-    }
-    if !pending.is_empty() {
-        emit(&pending);
     }
 }

@@ -14,7 +14,6 @@ use rest_lite::client::Client;
 use rest_lite::local::LocalBackend;
 use rest_lite::server::{AppState, router};
 use rest_lite::spec::{JobSpec, UserName};
-use rest_lite::transform::Transformer;
 
 use super::serve::{LocalArgs, load_config};
 
@@ -63,13 +62,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         let backend = LocalBackend::open(args.local.settings(state_dir.clone())?)
             .await
             .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
-        let state = AppState {
-            backend: Arc::new(backend),
-            transformer: Arc::new(Transformer::new(config)),
-            body_limit: rest_lite::server::DEFAULT_BODY_LIMIT,
-            tokens: None,
-            metrics: Default::default(),
-        };
+        let state = AppState::new(Arc::new(backend), config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .context("listening on loopback")?;

@@ -13,7 +13,6 @@ use rest_lite::local::{LocalBackend, Settings};
 use rest_lite::server::backend::Backend;
 use rest_lite::server::kube_backend::KubeBackend;
 use rest_lite::server::{AppState, auth, router};
-use rest_lite::transform::Transformer;
 
 /// How long open streams may delay the end of a server asked to stop.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -136,11 +135,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .await?;
         let describe = backend.describe();
         let state = AppState {
-            backend,
-            transformer: Arc::new(Transformer::new(config)),
             body_limit: args.max_body_bytes,
             tokens,
-            metrics: Default::default(),
+            ..AppState::new(backend, config)
         };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

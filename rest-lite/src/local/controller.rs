@@ -20,6 +20,9 @@ use pai_contract::meta;
 use super::procs::{self, ProcessId};
 use super::task::{self, Identity, Launch, Progress, StopRequest};
 use super::{Command, Inner, Job, attempt_open, policy, ports, uid};
+use pai_kube_runtime::layout::{Layout, Task as RuntimeTask};
+use pai_kube_runtime::logs::USER_LOG;
+
 use crate::server::backend::{BackendError, LogStream};
 use crate::transform::{INIT_CONTAINER, MAIN_CONTAINER};
 
@@ -50,6 +53,20 @@ fn task_mut<'a>(
         .find(|r| r.name == role)?
         .task_statuses
         .iter_mut()
+        .find(|t| t.index == index as i32)
+}
+
+fn task_status<'a>(framework: &'a Framework, role: &str, index: u32) -> Option<&'a TaskStatus> {
+    framework
+        .status
+        .as_ref()?
+        .attempt_status
+        .task_role_statuses
+        .as_ref()?
+        .iter()
+        .find(|r| r.name == role)?
+        .task_statuses
+        .iter()
         .find(|t| t.index == index as i32)
 }
 
@@ -513,14 +530,10 @@ async fn run_attempt(
                         let roles = framework
                             .status
                             .as_ref()
-                            .and_then(|s| s.attempt_status.task_role_statuses.clone())
+                            .and_then(|s| s.attempt_status.task_role_statuses.as_deref())
                             .unwrap_or_default();
-                        completion = policy::attempt_completion(
-                            &framework.spec,
-                            &roles,
-                            &role,
-                            index as i32,
-                        );
+                        completion =
+                            policy::attempt_completion(&framework.spec, roles, &role, index as i32);
                         if let Some(done) = &completion
                             && remaining > 0
                         {
@@ -576,18 +589,18 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
     let name = framework.metadata.name.clone().unwrap_or_default();
     let namespace = framework.metadata.namespace.clone().unwrap_or_default();
     let framework_uid = framework.metadata.uid.clone().unwrap_or_default();
-    let status = framework.status.clone().unwrap_or_default();
-    let attempt = status.attempt_status.id;
-    let attempt_uid = status
-        .attempt_status
-        .instance_uid
-        .clone()
-        .unwrap_or_default();
+    let no_attempt = FrameworkAttemptStatus::default();
+    let attempt_status = framework
+        .status
+        .as_ref()
+        .map_or(&no_attempt, |s| &s.attempt_status);
+    let attempt = attempt_status.id;
+    let attempt_uid = attempt_status.instance_uid.clone().unwrap_or_default();
+    // Each task's pod: how to start it, and the UIDs its status shows.
     let mut launches = Vec::new();
-    let roles = framework.spec.task_roles.clone();
-    for role in &roles {
-        let role_uid = status
-            .attempt_status
+    let mut pods = Vec::new();
+    for role in &framework.spec.task_roles {
+        let role_uid = attempt_status
             .task_role_statuses
             .iter()
             .flatten()
@@ -631,15 +644,15 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
             };
             let fc = identity.fc_env();
             let root = task_root(inner, &name, attempt, &role.name, index);
-            let user_log = root
-                .join("logs")
-                .join(pai_contract::paths::attempt_log_dir(
-                    u32::try_from(attempt).unwrap_or(0),
-                    &role.name,
-                    index,
-                    0,
-                ))
-                .join("user.log");
+            // Where the runtime will put it: the same rule, from the same code.
+            let user_log = RuntimeTask {
+                framework_attempt: u32::try_from(attempt).unwrap_or(0),
+                kube_role: role.name.clone(),
+                index,
+                task_attempt: 0,
+            }
+            .log_dir(&Layout::new(&root))
+            .join(USER_LOG);
             let launch = Launch {
                 runtime: inner.settings.runtime.clone(),
                 user_log,
@@ -651,17 +664,20 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
                 main_env: task::container_env(fc, &main),
                 grace,
             };
-            if let Some(task) = task_mut(&mut framework, &role.name, index) {
-                task.state = FrameworkState::AttemptPreparing;
-                task.transition_time = Some(now());
-                task.attempt_status.start_time = Some(now());
-                task.attempt_status.instance_uid = Some(identity.task_attempt_uid.clone());
-                task.attempt_status.pod_uid = Some(pod_uid);
-                task.attempt_status.pod_ip = Some(LOCAL_ADDRESS.to_string());
-                task.attempt_status.pod_host_ip = Some(LOCAL_ADDRESS.to_string());
-                task.attempt_status.pod_node_name = Some("localhost".to_string());
-            }
+            pods.push((role.name.clone(), index, identity.task_attempt_uid, pod_uid));
             launches.push((role.name.clone(), index, launch));
+        }
+    }
+    for (role, index, task_attempt_uid, pod_uid) in pods {
+        if let Some(task) = task_mut(&mut framework, &role, index) {
+            task.state = FrameworkState::AttemptPreparing;
+            task.transition_time = Some(now());
+            task.attempt_status.start_time = Some(now());
+            task.attempt_status.instance_uid = Some(task_attempt_uid);
+            task.attempt_status.pod_uid = Some(pod_uid);
+            task.attempt_status.pod_ip = Some(LOCAL_ADDRESS.to_string());
+            task.attempt_status.pod_host_ip = Some(LOCAL_ADDRESS.to_string());
+            task.attempt_status.pod_node_name = Some("localhost".to_string());
         }
     }
     if let Some(status) = framework.status.as_mut() {
@@ -701,14 +717,14 @@ pub(super) fn log_stream(
         finished: bool,
     }
     let ended = |t: &Tail| {
-        let mut framework = t.job.framework();
+        let framework = t.job.framework();
         let same_attempt = framework
             .status
             .as_ref()
             .is_some_and(|s| s.attempt_status.id == t.attempt);
         !same_attempt
-            || t.job.deleting.load(std::sync::atomic::Ordering::SeqCst)
-            || task_mut(&mut framework, &t.role, t.index)
+            || t.job.is_deleting()
+            || task_status(&framework, &t.role, t.index)
                 .is_none_or(|task| task.state == FrameworkState::Completed)
     };
     let tail = Tail {

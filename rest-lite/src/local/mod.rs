@@ -113,6 +113,10 @@ impl Job {
     fn name(&self) -> String {
         self.framework().metadata.name.clone().unwrap_or_default()
     }
+
+    fn is_deleting(&self) -> bool {
+        self.deleting.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 pub(crate) struct Inner {
@@ -128,10 +132,16 @@ impl Inner {
     }
 
     fn visible(&self, name: &str) -> Option<Arc<Job>> {
+        self.jobs().get(name).filter(|j| !j.is_deleting()).cloned()
+    }
+
+    /// Every job not being deleted.
+    fn visible_jobs(&self) -> Vec<Arc<Job>> {
         self.jobs()
-            .get(name)
-            .filter(|j| !j.deleting.load(std::sync::atomic::Ordering::SeqCst))
+            .values()
+            .filter(|j| !j.is_deleting())
             .cloned()
+            .collect()
     }
 
     /// Writes the job's Framework as it is now, durably (synced); returns once it is on
@@ -190,10 +200,6 @@ impl LocalBackend {
         }
         Ok(Self { inner })
     }
-
-    pub fn state_dir(&self) -> &Path {
-        self.inner.store.root()
-    }
 }
 
 /// Lifts the soft limit of open files to the hard one: an attempt holds a socket per
@@ -217,7 +223,7 @@ fn insert(
     let name = framework.metadata.name.clone().unwrap_or_default();
     let mut jobs = inner.jobs();
     if let Some(existing) = jobs.get(&name) {
-        let what = if existing.deleting.load(std::sync::atomic::Ordering::SeqCst) {
+        let what = if existing.is_deleting() {
             "is still being deleted"
         } else {
             "already exists"
@@ -305,11 +311,11 @@ impl Backend for LocalBackend {
         user: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>> {
         Box::pin(async move {
-            let jobs: Vec<Arc<Job>> = self.inner.jobs().values().cloned().collect();
-            Ok(jobs
+            Ok(self
+                .inner
+                .visible_jobs()
                 .iter()
-                .filter(|j| !j.deleting.load(std::sync::atomic::Ordering::SeqCst))
-                .map(|j| j.framework().clone())
+                .map(|j| j.framework())
                 .filter(|f| {
                     user.is_none_or(|u| {
                         f.metadata
@@ -319,6 +325,7 @@ impl Backend for LocalBackend {
                             .is_some_and(|v| v == u)
                     })
                 })
+                .map(|f| f.clone())
                 .collect())
         })
     }
@@ -352,10 +359,10 @@ impl Backend for LocalBackend {
         follow: bool,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
         Box::pin(async move {
-            let jobs: Vec<Arc<Job>> = self.inner.jobs().values().cloned().collect();
-            let (job, role, index) = jobs
+            let (job, role, index) = self
+                .inner
+                .visible_jobs()
                 .into_iter()
-                .filter(|j| !j.deleting.load(std::sync::atomic::Ordering::SeqCst))
                 .find_map(|j| {
                     let (role, index) = task_of_pod(&j.framework(), pod)?;
                     Some((j, role, index))
@@ -380,7 +387,7 @@ impl Backend for LocalBackend {
                         return None;
                     }
                     changed.borrow_and_update();
-                    if job.deleting.load(std::sync::atomic::Ordering::SeqCst) {
+                    if job.is_deleting() {
                         return Some((Ok(None), (job, changed, true, false)));
                     }
                     let framework = job.framework().clone();

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use pai_kube_runtime::procfs;
 
 /// A process as `/proc` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,27 +17,9 @@ pub struct ProcessId {
     pub start: u64,
 }
 
-struct Stat {
-    state: char,
-    ppid: i32,
-    start: u64,
-}
-
-fn stat(pid: i32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold anything: split after it.
-    let rest = &text[text.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(Stat {
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
-}
-
 impl ProcessId {
     pub fn of(pid: i32) -> Option<Self> {
-        stat(pid).map(|s| Self {
+        procfs::stat(pid).map(|s| Self {
             pid,
             start: s.start,
         })
@@ -44,7 +27,7 @@ impl ProcessId {
 
     /// Still running (not a zombie), and still the same process.
     pub fn alive(&self) -> bool {
-        stat(self.pid).is_some_and(|s| s.start == self.start && s.state != 'Z' && s.state != 'X')
+        procfs::stat(self.pid).is_some_and(|s| s.start == self.start && !s.is_zombie())
     }
 }
 
@@ -64,15 +47,11 @@ impl std::str::FromStr for ProcessId {
     }
 }
 
-/// Every live descendant of `root`, from `/proc`.
+/// Every descendant of `root`, from `/proc`.
 fn descendants(root: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let parents: Vec<(i32, i32)> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| stat(pid).map(|s| (pid, s.ppid)))
+    let parents: Vec<(i32, i32)> = procfs::pids()
+        .into_iter()
+        .filter_map(|pid| procfs::stat(pid).map(|s| (pid, s.ppid)))
         .collect();
     let mut found = vec![root];
     let mut i = 0;

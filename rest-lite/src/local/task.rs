@@ -175,7 +175,7 @@ pub async fn run(
     if let Some(assets) = &launch.assets {
         init_env.push((ASSETS_VAR.to_string(), assets.display().to_string()));
     }
-    let status = match start_and_wait(&launch, entry, &init_env, &mut stop).await {
+    let status = match start_and_wait(&launch, entry, &init_env, &mut stop, || {}).await {
         Outcome::Exited(status) => status,
         Outcome::Stopped(request) => return report(completed(request.code, request.reason)),
         Outcome::CannotStart(message) => return report(completed(1, message)),
@@ -196,7 +196,7 @@ pub async fn run(
         let report = &report;
         move || report(Progress::Running)
     };
-    match start_and_wait_then(&launch, run, &launch.main_env, &mut stop, started).await {
+    match start_and_wait(&launch, run, &launch.main_env, &mut stop, started).await {
         Outcome::Exited(status) => {
             let code = exit_code(status);
             let diagnostics = if code == 0 {
@@ -221,16 +221,9 @@ enum Outcome {
     CannotStart(String),
 }
 
+/// Starts `command` with `env` as one container of the task, calls `started`, and waits
+/// for it to end or for a stop request.
 async fn start_and_wait(
-    launch: &Launch,
-    command: tokio::process::Command,
-    env: &[(String, String)],
-    stop: &mut watch::Receiver<Option<StopRequest>>,
-) -> Outcome {
-    start_and_wait_then(launch, command, env, stop, || {}).await
-}
-
-async fn start_and_wait_then(
     launch: &Launch,
     mut command: tokio::process::Command,
     env: &[(String, String)],

@@ -30,6 +30,20 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
 }
 
+impl AppState {
+    /// A server over `backend` making Frameworks by `config`: the default body limit, no
+    /// token file, fresh metrics.
+    pub fn new(backend: Arc<dyn backend::Backend>, config: crate::config::ClusterConfig) -> Self {
+        Self {
+            backend,
+            transformer: Arc::new(Transformer::new(config)),
+            body_limit: DEFAULT_BODY_LIMIT,
+            tokens: None,
+            metrics: Default::default(),
+        }
+    }
+}
+
 /// Every route of the API.
 pub fn router(state: AppState) -> Router {
     let limit = state.body_limit;
