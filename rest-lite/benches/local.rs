@@ -134,12 +134,19 @@ fn read_lines(path: &Path) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     let path = path.to_path_buf();
     std::thread::spawn(move || {
-        // Reopened after each end of file: writers come and go.
-        while let Ok(file) = std::fs::File::open(&path) {
-            for line in BufReader::new(file).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
+        // Opened for writing too: the FIFO never sees its last writer leave, so there is
+        // no end of file to reopen after, and no moment without a reader in which a
+        // task's write would fail with EPIPE (a reopening reader lost lines that way).
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        else {
+            return;
+        };
+        for line in BufReader::new(file).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
             }
         }
     });
