@@ -75,7 +75,7 @@ async fn main() {
     let rounds = if quick { 3 } else { 200 };
     let mut latencies = Vec::with_capacity(rounds);
     for round in 0..rounds {
-        let name = format!("latency-{round}");
+        let name = format!("latency{round}");
         almost_ready(&server, &name, tasks);
         let before = server.requests().iter().filter(|r| r.is_watch()).count();
         let waiting = tokio::spawn({

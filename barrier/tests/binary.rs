@@ -39,13 +39,13 @@ async fn run(server: &ApiServer, framework: &str, timeout: &str, dir: &PathBuf) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_and_writes_framework_and_peers() {
     let server = ApiServer::start().await;
-    let mut fw = to_value(&framework("alice--job", &[("ps", 1), ("worker", 2)]));
+    let mut fw = to_value(&framework("alicejob", &[("ps", 1), ("worker", 2)]));
     set_pod_ip(&mut fw, "ps", 0, &address(0, 0));
     set_pod_ip(&mut fw, "worker", 0, &address(1, 0));
     set_pod_ip(&mut fw, "worker", 1, &address(1, 1));
     server.create("frameworks", NAMESPACE, fw);
     let dir = out_dir("pass");
-    let (code, stderr) = run(&server, "alice--job", "60", &dir).await;
+    let (code, stderr) = run(&server, "alicejob", "60", &dir).await;
     assert_eq!(code, 0, "{stderr}");
     let peers: PeerTable =
         serde_json::from_slice(&std::fs::read(dir.join("peers.json")).expect("peers.json"))
@@ -57,7 +57,7 @@ async fn passes_and_writes_framework_and_peers() {
     let framework: pai_contract::Framework =
         serde_json::from_slice(&std::fs::read(dir.join("framework.json")).expect("framework.json"))
             .expect("fw");
-    assert_eq!(framework.metadata.name.as_deref(), Some("alice--job"));
+    assert_eq!(framework.metadata.name.as_deref(), Some("alicejob"));
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -9,7 +9,7 @@ use pai_contract::exit::ExitCode;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_pod_ip, to_value};
 
-const FW: &str = "alice--job";
+const FW: &str = "alicejob";
 
 fn config(timeout: Duration) -> BarrierConfig {
     BarrierConfig {

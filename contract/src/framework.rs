@@ -322,8 +322,8 @@ mod tests {
     #[test]
     fn pod_names_follow_the_controller() {
         assert_eq!(
-            pod_name("alice--mnist", "worker", 3),
-            "alice--mnist-worker-3"
+            pod_name("5d41402abc4b2a76b9719d911017c592", "worker", 3),
+            "5d41402abc4b2a76b9719d911017c592-worker-3"
         );
     }
 }

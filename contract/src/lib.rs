@@ -6,6 +6,7 @@ pub mod env;
 pub mod exit;
 pub mod framework;
 pub mod meta;
+pub mod names;
 pub mod paths;
 pub mod ports;
 

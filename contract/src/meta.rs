@@ -1,8 +1,8 @@
 //! Labels and annotations rest-lite puts on Frameworks and their pods.
 
-/// Label: the owner's Kubernetes-normalised user name.
+/// Label: the owner's user name as a label value (`pai_contract::names::label_value`).
 pub const LABEL_USER: &str = "rest-lite.openpai.io/user";
-/// Label: the Kubernetes-normalised job name.
+/// Label: the job name as a label value (`pai_contract::names::label_value`).
 pub const LABEL_JOB: &str = "rest-lite.openpai.io/job";
 /// Label on every object rest-lite creates.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";

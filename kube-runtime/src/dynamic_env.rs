@@ -157,7 +157,7 @@ mod tests {
                 ),
                 role(
                     "Worker_A",
-                    "worker-a",
+                    "workera",
                     &["10.0.1.1"],
                     "main:3000,3001;http:3002;ssh:3003",
                 ),
@@ -175,7 +175,7 @@ mod tests {
             &framework(),
             &table(),
             &Me {
-                kube_role: "worker-a".into(),
+                kube_role: "workera".into(),
                 index: 0,
             },
         )

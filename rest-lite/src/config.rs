@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::ports::PortRange;
-use crate::spec::names::to_kube_name;
+use pai_contract::names::{is_dns_label, is_dns_subdomain};
 
 /// Cluster settings. See `deploy/rest-lite/config.yaml` for an annotated example.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,10 +99,7 @@ impl ClusterConfig {
     /// Checks every field's rule.
     pub fn check(&self) -> Result<(), ConfigError> {
         let invalid = |field, rule: String| Err(ConfigError::Invalid { field, rule });
-        if self.namespace.is_empty()
-            || self.namespace.len() > 63
-            || to_kube_name(&self.namespace) != self.namespace
-        {
+        if !is_dns_label(&self.namespace) {
             return invalid(
                 "namespace",
                 format!("{:?} is not a Kubernetes namespace name", self.namespace),
@@ -123,9 +120,7 @@ impl ClusterConfig {
                 format!("{policy:?} is not Always, IfNotPresent or Never"),
             );
         }
-        if self.service_account_name.is_empty()
-            || to_kube_name(&self.service_account_name) != self.service_account_name
-        {
+        if !is_dns_subdomain(&self.service_account_name) {
             return invalid(
                 "serviceAccountName",
                 format!("{:?} is not a Kubernetes name", self.service_account_name),

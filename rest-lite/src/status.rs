@@ -96,7 +96,9 @@ pub struct Condition {
     pub status: &'static str,
     pub reason: String,
     pub message: String,
-    pub last_transition_time: Option<String>,
+    /// When `status` last changed (RFC 3339): for a condition that never held, the
+    /// Framework's creation.
+    pub last_transition_time: String,
 }
 
 /// Epoch milliseconds of an RFC 3339 time.
@@ -301,57 +303,76 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
         .metadata
         .creation_timestamp
         .as_ref()
-        .map(|t| t.0.to_string());
-    let run_time = status.and_then(|s| s.attempt_status.run_time.clone());
-    let completion_time = status.and_then(|s| s.completion_time.clone());
+        .map(|t| t.0.to_string())
+        .or_else(|| status.and_then(|s| s.start_time.clone()))
+        .unwrap_or_default();
+    let changed = status.and_then(|s| s.transition_time.clone());
+    let attempt = status.map(|s| &s.attempt_status);
+    let ended = status
+        .and_then(|s| s.completion_time.clone())
+        .or_else(|| attempt.and_then(|a| a.completion_time.clone()));
     let finished = |state: JobState| job.state == state;
     let diagnostics = job.app_exit_diagnostics.clone().unwrap_or_default();
     let ended_reason = match job.app_exit_code {
         Some(code) => format!("ExitCode{code}"),
         None => String::new(),
     };
-    let cond = |kind, on: bool, reason: String, message: String, time: Option<String>| Condition {
+    // A condition that holds changed when its event happened; one that does not, when it
+    // stopped holding (the end of a run) or, if it never held, at creation.
+    let since = |on: bool, event: Option<String>, off: Option<String>| {
+        if on {
+            event.or_else(|| changed.clone())
+        } else {
+            off
+        }
+        .unwrap_or_else(|| created.clone())
+    };
+    let cond = |kind, on: bool, reason: String, message: String, time: String| Condition {
         kind,
         status: if on { "True" } else { "False" },
         reason,
         message,
-        last_transition_time: if on { time } else { None },
+        last_transition_time: time,
     };
+    let outcome = |kind, state: JobState, reason: String, message: String| {
+        let on = finished(state);
+        cond(kind, on, reason, message, since(on, ended.clone(), None))
+    };
+    let running = job.state == JobState::Running;
+    let run_time = attempt.and_then(|a| a.run_time.clone());
+    let running_since = since(running, run_time.clone(), run_time.and(ended.clone()));
     vec![
         cond(
             "Submitted",
             true,
             "Accepted".into(),
             "the Framework was created".into(),
-            created,
+            created.clone(),
         ),
         cond(
             "Running",
-            job.state == JobState::Running,
+            running,
             job.sub_state.clone(),
             format!("attempt state {}", job.sub_state),
-            run_time,
+            running_since,
         ),
-        cond(
+        outcome(
             "Succeeded",
-            finished(JobState::Succeeded),
+            JobState::Succeeded,
             ended_reason.clone(),
             diagnostics.clone(),
-            completion_time.clone(),
         ),
-        cond(
+        outcome(
             "Failed",
-            finished(JobState::Failed),
-            ended_reason.clone(),
+            JobState::Failed,
+            ended_reason,
             diagnostics.clone(),
-            completion_time.clone(),
         ),
-        cond(
+        outcome(
             "Stopped",
-            finished(JobState::Stopped),
+            JobState::Stopped,
             "StopRequested".into(),
             diagnostics,
-            completion_time,
         ),
     ]
 }

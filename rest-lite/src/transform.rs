@@ -17,15 +17,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use pai_contract::env as names;
 use pai_contract::framework::{
     CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, RetryPolicySpec, TaskRoleSpec,
-    TaskSpec, pod_name,
+    TaskSpec,
 };
 use pai_contract::{PortPlan, meta, paths};
 
 use crate::config::ClusterConfig;
 use crate::env::{job_env, role_env};
 use crate::ports::{Seed, allocate};
-use crate::spec::names::{MAX_POD_NAME, framework_name};
-use crate::spec::{FieldPath, JobSpec, SpecErrors, TaskRole, UserName};
+use crate::spec::names::framework_name;
+use crate::spec::{JobSpec, SpecErrors, TaskRole, UserName};
 
 /// Name of the init container.
 pub const INIT_CONTAINER: &str = "kube-runtime";
@@ -68,8 +68,8 @@ impl Transformer {
         &self.config
     }
 
-    /// The Framework that runs `submission`. Fails when a pod name would be too long or
-    /// the ports cannot be allocated.
+    /// The Framework that runs `submission`. Fails when the ports cannot be allocated
+    /// (a valid spec's names always fit FrameworkController's rules).
     pub fn transform(
         &self,
         submission: Submission<'_>,
@@ -81,15 +81,14 @@ impl Transformer {
             spec_text,
         } = submission;
         let name = framework_name(user, spec.name());
-        check_pod_names(&name, spec)?;
         let plans = allocate(spec, self.config.port_range, seed)?;
 
         let job = JobParts {
             image: spec.image(),
             env: job_env(user, spec, &self.config.default_fs_uri),
             labels: BTreeMap::from([
-                (meta::LABEL_USER.to_string(), user.kube().to_string()),
-                (meta::LABEL_JOB.to_string(), spec.name().kube().to_string()),
+                (meta::LABEL_USER.to_string(), user.label().to_string()),
+                (meta::LABEL_JOB.to_string(), spec.name().label().to_string()),
                 (
                     meta::LABEL_MANAGED_BY.to_string(),
                     meta::MANAGED_BY.to_string(),
@@ -137,7 +136,7 @@ impl Transformer {
     fn task_role(&self, role: &TaskRole, plan: &PortPlan, job: &JobParts<'_>) -> TaskRoleSpec {
         let completion = role.completion();
         TaskRoleSpec {
-            name: role.name().kube().to_string(),
+            name: role.name().task_role().to_string(),
             task_number: i32::try_from(role.task_number()).unwrap_or(i32::MAX),
             framework_attempt_completion_policy: CompletionPolicySpec {
                 min_failed_task_count: i32::try_from(completion.min_failed).unwrap_or(i32::MAX),
@@ -283,26 +282,6 @@ impl Transformer {
             }),
         }
     }
-}
-
-/// Every pod name must fit a DNS label; the longest is the last task of a role.
-fn check_pod_names(framework: &str, spec: &JobSpec) -> Result<(), SpecErrors> {
-    let longest = spec
-        .roles()
-        .iter()
-        .map(|r| pod_name(framework, r.name().kube(), r.task_number() - 1))
-        .max_by_key(String::len)
-        .unwrap_or_default();
-    if longest.len() > MAX_POD_NAME {
-        return Err(SpecErrors::single(
-            &FieldPath::root().field("jobName"),
-            format!(
-                "pod name {longest:?} would be {} characters; Kubernetes allows {MAX_POD_NAME} (pods are named <user>--<job>-<role>-<index>): shorten the job or role name",
-                longest.len()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// A container env entry whose value the kubelet leaves exactly as written.

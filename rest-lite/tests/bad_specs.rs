@@ -63,11 +63,11 @@ fn cases() -> Vec<Case> {
             )],
         ),
         case(
-            "jobName without letters",
-            job(|v| v["jobName"] = json!("~._")),
+            "jobName too long",
+            job(|v| v["jobName"] = json!("j".repeat(257))),
             vec![(
                 "jobName",
-                Exact("a job name must contain at least one letter or digit"),
+                Exact("a job name is 257 characters; at most 256"),
             )],
         ),
         case(
@@ -125,7 +125,7 @@ fn cases() -> Vec<Case> {
             vec![(
                 "taskRoles[1].name",
                 Exact(
-                    "\"worker_A\" and taskRoles[0].name \"Worker_a\" both become the Kubernetes name \"worker-a\"",
+                    "\"worker_A\" and taskRoles[0].name \"Worker_a\" both become the task-role name \"workera\" (lower-case, without '_')",
                 ),
             )],
         ),
@@ -134,7 +134,7 @@ fn cases() -> Vec<Case> {
             job(|v| role(v, 0)["taskNumber"] = json!(0)),
             vec![(
                 "taskRoles[0].taskNumber",
-                Exact("must be an integer from 1 to 100000, got 0"),
+                Exact("must be an integer from 1 to 10000, got 0"),
             )],
         ),
         case(
@@ -142,7 +142,7 @@ fn cases() -> Vec<Case> {
             job(|v| role(v, 0)["taskNumber"] = json!("2")),
             vec![(
                 "taskRoles[0].taskNumber",
-                Exact("must be an integer from 1 to 100000, got string"),
+                Exact("must be an integer from 1 to 10000, got string"),
             )],
         ),
         case(
@@ -150,19 +150,46 @@ fn cases() -> Vec<Case> {
             job(|v| role(v, 0)["taskNumber"] = json!(1.5)),
             vec![(
                 "taskRoles[0].taskNumber",
-                Exact("must be an integer from 1 to 100000, got 1.5"),
+                Exact("must be an integer from 1 to 10000, got 1.5"),
             )],
         ),
         case(
             "too many tasks",
             job(|v| {
-                role(v, 0)["taskNumber"] = json!(60000);
-                role(v, 1)["taskNumber"] = json!(60000);
+                role(v, 0)["taskNumber"] = json!(6000);
+                role(v, 1)["taskNumber"] = json!(6000);
             }),
             vec![(
                 "taskRoles",
-                Exact("the job has 120000 tasks; at most 100000"),
+                Exact(
+                    "the job has 12000 tasks; FrameworkController runs at most 10000 in one Framework",
+                ),
             )],
+        ),
+        case(
+            "too many tasks in a role",
+            job(|v| role(v, 0)["taskNumber"] = json!(10001)),
+            vec![(
+                "taskRoles[0].taskNumber",
+                Exact("must be an integer from 1 to 10000, got 10001"),
+            )],
+        ),
+        case(
+            "an invalid role and a duplicate name, both reported",
+            job(|v| {
+                role(v, 0)["taskNumber"] = json!(0);
+                role(v, 1)["name"] = role(v, 0)["name"].clone();
+            }),
+            vec![
+                (
+                    "taskRoles[0].taskNumber",
+                    Exact("must be an integer from 1 to 10000, got 0"),
+                ),
+                (
+                    "taskRoles[1].name",
+                    Exact("duplicate role name \"ps\" (also taskRoles[0])"),
+                ),
+            ],
         ),
         case(
             "missing cpuNumber",
@@ -373,11 +400,11 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "pod names too long",
-            job(|v| v["jobName"] = json!("a".repeat(50))),
+            job(|v| role(v, 1)["name"] = json!(format!("{}_x", "w".repeat(28)))),
             vec![(
-                "jobName",
+                "taskRoles[1].name",
                 Exact(
-                    "pod name \"alice--aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-worker-1\" would be 66 characters; Kubernetes allows 63 (pods are named <user>--<job>-<role>-<index>): shorten the job or role name",
+                    "its task-role name \"wwwwwwwwwwwwwwwwwwwwwwwwwwwwx\" is 29 characters; with taskNumber 2 at most 28 fit, since pod names (<32-character job id>-<role>-<index>) are at most 63: shorten the role name",
                 ),
             )],
         ),

@@ -62,7 +62,10 @@ fn transform_prints_the_framework_as_yaml_and_json() {
     let from_json: pai_contract::Framework =
         serde_json::from_slice(&json.stdout).expect("JSON Framework");
     assert_eq!(from_yaml, from_json);
-    assert_eq!(from_json.metadata.name.as_deref(), Some("alice--tfdemo"));
+    assert_eq!(
+        from_json.metadata.name.as_deref(),
+        Some("93af5e74153f3719990e0964f312e19c")
+    );
 }
 
 #[test]
@@ -78,7 +81,10 @@ fn transform_reads_standard_input() {
         String::from_utf8_lossy(&out.stderr)
     );
     let framework: pai_contract::Framework = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(framework.metadata.name.as_deref(), Some("bob--job"));
+    assert_eq!(
+        framework.metadata.name.as_deref(),
+        Some("77436388b0a0857bd0a54187323a8f71")
+    );
 }
 
 #[test]
@@ -91,7 +97,7 @@ fn a_bad_spec_exits_2_listing_every_error_on_stderr() {
     assert!(stderr.contains("the job spec has 2 errors"), "{stderr}");
     assert!(stderr.contains("jobName: must match"), "{stderr}");
     assert!(
-        stderr.contains("taskRoles[0].taskNumber: must be an integer from 1 to 100000, got 0"),
+        stderr.contains("taskRoles[0].taskNumber: must be an integer from 1 to 10000, got 0"),
         "{stderr}"
     );
 }

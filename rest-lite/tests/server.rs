@@ -16,6 +16,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const NS: &str = "jobs";
 const LIMIT: usize = 64 * 1024;
 
+/// The Framework of alice's job "job".
+fn fw() -> String {
+    pai_contract::names::framework_name("alice", "job")
+}
+
+/// The pod of task `index` of the role `role` of alice's job "job".
+fn pod(role: &str, index: u32) -> String {
+    pai_contract::framework::pod_name(&fw(), role, index)
+}
+
 struct Setup {
     api: ApiServer,
     addr: SocketAddr,
@@ -161,13 +171,83 @@ fn frameworks(api: &ApiServer) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_look_alike_are_separate_jobs() {
+    // a.b / a_b and alice / Alice used to share a Framework: the second submission got a
+    // 409 naming the first one's job.
+    let s = start().await;
+    let pairs = [("alice", "a.b"), ("alice", "a_b"), ("Alice", "a.b")];
+    for (user, job) in pairs {
+        let mut spec = common::base_job();
+        spec["jobName"] = json!(job);
+        let reply = submit(s.addr, user, &spec.to_string()).await;
+        assert_eq!(reply.status, 202, "{user}/{job}: {}", reply.body);
+    }
+    for (user, job) in pairs {
+        let name = pai_contract::names::framework_name(user, job);
+        let stored = s
+            .api
+            .get("frameworks", NS, &name)
+            .expect("its own Framework");
+        let annotations = &stored["metadata"]["annotations"];
+        assert_eq!(
+            (
+                annotations["rest-lite.openpai.io/user-name"].as_str(),
+                annotations["rest-lite.openpai.io/job-name"].as_str()
+            ),
+            (Some(user), Some(job))
+        );
+        let view = request(
+            s.addr,
+            "GET",
+            &format!("/api/v1/user/{user}/jobs/{job}"),
+            None,
+            "",
+        )
+        .await;
+        assert_eq!(view.status, 200, "{}", view.body);
+        assert_eq!(
+            (
+                view.json()["name"].as_str(),
+                view.json()["jobStatus"]["username"].as_str()
+            ),
+            (Some(job), Some(user))
+        );
+    }
+    let names = |user: &'static str| async move {
+        let list = request(
+            s.addr,
+            "GET",
+            &format!("/api/v1/user/{user}/jobs"),
+            None,
+            "",
+        )
+        .await;
+        let mut names: Vec<String> = list
+            .json()
+            .as_array()
+            .expect("list")
+            .iter()
+            .map(|j| j["name"].as_str().unwrap_or_default().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names("alice").await,
+        ["a.b", "a_b"],
+        "the label is shared, the list is not"
+    );
+    assert_eq!(names("Alice").await, ["a.b"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_then_read_the_job_back() {
     let s = start().await;
     let spec = common::base_job().to_string();
     let reply = submit(s.addr, "alice", &spec).await;
     assert_eq!(reply.status, 202, "{}", reply.body);
     assert_eq!(reply.json()["message"], "update job job successfully");
-    assert!(s.api.get("frameworks", NS, "alice--job").is_some());
+    assert!(s.api.get("frameworks", NS, &fw()).is_some());
 
     let job = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;
     assert_eq!(job.status, 200, "{}", job.body);
@@ -254,7 +334,7 @@ async fn bad_input_is_a_4xx_that_changes_nothing() {
         reply.json()["message"]
             .as_str()
             .expect("message")
-            .contains("taskRoles[0].taskNumber: must be an integer from 1 to 100000, got 0")
+            .contains("taskRoles[0].taskNumber: must be an integer from 1 to 10000, got 0")
     );
 
     let too_big = format!("{{\"jobName\": \"{}\"}}", "x".repeat(LIMIT));
@@ -289,7 +369,7 @@ async fn dry_run_returns_the_framework_without_creating_it() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     let framework: pai_contract::Framework =
         serde_json::from_str(&reply.body).expect("a Framework");
-    assert_eq!(framework.metadata.name.as_deref(), Some("alice--job"));
+    assert_eq!(framework.metadata.name.as_deref(), Some(fw().as_str()));
     assert_eq!(frameworks(&s.api), 0);
 }
 
@@ -327,7 +407,7 @@ async fn stop_start_and_delete() {
     )
     .await;
     assert_eq!(reply.status, 202, "{}", reply.body);
-    let stored = s.api.get("frameworks", NS, "alice--job").expect("stored");
+    let stored = s.api.get("frameworks", NS, &fw()).expect("stored");
     assert_eq!(stored["spec"]["executionType"], "Stop");
     let reply = request(
         s.addr,
@@ -339,7 +419,7 @@ async fn stop_start_and_delete() {
     .await;
     assert_eq!(reply.status, 409, "a stopping job cannot start again");
 
-    s.api.modify("frameworks", NS, "alice--job", |f| {
+    s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0, "completionStatus": {"code": -210, "phrase": "stop"}}});
     });
     let job = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;
@@ -365,7 +445,7 @@ async fn stop_start_and_delete() {
 
     let reply = request(s.addr, "DELETE", "/api/v1/user/alice/jobs/job", None, "").await;
     assert_eq!(reply.status, 202);
-    assert!(s.api.get("frameworks", NS, "alice--job").is_none());
+    assert!(s.api.get("frameworks", NS, &fw()).is_none());
     let reply = request(s.addr, "DELETE", "/api/v1/user/alice/jobs/job", None, "").await;
     assert_eq!(reply.error(), (404, "NoJobError".to_string()));
 }
@@ -381,7 +461,7 @@ async fn ssh_info_lists_tasks_with_addresses() {
     );
     let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job/ssh", None, "").await;
     assert_eq!(reply.error(), (404, "NoJobSshInfoError".to_string()));
-    s.api.modify("frameworks", NS, "alice--job", |f| {
+    s.api.modify("frameworks", NS, &fw(), |f| {
         pai_test_support::frameworks::set_pod_ip(f, "ps", 1, "10.0.0.9")
     });
     let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job/ssh", None, "").await;
@@ -502,11 +582,11 @@ async fn the_auth_matrix() {
         assert_eq!(reply.json(), json!([]), "{path}");
     }
     assert!(
-        s.api.get("frameworks", NS, "alice--job").is_some(),
+        s.api.get("frameworks", NS, &fw()).is_some(),
         "still there after Bob's attempts"
     );
     assert_eq!(
-        s.api.get("frameworks", NS, "alice--job").expect("job")["spec"]["executionType"],
+        s.api.get("frameworks", NS, &fw()).expect("job")["spec"]["executionType"],
         "Start"
     );
 
@@ -579,7 +659,7 @@ async fn the_serve_command_serves_and_stops_on_sigterm() {
     let addr: SocketAddr = url.parse().expect("addr");
     let reply = submit(addr, "alice", &common::base_job().to_string()).await;
     assert_eq!(reply.status, 202, "{}", reply.body);
-    assert!(api.get("frameworks", NS, "alice--job").is_some());
+    assert!(api.get("frameworks", NS, &fw()).is_some());
     nix_kill(child.id());
     let status = tokio::task::spawn_blocking(move || child.wait())
         .await
@@ -660,7 +740,7 @@ async fn logs_are_served_and_followed() {
             .contains("has no log yet")
     );
 
-    s.api.append_log(NS, "alice--job-worker-1", "first line\n");
+    s.api.append_log(NS, &pod("worker", 1), "first line\n");
     let reply = request(s.addr, "GET", path, None, "").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.body, "first line\n");
@@ -673,11 +753,10 @@ async fn logs_are_served_and_followed() {
         "",
     ));
     s.api.watches_started(1).await;
-    s.api.append_log(NS, "alice--job-worker-1", "second line\n");
-    s.api
-        .append_log(NS, "alice--job-worker-0", "another task\n");
-    s.api.append_log(NS, "alice--job-worker-1", "third line\n");
-    s.api.end_log(NS, "alice--job-worker-1");
+    s.api.append_log(NS, &pod("worker", 1), "second line\n");
+    s.api.append_log(NS, &pod("worker", 0), "another task\n");
+    s.api.append_log(NS, &pod("worker", 1), "third line\n");
+    s.api.end_log(NS, &pod("worker", 1));
     let reply = following.await.expect("join");
     assert_eq!(reply.body, "first line\nsecond line\nthird line\n");
 
@@ -698,7 +777,7 @@ async fn logs_are_served_and_followed() {
 async fn a_framework_the_cluster_finds_invalid_is_a_400_with_its_reason() {
     let s = start().await;
     s.api.reject_creates(Some(
-        "Framework.frameworkcontroller.microsoft.com \"alice--job\" is invalid: spec.taskRoles[0].taskNumber: Invalid value: 0",
+        "admission webhook \"jobs.example.com\" denied the request: spec.taskRoles[0].taskNumber: Invalid value: 0",
     ));
     let reply = submit(s.addr, "alice", &common::base_job().to_string()).await;
     assert_eq!(reply.error(), (400, "InvalidParametersError".to_string()));
@@ -715,7 +794,7 @@ async fn a_framework_the_cluster_finds_invalid_is_a_400_with_its_reason() {
         !message.contains("\"kind\""),
         "no raw upstream body: {message}"
     );
-    assert!(s.api.get("frameworks", NS, "alice--job").is_none());
+    assert!(s.api.get("frameworks", NS, &fw()).is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -834,10 +913,10 @@ async fn submit_and_watch(s: &Setup) -> tokio::task::JoinHandle<Reply> {
 async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
     let s = start().await;
     let watch = submit_and_watch(&s).await;
-    s.api.modify("frameworks", NS, "alice--job", |f| {
+    s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
     });
-    s.api.modify("frameworks", NS, "alice--job", |f| {
+    s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
             "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}}}});
     });
@@ -888,7 +967,7 @@ async fn a_watch_ends_when_the_job_was_deleted_while_the_cluster_was_away() {
     let watch = submit_and_watch(&s).await;
     // Away: the deletion's event is never delivered, and its history is gone.
     s.api.stop().await;
-    s.api.delete("frameworks", NS, "alice--job");
+    s.api.delete("frameworks", NS, &fw());
     s.api.compact();
     s.api.restart().await;
     let reply = tokio::time::timeout(std::time::Duration::from_secs(60), watch)

@@ -1,5 +1,6 @@
-//! Every example's Framework, compared with the reviewed snapshot in tests/snapshots/.
-//! After an intended change, run with `BLESS=1` and review the diff.
+//! Every example's Framework, compared with the reviewed snapshot in tests/snapshots/
+//! and checked against FrameworkController's CRD. After an intended change, run with
+//! `BLESS=1` and review the diff.
 
 mod common;
 
@@ -28,6 +29,7 @@ fn every_example_matches_its_snapshot() {
         let text = std::fs::read_to_string(example).expect("read example");
         let framework = common::transform(&text, 42)
             .unwrap_or_else(|e| panic!("{} does not transform: {e}", example.display()));
+        common::assert_cluster_accepts(&framework);
         let rendered = serde_saphyr::to_string(&framework).expect("yaml");
         let reread: pai_contract::Framework =
             serde_saphyr::from_str(&rendered).expect("the YAML reads back");

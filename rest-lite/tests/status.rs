@@ -83,8 +83,68 @@ fn a_running_job_shows_its_tasks() {
     );
     let running = condition(&view, "Running");
     assert_eq!(
-        (running.status, running.last_transition_time.as_deref()),
-        ("True", Some("2026-01-01T00:01:00Z"))
+        (running.status, running.last_transition_time.as_str()),
+        ("True", "2026-01-01T00:01:00Z")
+    );
+}
+
+/// Every condition's time, by type, in the view's order.
+fn transition_times(view: &rest_lite::status::JobView) -> Vec<(&'static str, &str, &str)> {
+    view.conditions
+        .iter()
+        .map(|c| (c.kind, c.status, c.last_transition_time.as_str()))
+        .collect()
+}
+
+#[test]
+fn every_condition_has_a_transition_time() {
+    const CREATED: &str = "2026-01-01T00:00:00Z";
+    const RAN: &str = "2026-01-01T00:01:00Z";
+    const ENDED: &str = "2026-01-01T00:10:00Z";
+    let waiting = job_view(&framework(|_| {}), BASE);
+    assert_eq!(
+        transition_times(&waiting),
+        [
+            ("Submitted", "True", CREATED),
+            ("Running", "False", CREATED),
+            ("Succeeded", "False", CREATED),
+            ("Failed", "False", CREATED),
+            ("Stopped", "False", CREATED),
+        ]
+    );
+    let failed_after_running = job_view(
+        &framework(|v| {
+            v["status"]["attemptStatus"]["runTime"] = json!(RAN);
+            completed(v, 3, Some(("worker", 1)));
+        }),
+        BASE,
+    );
+    assert_eq!(
+        transition_times(&failed_after_running),
+        [
+            ("Submitted", "True", CREATED),
+            ("Running", "False", ENDED),
+            ("Succeeded", "False", CREATED),
+            ("Failed", "True", ENDED),
+            ("Stopped", "False", CREATED),
+        ]
+    );
+    let stopped_before_running = job_view(
+        &framework(|v| {
+            v["spec"]["executionType"] = json!("Stop");
+            completed(v, -210, None);
+        }),
+        BASE,
+    );
+    assert_eq!(
+        transition_times(&stopped_before_running),
+        [
+            ("Submitted", "True", CREATED),
+            ("Running", "False", CREATED),
+            ("Succeeded", "False", CREATED),
+            ("Failed", "False", CREATED),
+            ("Stopped", "True", ENDED),
+        ]
     );
 }
 

@@ -8,7 +8,12 @@
 //! the history, answer everything with 401/403, stop and restart on the same port, and
 //! count requests.
 //!
-//! It does not prove: admission, validation against the CRD schema, authentication and
+//! Every object written over HTTP passes [`crate::validation::admit`] first, as a real API
+//! server with FrameworkController's CRD would check it: object metadata (names, labels,
+//! annotations' size), the Framework schema (names `^[a-z0-9]{1,63}$`, task numbers,
+//! enums, bounds), and pruning of unknown fields; a failure is the real 422 `Status`.
+//!
+//! It does not prove: admission webhooks, other resources' schemas, authentication and
 //! RBAC other than a blanket denial, server-side apply, strategic merge semantics for
 //! lists, bookmarks, pagination (everything fits one page), or the timing of a real
 //! API server and etcd.
@@ -225,7 +230,16 @@ impl ApiServer {
     }
 
     /// Stores `object` as if a client created it; returns it with its metadata.
-    pub fn create(&self, resource: &str, namespace: &str, object: Value) -> Value {
+    ///
+    /// Panics when a real API server would refuse the object: tests put only what could
+    /// exist in a cluster.
+    pub fn create(&self, resource: &str, namespace: &str, mut object: Value) -> Value {
+        if let Err(invalid) = crate::validation::admit(resource, &mut object) {
+            panic!(
+                "a real API server refuses this object: {}",
+                invalid.message()
+            );
+        }
         let mut store = self.shared.lock();
         let name = object["metadata"]["name"]
             .as_str()
@@ -245,6 +259,7 @@ impl ApiServer {
     }
 
     /// Changes a stored object as a controller would (new resourceVersion, MODIFIED event).
+    /// Panics, like [`ApiServer::create`], on a change a real API server would refuse.
     pub fn modify(
         &self,
         resource: &str,
@@ -260,6 +275,12 @@ impl ApiServer {
             .cloned()
             .expect("object to modify exists");
         change(&mut object);
+        if let Err(invalid) = crate::validation::admit(resource, &mut object) {
+            panic!(
+                "a real API server refuses this change: {}",
+                invalid.message()
+            );
+        }
         insert(&mut store, &self.shared.events, key, object, "MODIFIED");
     }
 
@@ -694,6 +715,14 @@ fn not_found(key: &Key) -> Response {
     )
 }
 
+fn unprocessable(invalid: &crate::validation::Invalid) -> Response {
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        axum::Json(invalid.status()),
+    )
+        .into_response()
+}
+
 fn parse_body(body: &Bytes) -> Result<Value, Failure> {
     serde_json::from_slice(body).map_err(|e| Failure {
         code: 400,
@@ -719,6 +748,10 @@ async fn create(
     else {
         return status(422, "Invalid", "metadata.name: Required value".to_string());
     };
+    let mut object = object;
+    if let Err(invalid) = crate::validation::admit(&resource, &mut object) {
+        return unprocessable(&invalid);
+    }
     let key = Key {
         resource,
         namespace,
@@ -735,7 +768,6 @@ async fn create(
             format!("{} \"{}\" already exists", key.resource, key.name),
         );
     }
-    let mut object = object;
     object["metadata"]["resourceVersion"] = Value::Null;
     let created = insert(&mut store, &shared.events, key, object, "ADDED");
     (StatusCode::CREATED, axum::Json(created)).into_response()
@@ -746,11 +778,14 @@ async fn replace(
     Path(params): Path<Params>,
     body: Bytes,
 ) -> Response {
-    let object = match parse_body(&body) {
+    let mut object = match parse_body(&body) {
         Ok(o) => o,
         Err(r) => return r.into_response(),
     };
     let key = item_key(&params);
+    if let Err(invalid) = crate::validation::admit(&key.resource, &mut object) {
+        return unprocessable(&invalid);
+    }
     let mut store = shared.lock();
     let Some(current) = store.objects.get(&key) else {
         return not_found(&key);
@@ -822,6 +857,9 @@ async fn patch(
         return not_found(&key);
     };
     merge(&mut object, &patch);
+    if let Err(invalid) = crate::validation::admit(&key.resource, &mut object) {
+        return unprocessable(&invalid);
+    }
     let updated = insert(&mut store, &shared.events, key, object, "MODIFIED");
     axum::Json(updated).into_response()
 }

@@ -10,13 +10,13 @@ use pai_contract::framework::{
     CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, RetryPolicySpec, TaskRoleSpec,
     TaskSpec,
 };
-use pai_contract::{env, meta};
+use pai_contract::{env, meta, names};
 
 /// Namespace the tests use.
 pub const NAMESPACE: &str = "jobs";
 
-/// A Framework with `roles` (user name, task count). Role `i` has ports
-/// `http:2<i>001;ssh:2<i>002` and the Kubernetes name of the user name lower-cased.
+/// A Framework named `name` with `roles` (name as in the spec, task count). Role `i` has
+/// ports `http:2<i>001;ssh:2<i>002` and the task-role name rest-lite gives it.
 pub fn framework(name: &str, roles: &[(&str, u32)]) -> Framework {
     framework_on_ports(name, roles, 20000)
 }
@@ -28,7 +28,7 @@ pub fn framework_on_ports(name: &str, roles: &[(&str, u32)], base: u16) -> Frame
         .iter()
         .enumerate()
         .map(|(i, (role, tasks))| TaskRoleSpec {
-            name: role.to_ascii_lowercase().replace('_', "-"),
+            name: names::task_role_name(role),
             task_number: i32::try_from(*tasks).unwrap_or(i32::MAX),
             framework_attempt_completion_policy: CompletionPolicySpec::default(),
             task: TaskSpec {
@@ -112,9 +112,10 @@ pub fn address(role_position: usize, index: u32) -> String {
 
 /// Sets (or clears, with `""`) the pod IP of one task, as FrameworkController would.
 pub fn set_pod_ip(framework: &mut Value, kube_role: &str, index: u32, ip: &str) {
-    let pod_name = format!(
-        "{}-{kube_role}-{index}",
-        framework["metadata"]["name"].as_str().unwrap_or_default()
+    let pod_name = pai_contract::framework::pod_name(
+        framework["metadata"]["name"].as_str().unwrap_or_default(),
+        kube_role,
+        index,
     );
     let attempt = &mut framework["status"]["attemptStatus"];
     if !attempt["taskRoleStatuses"].is_array() {

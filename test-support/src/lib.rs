@@ -2,5 +2,6 @@
 
 pub mod apiserver;
 pub mod frameworks;
+pub mod validation;
 
 pub use apiserver::ApiServer;

@@ -382,7 +382,7 @@ mod tests {
     fn the_identity_gives_every_fc_variable() {
         let identity = Identity {
             namespace: "default".into(),
-            framework: "alice--job".into(),
+            framework: "0123456789abcdef0123456789abcdef".into(),
             framework_uid: "f".into(),
             attempt: 2,
             attempt_uid: "a".into(),
@@ -391,7 +391,7 @@ mod tests {
             index: 1,
             task_uid: "t".into(),
             task_attempt_uid: "ta".into(),
-            pod_name: "alice--job-worker-1".into(),
+            pod_name: "0123456789abcdef0123456789abcdef-worker-1".into(),
             pod_uid: "p".into(),
         };
         let env = identity.fc_env();

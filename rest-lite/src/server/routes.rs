@@ -61,9 +61,7 @@ fn user_name(user: &str) -> Result<UserName, ApiError> {
 fn backend_error(error: BackendError, user: &str, job: &str) -> ApiError {
     match error {
         BackendError::NotFound => ApiError::no_job(user, job),
-        BackendError::Conflict(_) => ApiError::conflict(format!(
-            "job {user}~{job} already exists (or another job of {user} has the same Kubernetes name)"
-        )),
+        BackendError::Conflict(_) => ApiError::conflict(format!("job {user}~{job} already exists")),
         BackendError::Invalid(reason) => {
             ApiError::bad_request(format!("the cluster rejected the job: {reason}"))
         }
@@ -530,7 +528,7 @@ async fn list(state: &AppState, caller: &Caller, user: Option<&str>) -> ApiResul
         _ => Some(caller.user.as_str()),
     };
     let kube_user = match user {
-        Some(u) => Some(user_name(u)?.kube().to_string()),
+        Some(u) => Some(user_name(u)?.label().to_string()),
         None => None,
     };
     let frameworks = state

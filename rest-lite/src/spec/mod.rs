@@ -12,8 +12,6 @@ pub use names::{JobName, PortLabel, RoleName, UserName};
 /// Largest spec text accepted: it is kept verbatim in an annotation of the Framework,
 /// and Kubernetes allows 256 KiB for all annotations of an object together.
 pub const MAX_SPEC_BYTES: usize = 200 * 1024;
-/// Most tasks one job may have, over all its roles.
-pub const MAX_TASKS: u32 = 100_000;
 /// Default size of `/dev/shm` when a role gives no `shmMB`.
 pub const DEFAULT_SHM_MB: u32 = 64;
 
@@ -130,7 +128,8 @@ impl JobSpec {
     pub fn image(&self) -> &str {
         &self.image
     }
-    /// Roles in spec order (never empty, names unique also after normalisation).
+    /// Roles in spec order (never empty, names unique also as task-role names, whose pods'
+    /// names fit 63 characters; at most 10,000 tasks in all).
     pub fn roles(&self) -> &[TaskRole] {
         &self.roles
     }
@@ -143,10 +142,6 @@ impl JobSpec {
     }
     pub fn legacy(&self) -> &LegacyDirs {
         &self.legacy
-    }
-    /// Tasks over all roles.
-    pub fn total_tasks(&self) -> u32 {
-        self.roles.iter().map(|r| r.task_number).sum()
     }
 }
 

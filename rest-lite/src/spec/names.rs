@@ -1,36 +1,20 @@
-//! Names of users, jobs, roles and port labels: what each may contain, and the one
-//! deterministic rule that turns them into Kubernetes names.
+//! Names of users, jobs, roles and port labels: what each may contain, and the
+//! Kubernetes names they become (the rules are in `pai_contract::names`).
 //!
-//! **Normalisation** (`to_kube_name`): ASCII letters are lower-cased; every character
-//! other than `a-z` and `0-9` becomes `-`; runs of `-` collapse into one; `-` is trimmed
-//! from both ends. `tfDemo` → `tfdemo`, `my_job.v2` → `my-job-v2`, `__x__` → `x`.
-//!
-//! The Framework of job `J` of user `U` is named `<kube(U)>--<kube(J)>`: normalised names
-//! never contain `--`, so the pair can always be read back, and two users' jobs of the
-//! same name never meet. Its pods are `<framework>-<kube(role)>-<index>`.
+//! User and job names are OpenPAI's, `^[A-Za-z0-9\-._~]+$`, at most
+//! [`MAX_NAME_LEN`] characters; the Framework of a (user, job) pair is a digest of both
+//! exactly as typed, so any two pairs get two Frameworks. Role names are
+//! `^[A-Za-z0-9_]+$` (they are parts of variable names); a role's task-role name in the
+//! Framework is its name lower-cased without `_`, and must leave its pods' names within 63
+//! characters (checked with the role's task number at validation).
 
 use std::fmt;
 
-/// Longest Kubernetes name of a pod (a DNS-1123 label, as its host name).
-pub const MAX_POD_NAME: usize = 63;
+use pai_contract::names::{label_value, task_role_name};
 
-/// Normalises `name` to DNS-1123 characters by the rule above. May return an empty
-/// string (for a name with no letter or digit); callers reject that.
-pub fn to_kube_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        let c = c.to_ascii_lowercase();
-        if c.is_ascii_lowercase() || c.is_ascii_digit() {
-            out.push(c);
-        } else if !out.is_empty() && !out.ends_with('-') {
-            out.push('-');
-        }
-    }
-    while out.ends_with('-') {
-        out.pop();
-    }
-    out
-}
+/// Longest user or job name: both are kept in annotations beside the spec, and Kubernetes
+/// allows 256 KiB for all annotations of an object together.
+pub const MAX_NAME_LEN: usize = 256;
 
 /// The characters OpenPAI allowed in user and job names.
 fn is_openpai_name_char(c: char) -> bool {
@@ -47,7 +31,7 @@ fn first_bad(name: &str, ok: impl Fn(char) -> bool) -> Option<char> {
     name.chars().find(|&c| !ok(c))
 }
 
-/// A name as given plus its Kubernetes form.
+/// A name as given plus the Kubernetes form it is known by.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Named {
     given: String,
@@ -55,7 +39,7 @@ struct Named {
 }
 
 macro_rules! named_type {
-    ($(#[$doc:meta])* $ty:ident) => {
+    ($(#[$doc:meta])* $ty:ident, $kube:ident, $kube_doc:literal) => {
         $(#[$doc])*
         #[derive(Clone, Debug, PartialEq, Eq, Hash)]
         pub struct $ty(Named);
@@ -66,8 +50,8 @@ macro_rules! named_type {
                 &self.0.given
             }
 
-            /// The normalised Kubernetes form.
-            pub fn kube(&self) -> &str {
+            #[doc = $kube_doc]
+            pub fn $kube(&self) -> &str {
                 &self.0.kube
             }
         }
@@ -81,18 +65,23 @@ macro_rules! named_type {
 }
 
 named_type!(
-    /// A user name: `^[A-Za-z0-9\-._~]+$` with at least one letter or digit, whose
-    /// Kubernetes form fits a label value.
-    UserName
+    /// A user name: `^[A-Za-z0-9\-._~]+$`, at most [`MAX_NAME_LEN`] characters.
+    UserName,
+    label,
+    "The readable label value (lossy: the exact name is in an annotation)."
 );
 named_type!(
-    /// A job name: `^[A-Za-z0-9\-._~]+$` with at least one letter or digit.
-    JobName
+    /// A job name: `^[A-Za-z0-9\-._~]+$`, at most [`MAX_NAME_LEN`] characters.
+    JobName,
+    label,
+    "The readable label value (lossy: the exact name is in an annotation)."
 );
 named_type!(
-    /// A role name: `^[A-Za-z0-9_]+$`; it is part of variable names such as
-    /// `PAI_HOST_IP_<role>_<i>`.
-    RoleName
+    /// A role name: `^[A-Za-z0-9_]+$` with a letter or digit; it is part of variable
+    /// names such as `PAI_HOST_IP_<role>_<i>`.
+    RoleName,
+    task_role,
+    "The Framework's task-role name: lower-case, without `_` (`^[a-z0-9]+$`)."
 );
 
 fn parse_openpai_name(what: &str, name: &str) -> Result<Named, String> {
@@ -104,37 +93,35 @@ fn parse_openpai_name(what: &str, name: &str) -> Result<Named, String> {
             "must match ^[A-Za-z0-9\\-._~]+$ (letters, digits, '-', '.', '_', '~'); {c:?} is not allowed"
         ));
     }
-    let kube = to_kube_name(name);
-    if kube.is_empty() {
-        return Err(format!("{what} must contain at least one letter or digit"));
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "{what} is {} characters; at most {MAX_NAME_LEN}",
+            name.len()
+        ));
     }
     Ok(Named {
         given: name.to_string(),
-        kube,
+        kube: label_value(name),
     })
 }
 
 impl UserName {
+    /// Checks `name` against the rule of user names.
     pub fn parse(name: &str) -> Result<Self, String> {
-        let named = parse_openpai_name("a user name", name)?;
-        if named.kube.len() > MAX_POD_NAME {
-            return Err(format!(
-                "Kubernetes form {:?} is {} characters; at most {MAX_POD_NAME}",
-                named.kube,
-                named.kube.len()
-            ));
-        }
-        Ok(Self(named))
+        parse_openpai_name("a user name", name).map(Self)
     }
 }
 
 impl JobName {
+    /// Checks `name` against the rule of job names.
     pub fn parse(name: &str) -> Result<Self, String> {
         parse_openpai_name("a job name", name).map(Self)
     }
 }
 
 impl RoleName {
+    /// Checks `name` against the rule of role names. The length is checked with the
+    /// role's task number (see [`pai_contract::names::max_task_role_name`]).
     pub fn parse(name: &str) -> Result<Self, String> {
         if name.is_empty() {
             return Err("must not be empty".to_string());
@@ -144,7 +131,7 @@ impl RoleName {
                 "must match ^[A-Za-z0-9_]+$, since it is part of variable names like PAI_HOST_IP_<role>_0; {c:?} is not allowed"
             ));
         }
-        let kube = to_kube_name(name);
+        let kube = task_role_name(name);
         if kube.is_empty() {
             return Err("must contain at least one letter or digit".to_string());
         }
@@ -161,6 +148,7 @@ impl RoleName {
 pub struct PortLabel(String);
 
 impl PortLabel {
+    /// Checks `label` against the rule of port labels.
     pub fn parse(label: &str) -> Result<Self, String> {
         if pai_contract::env::is_shell_identifier(label) {
             Ok(Self(label.to_string()))
@@ -171,6 +159,7 @@ impl PortLabel {
         }
     }
 
+    /// The label as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -184,43 +173,39 @@ impl fmt::Display for PortLabel {
 
 /// Name of the Framework that runs `job` for `user`.
 pub fn framework_name(user: &UserName, job: &JobName) -> String {
-    format!("{}--{}", user.kube(), job.kube())
+    pai_contract::names::framework_name(user.as_str(), job.as_str())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn normalisation_examples() {
-        assert_eq!(to_kube_name("tfDemo"), "tfdemo");
-        assert_eq!(to_kube_name("my_job.v2"), "my-job-v2");
-        assert_eq!(to_kube_name("__x__"), "x");
-        assert_eq!(to_kube_name("a--b~~c"), "a-b-c");
-        assert_eq!(to_kube_name("~._"), "");
-    }
-
-    proptest! {
-        #[test]
-        fn normalised_names_are_dns_labels_without_double_dash(name in "[A-Za-z0-9._~-]{1,40}") {
-            let kube = to_kube_name(&name);
-            prop_assert!(kube.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
-            prop_assert!(!kube.starts_with('-') && !kube.ends_with('-'));
-            prop_assert!(!kube.contains("--"));
-            prop_assert_eq!(to_kube_name(&kube), kube.clone());
-        }
-    }
 
     #[test]
     fn names_reject_what_cannot_map() {
         assert!(JobName::parse("a b").is_err());
-        assert!(JobName::parse("~~").is_err());
+        assert!(JobName::parse("").is_err());
+        assert!(JobName::parse(&"j".repeat(MAX_NAME_LEN + 1)).is_err());
         assert!(RoleName::parse("ps.1").is_err());
+        assert!(RoleName::parse("__").is_err());
         assert!(PortLabel::parse("1x").is_err());
         assert_eq!(
-            JobName::parse("tf.Demo").map(|j| j.kube().to_string()),
+            RoleName::parse("Param_Server").map(|r| r.task_role().to_string()),
+            Ok("paramserver".to_string())
+        );
+        assert_eq!(
+            JobName::parse("tf.Demo").map(|j| j.label().to_string()),
             Ok("tf-demo".to_string())
         );
+    }
+
+    #[test]
+    fn openpai_names_without_letters_are_names() {
+        // OpenPAI's pattern allows them; the Framework's name does not depend on them.
+        let user = UserName::parse("~~").expect("valid");
+        let job = JobName::parse("-._").expect("valid");
+        assert!(pai_contract::names::is_controller_name(&framework_name(
+            &user, &job
+        )));
+        assert_eq!(user.label(), "");
     }
 }

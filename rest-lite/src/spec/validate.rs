@@ -5,14 +5,18 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use pai_contract::env;
+use pai_contract::names::{
+    FRAMEWORK_NAME_LEN, MAX_POD_NAME, MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE,
+    max_task_role_name,
+};
 use pai_contract::ports::{HTTP_LABEL, SSH_LABEL};
 
 use super::error::{Errors, FieldPath, SpecErrors};
 use super::names::{JobName, PortLabel, RoleName};
 use super::reader::{self, Object, kind};
 use super::{
-    CompletionPolicy, DEFAULT_SHM_MB, JobSpec, LegacyDirs, MAX_TASKS, PortRequest, PortStart,
-    Resources, TaskRole,
+    CompletionPolicy, DEFAULT_SHM_MB, JobSpec, LegacyDirs, PortRequest, PortStart, Resources,
+    TaskRole,
 };
 
 const JOB_FIELDS: &[&str] = &[
@@ -150,35 +154,41 @@ fn roles(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<Tas
         .map(|(i, v)| role(v, &path.index(i), errors))
         .collect();
 
-    // Names must stay distinct as given and as Kubernetes names.
+    // Names must stay distinct as given and as task-role names. Checked on every
+    // well-formed name, also of roles with other errors: every broken rule at once.
+    let names: Vec<Option<RoleName>> = items
+        .iter()
+        .map(|v| v.get("name").and_then(Value::as_str))
+        .map(|name| name.and_then(|n| RoleName::parse(n).ok()))
+        .collect();
     let mut given: HashMap<&str, usize> = HashMap::new();
     let mut kube: HashMap<&str, usize> = HashMap::new();
-    for (i, role) in parsed.iter().enumerate() {
-        let Some(role) = role else { continue };
+    for (i, name) in names.iter().enumerate() {
+        let Some(name) = name else { continue };
         let name_path = path.index(i).field("name");
-        if let Some(first) = given.insert(role.name.as_str(), i) {
+        if let Some(first) = given.insert(name.as_str(), i) {
             errors.push(
                 &name_path,
                 format!(
                     "duplicate role name {:?} (also taskRoles[{first}])",
-                    role.name.as_str()
+                    name.as_str()
                 ),
             );
-        } else if let Some(&first) = kube.get(role.name.kube()) {
-            let other = parsed[first]
+        } else if let Some(&first) = kube.get(name.task_role()) {
+            let other = names[first]
                 .as_ref()
-                .map(|r| r.name.as_str())
+                .map(|r| r.as_str())
                 .unwrap_or_default();
             errors.push(
                 &name_path,
                 format!(
-                    "{:?} and taskRoles[{first}].name {other:?} both become the Kubernetes name {:?}",
-                    role.name.as_str(),
-                    role.name.kube()
+                    "{:?} and taskRoles[{first}].name {other:?} both become the task-role name {:?} (lower-case, without '_')",
+                    name.as_str(),
+                    name.task_role()
                 ),
             );
         }
-        kube.entry(role.name.kube()).or_insert(i);
+        kube.entry(name.task_role()).or_insert(i);
     }
 
     let total: u64 = parsed
@@ -186,10 +196,12 @@ fn roles(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<Tas
         .flatten()
         .map(|r| u64::from(r.task_number))
         .sum();
-    if total > u64::from(MAX_TASKS) {
+    if total > u64::from(MAX_TASKS_PER_FRAMEWORK) {
         errors.push(
             path,
-            format!("the job has {total} tasks; at most {MAX_TASKS}"),
+            format!(
+                "the job has {total} tasks; FrameworkController runs at most {MAX_TASKS_PER_FRAMEWORK} in one Framework"
+            ),
         );
     }
     if errors.len() > before {
@@ -212,7 +224,10 @@ fn role(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<TaskRole
         });
     let task_number = obj
         .required("taskNumber", errors)
-        .and_then(|(v, p)| reader::integer(v, &p, 1, i64::from(MAX_TASKS), errors));
+        .and_then(|(v, p)| reader::integer(v, &p, 1, i64::from(MAX_TASKS_PER_ROLE), errors));
+    if let (Some(name), Some(tasks)) = (&name, task_number) {
+        pod_names_fit(name, tasks, &path.field("name"), errors);
+    }
     let cpu = obj
         .required("cpuNumber", errors)
         .and_then(|(v, p)| reader::integer(v, &p, 1, I32_MAX, errors));
@@ -473,4 +488,21 @@ fn is_reserved(name: &str) -> bool {
             || name.starts_with(env::FC_PREFIX)
             || name == env::USER_CMD
             || name == env::KUBE_APISERVER_ADDRESS)
+}
+
+/// Pods are named `<framework>-<task role>-<index>` and must fit a DNS label; the
+/// Framework's name has a fixed length, so the room left is the role's.
+fn pod_names_fit(name: &RoleName, task_number: i64, path: &FieldPath, errors: &mut Errors) {
+    let tasks = u32::try_from(task_number).unwrap_or(MAX_TASKS_PER_ROLE);
+    let room = max_task_role_name(tasks);
+    let kube = name.task_role();
+    if kube.len() > room {
+        errors.push(
+            path,
+            format!(
+                "its task-role name {kube:?} is {} characters; with taskNumber {tasks} at most {room} fit, since pod names (<{FRAMEWORK_NAME_LEN}-character job id>-<role>-<index>) are at most {MAX_POD_NAME}: shorten the role name",
+                kube.len()
+            ),
+        );
+    }
 }

@@ -66,3 +66,27 @@ pub fn base_job() -> serde_json::Value {
         ]
     })
 }
+
+/// Asserts that a real API server with FrameworkController's CRD stores `framework` as it
+/// is (admitted, and nothing pruned), and that every pod name it implies fits 63.
+pub fn assert_cluster_accepts(framework: &Framework) {
+    let sent = serde_json::to_value(framework).expect("json");
+    let mut stored = sent.clone();
+    if let Err(invalid) = pai_test_support::validation::admit("frameworks", &mut stored) {
+        panic!("the cluster refuses the Framework: {}", invalid.message());
+    }
+    assert_eq!(
+        stored, sent,
+        "the cluster would prune fields of the Framework"
+    );
+    let name = framework.metadata.name.as_deref().expect("name");
+    for role in &framework.spec.task_roles {
+        let last = u32::try_from(role.task_number - 1).expect("tasks");
+        let pod = pai_contract::framework::pod_name(name, &role.name, last);
+        assert!(
+            pod.len() <= pai_contract::names::MAX_POD_NAME,
+            "{pod} is {} characters",
+            pod.len()
+        );
+    }
+}

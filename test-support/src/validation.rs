@@ -1,0 +1,541 @@
+//! What a real API server checks before it stores an object, for the objects our code
+//! writes: Kubernetes' object-metadata rules (names, labels, annotations) for every
+//! resource, and for `frameworks` the schema FrameworkController registers with its CRD
+//! (`pkg/apis/frameworkcontroller/v1/crd.go`), including the pruning of fields the schema
+//! does not know.
+//!
+//! Written from the published rules, independently of the production code that should
+//! obey them: a rule both got wrong the same way would pass here.
+//!
+//! Not checked: the pod template inside a Framework beyond its shape (FrameworkController
+//! stores it as given, the API server validates the pods it creates later), other
+//! resources' schemas, admission webhooks.
+
+use serde_json::{Value, json};
+
+/// One reason an object is invalid, as the API server words it in `details.causes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    /// `FieldValueInvalid`, `FieldValueNotSupported`, `FieldValueTooLong`, `FieldValueRequired`.
+    pub reason: &'static str,
+    /// The field's path, e.g. `spec.taskRoles[0].name`.
+    pub field: String,
+    /// What is wrong, e.g. `Invalid value: "a-b": spec.taskRoles[0].name in body should match '^[a-z0-9]{1,63}$'`.
+    pub message: String,
+}
+
+/// The API server's rejection of an object: status 422, reason `Invalid`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    /// `Framework.frameworkcontroller.microsoft.com`, `Pod`, …
+    pub kind: String,
+    pub name: String,
+    pub causes: Vec<Cause>,
+}
+
+impl Invalid {
+    /// The `message` of the `Status` a real API server sends.
+    pub fn message(&self) -> String {
+        let causes: Vec<String> = self
+            .causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        let list = match causes.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        format!("{} {:?} is invalid: {list}", self.kind, self.name)
+    }
+
+    /// The whole `Status` object.
+    pub fn status(&self) -> Value {
+        let causes: Vec<Value> = self
+            .causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": self.message(), "reason": "Invalid", "code": 422,
+            "details": {"name": self.name, "kind": self.kind, "causes": causes},
+        })
+    }
+}
+
+/// The pattern of Framework and task-role names in FrameworkController's CRD.
+pub const CRD_NAME_PATTERN: &str = "^[a-z0-9]{1,63}$";
+/// Kubernetes' limit on all annotations of one object together.
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// A `pattern` of a string schema: its text (for messages) and a matcher for it.
+type Pattern = (&'static str, fn(&str) -> bool);
+
+/// A node of an OpenAPI v3 structural schema, as much of it as FrameworkController uses.
+enum Schema {
+    Object {
+        properties: Vec<(&'static str, Schema)>,
+        /// `x-kubernetes-preserve-unknown-fields: true`: nothing below is checked or pruned.
+        preserve_unknown: bool,
+        nullable: bool,
+    },
+    Array(Box<Schema>),
+    String {
+        pattern: Option<Pattern>,
+        enumeration: &'static [&'static str],
+        nullable: bool,
+    },
+    Integer {
+        minimum: Option<i64>,
+        maximum: Option<i64>,
+        nullable: bool,
+    },
+    Boolean,
+}
+
+fn object(properties: Vec<(&'static str, Schema)>) -> Schema {
+    Schema::Object {
+        properties,
+        preserve_unknown: false,
+        nullable: false,
+    }
+}
+
+fn preserved(nullable: bool) -> Schema {
+    Schema::Object {
+        properties: Vec::new(),
+        preserve_unknown: true,
+        nullable,
+    }
+}
+
+fn integer(minimum: Option<i64>, maximum: Option<i64>) -> Schema {
+    Schema::Integer {
+        minimum,
+        maximum,
+        nullable: false,
+    }
+}
+
+fn crd_name(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+fn crd_named() -> Schema {
+    Schema::String {
+        pattern: Some((CRD_NAME_PATTERN, crd_name)),
+        enumeration: &[],
+        nullable: false,
+    }
+}
+
+fn retry_policy() -> Schema {
+    object(vec![
+        // ExtendedUnlimitedValue: −2 retries always, −1 failures forever.
+        ("maxRetryCount", integer(Some(-2), None)),
+        ("fancyRetryPolicy", Schema::Boolean),
+    ])
+}
+
+/// FrameworkController's Framework schema (its `buildFrameworkSchema`).
+fn framework_schema() -> Schema {
+    let task_role = object(vec![
+        ("name", crd_named()),
+        ("taskNumber", integer(Some(0), Some(10_000))),
+        (
+            "frameworkAttemptCompletionPolicy",
+            object(vec![
+                // UnlimitedValue: −1.
+                ("minFailedTaskCount", integer(Some(-1), None)),
+                ("minSucceededTaskCount", integer(Some(-1), None)),
+            ]),
+        ),
+        (
+            "task",
+            object(vec![
+                ("retryPolicy", retry_policy()),
+                (
+                    "podGracefulDeletionTimeoutSec",
+                    Schema::Integer {
+                        minimum: None,
+                        maximum: None,
+                        nullable: true,
+                    },
+                ),
+                ("pod", preserved(false)),
+            ]),
+        ),
+    ]);
+    object(vec![
+        // metadata: only the name is constrained; the rest is ObjectMeta, checked apart.
+        (
+            "spec",
+            object(vec![
+                (
+                    "description",
+                    Schema::String {
+                        pattern: None,
+                        enumeration: &[],
+                        nullable: true,
+                    },
+                ),
+                (
+                    "executionType",
+                    Schema::String {
+                        pattern: None,
+                        enumeration: &["Create", "Start", "Stop"],
+                        nullable: false,
+                    },
+                ),
+                ("retryPolicy", retry_policy()),
+                ("taskRoles", Schema::Array(Box::new(task_role))),
+            ]),
+        ),
+        ("status", preserved(true)),
+    ])
+}
+
+/// Checks `object` of `resource` as a real API server would, and prunes what the
+/// resource's schema does not know. `Err` holds every cause at once.
+pub fn admit(resource: &str, object: &mut Value) -> Result<(), Invalid> {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut causes = Vec::new();
+    metadata(&object["metadata"], &mut causes);
+    let kind = match resource {
+        "frameworks" => {
+            if !crd_name(&name) {
+                causes.push(invalid(
+                    "metadata.name",
+                    &json!(name),
+                    format!("metadata.name in body should match '{CRD_NAME_PATTERN}'"),
+                ));
+            }
+            let schema = framework_schema();
+            check(&schema, object, "", &mut causes);
+            "Framework.frameworkcontroller.microsoft.com".to_string()
+        }
+        other => {
+            let mut kind = other.trim_end_matches('s').to_string();
+            if let Some(first) = kind.get_mut(..1) {
+                first.make_ascii_uppercase();
+            }
+            kind
+        }
+    };
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(Invalid { kind, name, causes })
+    }
+}
+
+fn invalid(field: &str, value: &Value, detail: String) -> Cause {
+    Cause {
+        reason: "FieldValueInvalid",
+        field: field.to_string(),
+        message: format!("Invalid value: {value}: {detail}"),
+    }
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() {
+        field.to_string()
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn check(schema: &Schema, value: &mut Value, path: &str, causes: &mut Vec<Cause>) {
+    let wrong_type = |expected: &str, value: &Value, causes: &mut Vec<Cause>| {
+        causes.push(invalid(
+            path,
+            &json!(type_name(value)),
+            format!(
+                "{path} in body must be of type {expected}: {:?}",
+                type_name(value)
+            ),
+        ));
+    };
+    match schema {
+        Schema::Object {
+            properties,
+            preserve_unknown,
+            nullable,
+        } => {
+            if value.is_null() && *nullable {
+                return;
+            }
+            let Some(fields) = value.as_object_mut() else {
+                return wrong_type("object", value, causes);
+            };
+            if *preserve_unknown {
+                return;
+            }
+            // Pruning: a structural schema drops what it does not describe (metadata is
+            // ObjectMeta, kept apart).
+            let top = path.is_empty();
+            fields.retain(|k, _| {
+                (top && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
+                    || properties.iter().any(|(name, _)| name == k)
+            });
+            for (name, schema) in properties {
+                if let Some(child) = fields.get_mut(*name) {
+                    check(schema, child, &join(path, name), causes);
+                }
+            }
+        }
+        Schema::Array(items) => {
+            let Some(elements) = value.as_array_mut() else {
+                return wrong_type("array", value, causes);
+            };
+            for (i, element) in elements.iter_mut().enumerate() {
+                check(items, element, &format!("{path}[{i}]"), causes);
+            }
+        }
+        Schema::String {
+            pattern,
+            enumeration,
+            nullable,
+        } => {
+            if value.is_null() && *nullable {
+                return;
+            }
+            let Some(s) = value.as_str() else {
+                return wrong_type("string", value, causes);
+            };
+            if let Some((pattern, matches)) = pattern
+                && !matches(s)
+            {
+                causes.push(invalid(
+                    path,
+                    value,
+                    format!("{path} in body should match '{pattern}'"),
+                ));
+            }
+            if !enumeration.is_empty() && !enumeration.contains(&s) {
+                let supported: Vec<String> = enumeration.iter().map(|e| format!("{e:?}")).collect();
+                causes.push(Cause {
+                    reason: "FieldValueNotSupported",
+                    field: path.to_string(),
+                    message: format!(
+                        "Unsupported value: {value}: supported values: {}",
+                        supported.join(", ")
+                    ),
+                });
+            }
+        }
+        Schema::Integer {
+            minimum,
+            maximum,
+            nullable,
+        } => {
+            if value.is_null() && *nullable {
+                return;
+            }
+            let Some(n) = value.as_i64() else {
+                return wrong_type("integer", value, causes);
+            };
+            if let Some(min) = minimum
+                && n < *min
+            {
+                causes.push(invalid(
+                    path,
+                    value,
+                    format!("{path} in body should be greater than or equal to {min}"),
+                ));
+            }
+            if let Some(max) = maximum
+                && n > *max
+            {
+                causes.push(invalid(
+                    path,
+                    value,
+                    format!("{path} in body should be less than or equal to {max}"),
+                ));
+            }
+        }
+        Schema::Boolean => {
+            if !value.is_boolean() {
+                wrong_type("boolean", value, causes);
+            }
+        }
+    }
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63.
+fn dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    (1..=63).contains(&b.len())
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+}
+
+/// Dot-separated DNS labels, at most 253.
+fn dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(dns_label)
+}
+
+/// A label value or a key's name part: `(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?`.
+fn qualified_part(s: &str, may_be_empty: bool) -> bool {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return may_be_empty;
+    }
+    b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
+fn qualified_name(key: &str) -> bool {
+    match key.split_once('/') {
+        Some((prefix, name)) => dns_subdomain(prefix) && qualified_part(name, false),
+        None => qualified_part(key, false),
+    }
+}
+
+fn metadata(meta: &Value, causes: &mut Vec<Cause>) {
+    let name = meta["name"].as_str().unwrap_or_default();
+    if name.is_empty() {
+        causes.push(Cause {
+            reason: "FieldValueRequired",
+            field: "metadata.name".into(),
+            message: "Required value: name or generateName is required".into(),
+        });
+    } else if !dns_subdomain(name) {
+        causes.push(invalid(
+            "metadata.name",
+            &json!(name),
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".into(),
+        ));
+    }
+    if let Some(labels) = meta["labels"].as_object() {
+        for (key, value) in labels {
+            if !qualified_name(key) {
+                causes.push(invalid(
+                    "metadata.labels",
+                    &json!(key),
+                    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".into(),
+                ));
+            }
+            if !value.as_str().is_some_and(|v| qualified_part(v, true)) {
+                causes.push(invalid(
+                    "metadata.labels",
+                    value,
+                    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, at most 63 characters".into(),
+                ));
+            }
+        }
+    }
+    if let Some(annotations) = meta["annotations"].as_object() {
+        let mut total = 0;
+        for (key, value) in annotations {
+            if !qualified_name(key) {
+                causes.push(invalid(
+                    "metadata.annotations",
+                    &json!(key),
+                    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".into(),
+                ));
+            }
+            total += key.len() + value.as_str().map_or(0, str::len);
+        }
+        if total > MAX_ANNOTATIONS_BYTES {
+            causes.push(Cause {
+                reason: "FieldValueTooLong",
+                field: "metadata.annotations".into(),
+                message: format!("Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framework(name: &str, role: &str, tasks: i64) -> Value {
+        json!({
+            "apiVersion": "frameworkcontroller.microsoft.com/v1", "kind": "Framework",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "rest-lite"}},
+            "spec": {"executionType": "Start", "retryPolicy": {"fancyRetryPolicy": true, "maxRetryCount": 0},
+                "taskRoles": [{"name": role, "taskNumber": tasks,
+                    "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": 1, "minSucceededTaskCount": -1},
+                    "task": {"retryPolicy": {"fancyRetryPolicy": false, "maxRetryCount": 0},
+                        "pod": {"spec": {"anything": ["kept"]}}}}]},
+        })
+    }
+
+    #[test]
+    fn a_valid_framework_is_admitted_and_pruned() {
+        let mut f = framework("abc123", "worker", 2);
+        f["spec"]["unknown"] = json!(1);
+        f["spec"]["taskRoles"][0]["task"]["unknown"] = json!(1);
+        f["status"] = json!({"anything": 1});
+        admit("frameworks", &mut f).expect("valid");
+        assert!(f["spec"].get("unknown").is_none(), "pruned");
+        assert!(f["spec"]["taskRoles"][0]["task"].get("unknown").is_none());
+        assert_eq!(
+            f["spec"]["taskRoles"][0]["task"]["pod"]["spec"]["anything"][0],
+            "kept"
+        );
+        assert_eq!(f["status"]["anything"], 1, "status keeps unknown fields");
+    }
+
+    #[test]
+    fn the_crd_rules_are_enforced_all_at_once() {
+        let mut f = framework("alice--tfdemo", "ps-0", 10_001);
+        f["spec"]["executionType"] = json!("Run");
+        f["spec"]["retryPolicy"]["maxRetryCount"] = json!(-3);
+        f["spec"]["taskRoles"][0]["frameworkAttemptCompletionPolicy"]["minFailedTaskCount"] =
+            json!(-2);
+        let invalid = admit("frameworks", &mut f).expect_err("invalid");
+        let fields: Vec<&str> = invalid.causes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "metadata.name",
+                "spec.executionType",
+                "spec.retryPolicy.maxRetryCount",
+                "spec.taskRoles[0].name",
+                "spec.taskRoles[0].taskNumber",
+                "spec.taskRoles[0].frameworkAttemptCompletionPolicy.minFailedTaskCount",
+            ]
+        );
+        assert!(invalid.message().starts_with(
+            "Framework.frameworkcontroller.microsoft.com \"alice--tfdemo\" is invalid: [metadata.name: Invalid value: \"alice--tfdemo\": metadata.name in body should match '^[a-z0-9]{1,63}$'"
+        ), "{}", invalid.message());
+    }
+
+    #[test]
+    fn metadata_rules_hold_for_every_resource() {
+        let mut pod = json!({"metadata": {"name": "p", "labels": {"a": "-x"},
+            "annotations": {"big": "x".repeat(MAX_ANNOTATIONS_BYTES)}}});
+        let invalid = admit("pods", &mut pod).expect_err("invalid");
+        assert_eq!(invalid.kind, "Pod");
+        let reasons: Vec<&str> = invalid.causes.iter().map(|c| c.reason).collect();
+        assert_eq!(reasons, ["FieldValueInvalid", "FieldValueTooLong"]);
+        let mut ok = json!({"metadata": {"name": "a.b-c", "labels": {"example.com/x": ""}}});
+        admit("configmaps", &mut ok).expect("valid");
+    }
+}
