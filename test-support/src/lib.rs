@@ -2,6 +2,7 @@
 
 pub mod apiserver;
 pub mod frameworks;
+pub mod needs;
 pub mod validation;
 
 pub use apiserver::ApiServer;

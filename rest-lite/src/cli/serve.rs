@@ -33,7 +33,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:9186")]
     listen: std::net::SocketAddr,
     /// Where jobs run.
-    #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
+    #[arg(long, value_enum, default_value_t = BackendKind::Auto, env = "REST_LITE_BACKEND")]
     backend: BackendKind,
     /// Cluster config file (YAML); defaults apply without one.
     #[arg(long, short, env = "REST_LITE_CONFIG")]
@@ -45,8 +45,9 @@ pub struct ServeArgs {
     /// kubeconfig to use [default: in-cluster, $KUBECONFIG or ~/.kube/config].
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Namespace of the Frameworks (overrides the config's).
-    #[arg(long, short)]
+    /// Namespace of the Frameworks (overrides the config's; in a cluster, the server's
+    /// own namespace through the downward API).
+    #[arg(long, short, env = "REST_LITE_NAMESPACE")]
     namespace: Option<String>,
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = rest_lite::server::DEFAULT_BODY_LIMIT)]

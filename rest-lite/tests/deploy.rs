@@ -1,0 +1,146 @@
+//! The manifests in deploy/ render with `kubectl kustomize` into a namespace of the
+//! deployer's choice, with nothing left in another namespace.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Renders `folder` (under deploy/) through an overlay that sets `namespace`.
+fn render(kubectl: &Path, folder: &str, namespace: &str) -> Vec<Value> {
+    let overlay = std::env::temp_dir().join(format!(
+        "rest-lite-deploy-{}-{folder}-{namespace}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&overlay).expect("overlay dir");
+    // kustomize takes other folders only by relative path.
+    let target = common::repo_root().join("deploy").join(folder);
+    let depth = overlay.components().count() - 1;
+    let relative = format!(
+        "{}{}",
+        "../".repeat(depth),
+        target.display().to_string().trim_start_matches('/')
+    );
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!("namespace: {namespace}\nresources:\n  - {relative}\n"),
+    )
+    .expect("write overlay");
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(&overlay)
+        .output()
+        .expect("run kubectl");
+    std::fs::remove_dir_all(&overlay).ok();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {folder}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    text.split("\n---\n")
+        .map(|doc| serde_saphyr::from_str(doc).expect("each document is YAML"))
+        .collect()
+}
+
+fn kind_and_name(object: &Value) -> String {
+    format!(
+        "{}/{}",
+        object["kind"].as_str().unwrap_or_default(),
+        object["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+/// Every object is in `namespace`, and so is every service account a binding names.
+fn assert_all_in(objects: &[Value], namespace: &str) {
+    for object in objects {
+        assert_eq!(
+            object["metadata"]["namespace"].as_str(),
+            Some(namespace),
+            "{}",
+            kind_and_name(object)
+        );
+        for subject in object["subjects"].as_array().into_iter().flatten() {
+            assert_eq!(
+                subject["namespace"].as_str(),
+                Some(namespace),
+                "subject of {}",
+                kind_and_name(object)
+            );
+        }
+    }
+}
+
+fn kubectl() -> Option<std::path::PathBuf> {
+    let found = pai_test_support::needs::program("kubectl");
+    pai_test_support::needs::present(
+        "kubectl (with kustomize v4 or newer)",
+        found.is_some(),
+        "install kubectl",
+    )
+    .then_some(found)
+    .flatten()
+}
+
+#[test]
+fn job_pod_rbac_renders_into_any_namespace() {
+    let Some(kubectl) = kubectl() else { return };
+    let objects = render(&kubectl, "rbac", "team-a");
+    let names: Vec<String> = objects.iter().map(kind_and_name).collect();
+    assert_eq!(
+        names,
+        [
+            "ServiceAccount/rest-lite-job",
+            "Role/rest-lite-job-barrier",
+            "RoleBinding/rest-lite-job-barrier"
+        ]
+    );
+    assert_all_in(&objects, "team-a");
+}
+
+#[test]
+fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only() {
+    let Some(kubectl) = kubectl() else { return };
+    let objects = render(&kubectl, "rest-lite", "team-b");
+    assert_all_in(&objects, "team-b");
+    let mut names: Vec<String> = objects.iter().map(kind_and_name).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "ConfigMap/rest-lite-config",
+            "Deployment/rest-lite",
+            "Role/rest-lite",
+            "Role/rest-lite-job-barrier",
+            "RoleBinding/rest-lite",
+            "RoleBinding/rest-lite-job-barrier",
+            "Service/rest-lite",
+            "ServiceAccount/rest-lite",
+            "ServiceAccount/rest-lite-job",
+        ]
+    );
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--backend=kube"), "{args:?}");
+    let namespace_source = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "REST_LITE_NAMESPACE")
+        .expect("REST_LITE_NAMESPACE");
+    assert_eq!(
+        namespace_source["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace",
+        "the server's own namespace"
+    );
+}

@@ -1,0 +1,28 @@
+//! Tests that need a system program or privilege: they run where it is, say what they lack
+//! and skip elsewhere, and fail under `CI=true` (`.ci/run` installs everything).
+
+use std::path::PathBuf;
+
+/// Whether a test may go on: `found` says whether `what` is here. When it is not, outside
+/// CI this prints what is missing and how to get it, and the test returns (skips); under
+/// `CI=true` it panics with the same words.
+pub fn present(what: &str, found: bool, how: &str) -> bool {
+    if found {
+        return true;
+    }
+    let message = format!("needs {what}, which is missing: {how}");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{message} (CI=true: .ci/run should have installed it)");
+    }
+    eprintln!("SKIPPED: {message}");
+    false
+}
+
+/// The first `name` on `PATH` (or in `/usr/sbin`, `/sbin`), if any.
+pub fn program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
