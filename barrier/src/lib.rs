@@ -48,8 +48,10 @@ pub enum BarrierError {
 }
 
 impl BarrierError {
-    /// FrameworkController's reading of each failure: a timeout is a transient conflict
-    /// (retried with back-off), a missing Framework is permanent, the rest unknown.
+    /// frameworkbarrier's codes, the one mapping of barrier errors: a timeout is a
+    /// transient conflict (201, retried with back-off), a missing Framework permanent
+    /// (210), every other error unknown (1, retried while `retryCount` allows). The
+    /// runtime's `entry` overrides one case, documented and tested there.
     pub fn exit_code(&self) -> ExitCode {
         match self {
             BarrierError::Timeout { .. } => ExitCode::TransientConflict,

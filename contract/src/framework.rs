@@ -192,10 +192,11 @@ pub struct CompletionStatus {
 impl CompletionStatus {
     /// The status the controller writes for `code`: its phrase and type, as classified.
     pub fn of(code: i32, diagnostics: impl Into<String>) -> Self {
-        let kind = crate::exit::classify(code);
+        let row = crate::exit::completion(code);
+        let kind = row.kind;
         Self {
             code,
-            phrase: crate::exit::phrase(code).to_string(),
+            phrase: row.phrase.to_string(),
             kind: CompletionType {
                 name: kind.type_name().to_string(),
                 attributes: kind.attributes().iter().map(|a| a.to_string()).collect(),

@@ -49,11 +49,11 @@ impl EntryError {
             EntryError::Setup(_) | EntryError::Prep { .. } => ExitCode::TransientFailure,
             EntryError::PortTaken { .. } => ExitCode::TransientConflict,
             EntryError::Barrier(e) => match e {
-                BarrierError::Timeout { .. } => ExitCode::TransientConflict,
-                BarrierError::NotFound { .. }
-                | BarrierError::Forbidden(_)
-                | BarrierError::Config(_) => ExitCode::PermanentFailure,
-                BarrierError::Other(_) => ExitCode::TransientFailure,
+                // The one override of the barrier's codes: a task whose account may not
+                // read its Framework, or that lacks the settings to find it, will not
+                // succeed on a retry; the pod fails for good, naming the rule.
+                BarrierError::Forbidden(_) | BarrierError::Config(_) => ExitCode::PermanentFailure,
+                other => other.exit_code(),
             },
         }
     }

@@ -181,6 +181,34 @@ fn entry_passes_the_barrier_through_the_api_server() {
 }
 
 #[test]
+fn a_task_the_api_server_refuses_fails_for_good_naming_the_rule() {
+    // The barrier binary answers 1 here, as frameworkbarrier does; entry overrides it
+    // with 210: no retry grants the job's account a permission.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("rt");
+    let server = runtime.block_on(ApiServer::start());
+    server.create("frameworks", NAMESPACE, ready_framework(32100));
+    server.deny(Some(403));
+    let task = TaskDir::new("entry-forbidden");
+    let assets = Assets::new(&task, "true\n");
+    let child = entry(&task, &assets, "worker", 0)
+        .env("KUBE_APISERVER_ADDRESS", server.url())
+        .spawn()
+        .expect("entry");
+    let out = finish(child);
+    assert_eq!(out.code, Some(210), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("grant it get, list and watch on frameworks"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
 fn failures_exit_with_controller_codes_and_one_line() {
     let task = TaskDir::new("entry-failures");
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use pai_contract::exit::platform;
+use pai_contract::exit::codes;
 use pai_contract::framework::{
     CompletionStatus, ExecutionType, Framework, FrameworkState, TaskRoleSpec, TaskStatus,
 };
@@ -137,7 +137,7 @@ pub fn job_state(framework: &Framework) -> JobState {
                 .map(|c| c.code);
             match code {
                 Some(0) => JobState::Succeeded,
-                _ if stopping || code == Some(platform::STOP_REQUESTED) => JobState::Stopped,
+                _ if stopping || code == Some(codes::STOP_FRAMEWORK_REQUESTED) => JobState::Stopped,
                 Some(_) => JobState::Failed,
                 None => JobState::Unknown,
             }
@@ -162,7 +162,7 @@ fn task_state(task: &TaskStatus, stopping: bool) -> JobState {
             .map(|c| c.code)
         {
             Some(0) => JobState::Succeeded,
-            Some(platform::STOP_REQUESTED) => JobState::Stopped,
+            Some(codes::STOP_FRAMEWORK_REQUESTED) => JobState::Stopped,
             _ if stopping => JobState::Stopped,
             Some(_) => JobState::Failed,
             None => JobState::Unknown,

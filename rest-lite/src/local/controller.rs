@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 
-use pai_contract::exit::platform;
+use pai_contract::exit::codes;
 use pai_contract::framework::{
     CompletionStatus, ExecutionType, Framework, FrameworkAttemptStatus, FrameworkState,
     FrameworkStatus, RetryPolicyStatus, TaskAttemptStatus, TaskRoleStatus, TaskStatus,
@@ -200,16 +200,16 @@ pub(super) async fn recover(inner: &Arc<Inner>, job: &Arc<Job>) {
                 if task.state != FrameworkState::Completed {
                     complete_task(
                         task,
-                        CompletionStatus::of(platform::POD_EXTERNAL_DELETED, reason),
+                        CompletionStatus::of(codes::POD_EXTERNAL_DELETED, reason),
                     );
                 }
             }
         }
         let completion = if framework.spec.execution_type == ExecutionType::Stop {
-            CompletionStatus::of(platform::STOP_REQUESTED, "stop requested")
+            CompletionStatus::of(codes::STOP_FRAMEWORK_REQUESTED, "stop requested")
         } else {
             CompletionStatus::of(
-                platform::POD_EXTERNAL_DELETED,
+                codes::POD_EXTERNAL_DELETED,
                 "server restarted while this attempt ran",
             )
         };
@@ -404,7 +404,7 @@ async fn run_attempt(
         complete_attempt(
             &mut job.framework(),
             CompletionStatus::of(
-                platform::STOP_REQUESTED,
+                codes::STOP_FRAMEWORK_REQUESTED,
                 "stop requested before the attempt started",
             ),
         );
@@ -483,17 +483,17 @@ async fn run_attempt(
                 Some(Command::Stop) => {
                     tracing::info!(job = %name, "stop requested: ending every task");
                     if completion.is_none() {
-                        completion = Some(CompletionStatus::of(platform::STOP_REQUESTED, "stop requested"));
+                        completion = Some(CompletionStatus::of(codes::STOP_FRAMEWORK_REQUESTED, "stop requested"));
                     }
                     stop_all(&stops, job, StopRequest {
-                        code: platform::STOP_REQUESTED,
+                        code: codes::STOP_FRAMEWORK_REQUESTED,
                         reason: "the job was stopped".to_string(),
                     });
                 }
                 Some(Command::Delete) | None => {
                     deleted = true;
                     stop_all(&stops, job, StopRequest {
-                        code: platform::TASK_DELETED,
+                        code: codes::DELETE_TASK_REQUESTED,
                         reason: "the job was deleted".to_string(),
                     });
                 }
@@ -546,7 +546,7 @@ async fn run_attempt(
                                 &stops,
                                 job,
                                 StopRequest {
-                                    code: platform::ATTEMPT_COMPLETION,
+                                    code: codes::FRAMEWORK_ATTEMPT_COMPLETION,
                                     reason,
                                 },
                             );
@@ -564,7 +564,7 @@ async fn run_attempt(
     }
     let completion = completion.unwrap_or_else(|| {
         CompletionStatus::of(
-            platform::ATTEMPT_COMPLETION,
+            codes::FRAMEWORK_ATTEMPT_COMPLETION,
             "the attempt ended without a completion",
         )
     });

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use pai_contract::exit::{CompletionKind, classify, platform};
+use pai_contract::exit::{CompletionKind, completion as completion_code};
 use pai_contract::framework::{
     CompletionStatus, CompletionTrigger, FrameworkSpec, FrameworkState, RetryPolicySpec,
     RetryPolicyStatus, TaskRoleStatus,
@@ -109,22 +109,19 @@ pub fn retry_decision(
         delay,
         reason,
     };
-    let code = completion.code;
-    if matches!(
-        code,
-        platform::STOP_REQUESTED | platform::ATTEMPT_COMPLETION | -200
-    ) {
+    let code = completion_code(completion.code);
+    if code.never_retried() {
         return decide(
             false,
             true,
             Duration::ZERO,
             format!(
-                "completion code {code} ({}) is never retried",
-                completion.phrase
+                "completion code {} ({}) is never retried",
+                code.code, code.phrase
             ),
         );
     }
-    let kind = classify(code);
+    let kind = code.kind;
     let failed = kind != CompletionKind::Succeeded;
     if policy.fancy_retry_policy {
         let reason = format!("fancy retry policy, completion type {kind:?}");
@@ -242,6 +239,8 @@ mod tests {
         assert_eq!(done.code, 0);
     }
 
+    use pai_contract::exit::codes;
+
     fn retry(fancy: bool, max: i32, accountable: i32, code: i32) -> RetryDecision {
         retry_decision(
             &RetryPolicySpec {
@@ -267,14 +266,25 @@ mod tests {
         // Fancy: transient always, not counted; conflicts later; permanent never.
         let transient = retry(true, 0, 0, 200);
         assert!(transient.retry && !transient.accountable);
-        assert!(retry(true, 0, 0, platform::POD_EXTERNAL_DELETED).retry);
+        assert!(retry(true, 0, 0, codes::POD_EXTERNAL_DELETED).retry);
         assert_eq!(retry(true, 0, 0, 201).delay, Duration::from_secs(3));
         assert!(!retry(true, 5, 0, 210).retry);
         // Success is final unless −2; stops and attempt completions never retry.
         assert!(!retry(true, 5, 0, 0).retry);
         assert!(retry(false, -2, 9, 0).retry);
         assert!(retry(false, -1, 99, 1).retry);
-        assert!(!retry(false, -2, 0, platform::STOP_REQUESTED).retry);
+        // FrameworkController's built-in never-retried codes: −210, −220, −230, whatever
+        // the policy; −200 (a pod that cannot be created) is a permanent failure like any.
+        for never in [
+            codes::STOP_FRAMEWORK_REQUESTED,
+            codes::FRAMEWORK_ATTEMPT_COMPLETION,
+            codes::DELETE_TASK_REQUESTED,
+        ] {
+            assert!(!retry(false, -2, 0, never).retry, "{never}");
+        }
+        assert!(retry(false, -2, 0, codes::POD_CREATION_PERMANENT_ERROR).retry);
+        assert!(retry(false, 1, 0, codes::POD_CREATION_PERMANENT_ERROR).retry);
+        assert!(!retry(true, 1, 0, codes::POD_CREATION_PERMANENT_ERROR).retry);
         // Without the fancy policy a transient failure is just a failure.
         assert!(!retry(false, 0, 0, 200).retry);
     }
