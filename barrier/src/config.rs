@@ -9,9 +9,10 @@ pub const TIMEOUT_VAR: &str = "BARRIER_CHECK_TIMEOUT_SEC";
 /// `BARRIER_CHECK_INTERVAL_SEC`: here only a safety re-read period; the barrier reacts to
 /// watch events, not to this clock.
 pub const INTERVAL_VAR: &str = "BARRIER_CHECK_INTERVAL_SEC";
-/// Injected by FrameworkController into every container.
-pub const NAMESPACE_VAR: &str = "FC_FRAMEWORK_NAMESPACE";
-pub const NAME_VAR: &str = "FC_FRAMEWORK_NAME";
+/// Injected by FrameworkController into every container: the Framework's namespace.
+pub const NAMESPACE_VAR: &str = pai_contract::env::fc::FRAMEWORK_NAMESPACE;
+/// Injected by FrameworkController into every container: the Framework's name.
+pub const NAME_VAR: &str = pai_contract::env::fc::FRAMEWORK_NAME;
 
 /// Set by the embedded executor: wait on this Framework file instead of the API server.
 pub const FRAMEWORK_FILE_VAR: &str = "BARRIER_FRAMEWORK_FILE";

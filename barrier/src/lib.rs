@@ -13,7 +13,6 @@ pub mod logging;
 pub mod output;
 pub mod peers;
 pub mod readiness;
-pub mod status;
 
 use pai_contract::Framework;
 use pai_contract::exit::ExitCode;

@@ -6,10 +6,9 @@ use std::collections::HashMap;
 
 use pai_contract::framework::{Framework, TaskStatus};
 
-use crate::peers::{
-    Peer, PeerTable, RolePeers, framework_name, pai_role_name, ports_of, task_ports,
-};
-use crate::status::{StatusError, task_role_statuses};
+use pai_contract::read::StatusError;
+
+use crate::peers::{Peer, PeerTable, RolePeers};
 
 /// Where the job stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +50,7 @@ fn address(task: &TaskStatus) -> Option<&str> {
 
 /// Applies the rule to `framework`.
 pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
-    let statuses = task_role_statuses(framework)?;
+    let statuses = framework.task_role_statuses()?;
     let by_role: HashMap<&str, HashMap<i32, &TaskStatus>> = statuses
         .iter()
         .map(|r| {
@@ -66,7 +65,7 @@ pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
         total: 0,
         first_missing: None,
     };
-    let own_ports = task_ports(framework);
+    let own_ports = framework.task_ports();
     let mut roles = Vec::with_capacity(framework.spec.task_roles.len());
     for role in &framework.spec.task_roles {
         let count = u32::try_from(role.task_number).unwrap_or(0);
@@ -87,7 +86,7 @@ pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
                             .pod_host_ip
                             .clone()
                             .filter(|h| !h.is_empty()),
-                        ports: ports_of(role, index, &own_ports),
+                        ports: own_ports.of(role, index),
                     });
                 }
                 None => {
@@ -98,7 +97,7 @@ pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
             }
         }
         roles.push(RolePeers {
-            name: pai_role_name(role),
+            name: role.pai_name().to_string(),
             kube_name: role.name.clone(),
             tasks: peers,
         });
@@ -107,7 +106,7 @@ pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
         return Ok(Readiness::Waiting(progress));
     }
     Ok(Readiness::Ready(PeerTable {
-        framework: framework_name(framework),
+        framework: framework.name().to_string(),
         attempt: framework.status.as_ref().map_or(0, |s| s.attempt_status.id),
         roles,
     }))

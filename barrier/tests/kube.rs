@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use pai_barrier::{BarrierConfig, BarrierError, kube_source, status};
+use pai_barrier::{BarrierConfig, BarrierError, kube_source};
 use pai_contract::exit::ExitCode;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_pod_ip, to_value};
@@ -178,7 +178,7 @@ async fn a_compressed_status_of_2000_tasks() {
     let statuses: Vec<pai_contract::framework::TaskRoleStatus> =
         serde_json::from_value(plain["status"]["attemptStatus"]["taskRoleStatuses"].clone())
             .expect("statuses");
-    let compressed = status::compress(&statuses);
+    let compressed = pai_contract::read::compress(&statuses);
     let waiting = spawn_wait(&server, LONG);
     server.watches_started(1).await;
     server.modify("frameworks", NAMESPACE, FW, |f| {

@@ -1,6 +1,6 @@
 //! The readiness rule on hand-built statuses.
 
-use pai_barrier::{Readiness, readiness, status};
+use pai_barrier::{Readiness, readiness};
 use pai_contract::Framework;
 use pai_test_support::frameworks::{address, framework, set_pod_ip, to_value};
 use serde_json::Value;
@@ -108,7 +108,7 @@ fn compressed_statuses_read_like_plain_ones() {
         .expect("statuses");
     let compressed = with(base(), |v| {
         v["status"] = serde_json::json!({"attemptStatus": {"id": 0,
-            "taskRoleStatusesCompressed": status::compress(&statuses)}});
+            "taskRoleStatusesCompressed": pai_contract::read::compress(&statuses)}});
     });
     assert_eq!(
         readiness(&plain).expect("plain"),

@@ -53,6 +53,41 @@ pub const KUBE_APISERVER_ADDRESS: &str = "KUBE_APISERVER_ADDRESS";
 
 /// Prefix reserved for the variables FrameworkController injects.
 pub const FC_PREFIX: &str = "FC_";
+
+/// The variables FrameworkController injects into every container of a task's pod
+/// (contracts §3), in its order.
+pub mod fc {
+    /// The Framework's namespace.
+    pub const FRAMEWORK_NAMESPACE: &str = "FC_FRAMEWORK_NAMESPACE";
+    /// The Framework's name.
+    pub const FRAMEWORK_NAME: &str = "FC_FRAMEWORK_NAME";
+    /// The task-role name (the Framework's, not the user's).
+    pub const TASKROLE_NAME: &str = "FC_TASKROLE_NAME";
+    /// The task's index in its role.
+    pub const TASK_INDEX: &str = "FC_TASK_INDEX";
+    /// The attempt's ConfigMap.
+    pub const CONFIGMAP_NAME: &str = "FC_CONFIGMAP_NAME";
+    /// The task's pod.
+    pub const POD_NAME: &str = "FC_POD_NAME";
+    /// The Framework's UID.
+    pub const FRAMEWORK_UID: &str = "FC_FRAMEWORK_UID";
+    /// The Framework attempt's id.
+    pub const FRAMEWORK_ATTEMPT_ID: &str = "FC_FRAMEWORK_ATTEMPT_ID";
+    /// The Framework attempt's instance UID.
+    pub const FRAMEWORK_ATTEMPT_INSTANCE_UID: &str = "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID";
+    /// The attempt ConfigMap's UID.
+    pub const CONFIGMAP_UID: &str = "FC_CONFIGMAP_UID";
+    /// The task role's UID.
+    pub const TASKROLE_UID: &str = "FC_TASKROLE_UID";
+    /// The task's UID.
+    pub const TASK_UID: &str = "FC_TASK_UID";
+    /// The task attempt's id.
+    pub const TASK_ATTEMPT_ID: &str = "FC_TASK_ATTEMPT_ID";
+    /// The task attempt's instance UID.
+    pub const TASK_ATTEMPT_INSTANCE_UID: &str = "FC_TASK_ATTEMPT_INSTANCE_UID";
+    /// The pod's UID.
+    pub const POD_UID: &str = "FC_POD_UID";
+}
 /// Prefix of the variables this contract defines.
 pub const PAI_PREFIX: &str = "PAI_";
 

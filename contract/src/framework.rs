@@ -282,6 +282,13 @@ pub struct TaskAttemptStatus {
     pub completion_status: Option<CompletionStatus>,
 }
 
+/// Name of the init container of every task pod (kube-runtime's `entry`).
+pub const INIT_CONTAINER: &str = "kube-runtime";
+/// Name of the container that runs the user's command.
+pub const MAIN_CONTAINER: &str = "main";
+/// Resource name of NVIDIA GPUs (the device plugin's).
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
 /// The pod name FrameworkController gives task `index` of role `role`.
 pub fn pod_name(framework: &str, role: &str, index: u32) -> String {
     format!("{framework}-{role}-{index}")

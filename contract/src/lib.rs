@@ -9,6 +9,8 @@ pub mod meta;
 pub mod names;
 pub mod paths;
 pub mod ports;
+pub mod read;
 
 pub use framework::{Framework, FrameworkSpec, FrameworkStatus};
 pub use ports::PortPlan;
+pub use read::{SpecFormat, TaskPorts};

@@ -14,6 +14,8 @@ pub const ANNOTATION_USER: &str = "rest-lite.openpai.io/user-name";
 pub const ANNOTATION_JOB: &str = "rest-lite.openpai.io/job-name";
 /// Annotation: the job spec exactly as submitted (JSON or YAML text).
 pub const ANNOTATION_SPEC: &str = "rest-lite.openpai.io/job-spec";
+/// Annotation: the spec's format as submitted, `json` or `yaml`.
+pub const ANNOTATION_SPEC_FORMAT: &str = "rest-lite.openpai.io/job-spec-format";
 /// Annotation on a pod template: the role's name exactly as given.
 pub const ANNOTATION_ROLE: &str = "rest-lite.openpai.io/role-name";
 /// Annotation the embedded default puts on a Framework: each task's own ports, as JSON

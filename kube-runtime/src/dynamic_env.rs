@@ -3,7 +3,6 @@
 //! stays O(roles). All come from the peer table.
 
 use pai_barrier::PeerTable;
-use pai_barrier::peers::pai_role_name;
 use pai_contract::Framework;
 use pai_contract::env as names;
 use pai_contract::ports::{HTTP_LABEL, join_ports};
@@ -103,20 +102,8 @@ pub fn dynamic_env(
 fn role_families(framework: &Framework) -> Vec<(String, String)> {
     let mut vars = Vec::new();
     for role in &framework.spec.task_roles {
-        let template_env = role
-            .task
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.containers.first())
-            .and_then(|c| c.env.as_deref())
-            .unwrap_or_default();
-        for name in names::role_family(&pai_role_name(role)) {
-            if let Some(value) = template_env
-                .iter()
-                .find(|v| v.name == name)
-                .and_then(|v| v.value.as_deref())
-            {
+        for name in names::role_family(role.pai_name()) {
+            if let Some(value) = role.template_env(&name) {
                 vars.push((name, names::kubelet_expand(value, |_| None)));
             }
         }

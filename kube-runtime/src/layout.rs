@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use pai_contract::env::fc;
 use pai_contract::paths::{self, files};
 
 /// Environment variable that moves the runtime root (tests and the embedded default).
@@ -75,12 +76,12 @@ impl Task {
             }
         };
         Ok(Self {
-            framework_attempt: number("FC_FRAMEWORK_ATTEMPT_ID", Some(0))?,
-            kube_role: var("FC_TASKROLE_NAME")
+            framework_attempt: number(fc::FRAMEWORK_ATTEMPT_ID, Some(0))?,
+            kube_role: var(fc::TASKROLE_NAME)
                 .filter(|v| !v.is_empty())
-                .ok_or("FC_TASKROLE_NAME is not set")?,
-            index: number("FC_TASK_INDEX", None)?,
-            task_attempt: number("FC_TASK_ATTEMPT_ID", Some(0))?,
+                .ok_or_else(|| format!("{} is not set", fc::TASKROLE_NAME))?,
+            index: number(fc::TASK_INDEX, None)?,
+            task_attempt: number(fc::TASK_ATTEMPT_ID, Some(0))?,
         })
     }
 

@@ -74,13 +74,15 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     for (name, text, iterations) in &cases {
         let transform = || {
-            let spec = JobSpec::parse(text, SpecFormat::detect(text)).expect("valid");
+            let format = SpecFormat::detect(text);
+            let spec = JobSpec::parse(text, format).expect("valid");
             transformer
                 .transform(
                     Submission {
                         user: &user,
                         spec: &spec,
                         spec_text: text,
+                        format,
                     },
                     Seed::Fixed(1),
                 )

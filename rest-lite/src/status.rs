@@ -9,9 +9,8 @@ use utoipa::ToSchema;
 
 use pai_contract::exit::codes;
 use pai_contract::framework::{
-    CompletionStatus, ExecutionType, Framework, FrameworkState, TaskRoleSpec, TaskStatus,
+    CompletionStatus, ExecutionType, Framework, FrameworkState, TaskStatus,
 };
-use pai_contract::meta;
 
 /// The job states OpenPAI shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
@@ -172,30 +171,23 @@ fn task_state(task: &TaskStatus, stopping: bool) -> JobState {
 
 /// The job as OpenPAI shows it. `logs_base` is the job's URL (`/api/v1/user/u/jobs/j`).
 pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
-    let annotations = framework.metadata.annotations.clone().unwrap_or_default();
-    let name = annotations
-        .get(meta::ANNOTATION_JOB)
-        .cloned()
-        .unwrap_or_else(|| framework.metadata.name.clone().unwrap_or_default());
-    let username = annotations
-        .get(meta::ANNOTATION_USER)
-        .cloned()
-        .unwrap_or_default();
+    let name = framework.job_name().unwrap_or(framework.name()).to_string();
+    let username = framework.user_name().unwrap_or_default().to_string();
     let state = job_state(framework);
     let stopping = framework.spec.execution_type == ExecutionType::Stop;
     let status = framework.status.as_ref();
     let completion: Option<&CompletionStatus> =
         status.and_then(|s| s.attempt_status.completion_status.as_ref());
     let completed = state != JobState::Running && state != JobState::Waiting;
-    let statuses = pai_barrier::status::task_role_statuses(framework).unwrap_or_default();
+    let statuses = framework.task_role_statuses().unwrap_or_default();
 
-    let own_ports = pai_barrier::peers::task_ports(framework);
+    let own_ports = framework.task_ports();
     let mut task_roles = BTreeMap::new();
     let mut total_tasks = 0;
     for role in &framework.spec.task_roles {
-        let pai_name = pai_barrier::peers::pai_role_name(role);
-        let gpus = gpu_count(role);
-        let tasks = u32::try_from(role.task_number).unwrap_or(0);
+        let pai_name = role.pai_name().to_string();
+        let gpus = role.gpu_count();
+        let tasks = role.tasks();
         total_tasks += tasks;
         let observed = statuses.iter().find(|r| r.name == role.name);
         let task_statuses = (0..tasks)
@@ -213,7 +205,8 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
                             .filter(|ip| !ip.is_empty())
                             .or_else(|| t.attempt_status.pod_host_ip.clone())
                     }),
-                    container_ports: pai_barrier::peers::ports_of(role, index, &own_ports)
+                    container_ports: own_ports
+                        .of(role, index)
                         .iter()
                         .map(|(label, p)| (label.to_string(), pai_contract::ports::join_ports(p)))
                         .collect(),
@@ -264,11 +257,8 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
         app_exit_trigger_task_role_name: trigger.and_then(|t| t.task_role_name.clone()).map(
             |kube| {
                 framework
-                    .spec
-                    .task_roles
-                    .iter()
-                    .find(|r| r.name == kube)
-                    .map_or(kube, pai_barrier::peers::pai_role_name)
+                    .task_role(&kube)
+                    .map_or(kube.clone(), |r| r.pai_name().to_string())
             },
         ),
         app_exit_trigger_task_index: trigger.and_then(|t| t.task_index),
@@ -282,19 +272,6 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
         task_roles,
         conditions,
     }
-}
-
-fn gpu_count(role: &TaskRoleSpec) -> u32 {
-    role.task
-        .pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first())
-        .and_then(|c| c.resources.as_ref())
-        .and_then(|r| r.limits.as_ref())
-        .and_then(|l| l.get(crate::transform::GPU_RESOURCE))
-        .and_then(|q| q.0.parse().ok())
-        .unwrap_or(0)
 }
 
 fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {

@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use pai_contract::env as names;
 use pai_contract::framework::{
-    CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, RetryPolicySpec, TaskRoleSpec,
-    TaskSpec,
+    CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, GPU_RESOURCE, INIT_CONTAINER,
+    MAIN_CONTAINER, RetryPolicySpec, TaskRoleSpec, TaskSpec,
 };
 use pai_contract::{PortPlan, meta, paths};
 
@@ -25,17 +25,11 @@ use crate::config::ClusterConfig;
 use crate::env::{job_env, role_env};
 use crate::ports::{Seed, allocate};
 use crate::spec::names::framework_name;
-use crate::spec::{JobSpec, SpecErrors, TaskRole, UserName};
+use crate::spec::{JobSpec, SpecErrors, SpecFormat, TaskRole, UserName};
 
-/// Name of the init container.
-pub const INIT_CONTAINER: &str = "kube-runtime";
-/// Name of the container that runs the user's command.
-pub const MAIN_CONTAINER: &str = "main";
 const RUNTIME_VOLUME: &str = "pai-runtime";
 const LOGS_VOLUME: &str = "pai-logs";
 const SHM_VOLUME: &str = "dshm";
-/// Resource name of NVIDIA GPUs (the device plugin's).
-pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
 /// One job submission: who, what, and the text exactly as submitted.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +38,8 @@ pub struct Submission<'a> {
     pub spec: &'a JobSpec,
     /// Kept verbatim in an annotation, so `config` returns what the user sent.
     pub spec_text: &'a str,
+    /// The text's format, kept beside it.
+    pub format: SpecFormat,
 }
 
 /// What every role of one job shares.
@@ -79,6 +75,7 @@ impl Transformer {
             user,
             spec,
             spec_text,
+            format,
         } = submission;
         let name = framework_name(user, spec.name());
         let plans = allocate(spec, self.config.port_range, seed)?;
@@ -127,6 +124,10 @@ impl Transformer {
                     spec.name().as_str().to_string(),
                 ),
                 (meta::ANNOTATION_SPEC.to_string(), spec_text.to_string()),
+                (
+                    meta::ANNOTATION_SPEC_FORMAT.to_string(),
+                    format.as_str().to_string(),
+                ),
             ])),
             ..ObjectMeta::default()
         };

@@ -55,7 +55,7 @@ proptest! {
         match JobSpec::parse(&text, SpecFormat::Json) {
             Ok(parsed) => {
                 let framework = Transformer::new(ClusterConfig::default())
-                    .transform(Submission { user: &user, spec: &parsed, spec_text: &text }, Seed::Fixed(1))
+                    .transform(Submission { user: &user, spec: &parsed, spec_text: &text, format: SpecFormat::Json }, Seed::Fixed(1))
                     .expect("a valid spec transforms");
                 common::assert_cluster_accepts(&framework);
             }

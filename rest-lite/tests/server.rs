@@ -171,6 +171,35 @@ fn frameworks(api: &ApiServer) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spec_keeps_its_format_even_when_yaml_looks_like_json() {
+    let s = start().await;
+    let spec = "{jobName: flow, image: busybox, taskRoles: [{name: w, taskNumber: 1, cpuNumber: 1, memoryMB: 128, command: 'true'}]}";
+    let reply = request(
+        s.addr,
+        "POST",
+        "/api/v1/user/alice/jobs",
+        Some("application/yaml"),
+        spec,
+    )
+    .await;
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    let config = request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/flow/config",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(config.status, 200, "{}", config.body);
+    assert_eq!(
+        config.content_type, "application/yaml",
+        "as submitted, not guessed"
+    );
+    assert_eq!(config.body, spec);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_that_look_alike_are_separate_jobs() {
     // a.b / a_b and alice / Alice used to share a Framework: the second submission got a
     // 409 naming the first one's job.

@@ -74,10 +74,14 @@ fn template_env(role: &str, port_base: u16, tasks: u32) -> Vec<EnvVar> {
         value: Some(value),
         value_from: None,
     };
-    let mut vars = vec![var(
-        env::CONTAINER_HOST_PORT_LIST.into(),
-        format!("http:{};ssh:{}", port_base + 1, port_base + 2),
-    )];
+    let mut plan = pai_contract::PortPlan::default();
+    for (label, port) in [
+        (pai_contract::ports::HTTP_LABEL, port_base + 1),
+        (pai_contract::ports::SSH_LABEL, port_base + 2),
+    ] {
+        plan.push(label, vec![port]).expect("distinct labels");
+    }
+    let mut vars = vec![var(env::CONTAINER_HOST_PORT_LIST.into(), plan.to_string())];
     let values = [
         tasks.to_string(),
         "1".into(),

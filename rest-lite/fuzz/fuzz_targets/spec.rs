@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(spec) = JobSpec::parse(text, format) else { return };
     let user = UserName::parse("fuzz").expect("valid user");
     let transformer = Transformer::new(ClusterConfig::default());
-    let submission = Submission { user: &user, spec: &spec, spec_text: text };
+    let submission = Submission { user: &user, spec: &spec, spec_text: text, format };
     let Ok(framework) = transformer.transform(submission, Seed::Fixed(data.len() as u64)) else {
         return;
     };

@@ -157,6 +157,7 @@ fn transform(args: TransformArgs) -> Result<()> {
             user: &user,
             spec: &spec,
             spec_text: &text,
+            format,
         },
         seed,
     )?;

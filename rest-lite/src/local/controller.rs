@@ -24,7 +24,7 @@ use pai_kube_runtime::layout::{Layout, Task as RuntimeTask};
 use pai_kube_runtime::logs::USER_LOG;
 
 use crate::server::backend::{BackendError, LogStream};
-use crate::transform::{INIT_CONTAINER, MAIN_CONTAINER};
+use pai_contract::framework::INIT_CONTAINER;
 
 /// Where tasks of this machine are.
 const LOCAL_ADDRESS: &str = "127.0.0.1";
@@ -579,7 +579,7 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
     let mut framework = job.framework();
     let own_ports =
         ports::allocate(&framework).map_err(|e| format!("no free ports on this machine: {e}"))?;
-    let ports_json = serde_json::to_string(&own_ports).map_err(|e| e.to_string())?;
+    let ports_json = own_ports.to_annotation();
     framework
         .metadata
         .annotations
@@ -615,13 +615,7 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
             .find(|c| c.name == INIT_CONTAINER)
             .cloned()
             .unwrap_or_default();
-        let main = pod
-            .containers
-            .iter()
-            .find(|c| c.name == MAIN_CONTAINER)
-            .or(pod.containers.first())
-            .cloned()
-            .unwrap_or_default();
+        let main = role.main_container().cloned().unwrap_or_default();
         let grace = pod
             .termination_grace_period_seconds
             .and_then(|s| u64::try_from(s).ok())

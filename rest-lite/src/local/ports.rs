@@ -5,16 +5,15 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, TcpListener};
 
-use pai_barrier::peers::role_ports;
-use pai_contract::{Framework, PortPlan};
+use pai_contract::{Framework, PortPlan, TaskPorts};
 
 /// Each task's ports by role (Framework name) and index: the labels and counts of its
 /// role's plan, with ports that are free on this host.
-pub fn allocate(framework: &Framework) -> std::io::Result<HashMap<String, Vec<PortPlan>>> {
+pub fn allocate(framework: &Framework) -> std::io::Result<TaskPorts> {
     let mut held = Vec::new();
     let mut plans = HashMap::new();
     for role in &framework.spec.task_roles {
-        let template = role_ports(role);
+        let template = role.port_plan();
         let count = usize::try_from(role.task_number).unwrap_or(0);
         let mut tasks = Vec::with_capacity(count);
         for _ in 0..count {
@@ -34,7 +33,7 @@ pub fn allocate(framework: &Framework) -> std::io::Result<HashMap<String, Vec<Po
         plans.insert(role.name.clone(), tasks);
     }
     drop(held);
-    Ok(plans)
+    Ok(TaskPorts::new(plans))
 }
 
 #[cfg(test)]
@@ -49,18 +48,14 @@ mod tests {
             20000,
         );
         let plans = allocate(&framework).expect("ports");
-        let mut all: Vec<u16> = plans
-            .values()
-            .flatten()
-            .flat_map(|p| p.all_ports())
-            .collect();
+        let mut all: Vec<u16> = plans.plans().flat_map(|p| p.all_ports()).collect();
         let count = all.len();
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), count, "no port twice");
         for role in &framework.spec.task_roles {
-            let template = role_ports(role);
-            let tasks = &plans[&role.name];
+            let template = role.port_plan();
+            let tasks = plans.role(&role.name);
             assert_eq!(tasks.len(), role.task_number as usize);
             for plan in tasks {
                 let labels: Vec<_> = plan.iter().map(|(l, p)| (l.to_string(), p.len())).collect();

@@ -39,28 +39,23 @@ pub struct Identity {
 impl Identity {
     pub fn fc_env(&self) -> Vec<(String, String)> {
         let configmap = format!("{}-attempt", self.framework);
+        use pai_contract::env::fc;
         [
-            ("FC_FRAMEWORK_NAMESPACE", self.namespace.clone()),
-            ("FC_FRAMEWORK_NAME", self.framework.clone()),
-            ("FC_TASKROLE_NAME", self.role.clone()),
-            ("FC_TASK_INDEX", self.index.to_string()),
-            ("FC_CONFIGMAP_NAME", configmap),
-            ("FC_POD_NAME", self.pod_name.clone()),
-            ("FC_FRAMEWORK_UID", self.framework_uid.clone()),
-            ("FC_FRAMEWORK_ATTEMPT_ID", self.attempt.to_string()),
-            (
-                "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID",
-                self.attempt_uid.clone(),
-            ),
-            ("FC_CONFIGMAP_UID", self.attempt_uid.clone()),
-            ("FC_TASKROLE_UID", self.role_uid.clone()),
-            ("FC_TASK_UID", self.task_uid.clone()),
-            ("FC_TASK_ATTEMPT_ID", "0".to_string()),
-            (
-                "FC_TASK_ATTEMPT_INSTANCE_UID",
-                self.task_attempt_uid.clone(),
-            ),
-            ("FC_POD_UID", self.pod_uid.clone()),
+            (fc::FRAMEWORK_NAMESPACE, self.namespace.clone()),
+            (fc::FRAMEWORK_NAME, self.framework.clone()),
+            (fc::TASKROLE_NAME, self.role.clone()),
+            (fc::TASK_INDEX, self.index.to_string()),
+            (fc::CONFIGMAP_NAME, configmap),
+            (fc::POD_NAME, self.pod_name.clone()),
+            (fc::FRAMEWORK_UID, self.framework_uid.clone()),
+            (fc::FRAMEWORK_ATTEMPT_ID, self.attempt.to_string()),
+            (fc::FRAMEWORK_ATTEMPT_INSTANCE_UID, self.attempt_uid.clone()),
+            (fc::CONFIGMAP_UID, self.attempt_uid.clone()),
+            (fc::TASKROLE_UID, self.role_uid.clone()),
+            (fc::TASK_UID, self.task_uid.clone()),
+            (fc::TASK_ATTEMPT_ID, "0".to_string()),
+            (fc::TASK_ATTEMPT_INSTANCE_UID, self.task_attempt_uid.clone()),
+            (fc::POD_UID, self.pod_uid.clone()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

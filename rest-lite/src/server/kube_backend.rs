@@ -11,7 +11,7 @@ use pai_contract::framework::ExecutionType;
 use pai_contract::{Framework, meta};
 
 use super::backend::{Backend, BackendError, FrameworkStream, LogStream};
-use crate::transform::MAIN_CONTAINER;
+use pai_contract::framework::MAIN_CONTAINER;
 
 pub struct KubeBackend {
     api: Api<Framework>,

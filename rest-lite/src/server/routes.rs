@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use pai_contract::Framework;
 use pai_contract::framework::{ExecutionType, FrameworkState};
-use pai_contract::{Framework, meta};
 
 use super::AppState;
 use super::auth::Caller;
@@ -192,8 +192,8 @@ async fn submit_job(
     })?;
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::bad_request("the job spec is not UTF-8 text"))?;
-    let spec =
-        JobSpec::parse(text, spec_format(headers, text)?).map_err(|e| ApiError::bad_spec(&e))?;
+    let format = spec_format(headers, text)?;
+    let spec = JobSpec::parse(text, format).map_err(|e| ApiError::bad_spec(&e))?;
     if let Some(job) = path_job
         && job != spec.name().as_str()
     {
@@ -206,6 +206,7 @@ async fn submit_job(
         user: &user,
         spec: &spec,
         spec_text: text,
+        format,
     };
     let framework = state
         .transformer
@@ -243,10 +244,7 @@ async fn find(
         .await
         .map_err(|e| backend_error(e, user, job))?
         .ok_or_else(|| ApiError::no_job(user, job))?;
-    let annotations = framework.metadata.annotations.clone().unwrap_or_default();
-    let owned = annotations.get(meta::ANNOTATION_USER).map(String::as_str) == Some(user)
-        && annotations.get(meta::ANNOTATION_JOB).map(String::as_str) == Some(job);
-    if owned {
+    if framework.user_name() == Some(user) && framework.job_name() == Some(job) {
         Ok(framework)
     } else {
         Err(ApiError::no_job(user, job))
@@ -346,16 +344,12 @@ pub async fn get_config(
     Path(JobPath { user, job }): Path<JobPath>,
 ) -> ApiResult {
     let framework = find(&state, &caller, &user, &job).await?;
-    let text = framework
-        .metadata
-        .annotations
-        .and_then(|mut a| a.remove(meta::ANNOTATION_SPEC))
-        .unwrap_or_default();
-    let content_type = match SpecFormat::detect(&text) {
-        SpecFormat::Json => "application/json",
-        SpecFormat::Yaml => "application/yaml",
-    };
-    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
+    let (text, format) = framework.spec_text().unwrap_or(("", SpecFormat::Json));
+    Ok((
+        [(header::CONTENT_TYPE, format.media_type())],
+        text.to_string(),
+    )
+        .into_response())
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -649,20 +643,11 @@ pub async fn get_logs(
             query.role, query.index
         ))
     };
-    let role = framework
-        .spec
-        .task_roles
-        .iter()
-        .find(|r| pai_barrier::peers::pai_role_name(r) == query.role)
-        .ok_or_else(no_task)?;
-    if i64::from(query.index) >= i64::from(role.task_number) {
+    let role = framework.role(&query.role).ok_or_else(no_task)?;
+    if query.index >= role.tasks() {
         return Err(no_task());
     }
-    let pod = pai_contract::framework::pod_name(
-        framework.metadata.name.as_deref().unwrap_or_default(),
-        &role.name,
-        query.index,
-    );
+    let pod = framework.pod_name(role, query.index);
     let logs = state
         .backend
         .logs(&pod, query.follow)

@@ -15,23 +15,7 @@ pub const MAX_SPEC_BYTES: usize = 200 * 1024;
 /// Default size of `/dev/shm` when a role gives no `shmMB`.
 pub const DEFAULT_SHM_MB: u32 = 64;
 
-/// How the spec text is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SpecFormat {
-    Json,
-    Yaml,
-}
-
-impl SpecFormat {
-    /// JSON when the text starts with `{`, YAML otherwise.
-    pub fn detect(text: &str) -> Self {
-        if text.trim_start().starts_with('{') {
-            SpecFormat::Json
-        } else {
-            SpecFormat::Yaml
-        }
-    }
-}
+pub use pai_contract::SpecFormat;
 
 /// A valid job: every rule of the spec holds.
 #[derive(Clone, Debug, PartialEq)]

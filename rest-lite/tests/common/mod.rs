@@ -26,13 +26,15 @@ pub fn transform_with(
     seed: u64,
     config: ClusterConfig,
 ) -> Result<Framework, SpecErrors> {
-    let spec = JobSpec::parse(text, SpecFormat::detect(text))?;
+    let format = SpecFormat::detect(text);
+    let spec = JobSpec::parse(text, format)?;
     let user = UserName::parse("alice").expect("valid user");
     Transformer::new(config).transform(
         Submission {
             user: &user,
             spec: &spec,
             spec_text: text,
+            format,
         },
         Seed::Fixed(seed),
     )
