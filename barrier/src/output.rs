@@ -14,12 +14,6 @@ pub fn write(dir: &Path, framework: &Framework, peers: &PeerTable) -> std::io::R
     write_json(&dir.join(files::PEERS_JSON), peers)
 }
 
-/// Reads a peer table written by [`write`].
-pub fn read_peers(dir: &Path) -> std::io::Result<PeerTable> {
-    let bytes = std::fs::read(dir.join(files::PEERS_JSON))?;
-    serde_json::from_slice(&bytes).map_err(std::io::Error::other)
-}
-
 /// Serialises `value` next to `path` and renames it into place: readers see the old file
 /// or the new one, whole. Not synced: these files live as long as the pod, which a
 /// machine's crash ends anyway.

@@ -46,6 +46,13 @@ pub const CURRENT_TASK_ROLE_CURRENT_TASK_INDEX: &str = "PAI_CURRENT_TASK_ROLE_CU
 /// Dynamic: index of this task's role in [`TASK_ROLE_LIST`].
 pub const TASK_ROLE_INDEX: &str = "PAI_TASK_ROLE_INDEX";
 
+/// Written by rest-lite into every main container: seconds between the TERM the runtime
+/// passes to the user command and its KILL, below the pod's grace period so that the
+/// runtime, not the kubelet, ends the command and reports its status.
+pub const KILL_GRACE_SEC: &str = "PAI_KILL_GRACE_SEC";
+/// Written by rest-lite into every main container: the cap of `user.log` in bytes.
+pub const LOG_MAX_BYTES: &str = "PAI_LOG_MAX_BYTES";
+
 /// Init container only: the user's command, written to `main.sh` by the runtime.
 pub const USER_CMD: &str = "USER_CMD";
 /// Init container only: the API server the barrier talks to (empty: in-cluster config).

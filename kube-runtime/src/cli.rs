@@ -27,7 +27,8 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
     } else {
         String::new()
     };
-    let (root, assets) = match options(&args[1..]) {
+    // argv may be empty (execve allows it): then there is no command.
+    let (root, assets) = match options(args.get(1..).unwrap_or_default()) {
         Ok(options) => options,
         Err(message) => {
             eprintln!("kube-runtime: {message}\n{USAGE}");
@@ -92,4 +93,21 @@ fn options(args: &[String]) -> Result<(Option<PathBuf>, Option<PathBuf>), String
 fn fail(code: i32, message: &str) -> ExitCode {
     tracing::error!(exit_code = code, "{message}");
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_argv_is_a_usage_error_not_a_panic() {
+        assert_eq!(
+            format!("{:?}", main(Vec::new())),
+            format!("{:?}", ExitCode::from(2))
+        );
+        assert_eq!(
+            format!("{:?}", main(vec!["kube-runtime".into(), "--root".into()])),
+            format!("{:?}", ExitCode::from(2))
+        );
+    }
 }

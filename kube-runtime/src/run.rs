@@ -11,11 +11,12 @@ use crate::shell;
 use crate::supervisor::signals::Signals;
 use crate::supervisor::{Ended, Plan, SuperviseError, supervise};
 
-/// Seconds between TERM and KILL (default 10; keep it below the pod's
-/// terminationGracePeriodSeconds so the runtime, not the kubelet, decides).
-pub const GRACE_VAR: &str = "PAI_KILL_GRACE_SEC";
-/// Cap of `user.log` in bytes.
-pub const LOG_CAP_VAR: &str = "PAI_LOG_MAX_BYTES";
+/// Seconds between TERM and KILL, written by rest-lite from the pod's grace period.
+pub const GRACE_VAR: &str = pai_contract::env::KILL_GRACE_SEC;
+/// Cap of `user.log` in bytes, written by rest-lite from its config.
+pub const LOG_CAP_VAR: &str = pai_contract::env::LOG_MAX_BYTES;
+/// The grace period of a Framework written without rest-lite (Kubernetes' default pod
+/// grace period is 30 s; this leaves the runtime time to report).
 const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]

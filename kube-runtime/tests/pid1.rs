@@ -63,18 +63,30 @@ fn sigterm_reaches_the_user_command() {
 
 #[test]
 fn other_signals_are_forwarded_too() {
-    let task = TaskDir::new("usr1");
-    let ready = task.fifo("ready");
-    task.main(&format!(
-        "trap 'echo got-usr1; exit 42' USR1\necho ready > {}\nsleep 1000 &\nwait\n",
-        ready.display()
-    ));
-    let child = task.pid1().spawn().expect("spawn");
-    wait_ready(&ready);
-    kill(namespace_init(&child), Signal::SIGUSR1).expect("signal");
-    let out = finish(child);
-    assert_eq!(out.code, Some(42), "{}", out.stderr);
-    assert!(out.stdout.contains("got-usr1"));
+    // As tini: every signal but SIGCHLD (and the synchronous ones, which nobody sends).
+    for signal in [
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGWINCH,
+        Signal::SIGALRM,
+    ] {
+        let name = &signal.as_str()[3..];
+        let task = TaskDir::new(&format!("signal-{name}"));
+        let ready = task.fifo("ready");
+        task.main(&format!(
+            // Waits about 30 s at most: a signal that never arrives fails the test (7).
+            "trap 'echo got-{name}; exit 42' {name}\necho ready > {}\nn=0\nwhile [ $n -lt 30 ]; do sleep 1; n=$((n + 1)); done\nexit 7\n",
+            ready.display()
+        ));
+        let child = task.pid1().spawn().expect("spawn");
+        wait_ready(&ready);
+        kill(namespace_init(&child), signal).expect("signal");
+        let out = finish(child);
+        assert_eq!(out.code, Some(42), "{signal}: {}", out.stderr);
+        assert_eq!(out.stdout, format!("got-{name}\n"), "{signal}");
+    }
 }
 
 #[test]
@@ -123,13 +135,30 @@ echo reaped
     assert!(out.stdout.contains("reaped"));
 }
 
+/// A process the user command leaves behind: it says when TERM reaches it, and gives up
+/// by itself after about 30 s, so that a runtime that forgot it ends the test with a
+/// failure, not a hang.
+fn leftover(marker: &std::path::Path) -> String {
+    format!(
+        "( trap 'echo got-term > {m}; exit 0' TERM; n=0; while [ $n -lt 30 ]; do sleep 1; n=$((n + 1)); done ) &",
+        m = marker.display()
+    )
+}
+
 #[test]
 fn what_the_user_command_leaves_behind_is_ended() {
     // A background process survives its shell; the runtime TERMs it and leaves.
     let task = TaskDir::new("leftover");
-    task.main("sleep 1000 & echo started");
+    let marker = task.root().join("leftover-got-term");
+    task.main(&format!("{}\necho started", leftover(&marker)));
     let out = run_to_end(&task);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&marker).ok().as_deref(),
+        Some("got-term\n"),
+        "the leftover got TERM from the runtime (the kernel's KILL at the namespace's end would leave no mark): {}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -216,10 +245,31 @@ fn hostile_values_reach_the_user_command_byte_exact() {
 
 #[test]
 fn without_pid_1_it_is_a_subreaper() {
+    // The orphan's parent dies at once, so it is re-parented: to the runtime when it is
+    // a subreaper, which then ends it before leaving; else to the machine's init, where
+    // it would outlive the runtime.
     let task = TaskDir::new("subreaper");
-    task.main("( sleep 1000 & ) ; exit 4");
+    let marker = task.root().join("orphan-got-term");
+    let pid_file = task.root().join("orphan.pid");
+    task.main(&format!(
+        "( {} echo $! > {} ) ; exit 4",
+        leftover(&marker),
+        pid_file.display()
+    ));
     let out = finish(task.subreaper().spawn().expect("spawn"));
     assert_eq!(out.code, Some(4), "{}", out.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&marker).ok().as_deref(),
+        Some("got-term\n"),
+        "the orphan got TERM from the runtime: {}",
+        out.stderr
+    );
+    let pid = std::fs::read_to_string(&pid_file).expect("pid");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+    assert!(
+        stat.is_err(),
+        "the orphan is gone and reaped, not left to the machine's init: {stat:?}"
+    );
 }
 
 #[test]

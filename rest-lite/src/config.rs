@@ -37,6 +37,14 @@ pub struct ClusterConfig {
     pub kube_apiserver_address: String,
     /// Seconds between SIGTERM and SIGKILL when a task is stopped.
     pub termination_grace_period_sec: i64,
+    /// Seconds the runtime gives the user command between the TERM it passes on and its
+    /// KILL (`PAI_KILL_GRACE_SEC`); at most `terminationGracePeriodSec`. Unset: the pod's
+    /// grace period less 2 s (at least half of it), so the kubelet's KILL never comes
+    /// before the runtime has ended the command and reported its status.
+    pub kill_grace_sec: Option<i64>,
+    /// Cap of each task's `user.log` in bytes (`PAI_LOG_MAX_BYTES`; the previous cap's
+    /// worth is kept as `user.log.1`).
+    pub user_log_max_bytes: u64,
     /// Seconds FrameworkController waits for a pod's graceful deletion before forcing it.
     pub pod_graceful_deletion_timeout_sec: Option<i64>,
     /// `BARRIER_CHECK_TIMEOUT_SEC` for the init container; unset: the barrier's default.
@@ -58,6 +66,8 @@ impl Default for ClusterConfig {
             port_range: PortRange::default(),
             kube_apiserver_address: String::new(),
             termination_grace_period_sec: 30,
+            kill_grace_sec: None,
+            user_log_max_bytes: 64 * 1024 * 1024,
             pod_graceful_deletion_timeout_sec: Some(1800),
             barrier_timeout_sec: None,
         }
@@ -78,6 +88,13 @@ pub enum ConfigError {
 }
 
 impl ClusterConfig {
+    /// The runtime's grace period between TERM and KILL (see [`ClusterConfig::kill_grace_sec`]).
+    pub fn kill_grace(&self) -> i64 {
+        let pod = self.termination_grace_period_sec.max(0);
+        self.kill_grace_sec
+            .unwrap_or_else(|| (pod - 2).max(pod / 2))
+    }
+
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -146,6 +163,20 @@ impl ClusterConfig {
                 "terminationGracePeriodSec",
                 "must not be negative".to_string(),
             );
+        }
+        if let Some(kill) = self.kill_grace_sec
+            && !(0..=self.termination_grace_period_sec).contains(&kill)
+        {
+            return invalid(
+                "killGraceSec",
+                format!(
+                    "{kill} must be from 0 to terminationGracePeriodSec ({})",
+                    self.termination_grace_period_sec
+                ),
+            );
+        }
+        if self.user_log_max_bytes == 0 {
+            return invalid("userLogMaxBytes", "must be at least 1".to_string());
         }
         self.port_range
             .check()

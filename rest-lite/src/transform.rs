@@ -60,10 +60,6 @@ impl Transformer {
         Self { config }
     }
 
-    pub fn config(&self) -> &ClusterConfig {
-        &self.config
-    }
-
     /// The Framework that runs `submission`. Fails when the ports cannot be allocated
     /// (a valid spec's names always fit FrameworkController's rules).
     pub fn transform(
@@ -187,10 +183,21 @@ impl Transformer {
         };
 
         let role_vars = role_env(role, plan);
+        let runtime_vars = [
+            (
+                names::KILL_GRACE_SEC.to_string(),
+                cfg.kill_grace().to_string(),
+            ),
+            (
+                names::LOG_MAX_BYTES.to_string(),
+                cfg.user_log_max_bytes.to_string(),
+            ),
+        ];
         let env = job
             .env
             .iter()
             .chain(&role_vars)
+            .chain(&runtime_vars)
             .map(|(k, v)| env_var(k, v))
             .collect();
         let res = role.resources();

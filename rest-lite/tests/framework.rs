@@ -362,3 +362,45 @@ fn the_framework_grows_with_roles_not_tasks() {
         "2 tasks: {two} bytes, 10,000 tasks: {ten_thousand} bytes"
     );
 }
+
+#[test]
+fn the_runtime_grace_follows_the_pod_grace() {
+    // (pod grace, configured kill grace) → PAI_KILL_GRACE_SEC.
+    for (pod, kill, expected) in [
+        (30, None, "28"),
+        (3, None, "1"),
+        (1, None, "0"),
+        (0, None, "0"),
+        (30, Some(5), "5"),
+    ] {
+        let config = ClusterConfig {
+            termination_grace_period_sec: pod,
+            kill_grace_sec: kill,
+            user_log_max_bytes: 4096,
+            ..ClusterConfig::default()
+        };
+        config.check().expect("valid config");
+        let framework = common::transform_with(&tf_example(), 5, config).expect("transforms");
+        for role in 0..framework.spec.task_roles.len() {
+            let env = common::main_env(&framework, role);
+            assert_eq!(
+                common::get(&env, "PAI_KILL_GRACE_SEC"),
+                Some(expected),
+                "pod grace {pod}, kill grace {kill:?}"
+            );
+            assert_eq!(common::get(&env, "PAI_LOG_MAX_BYTES"), Some("4096"));
+        }
+    }
+    let too_long = ClusterConfig {
+        termination_grace_period_sec: 10,
+        kill_grace_sec: Some(11),
+        ..ClusterConfig::default()
+    };
+    assert_eq!(
+        too_long
+            .check()
+            .expect_err("longer than the pod's")
+            .to_string(),
+        "config field killGraceSec: 11 must be from 0 to terminationGracePeriodSec (10)"
+    );
+}

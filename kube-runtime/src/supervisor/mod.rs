@@ -7,7 +7,8 @@
 //!     reap every child that ended; note the user command's status
 //!     user command ended  → TERM everything left, KILL it after the grace period,
 //!                           leave once nothing is left
-//!     TERM/INT/HUP/USR1/USR2 received → pass it to the user command's process group;
+//!     a signal received   → pass it to the user command's process group (every one
+//!                           but SIGCHLD, as tini does; see `signals::NOT_TAKEN`);
 //!                           after TERM or INT, KILL the group if the grace period passes
 //!     wait for the next signal or deadline
 //! exit with the user command's status (128 + N when signal N ended it)
@@ -34,7 +35,7 @@ use tracing::{info, warn};
 use crate::logs::{CappedLog, Echo, tee};
 pub use procs::Ended;
 use procs::{children, reap, signal_group, signal_rest};
-use signals::{FORWARDED, Signals};
+use signals::{Signals, forwarded};
 
 /// What to supervise.
 #[derive(Clone, Debug)]
@@ -187,7 +188,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         // With everything killed, SIGCHLD is the only thing left to wait for.
         let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         for signal in signals.wait(timeout)? {
-            if signal == Signal::SIGCHLD || !FORWARDED.contains(&signal) {
+            if !forwarded(signal) {
                 continue;
             }
             if status.is_none() {

@@ -12,28 +12,39 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-/// Signals passed on to the user command's process group.
-pub const FORWARDED: [Signal; 5] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
+/// Signals left to their default action, as tini leaves them: the synchronous ones, which
+/// report a fault of this very process, and the terminal's SIGTTIN/SIGTTOU. SIGKILL and
+/// SIGSTOP cannot be caught at all. Every other signal is taken here and passed on.
+pub const NOT_TAKEN: [Signal; 9] = [
+    Signal::SIGFPE,
+    Signal::SIGILL,
+    Signal::SIGSEGV,
+    Signal::SIGBUS,
+    Signal::SIGABRT,
+    Signal::SIGTRAP,
+    Signal::SIGSYS,
+    Signal::SIGTTIN,
+    Signal::SIGTTOU,
 ];
+
+/// Whether a signal the runtime received goes on to the user command's process group:
+/// all of them but SIGCHLD, which tells of the runtime's own children.
+pub fn forwarded(signal: Signal) -> bool {
+    signal != Signal::SIGCHLD
+}
 
 pub struct Signals {
     fd: SignalFd,
 }
 
 impl Signals {
-    /// Blocks the forwarded signals and SIGCHLD, and opens the fd that delivers them.
-    /// Call before starting any thread.
+    /// Blocks every signal but [`NOT_TAKEN`], and opens the fd that delivers them. Call
+    /// before starting any thread.
     pub fn block() -> nix::Result<Self> {
-        let mut mask = SigSet::empty();
-        for signal in FORWARDED {
-            mask.add(signal);
+        let mut mask = SigSet::all();
+        for signal in NOT_TAKEN {
+            mask.remove(signal);
         }
-        mask.add(Signal::SIGCHLD);
         // SETMASK, not BLOCK: whatever our parent blocked, exactly these are blocked now.
         pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&mask), None)?;
         let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;

@@ -122,6 +122,16 @@ impl Tokens {
     }
 }
 
+/// The token of an `Authorization` value: the scheme is case-insensitive (RFC 9110
+/// §11.1), then at least one space.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
 /// Middleware: puts the [`Caller`] in the request, or answers 401.
 pub async fn authenticate(
     State(state): State<AppState>,
@@ -135,8 +145,7 @@ pub async fn authenticate(
                 .headers()
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim);
+                .and_then(bearer_token);
             match token.and_then(|t| tokens.caller(t)) {
                 Some(caller) => caller,
                 None => {
@@ -150,4 +159,19 @@ pub async fn authenticate(
     };
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_scheme_is_case_insensitive() {
+        for value in ["Bearer tok", "bearer tok", "BEARER  tok", "BeArEr tok "] {
+            assert_eq!(bearer_token(value), Some("tok"), "{value:?}");
+        }
+        for value in ["Basic tok", "Bearer", "Bearer ", "Bearertok", "tok"] {
+            assert_eq!(bearer_token(value), None, "{value:?}");
+        }
+    }
 }
