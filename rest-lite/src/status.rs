@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use pai_contract::exit::codes;
@@ -13,7 +13,7 @@ use pai_contract::framework::{
 };
 
 /// The job states OpenPAI shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum JobState {
     Waiting,
@@ -24,8 +24,18 @@ pub enum JobState {
     Unknown,
 }
 
+impl JobState {
+    /// Whether the job ended: nothing changes any more but its deletion.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Stopped
+        )
+    }
+}
+
 /// `GET /api/v1/user/:u/jobs/:j`.
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobView {
     pub name: String,
@@ -34,7 +44,7 @@ pub struct JobView {
     pub conditions: Vec<Condition>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobStatus {
     pub username: String,
@@ -55,19 +65,19 @@ pub struct JobStatus {
     pub total_task_role_number: usize,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleView {
     pub task_role_status: RoleName,
     pub task_statuses: Vec<TaskView>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RoleName {
     pub name: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskView {
     pub task_index: u32,
@@ -85,14 +95,14 @@ pub struct TaskView {
 }
 
 /// A Kubernetes-style condition.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     /// `Submitted`, `Running`, `Succeeded`, `Failed` or `Stopped`.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: String,
     /// `True` or `False`.
-    pub status: &'static str,
+    pub status: String,
     pub reason: String,
     pub message: String,
     /// When `status` last changed (RFC 3339): for a condition that never held, the
@@ -304,9 +314,9 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
         }
         .unwrap_or_else(|| created.clone())
     };
-    let cond = |kind, on: bool, reason: String, message: String, time: String| Condition {
-        kind,
-        status: if on { "True" } else { "False" },
+    let cond = |kind: &str, on: bool, reason: String, message: String, time: String| Condition {
+        kind: kind.to_string(),
+        status: if on { "True" } else { "False" }.to_string(),
         reason,
         message,
         last_transition_time: time,

@@ -275,7 +275,7 @@ async fn submit_then_read_the_job_back() {
     let spec = common::base_job().to_string();
     let reply = submit(s.addr, "alice", &spec).await;
     assert_eq!(reply.status, 202, "{}", reply.body);
-    assert_eq!(reply.json()["message"], "update job job successfully");
+    assert_eq!(reply.json()["message"], "job job submitted");
     assert!(s.api.get("frameworks", NS, &fw()).is_some());
 
     let job = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;

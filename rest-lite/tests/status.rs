@@ -83,16 +83,25 @@ fn a_running_job_shows_its_tasks() {
     );
     let running = condition(&view, "Running");
     assert_eq!(
-        (running.status, running.last_transition_time.as_str()),
+        (
+            running.status.as_str(),
+            running.last_transition_time.as_str()
+        ),
         ("True", "2026-01-01T00:01:00Z")
     );
 }
 
 /// Every condition's time, by type, in the view's order.
-fn transition_times(view: &rest_lite::status::JobView) -> Vec<(&'static str, &str, &str)> {
+fn transition_times(view: &rest_lite::status::JobView) -> Vec<(&str, &str, &str)> {
     view.conditions
         .iter()
-        .map(|c| (c.kind, c.status, c.last_transition_time.as_str()))
+        .map(|c| {
+            (
+                c.kind.as_str(),
+                c.status.as_str(),
+                c.last_transition_time.as_str(),
+            )
+        })
         .collect()
 }
 
@@ -170,7 +179,7 @@ fn completion_codes_decide_the_final_state() {
     );
     let failed = condition(&view, "Failed");
     assert_eq!(
-        (failed.status, failed.reason.as_str()),
+        (failed.status.as_str(), failed.reason.as_str()),
         ("True", "ExitCode3")
     );
 

@@ -41,6 +41,14 @@ impl Caller {
     }
 
     /// May this caller act on `user`'s jobs?
+    /// No rights at all (a request that never passed the authentication middleware).
+    pub fn nobody() -> Self {
+        Self {
+            user: String::new(),
+            admin: false,
+        }
+    }
+
     pub fn may_act_for(&self, user: &str) -> bool {
         self.admin || self.user == user
     }

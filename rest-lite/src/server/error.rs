@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::backend::BackendError;
 use crate::spec::SpecErrors;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,11 +18,12 @@ pub struct ApiError {
 
 /// The body of every error response.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorBody<'a> {
+pub struct ErrorBody {
     /// `<Name>Error`, e.g. `NoJobError`.
-    code: &'a str,
+    #[schema(example = "NoJobError")]
+    code: &'static str,
     /// What went wrong, naming the field and the rule where there is one.
-    message: &'a str,
+    message: String,
 }
 
 impl ApiError {
@@ -106,13 +108,51 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "UnknownError", message)
     }
+
+    /// No route at this path.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NotFoundError",
+            format!("no route {path:?}: the API is under /api/v1 (see /api/v1/openapi.json)"),
+        )
+    }
+
+    /// The route does not take this method.
+    pub fn method_not_allowed(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowedError",
+            format!("{path:?} does not take {method} (see /api/v1/openapi.json)"),
+        )
+    }
+}
+
+/// What a backend said, as the API says it. The job's names are not known here; where a
+/// message should name them, the caller words it (see `jobs::submit`).
+impl From<BackendError> for ApiError {
+    fn from(error: BackendError) -> Self {
+        match error {
+            BackendError::NotFound => Self::new(
+                StatusCode::NOT_FOUND,
+                "NoJobError",
+                "the job was not found (deleted meanwhile?)",
+            ),
+            BackendError::Conflict(message) => Self::conflict(message),
+            BackendError::Invalid(reason) => {
+                Self::bad_request(format!("the cluster rejected the job: {reason}"))
+            }
+            e @ BackendError::Unavailable { .. } => Self::unavailable(e.to_string()),
+            BackendError::Other(message) => Self::internal(message),
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {
             code: self.code,
-            message: &self.message,
+            message: self.message,
         };
         (self.status, Json(body)).into_response()
     }

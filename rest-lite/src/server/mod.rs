@@ -3,6 +3,8 @@
 pub mod auth;
 pub mod backend;
 pub mod error;
+pub mod extract;
+pub mod jobs;
 pub mod kube_backend;
 pub mod metrics;
 pub mod openapi;
@@ -80,6 +82,8 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(routes::metrics))
         .route(openapi::DOCUMENT_PATH, get(openapi::openapi_json))
         .merge(api)
+        .fallback(routes::no_route)
+        .method_not_allowed_fallback(routes::no_method)
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::count,

@@ -1,73 +1,91 @@
-//! The jobs API handlers: extract, call the domain, map the result.
+//! The jobs API handlers: extract (`extract`), call the service (`jobs`), map the
+//! result. Every error is an [`ApiError`]; the documented responses are shared sets.
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-
-use pai_contract::Framework;
-use pai_contract::framework::{ExecutionType, FrameworkState};
 
 use super::AppState;
 use super::auth::Caller;
 use super::backend::BackendError;
 use super::error::{ApiError, ErrorBody};
-use crate::ports::Seed;
-use crate::spec::names::framework_name;
-use crate::spec::{JobName, JobSpec, SpecFormat, UserName};
-use crate::status::{JobState, JobStatus, JobView, job_view};
-use crate::transform::Submission;
+use super::extract::{ApiJson, ApiQuery, Job, JobPath, Owner, SpecBody, UserPath};
+use super::jobs::{self, Execution, JobSummary, SshInfo, Submitted};
+use crate::spec::SpecFormat;
+use crate::status::{JobView, job_view};
 
 type ApiResult = Result<Response, ApiError>;
 
-/// `/api/v1/user/{user}/…`.
-#[derive(Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-pub struct UserPath {
-    /// The jobs' owner.
-    user: String,
-}
-
-/// `/api/v1/user/{user}/jobs/{job}…`.
-#[derive(Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-pub struct JobPath {
-    /// The job's owner.
-    user: String,
-    /// The job's name (`jobName`).
-    job: String,
-}
-
 /// The body of a 202.
-#[derive(Serialize, utoipa::ToSchema)]
+#[derive(Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Message {
-    message: String,
+    /// What was done.
+    pub message: String,
 }
 
 fn accepted(message: String) -> Response {
     (StatusCode::ACCEPTED, Json(Message { message })).into_response()
 }
 
-fn user_name(user: &str) -> Result<UserName, ApiError> {
-    UserName::parse(user)
-        .map_err(|rule| ApiError::bad_request(format!("user name {user:?}: {rule}")))
+/// The errors of a route that lists jobs.
+#[derive(utoipa::IntoResponses)]
+pub enum ListErrors {
+    /// A malformed query, or a user name that breaks `^[A-Za-z0-9\-._~]+$`: the message
+    /// names the parameter and the rule.
+    #[response(status = 400)]
+    BadRequest(#[to_schema] ErrorBody),
+    /// No or unknown bearer token.
+    #[response(status = 401)]
+    Unauthorized(#[to_schema] ErrorBody),
+    /// The cluster cannot be reached.
+    #[response(status = 503)]
+    Unavailable(#[to_schema] ErrorBody),
 }
 
-/// Maps what the backend said to what the API says.
-fn backend_error(error: BackendError, user: &str, job: &str) -> ApiError {
-    match error {
-        BackendError::NotFound => ApiError::no_job(user, job),
-        BackendError::Conflict(_) => ApiError::conflict(format!("job {user}~{job} already exists")),
-        BackendError::Invalid(reason) => {
-            ApiError::bad_request(format!("the cluster rejected the job: {reason}"))
-        }
-        e @ BackendError::Unavailable { .. } => ApiError::unavailable(e.to_string()),
-        BackendError::Other(message) => ApiError::internal(message),
-    }
+/// The errors of a route of one job.
+#[derive(utoipa::IntoResponses)]
+pub enum JobErrors {
+    /// A malformed path or query, or a user name that breaks `^[A-Za-z0-9\-._~]+$`: the
+    /// message names the parameter and the rule.
+    #[response(status = 400)]
+    BadRequest(#[to_schema] ErrorBody),
+    /// No or unknown bearer token.
+    #[response(status = 401)]
+    Unauthorized(#[to_schema] ErrorBody),
+    /// No such job, or not the caller's (`NoJobError`).
+    #[response(status = 404)]
+    NotFound(#[to_schema] ErrorBody),
+    /// The cluster cannot be reached.
+    #[response(status = 503)]
+    Unavailable(#[to_schema] ErrorBody),
+}
+
+/// The errors of a submission.
+#[derive(utoipa::IntoResponses)]
+pub enum SubmitErrors {
+    /// A bad spec or parameter: the message names every broken rule with its field.
+    #[response(status = 400)]
+    BadRequest(#[to_schema] ErrorBody),
+    /// No or unknown bearer token.
+    #[response(status = 401)]
+    Unauthorized(#[to_schema] ErrorBody),
+    /// The caller may not act for this user.
+    #[response(status = 403)]
+    Forbidden(#[to_schema] ErrorBody),
+    /// A job of that name exists (`ConflictJobError`).
+    #[response(status = 409)]
+    Conflict(#[to_schema] ErrorBody),
+    /// The body is larger than the server's limit.
+    #[response(status = 413)]
+    TooLarge(#[to_schema] ErrorBody),
+    /// The body is not JSON or YAML.
+    #[response(status = 415)]
+    UnsupportedType(#[to_schema] ErrorBody),
+    /// The cluster cannot be reached.
+    #[response(status = 503)]
+    Unavailable(#[to_schema] ErrorBody),
 }
 
 #[derive(Deserialize, Default, utoipa::IntoParams)]
@@ -79,24 +97,10 @@ pub struct SubmitQuery {
     dry_run: bool,
 }
 
-fn spec_format(headers: &HeaderMap, text: &str) -> Result<SpecFormat, ApiError> {
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    match essence.as_str() {
-        "application/json" => Ok(SpecFormat::Json),
-        "application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml" => {
-            Ok(SpecFormat::Yaml)
-        }
-        "" | "text/plain" | "application/octet-stream" => Ok(SpecFormat::detect(text)),
-        _ => Err(ApiError::unsupported_type(content_type)),
+fn submitted(result: Submitted) -> Response {
+    match result {
+        Submitted::Created { job } => accepted(format!("job {job} submitted")),
+        Submitted::DryRun(framework) => Json(framework).into_response(),
     }
 }
 
@@ -110,24 +114,24 @@ fn spec_format(headers: &HeaderMap, text: &str) -> Result<SpecFormat, ApiError> 
     responses(
         (status = 202, description = "accepted", body = Message),
         (status = 200, description = "dry run: the Framework that would be created", body = Object),
-        (status = 400, description = "bad spec or parameter: the message names the field and the rule", body = ErrorBody),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 403, description = "the caller may not act for this user", body = ErrorBody),
-        (status = 409, description = "a job of that name exists, or the job cannot be started again", body = ErrorBody),
-        (status = 413, description = "the body is larger than the server's limit", body = ErrorBody),
-        (status = 415, description = "the body is not JSON or YAML", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+        SubmitErrors
     )
 )]
 pub async fn submit(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(UserPath { user }): Path<UserPath>,
-    Query(query): Query<SubmitQuery>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    owner: Owner,
+    ApiQuery(query): ApiQuery<SubmitQuery>,
+    body: SpecBody,
 ) -> ApiResult {
-    submit_job(&state, &caller, &user, None, query.dry_run, &headers, body).await
+    let result = jobs::submit(
+        &state,
+        &owner.caller,
+        &owner.user,
+        None,
+        query.dry_run,
+        &body,
+    );
+    Ok(submitted(result.await?))
 }
 
 /// `PUT /api/v1/user/{user}/jobs/{job}`: the proof of concept's form; the path's job name
@@ -141,180 +145,25 @@ pub async fn submit(
     responses(
         (status = 202, description = "accepted", body = Message),
         (status = 200, description = "dry run: the Framework that would be created", body = Object),
-        (status = 400, description = "bad spec or parameter: the message names the field and the rule", body = ErrorBody),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 403, description = "the caller may not act for this user", body = ErrorBody),
-        (status = 409, description = "a job of that name exists, or the job cannot be started again", body = ErrorBody),
-        (status = 413, description = "the body is larger than the server's limit", body = ErrorBody),
-        (status = 415, description = "the body is not JSON or YAML", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+        SubmitErrors
     )
 )]
 pub async fn submit_named(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(JobPath { user, job }): Path<JobPath>,
-    Query(query): Query<SubmitQuery>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    owner: Owner,
+    super::extract::ApiPath(JobPath { job, .. }): super::extract::ApiPath<JobPath>,
+    ApiQuery(query): ApiQuery<SubmitQuery>,
+    body: SpecBody,
 ) -> ApiResult {
-    submit_job(
+    let result = jobs::submit(
         &state,
-        &caller,
-        &user,
+        &owner.caller,
+        &owner.user,
         Some(&job),
         query.dry_run,
-        &headers,
-        body,
-    )
-    .await
-}
-
-async fn submit_job(
-    state: &AppState,
-    caller: &Caller,
-    user: &str,
-    path_job: Option<&str>,
-    dry_run: bool,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    if !caller.may_act_for(user) {
-        return Err(ApiError::forbidden(format!(
-            "user {:?} may not submit jobs as {user:?}",
-            caller.user
-        )));
-    }
-    let user = user_name(user)?;
-    let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large(state.body_limit),
-        _ => ApiError::bad_request(rejection.body_text()),
-    })?;
-    let text = std::str::from_utf8(&body)
-        .map_err(|_| ApiError::bad_request("the job spec is not UTF-8 text"))?;
-    let format = spec_format(headers, text)?;
-    let spec = JobSpec::parse(text, format).map_err(|e| ApiError::bad_spec(&e))?;
-    if let Some(job) = path_job
-        && job != spec.name().as_str()
-    {
-        return Err(ApiError::bad_request(format!(
-            "the job name in the path ({job:?}) is not the spec's jobName ({:?})",
-            spec.name().as_str()
-        )));
-    }
-    let submission = Submission {
-        user: &user,
-        spec: &spec,
-        spec_text: text,
-        format,
-    };
-    let framework = state
-        .transformer
-        .transform(submission, Seed::Random)
-        .map_err(|e| ApiError::bad_spec(&e))?;
-    if dry_run {
-        return Ok(Json(framework).into_response());
-    }
-    let job = spec.name().as_str().to_string();
-    state
-        .backend
-        .create(framework)
-        .await
-        .map_err(|e| backend_error(e, user.as_str(), &job))?;
-    tracing::info!(user = %user, job = %job, "job submitted");
-    Ok(accepted(format!("update job {job} successfully")))
-}
-
-/// The Framework of `job` of `user`, if it is really theirs and really that job (two job
-/// names can share a Kubernetes name).
-async fn find(
-    state: &AppState,
-    caller: &Caller,
-    user: &str,
-    job: &str,
-) -> Result<Framework, ApiError> {
-    if !caller.may_act_for(user) {
-        return Err(ApiError::no_job(user, job));
-    }
-    let user_name = user_name(user)?;
-    let job_name = JobName::parse(job).map_err(|_| ApiError::no_job(user, job))?;
-    let framework = state
-        .backend
-        .get(&framework_name(&user_name, &job_name))
-        .await
-        .map_err(|e| backend_error(e, user, job))?
-        .ok_or_else(|| ApiError::no_job(user, job))?;
-    if framework.user_name() == Some(user) && framework.job_name() == Some(job) {
-        Ok(framework)
-    } else {
-        Err(ApiError::no_job(user, job))
-    }
-}
-
-fn job_url(user: &str, job: &str) -> String {
-    format!("/api/v1/user/{user}/jobs/{job}")
-}
-
-/// `GET /api/v1/user/{user}/jobs/{job}`.
-#[utoipa::path(
-    get,
-    path = "/api/v1/user/{user}/jobs/{job}",
-    tag = "jobs",
-    params(JobPath, GetQuery),
-    responses(
-        (status = 200, description = "the job's status; with watch=true one JSON line per change (application/x-ndjson), ending after a final state or the deletion", content((JobView = "application/json"), (JobView = "application/x-ndjson"))),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
-    )
-)]
-/// `GET /api/v1/user/{user}/jobs/{job}`, or its changes with `watch=true`.
-pub async fn get_job(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(JobPath { user, job }): Path<JobPath>,
-    Query(query): Query<GetQuery>,
-) -> ApiResult {
-    let framework = find(&state, &caller, &user, &job).await?;
-    let url = job_url(&user, &job);
-    if !query.watch {
-        return Ok(Json(job_view(&framework, &url)).into_response());
-    }
-    let name = framework.metadata.name.clone().unwrap_or_default();
-    let changes = state
-        .backend
-        .watch(&name)
-        .await
-        .map_err(|e| backend_error(e, &user, &job))?;
-    // One line per change; the line of a final state is the last, and the stream ends
-    // right after it (not at the next change, which may never come).
-    let lines = changes
-        .flat_map(move |change| {
-            let line = change.ok().flatten().and_then(|framework| {
-                let view = job_view(&framework, &url);
-                let last = matches!(
-                    view.job_status.state,
-                    JobState::Succeeded | JobState::Failed | JobState::Stopped
-                );
-                let mut line = serde_json::to_vec(&view).ok()?;
-                line.push(b'\n');
-                Some((line, last))
-            });
-            // `None` ends the stream: deleted, unreadable, or after a final state.
-            let items = match line {
-                Some((line, true)) => vec![Some(Bytes::from(line)), None],
-                Some((line, false)) => vec![Some(Bytes::from(line))],
-                None => vec![None],
-            };
-            futures::stream::iter(items)
-        })
-        .take_while(|item| futures::future::ready(item.is_some()))
-        .filter_map(|item| futures::future::ready(item.map(Ok::<_, std::io::Error>)));
-    Ok((
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        axum::body::Body::from_stream(lines),
-    )
-        .into_response())
+        &body,
+    );
+    Ok(submitted(result.await?))
 }
 
 #[derive(Deserialize, Default, utoipa::IntoParams)]
@@ -325,6 +174,33 @@ pub struct GetQuery {
     watch: bool,
 }
 
+/// `GET /api/v1/user/{user}/jobs/{job}`, or its changes with `watch=true`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}",
+    tag = "jobs",
+    params(JobPath, GetQuery),
+    responses(
+        (status = 200, description = "the job's status; with watch=true one JSON line per change (application/x-ndjson), ending after a final state or the deletion", content((JobView = "application/json"), (JobView = "application/x-ndjson"))),
+        JobErrors
+    )
+)]
+pub async fn get_job(
+    State(state): State<AppState>,
+    job: Job,
+    ApiQuery(query): ApiQuery<GetQuery>,
+) -> ApiResult {
+    if !query.watch {
+        return Ok(Json(job_view(&job.framework, &job.url())).into_response());
+    }
+    let changes = state.backend.watch(job.name()).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(jobs::watch_lines(changes, job.url())),
+    )
+        .into_response())
+}
+
 /// `GET …/config`: the spec exactly as submitted.
 #[utoipa::path(
     get,
@@ -332,38 +208,17 @@ pub struct GetQuery {
     tag = "jobs",
     params(JobPath),
     responses(
-        (status = 200, description = "the spec exactly as submitted", content((String = "application/json"), (String = "application/yaml"))),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+        (status = 200, description = "the spec exactly as submitted, in its media type", content((String = "application/json"), (String = "application/yaml"))),
+        JobErrors
     )
 )]
-pub async fn get_config(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(JobPath { user, job }): Path<JobPath>,
-) -> ApiResult {
-    let framework = find(&state, &caller, &user, &job).await?;
-    let (text, format) = framework.spec_text().unwrap_or(("", SpecFormat::Json));
+pub async fn get_config(job: Job) -> ApiResult {
+    let (text, format) = job.framework.spec_text().unwrap_or(("", SpecFormat::Json));
     Ok((
         [(header::CONTENT_TYPE, format.media_type())],
         text.to_string(),
     )
         .into_response())
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SshContainer {
-    /// `<role>-<index>`.
-    id: String,
-    ssh_ip: String,
-    ssh_port: String,
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct SshInfo {
-    containers: Vec<SshContainer>,
 }
 
 /// `GET …/ssh`: where each running task's sshd listens.
@@ -374,45 +229,18 @@ pub struct SshInfo {
     params(JobPath),
     responses(
         (status = 200, description = "where each task's sshd listens", body = SshInfo),
-        (status = 404, description = "no such job, or no task has an address yet (`NoJobSshInfoError`)", body = ErrorBody),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+        JobErrors
     )
 )]
-pub async fn get_ssh(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(JobPath { user, job }): Path<JobPath>,
-) -> ApiResult {
-    let framework = find(&state, &caller, &user, &job).await?;
-    let view = job_view(&framework, &job_url(&user, &job));
-    let containers: Vec<SshContainer> = view
-        .task_roles
-        .iter()
-        .flat_map(|(role, r)| {
-            r.task_statuses.iter().filter_map(move |t| {
-                Some(SshContainer {
-                    id: format!("{role}-{}", t.task_index),
-                    ssh_ip: t.container_ip.clone()?,
-                    ssh_port: t
-                        .container_ports
-                        .get(pai_contract::ports::SSH_LABEL)?
-                        .clone(),
-                })
-            })
-        })
-        .collect();
-    if containers.is_empty() {
-        return Err(ApiError::no_ssh(&user, &job, "no task has an address yet"));
-    }
-    Ok(Json(SshInfo { containers }).into_response())
+pub async fn get_ssh(job: Job) -> ApiResult {
+    Ok(Json(jobs::ssh_info(&job)?).into_response())
 }
 
+/// The body of `PUT …/executionType`.
 #[derive(Deserialize, utoipa::ToSchema)]
 pub struct ExecutionBody {
     /// `START` or `STOP`.
-    #[schema(example = "STOP")]
-    value: String,
+    value: Execution,
 }
 
 /// `PUT …/executionType` `{"value": "START" | "STOP"}`.
@@ -424,58 +252,22 @@ pub struct ExecutionBody {
     request_body = ExecutionBody,
     responses(
         (status = 202, description = "accepted", body = Message),
-        (status = 400, description = "bad spec or parameter: the message names the field and the rule", body = ErrorBody),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
-        (status = 409, description = "a job of that name exists, or the job cannot be started again", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+        (status = 409, description = "the job completed or is stopping and cannot be started again (`ConflictJobError`)", body = ErrorBody),
+        (status = 415, description = "the body is not application/json", body = ErrorBody),
+        JobErrors
     )
 )]
 pub async fn set_execution(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(JobPath { user, job }): Path<JobPath>,
-    body: Result<Json<ExecutionBody>, axum::extract::rejection::JsonRejection>,
+    job: Job,
+    ApiJson(body): ApiJson<ExecutionBody>,
 ) -> ApiResult {
-    let Json(body) = body.map_err(|e| {
-        ApiError::bad_request(format!(
-            "expected {{\"value\": \"START\" | \"STOP\"}}: {}",
-            e.body_text()
-        ))
-    })?;
-    let framework = find(&state, &caller, &user, &job).await?;
-    let completed = framework
-        .status
-        .as_ref()
-        .is_some_and(|s| s.state == FrameworkState::Completed);
-    match body.value.as_str() {
-        "STOP" => {
-            if !completed {
-                state
-                    .backend
-                    .set_execution(
-                        framework.metadata.name.as_deref().unwrap_or_default(),
-                        ExecutionType::Stop,
-                    )
-                    .await
-                    .map_err(|e| backend_error(e, &user, &job))?;
-                tracing::info!(user = %user, job = %job, "stop requested");
-            }
-            Ok(accepted(format!("execute job {job} successfully")))
-        }
-        "START" if completed => Err(ApiError::conflict(format!(
-            "job {user}~{job} has completed and cannot be started again: submit it anew"
-        ))),
-        "START" if framework.spec.execution_type == ExecutionType::Stop => {
-            Err(ApiError::conflict(format!(
-                "job {user}~{job} is stopping and cannot be started again: submit it anew once it stopped"
-            )))
-        }
-        "START" => Ok(accepted(format!("execute job {job} successfully"))),
-        other => Err(ApiError::bad_request(format!(
-            "value {other:?} is not START or STOP"
-        ))),
-    }
+    jobs::set_execution(&state, &job, body.value).await?;
+    let verb = match body.value {
+        Execution::Start => "start",
+        Execution::Stop => "stop",
+    };
+    Ok(accepted(format!("job {} asked to {verb}", job.job)))
 }
 
 /// `DELETE /api/v1/user/{user}/jobs/{job}`: the Framework and, with it, its pods.
@@ -486,67 +278,20 @@ pub async fn set_execution(
     params(JobPath),
     responses(
         (status = 202, description = "the job and its tasks are being removed", body = Message),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+        JobErrors
     )
 )]
-pub async fn delete_job(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(JobPath { user, job }): Path<JobPath>,
-) -> ApiResult {
-    let framework = find(&state, &caller, &user, &job).await?;
+pub async fn delete_job(State(state): State<AppState>, job: Job) -> ApiResult {
     state
         .backend
-        .delete(framework.metadata.name.as_deref().unwrap_or_default())
+        .delete(job.name())
         .await
-        .map_err(|e| backend_error(e, &user, &job))?;
-    tracing::info!(user = %user, job = %job, "job deleted");
-    Ok(accepted(format!("delete job {job} successfully")))
-}
-
-/// One job in a list.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct JobSummary {
-    name: String,
-    #[serde(flatten)]
-    status: JobStatus,
-}
-
-async fn list(state: &AppState, caller: &Caller, user: Option<&str>) -> ApiResult {
-    // Others' jobs are invisible: a non-admin lists only their own.
-    let user = match user {
-        _ if caller.admin => user,
-        Some(u) if u != caller.user => return Ok(Json(Vec::<JobSummary>::new()).into_response()),
-        _ => Some(caller.user.as_str()),
-    };
-    let kube_user = match user {
-        Some(u) => Some(user_name(u)?.label().to_string()),
-        None => None,
-    };
-    let frameworks = state
-        .backend
-        .list(kube_user.as_deref())
-        .await
-        .map_err(|e| backend_error(e, user.unwrap_or("*"), "*"))?;
-    let mut jobs: Vec<JobSummary> = frameworks
-        .iter()
-        .map(|f| job_view(f, ""))
-        // Two users can share a Kubernetes user name; show each only their own.
-        .filter(|v| user.is_none_or(|u| v.job_status.username == u))
-        .map(|v| JobSummary {
-            name: v.name,
-            status: v.job_status,
-        })
-        .collect();
-    jobs.sort_by(|a, b| {
-        b.status
-            .created_time
-            .cmp(&a.status.created_time)
-            .then(a.name.cmp(&b.name))
-    });
-    Ok(Json(jobs).into_response())
+        .map_err(|e| match e {
+            BackendError::NotFound => job.not_found(),
+            other => other.into(),
+        })?;
+    tracing::info!(user = %job.user, job = %job.job, "job deleted");
+    Ok(accepted(format!("job {} is being deleted", job.job)))
 }
 
 /// `GET /api/v1/user/{user}/jobs`.
@@ -557,22 +302,19 @@ async fn list(state: &AppState, caller: &Caller, user: Option<&str>) -> ApiResul
     params(UserPath),
     responses(
         (status = 200, description = "the user's jobs, newest first", body = [JobSummary]),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+        ListErrors
     )
 )]
-pub async fn list_user_jobs(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(UserPath { user }): Path<UserPath>,
-) -> ApiResult {
-    list(&state, &caller, Some(&user)).await
+pub async fn list_user_jobs(State(state): State<AppState>, owner: Owner) -> ApiResult {
+    let listed = jobs::list(&state, &owner.caller, Some(owner.user.as_str())).await?;
+    Ok(Json(listed).into_response())
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// Only this user's jobs.
+    /// Only this user's jobs (OpenPAI's user name rule).
+    #[param(pattern = r"^[A-Za-z0-9\-._~]+$", min_length = 1, max_length = 256)]
     username: Option<String>,
 }
 
@@ -584,16 +326,16 @@ pub struct ListQuery {
     params(ListQuery),
     responses(
         (status = 200, description = "jobs, newest first (a non-admin sees only their own)", body = [JobSummary]),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+        ListErrors
     )
 )]
 pub async fn list_jobs(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Query(query): Query<ListQuery>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiQuery(query): ApiQuery<ListQuery>,
 ) -> ApiResult {
-    list(&state, &caller, query.username.as_deref()).await
+    let listed = jobs::list(&state, &caller, query.username.as_deref()).await?;
+    Ok(Json(listed).into_response())
 }
 
 /// `GET /healthz`.
@@ -606,9 +348,11 @@ pub async fn healthz() -> &'static str {
 #[into_params(parameter_in = Query)]
 pub struct LogQuery {
     /// The task role's name as in the spec.
+    #[param(pattern = r"^[A-Za-z0-9_]+$", min_length = 1)]
     role: String,
     /// The task's index in its role.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 9999)]
     index: u32,
     /// Keep streaming while the task runs.
     #[serde(default)]
@@ -624,40 +368,34 @@ pub struct LogQuery {
     params(JobPath, LogQuery),
     responses(
         (status = 200, description = "the task's output; streamed while it runs with follow=true", content_type = "text/plain", body = String),
-        (status = 400, description = "bad spec or parameter: the message names the field and the rule", body = ErrorBody),
-        (status = 401, description = "no or unknown bearer token", body = ErrorBody),
-        (status = 404, description = "no such job (or not the caller's)", body = ErrorBody),
-        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+        JobErrors
     )
 )]
 pub async fn get_logs(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(JobPath { user, job }): Path<JobPath>,
-    Query(query): Query<LogQuery>,
+    job: Job,
+    ApiQuery(query): ApiQuery<LogQuery>,
 ) -> ApiResult {
-    let framework = find(&state, &caller, &user, &job).await?;
+    let task = format!("{}-{}", query.role, query.index);
     let no_task = || {
-        ApiError::no_job(&user, &job).with_message(format!(
-            "job {user}~{job} has no task {}-{}",
-            query.role, query.index
-        ))
+        job.not_found()
+            .with_message(format!("job {}~{} has no task {task}", job.user, job.job))
     };
-    let role = framework.role(&query.role).ok_or_else(no_task)?;
+    let role = job.framework.role(&query.role).ok_or_else(no_task)?;
     if query.index >= role.tasks() {
         return Err(no_task());
     }
-    let pod = framework.pod_name(role, query.index);
+    let pod = job.framework.pod_name(role, query.index);
     let logs = state
         .backend
         .logs(&pod, query.follow)
         .await
         .map_err(|e| match e {
-            BackendError::NotFound => ApiError::no_job(&user, &job).with_message(format!(
-                "task {}-{} of job {user}~{job} has no log yet (its pod {pod} does not exist)",
-                query.role, query.index
+            BackendError::NotFound => job.not_found().with_message(format!(
+                "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
+                job.user, job.job
             )),
-            other => backend_error(other, &user, &job),
+            other => other.into(),
         })?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
@@ -677,10 +415,8 @@ pub async fn get_logs(
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> ApiResult {
-    match state.backend.get("rest-lite-readiness-probe").await {
-        Ok(_) => Ok("ok".into_response()),
-        Err(e) => Err(backend_error(e, "-", "-")),
-    }
+    state.backend.get("rest-lite-readiness-probe").await?;
+    Ok("ok".into_response())
 }
 
 /// `GET /metrics`: Prometheus text format.
@@ -691,4 +427,14 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// Any other path: the JSON 404.
+pub async fn no_route(uri: axum::http::Uri) -> ApiError {
+    ApiError::no_route(uri.path())
+}
+
+/// A known path with another method: the JSON 405.
+pub async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
 }
