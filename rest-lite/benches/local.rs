@@ -88,7 +88,10 @@ async fn main() {
         })
         .to_string();
         let started = Instant::now();
-        client.submit("bench", &spec).await.expect("submitted");
+        client
+            .submit("bench", &spec, rest_lite::spec::SpecFormat::Json)
+            .await
+            .expect("submitted");
         let mut changes = client.watch("bench", &name).await.expect("watch");
         let waited = tokio::task::spawn_blocking(move || {
             for _ in 0..TASKS {
@@ -99,12 +102,13 @@ async fn main() {
         });
         waited.await.expect("join");
         running.push(started.elapsed().as_secs_f64() * 1000.0);
-        let mut last = serde_json::Value::Null;
+        let mut last = None;
         while let Some(view) = changes.next().await {
-            last = view.expect("view");
+            last = Some(view.expect("view"));
         }
         done.push(started.elapsed().as_secs_f64() * 1000.0);
-        assert_eq!(last["jobStatus"]["state"], "SUCCEEDED", "{last}");
+        let state = last.map(|v| v.job_status.state);
+        assert_eq!(state, Some(rest_lite::status::JobState::Succeeded));
         client.delete("bench", &name).await.expect("delete");
     }
     let _ = server.kill();

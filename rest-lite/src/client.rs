@@ -1,4 +1,4 @@
-//! The command line's HTTP client of the jobs API.
+//! The command line's HTTP client of the jobs API, typed with the server's own view types.
 
 use axum::body::Bytes;
 use futures::StreamExt;
@@ -8,7 +8,13 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use crate::server::jobs::{JobSummary, SshInfo};
+use crate::server::routes::Message;
+use crate::spec::SpecFormat;
+use crate::status::JobView;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -102,13 +108,13 @@ impl Client {
         Err(api_error(status, &body))
     }
 
-    async fn json(
+    async fn json<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
         content_type: Option<&str>,
         body: Bytes,
-    ) -> Result<Value, ClientError> {
+    ) -> Result<T, ClientError> {
         let response = self.send(method, path, content_type, body).await?;
         let bytes = response
             .into_body()
@@ -119,18 +125,24 @@ impl Client {
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Answer(e.to_string()))
     }
 
-    /// Submits a spec (JSON or YAML text); returns the server's message.
-    pub async fn submit(&self, user: &str, spec: &str) -> Result<Value, ClientError> {
+    /// Submits a spec, sent as its media type; returns the server's message.
+    pub async fn submit(
+        &self,
+        user: &str,
+        spec: &str,
+        format: SpecFormat,
+    ) -> Result<Message, ClientError> {
         self.json(
             Method::POST,
             &format!("/api/v1/user/{}/jobs", encode(user)),
-            None,
+            Some(format.media_type()),
             Bytes::from(spec.to_string()),
         )
         .await
     }
 
-    pub async fn job(&self, user: &str, job: &str) -> Result<Value, ClientError> {
+    /// The job's status.
+    pub async fn job(&self, user: &str, job: &str) -> Result<JobView, ClientError> {
         self.json(Method::GET, &Self::job_path(user, job), None, Bytes::new())
             .await
     }
@@ -140,7 +152,7 @@ impl Client {
         &self,
         user: &str,
         job: &str,
-    ) -> Result<BoxStream<'static, Result<Value, ClientError>>, ClientError> {
+    ) -> Result<BoxStream<'static, Result<JobView, ClientError>>, ClientError> {
         let path = format!("{}?watch=true", Self::job_path(user, job));
         let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
         let views = lines(chunks(response)).map(|line| {
@@ -150,7 +162,7 @@ impl Client {
     }
 
     /// The jobs of `user`, or every job the caller may see.
-    pub async fn jobs(&self, user: Option<&str>) -> Result<Value, ClientError> {
+    pub async fn jobs(&self, user: Option<&str>) -> Result<Vec<JobSummary>, ClientError> {
         let path = match user {
             Some(user) => format!("/api/v1/user/{}/jobs", encode(user)),
             None => "/api/v1/jobs".to_string(),
@@ -158,7 +170,8 @@ impl Client {
         self.json(Method::GET, &path, None, Bytes::new()).await
     }
 
-    pub async fn ssh(&self, user: &str, job: &str) -> Result<Value, ClientError> {
+    /// Where each task's sshd listens.
+    pub async fn ssh(&self, user: &str, job: &str) -> Result<SshInfo, ClientError> {
         self.json(
             Method::GET,
             &format!("{}/ssh", Self::job_path(user, job)),
@@ -168,7 +181,8 @@ impl Client {
         .await
     }
 
-    pub async fn stop(&self, user: &str, job: &str) -> Result<Value, ClientError> {
+    /// Asks the job to stop.
+    pub async fn stop(&self, user: &str, job: &str) -> Result<Message, ClientError> {
         self.json(
             Method::PUT,
             &format!("{}/executionType", Self::job_path(user, job)),
@@ -178,7 +192,8 @@ impl Client {
         .await
     }
 
-    pub async fn delete(&self, user: &str, job: &str) -> Result<Value, ClientError> {
+    /// Deletes the job.
+    pub async fn delete(&self, user: &str, job: &str) -> Result<Message, ClientError> {
         self.json(
             Method::DELETE,
             &Self::job_path(user, job),

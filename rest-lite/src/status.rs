@@ -24,6 +24,19 @@ pub enum JobState {
     Unknown,
 }
 
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            JobState::Waiting => "WAITING",
+            JobState::Running => "RUNNING",
+            JobState::Succeeded => "SUCCEEDED",
+            JobState::Failed => "FAILED",
+            JobState::Stopped => "STOPPED",
+            JobState::Unknown => "UNKNOWN",
+        })
+    }
+}
+
 impl JobState {
     /// Whether the job ended: nothing changes any more but its deletion.
     pub fn is_final(self) -> bool {

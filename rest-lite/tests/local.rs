@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use rest_lite::client::Client;
+use rest_lite::spec::SpecFormat;
+use rest_lite::status::JobState;
 use serde_json::{Value, json};
 
 /// Long enough for a slow machine, short enough to fail rather than hang.
@@ -139,16 +141,16 @@ fn until_none_left(rx: &mpsc::Receiver<Option<String>>) -> Vec<String> {
 /// The job's view once it reaches a final state.
 async fn final_view(client: &Client, user: &str, job: &str) -> Value {
     let mut changes = client.watch(user, job).await.expect("watch");
-    let mut last = Value::Null;
+    let mut last = None;
     let follow = async {
         while let Some(view) = changes.next().await {
-            last = view.expect("a view");
+            last = Some(view.expect("a view"));
         }
     };
     tokio::time::timeout(DEADLINE, follow)
         .await
         .expect("the job completes");
-    last
+    serde_json::to_value(last.expect("at least one view")).expect("JSON")
 }
 
 async fn log_of(client: &Client, user: &str, job: &str, role: &str, index: u32) -> String {
@@ -190,7 +192,10 @@ async fn the_shell_example_exchanges_messages_over_tcp_and_succeeds() {
     let client = server.client();
     let spec = std::fs::read_to_string(common::repo_root().join("examples/shell-hello.yaml"))
         .expect("example");
-    client.submit("alice", &spec).await.expect("submitted");
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
 
     let view = final_view(&client, "alice", "shell-hello").await;
     assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
@@ -226,8 +231,8 @@ async fn the_shell_example_exchanges_messages_over_tcp_and_succeeds() {
             "{log}"
         );
     }
-    let config = client.job("alice", "shell-hello").await.expect("job");
-    assert_eq!(config["name"], "shell-hello");
+    let view = client.job("alice", "shell-hello").await.expect("job");
+    assert_eq!(view.name, "shell-hello");
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -247,7 +252,10 @@ async fn a_failed_task_fails_the_job_with_its_code_and_name() {
         ]),
         json!({}),
     );
-    client.submit("alice", &spec).await.expect("submitted");
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
     let view = final_view(&client, "alice", "fails").await;
     let status = &view["jobStatus"];
     assert_eq!(status["state"], "FAILED", "{view:#}");
@@ -289,7 +297,10 @@ async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
         )]),
         json!({"retryCount": 2, "jobEnvs": {"COUNTER": counter.display().to_string()}}),
     );
-    client.submit("alice", &spec).await.expect("submitted");
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
     let view = final_view(&client, "alice", "flaky").await;
     assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
     assert_eq!(view["jobStatus"]["retries"], 2);
@@ -317,13 +328,21 @@ async fn stop_terms_every_task_and_leaves_no_process() {
         ]),
         json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
     );
-    client.submit("alice", &spec).await.expect("submitted");
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
     let mut up: Vec<String> = (0..3).map(|_| next_event(&rx).expect("up")).collect();
     up.sort();
     assert_eq!(up, ["up ps-0", "up worker-0", "up worker-1"]);
     assert_eq!(
-        client.job("alice", "long").await.expect("job")["jobStatus"]["state"],
-        "RUNNING"
+        client
+            .job("alice", "long")
+            .await
+            .expect("job")
+            .job_status
+            .state,
+        JobState::Running
     );
 
     client.stop("alice", "long").await.expect("stopped");
@@ -351,7 +370,10 @@ async fn delete_ends_every_task_and_frees_the_name() {
         json!([role("worker", 2, WAIT_FOR_TERM)]),
         json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
     );
-    client.submit("alice", &spec).await.expect("submitted");
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
     next_event(&rx).expect("up");
     next_event(&rx).expect("up");
     client.delete("alice", "doomed").await.expect("deleted");
@@ -362,7 +384,7 @@ async fn delete_ends_every_task_and_frees_the_name() {
     let seen = until_none_left(&rx);
     assert_eq!(seen.len(), 2, "{seen:?}");
     let listed = client.jobs(Some("alice")).await.expect("list");
-    assert_eq!(listed, json!([]));
+    assert!(listed.is_empty());
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -382,6 +404,7 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
                 json!([role("worker", 1, "echo finished")]),
                 json!({}),
             ),
+            SpecFormat::Json,
         )
         .await
         .expect("submitted");
@@ -402,6 +425,7 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
                 json!([role("worker", 2, &command)]),
                 json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
             ),
+            SpecFormat::Json,
         )
         .await
         .expect("submitted");
@@ -419,16 +443,19 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
         .jobs(Some("alice"))
         .await
         .expect("list")
-        .as_array()
-        .expect("array")
-        .iter()
-        .map(|j| j["name"].as_str().unwrap_or_default().to_string())
+        .into_iter()
+        .map(|j| j.name)
         .collect();
     names.sort();
     assert_eq!(names, ["crash", "done"]);
     assert_eq!(
-        client.job("alice", "done").await.expect("job")["jobStatus"]["state"],
-        "SUCCEEDED"
+        client
+            .job("alice", "done")
+            .await
+            .expect("job")
+            .job_status
+            .state,
+        JobState::Succeeded
     );
 
     let view = final_view(&client, "alice", "crash").await;
@@ -555,6 +582,17 @@ fn the_command_line_client_drives_a_job() {
     assert!(stderr.contains("NoJobError"), "{stderr}");
     let (code, _, stderr) = with(&["delete", "hello"]);
     assert_eq!(code, Some(0), "{stderr}");
+
+    // YAML in flow style starts like JSON: the file's extension says what it is.
+    let flow = dir.join("flow.yaml");
+    std::fs::write(
+        &flow,
+        "{jobName: flow, image: busybox, taskRoles: [{name: w, taskNumber: 1, cpuNumber: 1, memoryMB: 128, command: 'true'}]}\n",
+    )
+    .expect("spec");
+    let (code, stdout, stderr) = with(&["submit", flow.to_str().expect("path")]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "job flow submitted\n");
 
     // Submitted and followed: the output, then the job's exit code as ours.
     let failing = dir.join("failing.json");

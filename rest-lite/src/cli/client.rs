@@ -7,9 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
-use serde_json::Value;
+use serde::Serialize;
 
 use rest_lite::client::{Client, ClientError};
+use rest_lite::server::routes::Message;
 
 /// Where the server is and who is asking.
 #[derive(clap::Args, Debug, Clone)]
@@ -96,30 +97,31 @@ fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T
         .block_on(future)
 }
 
-fn print_json(value: &Value) -> Result<ExitCode> {
+fn print_json(value: &impl Serialize) -> Result<ExitCode> {
     let mut text = serde_json::to_string_pretty(value).context("rendering JSON")?;
     text.push('\n');
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn message(value: &Value) -> Result<ExitCode> {
-    println!("{}", value["message"].as_str().unwrap_or_default());
+fn message(message: &Message) -> Result<ExitCode> {
+    println!("{}", message.message);
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
     let text = super::read_spec(&args.spec)?;
+    let format = super::format_of(&args.spec, &text);
     let user = args.connection.user();
     let client = args.connection.client();
     if !args.follow {
-        return block_on(async { Ok(client.submit(&user, &text).await?) })
-            .and_then(|v| message(&v));
+        return block_on(async { Ok(client.submit(&user, &text, format).await?) })
+            .and_then(|m| message(&m));
     }
-    let spec = rest_lite::spec::JobSpec::parse(&text, super::format_of(&args.spec, &text))?;
+    let spec = rest_lite::spec::JobSpec::parse(&text, format)?;
     let job = spec.name().as_str().to_string();
     block_on(async {
-        client.submit(&user, &text).await?;
+        client.submit(&user, &text, format).await?;
         super::follow::follow(&client, &user, &job).await
     })
 }
@@ -132,13 +134,13 @@ pub fn jobs(args: JobsArgs) -> Result<ExitCode> {
         "{:<32} {:<16} {:<10} {:>7}\n",
         "NAME", "USER", "STATE", "RETRIES"
     ));
-    for job in jobs.as_array().into_iter().flatten() {
+    for job in &jobs {
         out.push_str(&format!(
             "{:<32} {:<16} {:<10} {:>7}\n",
-            job["name"].as_str().unwrap_or_default(),
-            job["username"].as_str().unwrap_or_default(),
-            job["state"].as_str().unwrap_or_default(),
-            job["retries"].as_i64().unwrap_or_default()
+            job.name,
+            job.status.username,
+            job.status.state.to_string(),
+            job.status.retries
         ));
     }
     std::io::stdout().write_all(out.as_bytes())?;
@@ -154,24 +156,22 @@ pub fn status(args: JobArgs) -> Result<ExitCode> {
 pub fn stop(args: JobArgs) -> Result<ExitCode> {
     let user = args.connection.user();
     block_on(async { Ok(args.connection.client().stop(&user, &args.job).await?) })
-        .and_then(|v| message(&v))
+        .and_then(|m| message(&m))
 }
 
 pub fn delete(args: JobArgs) -> Result<ExitCode> {
     let user = args.connection.user();
     block_on(async { Ok(args.connection.client().delete(&user, &args.job).await?) })
-        .and_then(|v| message(&v))
+        .and_then(|m| message(&m))
 }
 
 pub fn ssh(args: JobArgs) -> Result<ExitCode> {
     let user = args.connection.user();
     let info = block_on(async { Ok(args.connection.client().ssh(&user, &args.job).await?) })?;
-    for container in info["containers"].as_array().into_iter().flatten() {
+    for container in &info.containers {
         println!(
             "{}: ssh -p {} root@{}",
-            container["id"].as_str().unwrap_or_default(),
-            container["sshPort"].as_str().unwrap_or_default(),
-            container["sshIp"].as_str().unwrap_or_default()
+            container.id, container.ssh_port, container.ssh_ip
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -9,12 +9,10 @@ use anyhow::Result;
 use axum::body::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use serde_json::Value;
 use tokio::sync::watch;
 
 use rest_lite::client::{Client, ClientError};
-
-const FINAL_STATES: [&str; 3] = ["SUCCEEDED", "FAILED", "STOPPED"];
+use rest_lite::status::{JobState, JobView};
 
 /// Follows `job` to its end: every task's output, line by line with its name in front,
 /// then the job's state on standard error. Ctrl-C stops the job. Returns the exit code
@@ -28,9 +26,8 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
     };
     let (views, latest) = watch::channel(first.clone());
     let mut followers = Vec::new();
-    for (role, detail) in first["taskRoles"].as_object().into_iter().flatten() {
-        let tasks = detail["taskStatuses"].as_array().map_or(0, Vec::len);
-        for index in 0..tasks as u32 {
+    for (role, detail) in &first.task_roles {
+        for index in 0..detail.task_statuses.len() as u32 {
             followers.push(tokio::spawn(print_task(
                 client.clone(),
                 user.to_string(),
@@ -68,28 +65,31 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
     // The followers end with their tasks' logs.
     let _ =
         tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(followers)).await;
-    let status = &view["jobStatus"];
-    let state = status["state"].as_str().unwrap_or_default();
-    if !FINAL_STATES.contains(&state) {
+    let status = &view.job_status;
+    let state = status.state;
+    if !state.is_final() {
         anyhow::bail!(
             "job {job} went away while {state} (deleted, or the server stopped answering)"
         );
     }
     eprintln!(
         "rest-lite: job {job} {state} (exit code {}, {} retries){}",
-        status["appExitCode"],
-        status["retries"],
-        status["appExitDiagnostics"]
-            .as_str()
+        status
+            .app_exit_code
+            .map_or_else(|| "none".to_string(), |c| c.to_string()),
+        status.retries,
+        status
+            .app_exit_diagnostics
+            .as_deref()
             .map(|d| format!(": {d}"))
             .unwrap_or_default()
     );
     Ok(match state {
-        "SUCCEEDED" => ExitCode::SUCCESS,
+        JobState::Succeeded => ExitCode::SUCCESS,
         _ if interrupted => ExitCode::from(130),
         _ => ExitCode::from(
-            status["appExitCode"]
-                .as_i64()
+            status
+                .app_exit_code
                 .and_then(|c| u8::try_from(c).ok())
                 .filter(|&c| c != 0)
                 .unwrap_or(1),
@@ -106,20 +106,21 @@ async fn print_task(
     job: String,
     role: String,
     index: u32,
-    mut views: watch::Receiver<Value>,
+    mut views: watch::Receiver<JobView>,
 ) {
-    let mut printed_attempt: Option<i64> = None;
+    let mut printed_attempt: Option<i32> = None;
     let mut closed = false;
     loop {
         let (attempt, started) = {
             let view = views.borrow_and_update();
-            let state = view["taskRoles"][&role]["taskStatuses"][index as usize]["taskState"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
+            let state = view
+                .task_roles
+                .get(&role)
+                .and_then(|r| r.task_statuses.get(index as usize))
+                .map(|t| t.task_state);
             (
-                view["jobStatus"]["retries"].as_i64().unwrap_or(0),
-                !state.is_empty() && state != "WAITING",
+                view.job_status.retries,
+                state.is_some_and(|s| s != JobState::Waiting),
             )
         };
         if printed_attempt != Some(attempt)

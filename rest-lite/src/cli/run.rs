@@ -37,7 +37,8 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let text = super::read_spec(&args.spec)?;
-    let spec = JobSpec::parse(&text, super::format_of(&args.spec, &text))?;
+    let format = super::format_of(&args.spec, &text);
+    let spec = JobSpec::parse(&text, format)?;
     let job = spec.name().as_str().to_string();
     let user_name = args
         .user
@@ -73,7 +74,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             state_dir.display()
         );
         let client = Client::new(&url, None);
-        client.submit(&user_name, &text).await?;
+        client.submit(&user_name, &text, format).await?;
         super::follow::follow(&client, &user_name, &job).await
     });
     drop(runtime);
