@@ -11,7 +11,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::server::jobs::{JobSummary, SshInfo};
+use crate::server::jobs::{Execution, JobSummary, SshInfo};
 use crate::server::routes::Message;
 use crate::spec::SpecFormat;
 use crate::status::JobView;
@@ -183,11 +183,23 @@ impl Client {
 
     /// Asks the job to stop.
     pub async fn stop(&self, user: &str, job: &str) -> Result<Message, ClientError> {
+        self.execution(user, job, Execution::Stop).await
+    }
+
+    /// `PUT …/executionType`: STOP, or START (which a completed job refuses).
+    pub async fn execution(
+        &self,
+        user: &str,
+        job: &str,
+        value: Execution,
+    ) -> Result<Message, ClientError> {
+        let body = serde_json::to_vec(&serde_json::json!({ "value": value }))
+            .map_err(|e| ClientError::Answer(e.to_string()))?;
         self.json(
             Method::PUT,
             &format!("{}/executionType", Self::job_path(user, job)),
             Some("application/json"),
-            Bytes::from_static(br#"{"value":"STOP"}"#),
+            Bytes::from(body),
         )
         .await
     }

@@ -7,9 +7,8 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use rest_lite::client::Client;
@@ -17,82 +16,7 @@ use rest_lite::spec::SpecFormat;
 use rest_lite::status::JobState;
 use serde_json::{Value, json};
 
-/// Long enough for a slow machine, short enough to fail rather than hang.
-const DEADLINE: Duration = Duration::from_secs(120);
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    /// `rest-lite serve` on this machine, state in `state`.
-    fn start(state: &Path) -> Self {
-        Self::spawn(Self::command(state).args(["--backend", "local"]), state)
-    }
-
-    /// `rest-lite serve` on a free loopback port with state in `state`, other options to
-    /// be added.
-    fn command(state: &Path) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
-            .arg(state)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        command
-    }
-
-    /// Starts `command`; returns once its start-up line says it serves jobs on this
-    /// machine with state in `state`.
-    fn spawn(command: &mut Command, state: &Path) -> Self {
-        let mut child = command.spawn().expect("rest-lite serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        // Reads the log all along, as a log collector would.
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if line.contains("rest-lite serving")
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(line);
-                }
-            }
-        });
-        let line = rx.recv_timeout(DEADLINE).expect("a start-up line");
-        assert!(line.contains("this machine (embedded default)"), "{line}");
-        assert!(line.contains(&state.display().to_string()), "{line}");
-        let url = line
-            .split("url=")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .expect("url")
-            .to_string();
-        Self { child, url }
-    }
-
-    fn client(&self) -> Client {
-        Client::new(&self.url, None)
-    }
-
-    /// SIGKILL: no chance to clean up.
-    fn kill(mut self) {
-        self.child.kill().expect("kill");
-        self.child.wait().expect("wait");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::serve::{DEADLINE, Server};
 
 /// A fresh directory for one test.
 fn scratch(name: &str) -> PathBuf {
@@ -623,7 +547,10 @@ fn without_a_cluster_configuration_serve_runs_jobs_here() {
             .env_remove("KUBECONFIG")
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("KUBERNETES_SERVICE_PORT"),
-        &state,
+        &[
+            "this machine (embedded default)",
+            &state.display().to_string(),
+        ],
     );
     assert!(
         server.url.starts_with("http://127.0.0.1:"),

@@ -91,6 +91,8 @@ struct Store {
     uid: u64,
     /// Container logs by pod.
     logs: HashMap<Key, String>,
+    /// Pods whose container has ended: following their log returns what there is.
+    ended_logs: std::collections::HashSet<Key>,
     requests: Vec<Request>,
 }
 
@@ -309,6 +311,10 @@ impl ApiServer {
     /// Ends every follower of pod `name`'s log, after what was appended before, as the
     /// container's exit does.
     pub fn end_log(&self, namespace: &str, name: &str) {
+        self.shared
+            .lock()
+            .ended_logs
+            .insert(Key::new("pods", namespace, name));
         let _ = self
             .shared
             .log_appends
@@ -673,11 +679,16 @@ async fn pod_log(
     let appends = shared.log_appends.subscribe();
     let mut cut = shared.cut.subscribe();
     cut.mark_unchanged();
-    let Some(so_far) = shared.lock().logs.get(&key).cloned() else {
-        return not_found(&key);
+    let (so_far, ended) = {
+        let store = shared.lock();
+        let Some(so_far) = store.logs.get(&key).cloned() else {
+            return not_found(&key);
+        };
+        (so_far, store.ended_logs.contains(&key))
     };
     let head = futures::stream::iter([Bytes::from(so_far)]);
-    if !follow {
+    // Following an ended container's log gives what it wrote, then ends, as the kubelet.
+    if !follow || ended {
         return line_response(head.boxed());
     }
     shared.watches.send_modify(|c| *c += 1);

@@ -304,6 +304,8 @@ pub(super) async fn drive(
         Err(e) => tracing::error!(job = %name, error = %e, "cannot remove the job's files"),
     }
     inner.jobs().remove(&name);
+    job.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+    job.changed.send_modify(|v| *v += 1);
     tracing::info!(job = %name, "job deleted");
 }
 

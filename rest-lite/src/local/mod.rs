@@ -103,6 +103,8 @@ struct Job {
     commands: mpsc::UnboundedSender<Command>,
     /// Deleted: invisible, its name still taken until its processes and files are gone.
     deleting: std::sync::atomic::AtomicBool,
+    /// Its processes and files are gone and its name is free.
+    gone: std::sync::atomic::AtomicBool,
 }
 
 impl Job {
@@ -116,6 +118,10 @@ impl Job {
 
     fn is_deleting(&self) -> bool {
         self.deleting.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -237,6 +243,7 @@ fn insert(
         changed: watch::channel(0).0,
         commands,
         deleting: false.into(),
+        gone: false.into(),
     });
     jobs.insert(name, job.clone());
     Ok((job, receiver))
@@ -376,22 +383,29 @@ impl Backend for LocalBackend {
         Box::pin(async move {
             let job = self.inner.visible(name).ok_or(BackendError::NotFound)?;
             let changed = job.changed.subscribe();
-            // (job, changes, the deletion was told)
+            // (job, changes, the deletion was told, the first look). As on Kubernetes,
+            // the deletion is told once the name is free again; a job being deleted shows
+            // nothing more (its tasks' ends are not the job's outcome).
             let stream = futures::stream::unfold(
                 (job, changed, false, true),
-                |(job, mut changed, told, first)| async move {
+                |(job, mut changed, told, mut first)| async move {
                     if told {
                         return None;
                     }
-                    if !first && changed.changed().await.is_err() {
-                        return None;
+                    loop {
+                        if !first && changed.changed().await.is_err() {
+                            return None;
+                        }
+                        first = false;
+                        changed.borrow_and_update();
+                        if job.is_gone() {
+                            return Some((Ok(None), (job, changed, true, false)));
+                        }
+                        if !job.is_deleting() {
+                            let framework = job.framework().clone();
+                            return Some((Ok(Some(framework)), (job, changed, false, false)));
+                        }
                     }
-                    changed.borrow_and_update();
-                    if job.is_deleting() {
-                        return Some((Ok(None), (job, changed, true, false)));
-                    }
-                    let framework = job.framework().clone();
-                    Some((Ok(Some(framework)), (job, changed, false, false)))
                 },
             );
             Ok(Box::pin(stream) as FrameworkStream)

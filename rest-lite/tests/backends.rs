@@ -1,0 +1,420 @@
+//! One suite of API scenarios, run against both backends through the real `rest-lite
+//! serve` process and the typed client: over Kubernetes (the in-process API server, the
+//! test playing FrameworkController by writing status and logs) and over this machine
+//! (real task processes). Each task of the suite's jobs prints a line, then waits for its
+//! exit code on a FIFO (the "gate"), so the test decides when and how it ends.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use futures::StreamExt;
+use serde_json::json;
+
+use pai_contract::framework::CompletionStatus;
+use pai_test_support::ApiServer;
+use pai_test_support::frameworks::{address, set_pod_ip};
+use rest_lite::client::{Client, ClientError};
+use rest_lite::server::jobs::Execution;
+use rest_lite::spec::SpecFormat;
+use rest_lite::status::{JobState, JobView};
+
+use common::serve::{DEADLINE, Server};
+
+const NS: &str = "jobs";
+const ALICE: &str = "alice-secret";
+const BOB: &str = "bob-secret";
+const OPS: &str = "ops-secret";
+/// What every task prints first.
+const HELLO: &str = "hello from worker";
+
+enum Place {
+    /// The test plays FrameworkController on this API server.
+    Kube(ApiServer),
+    /// Real processes.
+    Local,
+}
+
+struct Harness {
+    place: Place,
+    server: Server,
+    dir: PathBuf,
+}
+
+fn token_file(dir: &Path) -> PathBuf {
+    use rest_lite::server::auth::hash;
+    let path = dir.join("tokens.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "users:\n  - {{name: alice, tokenSha256: {}}}\n  - {{name: bob, tokenSha256: {}}}\n  - {{name: ops, tokenSha256: {}, admin: true}}\n",
+            hash(ALICE),
+            hash(BOB),
+            hash(OPS)
+        ),
+    )
+    .expect("token file");
+    path
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rest-lite-suite-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch");
+    dir
+}
+
+impl Harness {
+    async fn kube(name: &str) -> Self {
+        let dir = scratch(&format!("kube-{name}"));
+        let api = ApiServer::start().await;
+        let kubeconfig = dir.join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig, Some(NS));
+        let server = Server::start_kube(&kubeconfig, NS, &token_file(&dir));
+        Self {
+            place: Place::Kube(api),
+            server,
+            dir,
+        }
+    }
+
+    async fn local(name: &str) -> Self {
+        let dir = scratch(&format!("local-{name}"));
+        let server = Server::start_with_tokens(&dir.join("state"), &token_file(&dir));
+        Self {
+            place: Place::Local,
+            server,
+            dir,
+        }
+    }
+
+    fn client(&self, token: &str) -> Client {
+        Client::new(&self.server.url, Some(token.to_string()))
+    }
+
+    fn gate(&self, user: &str, job: &str) -> PathBuf {
+        self.dir.join(format!("gate-{user}-{job}"))
+    }
+
+    /// A one-task job whose task prints [`HELLO`] and then exits with what its gate says.
+    fn spec(&self, user: &str, job: &str) -> String {
+        let gate = self.gate(user, job);
+        if !gate.exists() {
+            let made = Command::new("mkfifo").arg(&gate).status().expect("mkfifo");
+            assert!(made.success());
+        }
+        json!({
+            "jobName": job, "image": "busybox",
+            "taskRoles": [{"name": "worker", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 128,
+                "command": "echo hello from $PAI_CURRENT_TASK_ROLE_NAME; read code < \"$GATE\"; exit $code"}],
+            "jobEnvs": {"GATE": gate.display().to_string()},
+        })
+        .to_string()
+    }
+
+    async fn submit(&self, token: &str, user: &str, job: &str) -> Result<String, ClientError> {
+        let client = self.client(token);
+        let spec = self.spec(user, job);
+        client
+            .submit(user, &spec, SpecFormat::Json)
+            .await
+            .map(|m| m.message)
+    }
+
+    /// The Framework of `user`'s `job`, as the test server stores it.
+    fn framework_name(user: &str, job: &str) -> String {
+        pai_contract::names::framework_name(user, job)
+    }
+
+    /// The job's only task runs: its pod has an address.
+    async fn running(&self, user: &str, job: &str) {
+        match &self.place {
+            Place::Kube(api) => api.modify("frameworks", NS, &Self::framework_name(user, job), |f| {
+                f["status"]["state"] = json!("AttemptRunning");
+                f["status"]["attemptStatus"]["runTime"] = json!("2026-01-01T00:00:01Z");
+                set_pod_ip(f, "worker", 0, &address(0, 0));
+                f["status"]["attemptStatus"]["taskRoleStatuses"][0]["taskStatuses"][0]["attemptStatus"]["podUID"] = json!("pod-0");
+            }),
+            Place::Local => {
+                let mut views = self.client(OPS).watch(user, job).await.expect("watch");
+                let run = async {
+                    while let Some(view) = views.next().await {
+                        if view.expect("view").job_status.state == JobState::Running {
+                            return;
+                        }
+                    }
+                    panic!("the watch ended before the job ran");
+                };
+                tokio::time::timeout(DEADLINE, run).await.expect("running");
+            }
+        }
+    }
+
+    /// The task printed [`HELLO`] (on Kubernetes: the test writes its pod's log).
+    fn said_hello(&self, user: &str, job: &str) {
+        if let Place::Kube(api) = &self.place {
+            let pod = format!("{}-worker-0", Self::framework_name(user, job));
+            api.append_log(NS, &pod, &format!("{HELLO}\n"));
+            api.end_log(NS, &pod);
+        }
+    }
+
+    /// The task exits with `code`, and the job completes by its policy.
+    async fn exit(&self, user: &str, job: &str, code: i32) {
+        match &self.place {
+            Place::Kube(api) => self.complete(api, user, job, code),
+            Place::Local => {
+                let gate = self.gate(user, job);
+                // Opening blocks until the task reads its gate.
+                tokio::task::spawn_blocking(move || std::fs::write(gate, format!("{code}\n")))
+                    .await
+                    .expect("join")
+                    .expect("write the gate");
+            }
+        }
+    }
+
+    fn complete(&self, api: &ApiServer, user: &str, job: &str, code: i32) {
+        api.modify("frameworks", NS, &Self::framework_name(user, job), |f| {
+            f["status"]["state"] = json!("Completed");
+            f["status"]["completionTime"] = json!("2026-01-01T00:00:09Z");
+            f["status"]["attemptStatus"]["completionStatus"] =
+                serde_json::to_value(CompletionStatus::of(code, format!("exit code {code}")))
+                    .expect("json");
+        });
+    }
+
+    /// After a stop request: on Kubernetes the test completes the attempt as
+    /// FrameworkController would; here the backend does it itself.
+    fn stop_carried_out(&self, user: &str, job: &str) {
+        if let Place::Kube(api) = &self.place {
+            self.complete(
+                api,
+                user,
+                job,
+                pai_contract::exit::codes::STOP_FRAMEWORK_REQUESTED,
+            );
+        }
+    }
+}
+
+/// Every view of a watch until it ends.
+async fn views_until_the_end(
+    mut views: futures::stream::BoxStream<'static, Result<JobView, ClientError>>,
+) -> Vec<JobView> {
+    let mut seen = Vec::new();
+    let collect = async {
+        while let Some(view) = views.next().await {
+            seen.push(view.expect("a view"));
+        }
+    };
+    tokio::time::timeout(DEADLINE, collect)
+        .await
+        .expect("the watch ends");
+    seen
+}
+
+fn api_error<T>(result: Result<T, ClientError>) -> (u16, String) {
+    match result {
+        Err(ClientError::Api { status, code, .. }) => (status, code),
+        Err(other) => panic!("expected an API error, got {other}"),
+        Ok(_) => panic!("expected an API error, got a success"),
+    }
+}
+
+async fn create_then_conflict(h: &Harness) {
+    assert_eq!(
+        h.submit(ALICE, "alice", "one").await.expect("first"),
+        "job one submitted"
+    );
+    assert_eq!(
+        api_error(h.submit(ALICE, "alice", "one").await),
+        (409, "ConflictJobError".into())
+    );
+}
+
+async fn lists_show_each_user_their_own(h: &Harness) {
+    h.submit(ALICE, "alice", "mine").await.expect("alice's");
+    h.submit(OPS, "bob", "his")
+        .await
+        .expect("an admin submits for bob");
+    let names = |list: Vec<rest_lite::server::jobs::JobSummary>| {
+        let mut names: Vec<String> = list.into_iter().map(|j| j.name).collect();
+        names.sort();
+        names
+    };
+    let alice = h.client(ALICE);
+    assert_eq!(
+        names(alice.jobs(Some("alice")).await.expect("list")),
+        ["mine"]
+    );
+    assert_eq!(names(alice.jobs(None).await.expect("list")), ["mine"]);
+    assert!(alice.jobs(Some("bob")).await.expect("list").is_empty());
+    let ops = h.client(OPS);
+    assert_eq!(names(ops.jobs(None).await.expect("list")), ["his", "mine"]);
+    assert_eq!(names(ops.jobs(Some("bob")).await.expect("list")), ["his"]);
+}
+
+async fn a_watch_ends_at_the_final_state(h: &Harness) {
+    h.submit(ALICE, "alice", "w").await.expect("submitted");
+    h.running("alice", "w").await;
+    let views = h.client(ALICE).watch("alice", "w").await.expect("watch");
+    h.exit("alice", "w", 3).await;
+    let seen = views_until_the_end(views).await;
+    let last = seen.last().expect("a view");
+    assert_eq!(last.job_status.state, JobState::Failed, "{last:?}");
+    assert_eq!(last.job_status.app_exit_code, Some(3));
+    assert!(
+        seen[..seen.len() - 1]
+            .iter()
+            .all(|v| !v.job_status.state.is_final()),
+        "the final view is the last"
+    );
+}
+
+async fn a_watch_ends_when_the_job_is_deleted(h: &Harness) {
+    h.submit(ALICE, "alice", "gone").await.expect("submitted");
+    h.running("alice", "gone").await;
+    let client = h.client(ALICE);
+    let views = client.watch("alice", "gone").await.expect("watch");
+    client.delete("alice", "gone").await.expect("deleted");
+    let seen = views_until_the_end(views).await;
+    assert!(
+        seen.iter().all(|v| !v.job_status.state.is_final()),
+        "{seen:?}"
+    );
+    assert_eq!(
+        api_error(client.job("alice", "gone").await),
+        (404, "NoJobError".into())
+    );
+}
+
+async fn stop_and_start_follow_the_rules(h: &Harness) {
+    h.submit(ALICE, "alice", "s").await.expect("submitted");
+    h.running("alice", "s").await;
+    let client = h.client(ALICE);
+    client
+        .execution("alice", "s", Execution::Start)
+        .await
+        .expect("START while running");
+    let views = client.watch("alice", "s").await.expect("watch");
+    assert_eq!(
+        client.stop("alice", "s").await.expect("STOP").message,
+        "job s asked to stop"
+    );
+    h.stop_carried_out("alice", "s");
+    let last = views_until_the_end(views).await.pop().expect("a view");
+    assert_eq!(last.job_status.state, JobState::Stopped, "{last:?}");
+    assert_eq!(last.job_status.execution_type, "STOP");
+    assert_eq!(
+        api_error(client.execution("alice", "s", Execution::Start).await),
+        (409, "ConflictJobError".into())
+    );
+    client
+        .stop("alice", "s")
+        .await
+        .expect("STOP of a stopped job changes nothing");
+}
+
+async fn delete_frees_the_name(h: &Harness) {
+    h.submit(ALICE, "alice", "again").await.expect("submitted");
+    h.running("alice", "again").await;
+    let client = h.client(ALICE);
+    let views = client.watch("alice", "again").await.expect("watch");
+    client.delete("alice", "again").await.expect("deleted");
+    views_until_the_end(views).await;
+    h.submit(ALICE, "alice", "again")
+        .await
+        .expect("the name is free again");
+}
+
+async fn logs_are_the_tasks_output(h: &Harness) {
+    h.submit(ALICE, "alice", "talk").await.expect("submitted");
+    h.running("alice", "talk").await;
+    h.said_hello("alice", "talk");
+    h.exit("alice", "talk", 0).await;
+    let client = h.client(ALICE);
+    let mut stream = client
+        .logs("alice", "talk", "worker", 0, true)
+        .await
+        .expect("logs");
+    let mut text = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        text.extend_from_slice(&chunk.expect("chunk"));
+    }
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains(HELLO), "{text}");
+    assert_eq!(
+        api_error(client.logs("alice", "talk", "worker", 1, false).await),
+        (404, "NoJobError".into()),
+        "no such task"
+    );
+}
+
+async fn others_never_see_a_job(h: &Harness) {
+    h.submit(ALICE, "alice", "private")
+        .await
+        .expect("submitted");
+    assert_eq!(
+        api_error(h.submit(BOB, "alice", "sneaky").await),
+        (403, "ForbiddenUserError".into())
+    );
+    let bob = h.client(BOB);
+    let not_found = (404, "NoJobError".to_string());
+    assert_eq!(api_error(bob.job("alice", "private").await), not_found);
+    assert_eq!(api_error(bob.ssh("alice", "private").await), not_found);
+    assert_eq!(api_error(bob.stop("alice", "private").await), not_found);
+    assert_eq!(api_error(bob.delete("alice", "private").await), not_found);
+    assert_eq!(
+        api_error(bob.logs("alice", "private", "worker", 0, false).await),
+        not_found
+    );
+    assert_eq!(api_error(bob.watch("alice", "private").await), not_found);
+    let view = h
+        .client(ALICE)
+        .job("alice", "private")
+        .await
+        .expect("alice sees it");
+    assert_eq!(
+        view.job_status.execution_type, "START",
+        "bob changed nothing"
+    );
+    let anonymous = Client::new(&h.server.url, None);
+    assert_eq!(
+        api_error(anonymous.jobs(None).await),
+        (401, "UnauthorizedUserError".into())
+    );
+}
+
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {
+        mod on_kubernetes {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(&super::Harness::kube(stringify!($scenario)).await).await;
+                }
+            )*
+        }
+        mod on_this_machine {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(&super::Harness::local(stringify!($scenario)).await).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    create_then_conflict,
+    lists_show_each_user_their_own,
+    a_watch_ends_at_the_final_state,
+    a_watch_ends_when_the_job_is_deleted,
+    stop_and_start_follow_the_rules,
+    delete_frees_the_name,
+    logs_are_the_tasks_output,
+    others_never_see_a_job,
+);

@@ -1,0 +1,129 @@
+//! `rest-lite serve` as a real process, on either backend.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rest_lite::client::Client;
+
+/// Long enough for a slow machine, short enough to fail rather than hang.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Server {
+    /// `rest-lite serve` on this machine, state in `state`.
+    pub fn start(state: &Path) -> Self {
+        Self::spawn(
+            Self::command(state).args(["--backend", "local"]),
+            &[
+                "this machine (embedded default)",
+                &state.display().to_string(),
+            ],
+        )
+    }
+
+    /// `rest-lite serve` on this machine with bearer tokens from `tokens`.
+    pub fn start_with_tokens(state: &Path, tokens: &Path) -> Self {
+        Self::spawn(
+            Self::command(state)
+                .args(["--backend", "local", "--token-file"])
+                .arg(tokens),
+            &["this machine (embedded default)"],
+        )
+    }
+
+    /// `rest-lite serve` over the cluster `kubeconfig` names, with bearer tokens.
+    pub fn start_kube(kubeconfig: &Path, namespace: &str, tokens: &Path) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--backend", "kube"])
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--namespace", namespace, "--token-file"])
+            .arg(tokens);
+        Self::quiet(&mut command);
+        Self::spawn(&mut command, &["kubernetes at"])
+    }
+
+    fn quiet(command: &mut Command) {
+        command
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+    }
+
+    /// `rest-lite serve` on a free loopback port with state in `state`, other options to
+    /// be added.
+    pub fn command(state: &Path) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+            .arg(state);
+        Self::quiet(&mut command);
+        command
+    }
+
+    /// Starts `command`; returns once its start-up line, which must say each of
+    /// `expected`, is written.
+    pub fn spawn(command: &mut Command, expected: &[&str]) -> Self {
+        let mut child = command.spawn().expect("rest-lite serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        // Reads the log all along, as a log collector would.
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("rest-lite serving")
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let line = rx.recv_timeout(DEADLINE);
+        let expected_line = line
+            .as_ref()
+            .is_ok_and(|line| expected.iter().all(|part| line.contains(part)));
+        if !expected_line {
+            // No server left behind by a failed test.
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the start-up line {line:?} does not say {expected:?}");
+        }
+        let line = line.unwrap_or_default();
+        let url = line
+            .split("url=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .expect("url")
+            .to_string();
+        Self { child, url }
+    }
+
+    /// A client without a token.
+    pub fn client(&self) -> Client {
+        Client::new(&self.url, None)
+    }
+
+    /// SIGKILL: no chance to clean up.
+    pub fn kill(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("wait");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
