@@ -14,22 +14,36 @@
 
 /// `<user>~<job>`, the original (not normalised) names.
 pub const JOB_NAME: &str = "PAI_JOB_NAME";
+/// `<user>` as given.
 pub const USER_NAME: &str = "PAI_USER_NAME";
+/// The cluster's default file system (config `defaultFsUri`).
 pub const DEFAULT_FS_URI: &str = "PAI_DEFAULT_FS_URI";
+/// How many roles the job has.
 pub const TASK_ROLE_COUNT: &str = "PAI_TASK_ROLE_COUNT";
 /// Comma-separated role names, in spec order.
 pub const TASK_ROLE_LIST: &str = "PAI_TASK_ROLE_LIST";
+/// The task's role, as the user wrote it.
 pub const CURRENT_TASK_ROLE_NAME: &str = "PAI_CURRENT_TASK_ROLE_NAME";
+/// Legacy `dataDir`.
 pub const DATA_DIR: &str = "PAI_DATA_DIR";
+/// Legacy `outputDir`.
 pub const OUTPUT_DIR: &str = "PAI_OUTPUT_DIR";
+/// Legacy `codeDir`.
 pub const CODE_DIR: &str = "PAI_CODE_DIR";
+/// Tasks of the task's role.
 pub const CURRENT_TASK_ROLE_TASK_COUNT: &str = "PAI_CURRENT_TASK_ROLE_TASK_COUNT";
+/// CPUs of each task of the role.
 pub const CURRENT_TASK_ROLE_CPU_COUNT: &str = "PAI_CURRENT_TASK_ROLE_CPU_COUNT";
+/// Memory of each task of the role, MiB.
 pub const CURRENT_TASK_ROLE_MEM_MB: &str = "PAI_CURRENT_TASK_ROLE_MEM_MB";
+/// `/dev/shm` of each task of the role, MiB.
 pub const CURRENT_TASK_ROLE_SHM_MB: &str = "PAI_CURRENT_TASK_ROLE_SHM_MB";
+/// GPUs of each task of the role.
 pub const CURRENT_TASK_ROLE_GPU_COUNT: &str = "PAI_CURRENT_TASK_ROLE_GPU_COUNT";
+/// The role's `minFailedTaskCount` (−1: unset).
 pub const CURRENT_TASK_ROLE_MIN_FAILED_TASK_COUNT: &str =
     "PAI_CURRENT_TASK_ROLE_MIN_FAILED_TASK_COUNT";
+/// The role's `minSucceededTaskCount` (−1: unset).
 pub const CURRENT_TASK_ROLE_MIN_SUCCEEDED_TASK_COUNT: &str =
     "PAI_CURRENT_TASK_ROLE_MIN_SUCCEEDED_TASK_COUNT";
 /// The role's `http` port.
@@ -113,18 +127,23 @@ pub fn role_family(role: &str) -> [String; 6] {
     ]
 }
 
+/// `PAI_TASK_ROLE_TASK_COUNT_<role>`: tasks of `role`.
 pub fn task_role_task_count(role: &str) -> String {
     format!("PAI_TASK_ROLE_TASK_COUNT_{role}")
 }
+/// `PAI_MIN_FAILED_INSTANCE_<role>`: `role`'s `minFailedTaskCount`.
 pub fn min_failed_instance(role: &str) -> String {
     format!("PAI_MIN_FAILED_INSTANCE_{role}")
 }
+/// `PAI_MIN_SUCCEEDED_INSTANCE_<role>`: `role`'s `minSucceededTaskCount`.
 pub fn min_succeeded_instance(role: &str) -> String {
     format!("PAI_MIN_SUCCEEDED_INSTANCE_{role}")
 }
+/// `PAI_MIN_FAILED_TASK_COUNT_<role>`: OpenPAI's other name of the same value.
 pub fn min_failed_task_count(role: &str) -> String {
     format!("PAI_MIN_FAILED_TASK_COUNT_{role}")
 }
+/// `PAI_MIN_SUCCEEDED_TASK_COUNT_<role>`: OpenPAI's other name of the same value.
 pub fn min_succeeded_task_count(role: &str) -> String {
     format!("PAI_MIN_SUCCEEDED_TASK_COUNT_{role}")
 }
@@ -132,12 +151,15 @@ pub fn min_succeeded_task_count(role: &str) -> String {
 pub fn resource(role: &str) -> String {
     format!("PAI_RESOURCE_{role}")
 }
+/// `PAI_CONTAINER_HOST_<label>_PORT_LIST`: this task's ports of `label`.
 pub fn container_host_label_port_list(label: &str) -> String {
     format!("PAI_CONTAINER_HOST_{label}_PORT_LIST")
 }
+/// `PAI_PORT_LIST_<role>_<index>_<label>`: the ports of `label` of a task.
 pub fn port_list(role: &str, index: u32, label: &str) -> String {
     format!("PAI_PORT_LIST_{role}_{index}_{label}")
 }
+/// `PAI_HOST_IP_<role>_<index>`: the address of a task.
 pub fn host_ip(role: &str, index: u32) -> String {
     format!("PAI_HOST_IP_{role}_{index}")
 }
@@ -145,6 +167,7 @@ pub fn host_ip(role: &str, index: u32) -> String {
 pub fn task_role_host_list(role: &str) -> String {
     format!("PAI_TASK_ROLE_{role}_HOST_LIST")
 }
+/// `PAI_<role>_<index>_<label>_PORT`: the first port of `label` of a task.
 pub fn task_port(role: &str, index: u32, label: &str) -> String {
     format!("PAI_{role}_{index}_{label}_PORT")
 }

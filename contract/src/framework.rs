@@ -31,11 +31,15 @@ pub const PLURAL: &str = "frameworks";
 #[serde(rename_all = "camelCase")]
 pub struct FrameworkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Free text; rest-lite writes `<user>~<job>`.
     pub description: Option<String>,
     #[serde(default)]
+    /// Run or stop.
     pub execution_type: ExecutionType,
     #[serde(default)]
+    /// How often the whole Framework is retried.
     pub retry_policy: RetryPolicySpec,
+    /// The roles, in the spec's order.
     pub task_roles: Vec<TaskRoleSpec>,
 }
 
@@ -43,7 +47,9 @@ pub struct FrameworkSpec {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ExecutionType {
     #[default]
+    /// Create and run the tasks.
     Start,
+    /// Stop: the attempt completes at once, failed (−210).
     Stop,
 }
 
@@ -55,8 +61,10 @@ pub enum ExecutionType {
 #[serde(rename_all = "camelCase")]
 pub struct RetryPolicySpec {
     #[serde(default)]
+    /// Retry by the completion's type (transient, permanent, conflict) before counting.
     pub fancy_retry_policy: bool,
     #[serde(default)]
+    /// Retries of accountable failures (−1: forever, −2: always).
     pub max_retry_count: i32,
 }
 
@@ -64,10 +72,14 @@ pub struct RetryPolicySpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskRoleSpec {
+    /// The task-role name (`^[a-z0-9]{1,63}$`).
     pub name: String,
+    /// How many identical tasks.
     pub task_number: i32,
     #[serde(default)]
+    /// When this role completes the attempt.
     pub framework_attempt_completion_policy: CompletionPolicySpec,
+    /// Each task's pod and retry policy.
     pub task: TaskSpec,
 }
 
@@ -75,7 +87,9 @@ pub struct TaskRoleSpec {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct CompletionPolicySpec {
+    /// Failed tasks that fail the attempt (−1: disabled).
     pub min_failed_task_count: i32,
+    /// Succeeded tasks that succeed the attempt (−1: disabled).
     pub min_succeeded_task_count: i32,
 }
 
@@ -93,9 +107,12 @@ impl Default for CompletionPolicySpec {
 #[serde(rename_all = "camelCase")]
 pub struct TaskSpec {
     #[serde(default)]
+    /// How often one task is retried (rest-lite: never; the whole attempt is).
     pub retry_policy: RetryPolicySpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Seconds to wait for a graceful pod deletion before forcing it.
     pub pod_graceful_deletion_timeout_sec: Option<i64>,
+    /// The task's pod.
     pub pod: PodTemplateSpec,
 }
 
@@ -104,18 +121,25 @@ pub struct TaskSpec {
 #[serde(rename_all = "camelCase")]
 pub struct FrameworkStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the Framework started.
     pub start_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When its first attempt ran.
     pub run_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it completed.
     pub completion_time: Option<String>,
     #[serde(default)]
+    /// Where it stands.
     pub state: FrameworkState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When `state` last changed.
     pub transition_time: Option<String>,
     #[serde(default)]
+    /// Retries so far.
     pub retry_policy_status: RetryPolicyStatus,
     #[serde(default)]
+    /// The current attempt.
     pub attempt_status: FrameworkAttemptStatus,
 }
 
@@ -123,14 +147,23 @@ pub struct FrameworkStatus {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum FrameworkState {
     #[default]
+    /// The attempt is to be created.
     AttemptCreationPending,
+    /// Its ConfigMap is being created.
     AttemptCreationRequested,
+    /// Its tasks are being prepared.
     AttemptPreparing,
+    /// Its tasks run.
     AttemptRunning,
+    /// It is to be deleted.
     AttemptDeletionPending,
+    /// Its deletion is requested.
     AttemptDeletionRequested,
+    /// It is being deleted.
     AttemptDeleting,
+    /// It completed; a retry may follow.
     AttemptCompleted,
+    /// The Framework completed for good.
     Completed,
 }
 
@@ -139,31 +172,43 @@ pub type TaskState = FrameworkState;
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+/// Retry counters.
 pub struct RetryPolicyStatus {
     #[serde(default)]
+    /// Every retry.
     pub total_retried_count: i32,
     #[serde(default)]
+    /// Retries that count against `maxRetryCount`.
     pub accountable_retried_count: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Seconds before the next retry, when one is delayed.
     pub retry_delay_sec: Option<i64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+/// The current attempt of a Framework.
 pub struct FrameworkAttemptStatus {
     #[serde(default)]
+    /// The attempt's number, from 0.
     pub id: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it started.
     pub start_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When its tasks ran.
     pub run_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it completed.
     pub completion_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The attempt's instance UID.
     pub instance_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its ConfigMap.
     pub config_map_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How it completed.
     pub completion_status: Option<CompletionStatus>,
     /// Absent when the controller stored the statuses compressed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,16 +221,22 @@ pub struct FrameworkAttemptStatus {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+/// How an attempt or a task completed.
 pub struct CompletionStatus {
     #[serde(default)]
+    /// The completion code (see [`crate::exit`]).
     pub code: i32,
     #[serde(default)]
+    /// The code's phrase.
     pub phrase: String,
     #[serde(default, rename = "type")]
+    /// Succeeded or failed, with attributes.
     pub kind: CompletionType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What happened, for people.
     pub diagnostics: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The task whose completion completed the attempt.
     pub trigger: Option<CompletionTrigger>,
 }
 
@@ -209,6 +260,7 @@ impl CompletionStatus {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+/// The type of a completion.
 pub struct CompletionType {
     /// `Succeeded` or `Failed`.
     #[serde(default)]
@@ -220,65 +272,92 @@ pub struct CompletionType {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+/// The task that completed an attempt.
 pub struct CompletionTrigger {
     #[serde(default)]
+    /// Why.
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its task-role name.
     pub task_role_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its index.
     pub task_index: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+/// The tasks of one role in the current attempt.
 pub struct TaskRoleStatus {
+    /// The task-role name.
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The role's instance UID.
     pub instance_uid: Option<String>,
     #[serde(default)]
+    /// Its tasks.
     pub task_statuses: Vec<TaskStatus>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+/// One task.
 pub struct TaskStatus {
+    /// Its index in the role.
     pub index: i32,
     #[serde(default)]
+    /// Where it stands.
     pub state: TaskState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When `state` last changed.
     pub transition_time: Option<String>,
     #[serde(default)]
+    /// Being deleted: it does not count as ready.
     pub deletion_pending: bool,
     #[serde(default)]
+    /// Its retries.
     pub retry_policy_status: RetryPolicyStatus,
     #[serde(default)]
+    /// Its current attempt.
     pub attempt_status: TaskAttemptStatus,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+/// One attempt of a task: its pod.
 pub struct TaskAttemptStatus {
     #[serde(default)]
+    /// The attempt's number.
     pub id: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it started.
     pub start_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When its pod ran.
     pub run_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it completed.
     pub completion_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The attempt's instance UID.
     pub instance_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its pod.
     pub pod_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its pod's UID.
     pub pod_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The node its pod runs on.
     pub pod_node_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "podIP")]
+    /// The pod's address.
     pub pod_ip: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "podHostIP")]
+    /// The node's address.
     pub pod_host_ip: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How it completed.
     pub completion_status: Option<CompletionStatus>,
 }
 

@@ -2,6 +2,8 @@
 //! inside their pods): the Framework type, environment variable names, paths, labels and
 //! completion codes. Both sides depend on this crate and on nothing else of each other.
 
+#![warn(missing_docs)]
+
 pub mod env;
 pub mod exit;
 pub mod framework;

@@ -19,14 +19,19 @@ pub struct PortPlan {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+/// Why a port list does not read.
 pub enum PortPlanError {
     #[error("port list entry {0:?} is not `label:port[,port…]`")]
+    /// Not `label:ports`.
     Entry(String),
     #[error("port list label {0:?} is not made of letters, digits and `_`")]
+    /// A label with other characters.
     Label(String),
     #[error("port list label {0:?} appears twice")]
+    /// A label twice.
     Duplicate(String),
     #[error("port {0:?} is not a number from 1 to 65535")]
+    /// Not a port number.
     Port(String),
 }
 
