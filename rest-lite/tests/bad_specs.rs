@@ -76,6 +76,11 @@ fn cases() -> Vec<Case> {
             vec![("image", Exact("is required"))],
         ),
         case(
+            "extras that are not an object",
+            job(|v| v["extras"] = json!(["a"])),
+            vec![("extras", Exact("must be an object, got list"))],
+        ),
+        case(
             "image with a space",
             job(|v| v["image"] = json!("busy box")),
             vec![(

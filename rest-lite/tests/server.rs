@@ -833,6 +833,12 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
     assert_eq!(doc.status, 200, "{}", doc.body);
     let doc = doc.json();
     assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
+    let submitted = &doc["paths"]["/api/v1/user/{user}/jobs"]["post"]["responses"]["202"];
+    assert_eq!(submitted["links"]["GetJob"]["operationId"], "get_job");
+    assert_eq!(
+        submitted["links"]["GetJob"]["parameters"]["job"],
+        "$request.body#/jobName"
+    );
     let routes = [
         ("/api/v1/jobs", "get"),
         ("/api/v1/user/{user}/jobs", "get"),
@@ -865,6 +871,25 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
                         .as_array()
                         .is_some_and(|p| p.iter().any(|p| p["name"] == name && p["in"] == "path")),
                     "{method} {path}: path parameter {name} is not documented"
+                );
+            }
+        }
+        // Links name their target by operationId, in OpenAPI's own spelling.
+        for (_, response) in operation["responses"].as_object().into_iter().flatten() {
+            for (name, link) in response["links"].as_object().into_iter().flatten() {
+                let target = link["operationId"].as_str().unwrap_or_default();
+                assert!(
+                    doc["paths"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .any(|(_, item)| {
+                            item.as_object()
+                                .into_iter()
+                                .flatten()
+                                .any(|(_, op)| op["operationId"] == target)
+                        }),
+                    "{method} {path}: link {name} leads to no operation ({link})"
                 );
             }
         }

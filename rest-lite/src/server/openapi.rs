@@ -76,6 +76,97 @@ impl Modify for BearerTokens {
     }
 }
 
+/// A link to one of the job's operations.
+struct JobLink {
+    name: &'static str,
+    operation: &'static str,
+    /// A fixed query parameter.
+    query: Option<(&'static str, &'static str)>,
+    /// The `value` of an executionType body.
+    execution: Option<&'static str>,
+}
+
+const fn link(name: &'static str, operation: &'static str) -> JobLink {
+    JobLink {
+        name,
+        operation,
+        query: None,
+        execution: None,
+    }
+}
+
+/// The job's operations a link leads to.
+const JOB_OPERATIONS: &[JobLink] = &[
+    link("GetJob", "get_job"),
+    JobLink {
+        query: Some(("watch", "true")),
+        ..link("WatchJob", "get_job")
+    },
+    link("GetConfig", "get_config"),
+    link("GetSsh", "get_ssh"),
+    JobLink {
+        execution: Some("STOP"),
+        ..link("StopJob", "set_execution")
+    },
+    JobLink {
+        execution: Some("START"),
+        ..link("StartJob", "set_execution")
+    },
+    link("DeleteJob", "delete_job"),
+];
+
+/// Links between operations (OpenAPI 3.1, the Link object), so that a client or a
+/// stateful test goes from a submission to the job's status, watch, config, stop and
+/// delete, and from a status to the same and its ssh info. Logs need a role and index,
+/// which no response names as a value. Written as JSON: utoipa 5.5's `Link`
+/// serialises its fields in snake case.
+fn add_links(document: &mut serde_json::Value) {
+    use serde_json::json;
+    // (path, method, status, the job's runtime expression, own link)
+    let sources = [
+        (
+            "/api/v1/user/{user}/jobs",
+            "post",
+            "202",
+            "$request.body#/jobName",
+            "",
+        ),
+        (
+            "/api/v1/user/{user}/jobs/{job}",
+            "get",
+            "200",
+            "$request.path.job",
+            "GetJob",
+        ),
+    ];
+    for (path, method, status, job, own) in sources {
+        let mut links = serde_json::Map::new();
+        for target in JOB_OPERATIONS {
+            // A job just submitted has no task with an address: ssh info comes later.
+            if target.name == own || (target.name == "GetSsh" && method == "post") {
+                continue;
+            }
+            let mut parameters = json!({"user": "$request.path.user", "job": job});
+            if let Some((parameter, value)) = target.query {
+                parameters[parameter] = json!(value);
+            }
+            let mut link = json!({"operationId": target.operation, "parameters": parameters});
+            if let Some(value) = target.execution {
+                link["requestBody"] = json!({ "value": value });
+            }
+            links.insert(target.name.to_string(), link);
+        }
+        document["paths"][path][method]["responses"][status]["links"] = links.into();
+    }
+}
+
+/// The whole document, as served.
+pub fn document() -> serde_json::Value {
+    let mut document = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    add_links(&mut document);
+    document
+}
+
 /// Where the document is served.
 pub const DOCUMENT_PATH: &str = "/api/v1/openapi.json";
 
@@ -86,6 +177,6 @@ pub const DOCUMENT_PATH: &str = "/api/v1/openapi.json";
     tag = "operations",
     responses((status = 200, description = "this document (OpenAPI 3.1)", body = Object))
 )]
-pub async fn openapi_json() -> axum::Json<Document> {
-    axum::Json(ApiDoc::openapi())
+pub async fn openapi_json() -> axum::Json<serde_json::Value> {
+    axum::Json(document())
 }

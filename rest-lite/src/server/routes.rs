@@ -1,10 +1,13 @@
 //! The jobs API handlers: extract (`extract`), call the service (`jobs`), map the
 //! result. Every error is an [`ApiError`]; the documented responses are shared sets.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
@@ -14,6 +17,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiQuery, Job, JobPath, Owner, SpecBody, UserPath};
 use super::jobs::{self, Execution, JobSummary, SshInfo, Submitted};
 use crate::spec::SpecFormat;
+use crate::spec::schema::JobSpecDocument;
 use crate::status::{JobView, job_view};
 
 type ApiResult = Result<Response, ApiError>;
@@ -110,7 +114,7 @@ fn submitted(result: Submitted) -> Response {
     path = "/api/v1/user/{user}/jobs",
     tag = "jobs",
     params(UserPath, SubmitQuery),
-    request_body(description = "the job spec, JSON or YAML (contracts §1)", content((String = "application/json"), (String = "application/yaml"))),
+    request_body(description = "the job spec, JSON or YAML (contracts §1); what a schema cannot say is checked by the server, which answers 400 naming every broken rule", content((JobSpecDocument = "application/json"), (JobSpecDocument = "application/yaml"))),
     responses(
         (status = 202, description = "accepted", body = Message),
         (status = 200, description = "dry run: the Framework that would be created", body = Object),
@@ -141,7 +145,7 @@ pub async fn submit(
     path = "/api/v1/user/{user}/jobs/{job}",
     tag = "jobs",
     params(JobPath, SubmitQuery),
-    request_body(description = "the job spec; its jobName must be the path's", content((String = "application/json"), (String = "application/yaml"))),
+    request_body(description = "the job spec; its jobName must be the path's", content((JobSpecDocument = "application/json"), (JobSpecDocument = "application/yaml"))),
     responses(
         (status = 202, description = "accepted", body = Message),
         (status = 200, description = "dry run: the Framework that would be created", body = Object),
@@ -166,12 +170,20 @@ pub async fn submit_named(
     Ok(submitted(result.await?))
 }
 
+/// Longest watch a client may ask for with `timeoutSeconds`.
+const MAX_WATCH_SECONDS: u32 = 86_400;
+
 #[derive(Deserialize, Default, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
 pub struct GetQuery {
     /// Stream the job's status on every change until it completes.
     #[serde(default)]
     watch: bool,
+    /// With `watch`: end the stream after this many seconds even if the job has not
+    /// completed (as Kubernetes' watches do); watch again to go on.
+    #[param(minimum = 1, maximum = 86400)]
+    timeout_seconds: Option<u32>,
 }
 
 /// `GET /api/v1/user/{user}/jobs/{job}`, or its changes with `watch=true`.
@@ -190,15 +202,26 @@ pub async fn get_job(
     job: Job,
     ApiQuery(query): ApiQuery<GetQuery>,
 ) -> ApiResult {
+    if let Some(seconds) = query.timeout_seconds
+        && !(1..=MAX_WATCH_SECONDS).contains(&seconds)
+    {
+        return Err(ApiError::bad_request(format!(
+            "timeoutSeconds: {seconds} is not from 1 to {MAX_WATCH_SECONDS}"
+        )));
+    }
     if !query.watch {
         return Ok(Json(job_view(&job.framework, &job.url())).into_response());
     }
     let changes = state.backend.watch(job.name()).await?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        axum::body::Body::from_stream(jobs::watch_lines(changes, job.url())),
-    )
-        .into_response())
+    let lines = jobs::watch_lines(changes, job.url());
+    let body = match query.timeout_seconds {
+        Some(seconds) => {
+            let limit = Duration::from_secs(u64::from(seconds));
+            axum::body::Body::from_stream(lines.take_until(tokio::time::sleep(limit)))
+        }
+        None => axum::body::Body::from_stream(lines),
+    };
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 
 /// `GET …/config`: the spec exactly as submitted.
@@ -208,7 +231,7 @@ pub async fn get_job(
     tag = "jobs",
     params(JobPath),
     responses(
-        (status = 200, description = "the spec exactly as submitted, in its media type", content((String = "application/json"), (String = "application/yaml"))),
+        (status = 200, description = "the spec exactly as submitted, in its media type", content((JobSpecDocument = "application/json"), (JobSpecDocument = "application/yaml"))),
         JobErrors
     )
 )]
@@ -253,6 +276,7 @@ pub struct ExecutionBody {
     responses(
         (status = 202, description = "accepted", body = Message),
         (status = 409, description = "the job completed or is stopping and cannot be started again (`ConflictJobError`)", body = ErrorBody),
+        (status = 413, description = "the body is larger than the server's limit", body = ErrorBody),
         (status = 415, description = "the body is not application/json", body = ErrorBody),
         JobErrors
     )

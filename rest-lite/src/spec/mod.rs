@@ -4,6 +4,7 @@
 mod error;
 pub mod names;
 mod reader;
+pub mod schema;
 mod validate;
 
 pub use error::{FieldPath, SpecError, SpecErrors};

@@ -100,6 +100,11 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
             reader::string(v, &p, &mut errors);
         }
     }
+    if let Some((v, p)) = obj.optional("extras")
+        && !v.is_object()
+    {
+        errors.push(&p, format!("must be an object, got {}", kind(v)));
+    }
     obj.finish(&mut errors);
 
     if !errors.is_empty() {

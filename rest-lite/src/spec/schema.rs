@@ -1,0 +1,122 @@
+//! The job spec's shape for the OpenAPI document: the fields, types and bounds a JSON
+//! schema can state. The rules it cannot (unique role and label names, `shmMB ≤
+//! memoryMB`, the room left for pod names, reserved variable names, port ranges that
+//! fit) are checked by `validate`, which answers 400 naming each. Documentation only:
+//! parsing never goes through these types. An optional field given as `null` counts as
+//! not given.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+/// An OpenPAI v1 job spec, as JSON (or the same document in YAML).
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct JobSpecDocument {
+    /// Unique among the user's jobs.
+    #[schema(pattern = r"^[A-Za-z0-9\-._~]+$", min_length = 1, max_length = 256)]
+    job_name: String,
+    /// Image of every task.
+    #[schema(min_length = 1, pattern = r"^\S+$")]
+    image: String,
+    /// The roles; names unique.
+    #[schema(min_items = 1)]
+    task_roles: Vec<TaskRoleDocument>,
+    /// Exported to every task exactly as written (names are shell identifiers; `PAI_*`,
+    /// `FC_*`, `USER_CMD` and `KUBE_APISERVER_ADDRESS` are reserved but for
+    /// `PAI_SSH_PUB_KEY`).
+    job_envs: Option<BTreeMap<String, EnvValue>>,
+    /// Retries of the whole job after a failure.
+    #[schema(minimum = 0, maximum = 2147483647)]
+    retry_count: Option<i64>,
+    /// Legacy: `PAI_DATA_DIR`.
+    data_dir: Option<String>,
+    /// Legacy: `PAI_OUTPUT_DIR`.
+    output_dir: Option<String>,
+    /// Legacy: `PAI_CODE_DIR`.
+    code_dir: Option<String>,
+    /// Legacy, accepted and kept.
+    virtual_cluster: Option<String>,
+    /// Legacy, accepted and kept.
+    gpu_type: Option<String>,
+    /// Legacy, accepted and kept.
+    auth_file: Option<String>,
+    /// Legacy, accepted and kept.
+    #[schema(value_type = Option<Object>)]
+    extras: Option<serde_json::Value>,
+}
+
+/// A `jobEnvs` value: text, a number or a boolean.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum EnvValue {
+    /// Text.
+    Text(String),
+    /// A number.
+    Number(f64),
+    /// A boolean.
+    Flag(bool),
+}
+
+/// One role of the job.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct TaskRoleDocument {
+    /// Part of variable names (`PAI_HOST_IP_<role>_<i>`); lower-cased without `_`, it
+    /// names the role's pods, which must fit 63 characters.
+    #[schema(
+        pattern = r"^[A-Za-z0-9_]*[A-Za-z0-9][A-Za-z0-9_]*$",
+        min_length = 1,
+        max_length = 29
+    )]
+    name: String,
+    /// Tasks of the role (at most 10,000 in the whole job).
+    #[schema(minimum = 1, maximum = 10000)]
+    task_number: i64,
+    /// CPUs per task.
+    #[schema(minimum = 1, maximum = 2147483647)]
+    cpu_number: i64,
+    /// Memory per task, MiB.
+    #[schema(minimum = 100, maximum = 2147483647)]
+    #[serde(rename = "memoryMB")]
+    memory_mb: i64,
+    /// `/dev/shm` per task, MiB, at most `memoryMB` (default 64).
+    #[schema(minimum = 1, maximum = 2147483647)]
+    #[serde(rename = "shmMB")]
+    shm_mb: Option<i64>,
+    /// GPUs per task.
+    #[schema(minimum = 0, maximum = 2147483647)]
+    gpu_number: Option<i64>,
+    /// Labelled ports each task needs (labels unique; `http` and `ssh` are added).
+    port_list: Option<Vec<PortDocument>>,
+    /// Run by a shell in the task's container.
+    #[schema(min_length = 1)]
+    command: String,
+    /// Failed tasks that fail the job (null: 1); at most `taskNumber`.
+    #[schema(minimum = 1, maximum = 10000)]
+    min_failed_task_count: Option<i64>,
+    /// Succeeded tasks that succeed the job (null: every task must complete); at most
+    /// `taskNumber`.
+    #[schema(minimum = 1, maximum = 10000)]
+    min_succeeded_task_count: Option<i64>,
+}
+
+/// A labelled group of ports.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct PortDocument {
+    /// Part of variable names (`PAI_PORT_LIST_<role>_<i>_<label>`).
+    #[schema(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$", min_length = 1)]
+    label: String,
+    /// 0 (the default): anywhere; else exactly `beginAt …`, at least 1024.
+    #[schema(minimum = 0, maximum = 65535)]
+    begin_at: Option<i64>,
+    /// How many ports (default 1).
+    #[schema(minimum = 1, maximum = 64512)]
+    port_number: Option<i64>,
+}
