@@ -146,14 +146,20 @@ fn entry_prepares_everything_and_run_starts_the_command_with_its_peers() {
     );
 }
 
-#[test]
-fn entry_passes_the_barrier_through_the_api_server() {
+/// The in-process API server, with the runtime it serves on (kept alive by the caller).
+fn api_server() -> (tokio::runtime::Runtime, ApiServer) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("rt");
     let server = runtime.block_on(ApiServer::start());
+    (runtime, server)
+}
+
+#[test]
+fn entry_passes_the_barrier_through_the_api_server() {
+    let (runtime, server) = api_server();
     let task = TaskDir::new("entry-kube");
     let assets = Assets::new(&task, "true\n");
     let mut value = ready_framework(32000);
@@ -184,12 +190,7 @@ fn entry_passes_the_barrier_through_the_api_server() {
 fn a_task_the_api_server_refuses_fails_for_good_naming_the_rule() {
     // The barrier binary answers 1 here, as frameworkbarrier does; entry overrides it
     // with 210: no retry grants the job's account a permission.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("rt");
-    let server = runtime.block_on(ApiServer::start());
+    let (_runtime, server) = api_server();
     server.create("frameworks", NAMESPACE, ready_framework(32100));
     server.deny(Some(403));
     let task = TaskDir::new("entry-forbidden");
