@@ -14,7 +14,7 @@ use super::AppState;
 use super::auth::Caller;
 use super::backend::BackendError;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{ApiJson, ApiQuery, Job, JobPath, Owner, SpecBody, UserPath};
+use super::extract::{ApiJson, ApiPath, ApiQuery, Job, JobPath, Owner, SpecBody, UserPath};
 use super::jobs::{self, Execution, JobSummary, SshInfo, Submitted};
 use crate::spec::SpecFormat;
 use crate::spec::schema::JobSpecDocument;
@@ -155,7 +155,7 @@ pub async fn submit(
 pub async fn submit_named(
     State(state): State<AppState>,
     owner: Owner,
-    super::extract::ApiPath(JobPath { job, .. }): super::extract::ApiPath<JobPath>,
+    ApiPath(JobPath { job, .. }): ApiPath<JobPath>,
     ApiQuery(query): ApiQuery<SubmitQuery>,
     body: SpecBody,
 ) -> ApiResult {
