@@ -26,6 +26,7 @@ fn config(name: &str) -> BarrierConfig {
         name: name.into(),
         timeout: Duration::from_secs(600),
         reread: None,
+        source: pai_barrier::Source::Framework,
     }
 }
 

@@ -16,6 +16,21 @@ pub const NAME_VAR: &str = pai_contract::env::fc::FRAMEWORK_NAME;
 
 /// Set by the embedded executor: wait on this Framework file instead of the API server.
 pub const FRAMEWORK_FILE_VAR: &str = "BARRIER_FRAMEWORK_FILE";
+/// Set by the embedded executor: wait on this peer-table file (the attempt's published
+/// table on this machine) instead of the API server.
+pub const PEERS_FILE_VAR: &str = "BARRIER_PEERS_FILE";
+/// `BARRIER_PEERS_SOURCE`: `published` (rest-lite publishes each attempt's peer table;
+/// wait for it) or `framework` (watch the Framework itself, as for a Framework nobody
+/// publishes for). Unset: `framework`.
+pub const PEERS_SOURCE_VAR: &str = "BARRIER_PEERS_SOURCE";
+/// [`PEERS_SOURCE_VAR`]'s value for [`Source::Published`].
+pub const SOURCE_PUBLISHED: &str = "published";
+/// [`PEERS_SOURCE_VAR`]'s value for [`Source::Framework`].
+pub const SOURCE_FRAMEWORK: &str = "framework";
+/// Injected by FrameworkController into every container: the Framework attempt's id.
+pub const ATTEMPT_ID_VAR: &str = pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID;
+/// Injected by FrameworkController into every container: the attempt's instance UID.
+pub const ATTEMPT_INSTANCE_UID_VAR: &str = pai_contract::env::fc::FRAMEWORK_ATTEMPT_INSTANCE_UID;
 
 /// frameworkbarrier's default timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -25,9 +40,29 @@ pub struct BarrierConfig {
     pub namespace: String,
     pub name: String,
     pub timeout: Duration,
-    /// When set, the watch is re-opened at least this often (a fresh read of the
-    /// Framework through the watch, not a poll). Unset: kube's watch timeout (290 s).
+    /// When set, the watch is re-opened at least this often (a fresh read through the
+    /// watch, not a poll). Unset: kube's watch timeout (290 s).
     pub reread: Option<Duration>,
+    /// Where the addresses come from.
+    pub source: Source,
+}
+
+/// Where the barrier learns the addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Watch the Framework and apply the readiness rule to every change.
+    Framework,
+    /// Wait for this attempt's published table (one object, one event).
+    Published(Attempt),
+}
+
+/// One Framework attempt, as FrameworkController names it to its containers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// `FC_FRAMEWORK_ATTEMPT_ID`.
+    pub id: i32,
+    /// `FC_FRAMEWORK_ATTEMPT_INSTANCE_UID`.
+    pub instance_uid: String,
 }
 
 impl BarrierConfig {
@@ -51,11 +86,32 @@ impl BarrierConfig {
                 },
             }
         };
+        let source = match var(PEERS_SOURCE_VAR).as_deref().map(str::trim) {
+            None | Some("") | Some(SOURCE_FRAMEWORK) => Source::Framework,
+            Some(SOURCE_PUBLISHED) => {
+                let id = required(ATTEMPT_ID_VAR)?;
+                let id = id.trim().parse::<i32>().map_err(|_| {
+                    BarrierError::Config(format!(
+                        "{ATTEMPT_ID_VAR}={id:?} is not a Framework attempt id"
+                    ))
+                })?;
+                Source::Published(Attempt {
+                    id,
+                    instance_uid: required(ATTEMPT_INSTANCE_UID_VAR)?,
+                })
+            }
+            Some(other) => {
+                return Err(BarrierError::Config(format!(
+                    "{PEERS_SOURCE_VAR}={other:?} is neither {SOURCE_PUBLISHED:?} nor {SOURCE_FRAMEWORK:?}"
+                )));
+            }
+        };
         Ok(Self {
             namespace: required(NAMESPACE_VAR)?,
             name: required(NAME_VAR)?,
             timeout: seconds(TIMEOUT_VAR)?.unwrap_or(DEFAULT_TIMEOUT),
             reread: seconds(INTERVAL_VAR)?,
+            source,
         })
     }
 }
@@ -79,6 +135,7 @@ mod tests {
         let config = BarrierConfig::from_env(env(&base)).expect("valid");
         assert_eq!(config.timeout, DEFAULT_TIMEOUT);
         assert_eq!(config.reread, None);
+        assert_eq!(config.source, Source::Framework);
         let config = BarrierConfig::from_env(env(&[
             base[0],
             base[1],
@@ -88,6 +145,34 @@ mod tests {
         .expect("valid");
         assert_eq!(config.timeout, Duration::from_secs(30));
         assert_eq!(config.reread, Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn the_published_source_names_its_attempt() {
+        let base = [(NAMESPACE_VAR, "ns"), (NAME_VAR, "fw")];
+        let published = [
+            base[0],
+            base[1],
+            (PEERS_SOURCE_VAR, "published"),
+            (ATTEMPT_ID_VAR, "3"),
+            (ATTEMPT_INSTANCE_UID_VAR, "3_abc"),
+        ];
+        let config = BarrierConfig::from_env(env(&published)).expect("valid");
+        assert_eq!(
+            config.source,
+            Source::Published(Attempt {
+                id: 3,
+                instance_uid: "3_abc".into()
+            })
+        );
+        let err = BarrierConfig::from_env(env(&published[..4])).expect_err("no instance uid");
+        assert!(err.to_string().contains(ATTEMPT_INSTANCE_UID_VAR), "{err}");
+        let err = BarrierConfig::from_env(env(&[base[0], base[1], (PEERS_SOURCE_VAR, "cm")]))
+            .expect_err("unknown source");
+        assert!(
+            err.to_string().contains("BARRIER_PEERS_SOURCE=\"cm\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The gang barrier: wait until every task of a Framework has an address, then hand out
 //! the peer table.
 //!
-//! The rule is one pure function ([`readiness::readiness`]); the waiting is kube's
-//! watcher ([`kube_source`]) or, with no cluster, a Framework file the embedded executor
-//! writes ([`local_source`]). Both end the same way: [`Passed`], or a [`BarrierError`]
-//! whose [`BarrierError::exit_code`] FrameworkController understands.
+//! The rule is one pure function ([`readiness::readiness`]), applied where the addresses
+//! are first known: by rest-lite, which publishes each attempt's table once
+//! ([`published`]), or, for a Framework nobody publishes for, by each task itself. The
+//! waiting is on the Kubernetes API ([`kube_source`]) or, with no cluster, on the files
+//! the embedded executor writes ([`local_source`]). Every way ends alike: [`Passed`], or a
+//! [`BarrierError`] whose [`BarrierError::exit_code`] FrameworkController understands.
 
 pub mod config;
 pub mod kube_source;
@@ -12,19 +14,21 @@ pub mod local_source;
 pub mod logging;
 pub mod output;
 pub mod peers;
+pub mod published;
 pub mod readiness;
 
 use pai_contract::Framework;
 use pai_contract::exit::ExitCode;
 
-pub use config::BarrierConfig;
+pub use config::{Attempt, BarrierConfig, Source};
 pub use peers::{Peer, PeerTable, RolePeers};
 pub use readiness::{Progress, Readiness, readiness};
 
-/// The barrier passed: the Framework as last seen, and its peers.
+/// The barrier passed: its peers, and the Framework as last seen when the barrier read
+/// the Framework itself (not when it read a published table).
 #[derive(Clone, Debug)]
 pub struct Passed {
-    pub framework: Box<Framework>,
+    pub framework: Option<Box<Framework>>,
     pub peers: PeerTable,
 }
 

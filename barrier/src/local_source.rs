@@ -1,7 +1,12 @@
-//! Waiting without a cluster: the embedded executor keeps the Framework, status included,
-//! in a JSON file that it replaces atomically on every change. The barrier applies the
-//! same readiness rule to it, woken by inotify on each replacement; the same timeout and
-//! exit semantics hold (missing or deleted file: not found).
+//! Waiting without a cluster, on files replaced atomically, woken by inotify:
+//!
+//! - the attempt's peer table, which the embedded executor writes once, when it has given
+//!   every task its address and ports ([`wait_table`]): one read per task;
+//! - or the Framework, status included, which the embedded executor rewrites on every
+//!   change ([`wait`]): the readiness rule on each replacement; a missing or deleted
+//!   file is "not found".
+//!
+//! The same timeout and exit semantics hold as on a cluster.
 
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -14,10 +19,59 @@ use tracing::{debug, info};
 use pai_contract::Framework;
 
 use crate::readiness::{Readiness, readiness};
-use crate::{BarrierError, Passed};
+use crate::{BarrierError, Passed, PeerTable};
 
 /// Waits until every task of the Framework in `path` has an address.
 pub fn wait(path: &Path, timeout: Duration) -> Result<Passed, BarrierError> {
+    wait_for(path, timeout, true, |bytes| {
+        let framework: Framework = serde_json::from_slice(bytes)
+            .map_err(|e| format!("{} is not a Framework: {e}", path.display()))?;
+        match readiness(&framework).map_err(|e| e.to_string())? {
+            Readiness::Ready(peers) => Ok(Ok(Passed {
+                framework: Some(Box::new(framework)),
+                peers,
+            })),
+            Readiness::Waiting(p) => Ok(Err(p.to_string())),
+        }
+    })
+}
+
+/// Waits until the peer table in `path` exists and, given `instance_uid`, belongs to that
+/// attempt instance.
+pub fn wait_table(
+    path: &Path,
+    timeout: Duration,
+    instance_uid: Option<&str>,
+) -> Result<Passed, BarrierError> {
+    wait_for(path, timeout, false, |bytes| {
+        let peers: PeerTable = serde_json::from_slice(bytes)
+            .map_err(|e| format!("{} is not a peer table: {e}", path.display()))?;
+        match instance_uid {
+            Some(uid) if peers.attempt_instance_uid.as_deref() != Some(uid) => Ok(Err(format!(
+                "{} belongs to attempt instance {:?}, not {uid:?}",
+                path.display(),
+                peers.attempt_instance_uid
+            ))),
+            _ => Ok(Ok(Passed {
+                framework: None,
+                peers,
+            })),
+        }
+    })
+}
+
+/// What one read of the file tells: passed, or why not yet (`Ok(Err(progress))`), or that
+/// the file cannot be used (`Err`, waited past as well: it may be replaced).
+type Verdict = Result<Result<Passed, String>, String>;
+
+/// Reads `path` on every replacement until `judge` passes it. A missing file is "not
+/// found" when `must_exist`, else waited for.
+fn wait_for(
+    path: &Path,
+    timeout: Duration,
+    must_exist: bool,
+    mut judge: impl FnMut(&[u8]) -> Verdict,
+) -> Result<Passed, BarrierError> {
     let started = Instant::now();
     let (dir, file_name) = match (path.parent(), path.file_name()) {
         (Some(dir), Some(name)) => (
@@ -56,50 +110,37 @@ pub fn wait(path: &Path, timeout: Duration) -> Result<Passed, BarrierError> {
             e => BarrierError::Other(format!("cannot watch {}: {e}", dir.display())),
         })?;
 
-    let mut progress: String;
     let mut first = true;
     loop {
-        let framework = match read(path) {
-            Ok(Some(framework)) => framework,
-            Ok(None) if first => return Err(not_found("does not exist")),
-            Ok(None) => return Err(not_found("was deleted while waiting")),
-            Err(e) => {
+        let progress = match std::fs::read(path) {
+            Ok(bytes) => match judge(&bytes) {
+                Ok(Ok(passed)) => {
+                    info!(
+                        path = %path.display(),
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "barrier passed: every task has an address"
+                    );
+                    return Ok(passed);
+                }
                 // A half-written file cannot appear (atomic replace); anything else is
                 // reported and waited past.
-                progress = e;
-                debug!(%progress, "cannot read the Framework file yet");
-                first = false;
-                wait_for_change(&inotify, file_name, started, timeout, &progress)?;
-                continue;
+                Ok(Err(progress)) | Err(progress) => progress,
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if must_exist {
+                    return Err(not_found(if first {
+                        "does not exist"
+                    } else {
+                        "was deleted while waiting"
+                    }));
+                }
+                format!("{} does not exist yet", path.display())
             }
+            Err(e) => format!("cannot read {}: {e}", path.display()),
         };
         first = false;
-        match readiness(&framework) {
-            Ok(Readiness::Ready(peers)) => {
-                info!(
-                    path = %path.display(),
-                    waited_ms = started.elapsed().as_millis() as u64,
-                    "barrier passed: every task has an address"
-                );
-                return Ok(Passed {
-                    framework: Box::new(framework),
-                    peers,
-                });
-            }
-            Ok(Readiness::Waiting(p)) => progress = p.to_string(),
-            Err(e) => progress = e.to_string(),
-        }
+        debug!(%progress, "not passed yet");
         wait_for_change(&inotify, file_name, started, timeout, &progress)?;
-    }
-}
-
-fn read(path: &Path) -> Result<Option<Framework>, String> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| format!("{} is not a Framework: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
     }
 }
 

@@ -34,6 +34,6 @@ fn run(dir: &std::path::Path) -> Result<(), BarrierError> {
         let client = kube_source::client(apiserver.as_deref()).await?;
         kube_source::wait(client, &config).await
     })?;
-    output::write(dir, &passed.framework, &passed.peers)
+    output::write(dir, passed.framework.as_deref(), &passed.peers)
         .map_err(|e| BarrierError::Other(format!("cannot write to {}: {e}", dir.display())))
 }

@@ -1,5 +1,5 @@
-//! What the barrier leaves behind: `framework.json` (as frameworkbarrier does) and the
-//! typed `peers.json`, each written whole or not at all.
+//! What the barrier leaves behind: the typed `peers.json` and, when it read the Framework
+//! itself, `framework.json` (as frameworkbarrier does), each written whole or not at all.
 
 use std::path::Path;
 
@@ -8,9 +8,11 @@ use pai_contract::paths::files;
 
 use crate::PeerTable;
 
-/// Writes `framework.json` and `peers.json` into `dir`.
-pub fn write(dir: &Path, framework: &Framework, peers: &PeerTable) -> std::io::Result<()> {
-    write_json(&dir.join(files::FRAMEWORK_JSON), framework)?;
+/// Writes `peers.json` and, given the Framework, `framework.json` into `dir`.
+pub fn write(dir: &Path, framework: Option<&Framework>, peers: &PeerTable) -> std::io::Result<()> {
+    if let Some(framework) = framework {
+        write_json(&dir.join(files::FRAMEWORK_JSON), framework)?;
+    }
     write_json(&dir.join(files::PEERS_JSON), peers)
 }
 

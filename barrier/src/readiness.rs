@@ -1,14 +1,16 @@
 //! The readiness rule, one pure function of the Framework (frameworkbarrier's rule):
-//! the barrier passes when every task counted from the spec has a non-empty pod IP and
-//! is not pending deletion.
+//! the barrier passes when every task counted from the spec has a pod IP and is not
+//! pending deletion.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 
-use pai_contract::framework::{Framework, TaskStatus};
+use pai_contract::env;
+use pai_contract::framework::{Framework, TaskRoleSpec, TaskStatus};
 
 use pai_contract::read::StatusError;
 
-use crate::peers::{Peer, PeerTable, RolePeers};
+use crate::peers::{PeerTable, RolePeers};
 
 /// Where the job stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,15 +39,13 @@ impl std::fmt::Display for Progress {
     }
 }
 
-/// An address counts when it is non-empty and its task is not being deleted.
-fn address(task: &TaskStatus) -> Option<&str> {
+/// An address counts when it is an IP address (Kubernetes writes nothing else as a pod
+/// IP; an empty one is not there yet) and its task is not being deleted.
+fn address(task: &TaskStatus) -> Option<IpAddr> {
     if task.deletion_pending {
         return None;
     }
-    task.attempt_status
-        .pod_ip
-        .as_deref()
-        .filter(|ip| !ip.is_empty())
+    task.attempt_status.pod_ip.as_deref()?.parse().ok()
 }
 
 /// Applies the rule to `framework`.
@@ -70,24 +70,14 @@ pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
     for role in &framework.spec.task_roles {
         let count = u32::try_from(role.task_number).unwrap_or(0);
         let tasks = by_role.get(role.name.as_str()).unwrap_or(&no_tasks);
-        let mut peers = Vec::with_capacity(count as usize);
+        let mut addresses = Vec::with_capacity(count as usize);
         for index in 0..count {
             progress.total += 1;
             let status = i32::try_from(index).ok().and_then(|i| tasks.get(&i));
-            match status.and_then(|t| address(t).map(|ip| (t, ip))) {
-                Some((task, ip)) => {
+            match status.and_then(|t| address(t)) {
+                Some(ip) => {
                     progress.ready += 1;
-                    peers.push(Peer {
-                        index,
-                        pod_name: task.attempt_status.pod_name.clone(),
-                        ip: ip.to_string(),
-                        host_ip: task
-                            .attempt_status
-                            .pod_host_ip
-                            .clone()
-                            .filter(|h| !h.is_empty()),
-                        ports: own_ports.of(role, index),
-                    });
+                    addresses.push(ip);
                 }
                 None => {
                     if progress.first_missing.is_none() {
@@ -96,20 +86,41 @@ pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
                 }
             }
         }
+        let task_ports = if own_ports.role(&role.name).is_empty() {
+            Vec::new()
+        } else {
+            (0..count).map(|i| own_ports.of(role, i)).collect()
+        };
         roles.push(RolePeers {
             name: role.pai_name().to_string(),
             kube_name: role.name.clone(),
-            tasks: peers,
+            env: family(role),
+            ports: role.port_plan(),
+            task_ports,
+            addresses,
         });
     }
     if progress.ready < progress.total {
         return Ok(Readiness::Waiting(progress));
     }
+    let attempt = framework.status.as_ref().map(|s| &s.attempt_status);
     Ok(Readiness::Ready(PeerTable {
         framework: framework.name().to_string(),
-        attempt: framework.status.as_ref().map_or(0, |s| s.attempt_status.id),
+        attempt: attempt.map_or(0, |a| a.id),
+        attempt_instance_uid: attempt.and_then(|a| a.instance_uid.clone()),
         roles,
     }))
+}
+
+/// The role's variable family ([`env::role_family`]) as its own template states it.
+fn family(role: &TaskRoleSpec) -> BTreeMap<String, String> {
+    env::role_family(role.pai_name())
+        .into_iter()
+        .filter_map(|name| {
+            let value = env::kubelet_expand(role.template_env(&name)?, |_| None);
+            Some((name, value))
+        })
+        .collect()
 }
 
 /// True when [`readiness`] passes; a status that cannot be read is not ready.

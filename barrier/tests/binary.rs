@@ -51,7 +51,7 @@ async fn passes_and_writes_framework_and_peers() {
         serde_json::from_slice(&std::fs::read(dir.join("peers.json")).expect("peers.json"))
             .expect("table");
     assert_eq!(
-        peers.role("worker").expect("worker").tasks[1].ip,
+        peers.role("worker").expect("worker").addresses[1].to_string(),
         address(1, 1)
     );
     let framework: pai_contract::Framework =

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use pai_barrier::{BarrierConfig, BarrierError, kube_source};
+use pai_barrier::{BarrierConfig, BarrierError, Source, kube_source};
 use pai_contract::exit::ExitCode;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_pod_ip, to_value};
@@ -17,6 +17,7 @@ fn config(timeout: Duration) -> BarrierConfig {
         name: FW.into(),
         timeout,
         reread: None,
+        source: Source::Framework,
     }
 }
 
@@ -73,12 +74,15 @@ async fn passes_on_the_event_that_gives_the_last_address() {
     };
     let passed = waiting.await.expect("join").expect("passes");
     assert_eq!(
-        passed.framework.metadata.resource_version.as_deref(),
+        passed
+            .framework
+            .as_ref()
+            .and_then(|f| f.metadata.resource_version.as_deref()),
         Some(last_rv.to_string().as_str()),
         "released by the event that completed the addresses"
     );
     let worker = passed.peers.role("worker").expect("worker");
-    assert_eq!(worker.tasks[1].ip, address(1, 1));
+    assert_eq!(worker.addresses[1].to_string(), address(1, 1));
     assert_eq!(
         (lists(&server), watches(&server)),
         (1, 1),
@@ -97,7 +101,7 @@ async fn a_cut_watch_resumes_from_the_last_resource_version() {
     give_address(&server, 0, "worker", 1);
     give_address(&server, 0, "worker", 2);
     let passed = waiting.await.expect("join").expect("passes");
-    assert_eq!(passed.peers.roles[0].tasks.len(), 3);
+    assert_eq!(passed.peers.roles[0].len(), 3);
     assert_eq!(
         lists(&server),
         1,
@@ -121,7 +125,7 @@ async fn gone_410_makes_it_list_again() {
     server.cut_watches();
     give_address(&server, 0, "worker", 1);
     let passed = waiting.await.expect("join").expect("passes");
-    assert_eq!(passed.peers.roles[0].tasks.len(), 2);
+    assert_eq!(passed.peers.roles[0].len(), 2);
     assert!(
         lists(&server) >= 2,
         "listed again after 410: {:?}",
@@ -186,9 +190,12 @@ async fn a_compressed_status_of_2000_tasks() {
             "attemptStatus": {"id": 0, "taskRoleStatusesCompressed": compressed}});
     });
     let passed = waiting.await.expect("join").expect("passes");
-    let tasks = &passed.peers.roles[0].tasks;
-    assert_eq!(tasks.len(), 2000);
-    assert!(tasks.iter().all(|t| t.ip == address(0, t.index)));
+    let role = &passed.peers.roles[0];
+    assert_eq!(role.len(), 2000);
+    assert!(
+        role.tasks()
+            .all(|t| t.ip.to_string() == address(0, t.index))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,7 +214,7 @@ async fn forbidden_fails_at_once_naming_the_rbac_rule() {
         "{message}"
     );
     assert!(
-        message.contains("grant it get, list and watch on frameworks"),
+        message.contains("get, list and watch on frameworks"),
         "{message}"
     );
     assert_eq!(err.exit_code(), ExitCode::Unknown);
@@ -236,7 +243,10 @@ async fn survives_an_api_server_restart() {
         .await
         .expect("join")
         .expect("passes after the restart");
-    assert_eq!(passed.peers.roles[0].tasks[1].ip, address(0, 1));
+    assert_eq!(
+        passed.peers.roles[0].addresses[1].to_string(),
+        address(0, 1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

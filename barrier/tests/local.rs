@@ -35,7 +35,7 @@ fn passes_when_the_last_address_is_published() {
     }
     let passed = waiter.join().expect("thread").expect("passes");
     assert_eq!(
-        passed.peers.role("client").expect("client").tasks[1].ip,
+        passed.peers.role("client").expect("client").addresses[1].to_string(),
         address(1, 1)
     );
     std::fs::remove_dir_all(&dir).ok();

@@ -40,17 +40,25 @@ fn every_task_with_an_address_is_ready_and_the_table_says_where() {
     assert_eq!(table.framework, "fw");
     assert_eq!(table.roles.len(), 2);
     let worker = table.role("worker").expect("worker");
-    assert_eq!(worker.tasks.len(), 3);
-    for (i, peer) in worker.tasks.iter().enumerate() {
+    assert_eq!(worker.len(), 3);
+    for (i, peer) in worker.tasks().enumerate() {
         assert_eq!(peer.index as usize, i);
-        assert_eq!(peer.ip, address(1, i as u32));
-        assert_eq!(peer.host_ip.as_deref(), Some("192.0.2.1"));
+        assert_eq!(peer.ip.to_string(), address(1, i as u32));
         assert_eq!(peer.ports.to_string(), "http:21001;ssh:21002");
-        assert_eq!(
-            peer.pod_name.as_deref(),
-            Some(format!("fw-worker-{i}").as_str())
-        );
     }
+    assert!(worker.task(3).is_none());
+    assert!(
+        worker.task_ports.is_empty(),
+        "one plan for the role's tasks"
+    );
+    assert_eq!(
+        worker
+            .env
+            .get("PAI_TASK_ROLE_TASK_COUNT_worker")
+            .map(String::as_str),
+        Some("3"),
+        "the role's family travels with the table"
+    );
     assert_eq!(table.role_index("worker"), Some(1));
 }
 
@@ -88,7 +96,7 @@ fn tasks_are_counted_from_the_spec() {
     let Readiness::Ready(table) = readiness(&f).expect("reads") else {
         panic!("not ready")
     };
-    assert_eq!(table.role("worker").expect("worker").tasks.len(), 3);
+    assert_eq!(table.role("worker").expect("worker").len(), 3);
     let f = with(
         to_value(&framework("fw", &[("ps", 2), ("worker", 4)])),
         all_addresses,

@@ -201,7 +201,12 @@ pub struct FrameworkAttemptStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// When it completed.
     pub completion_time: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "instanceUID",
+        alias = "instanceUid"
+    )]
     /// The attempt's instance UID.
     pub instance_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -291,7 +296,12 @@ pub struct CompletionTrigger {
 pub struct TaskRoleStatus {
     /// The task-role name.
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "instanceUID",
+        alias = "instanceUid"
+    )]
     /// The role's instance UID.
     pub instance_uid: Option<String>,
     #[serde(default)]
@@ -338,13 +348,23 @@ pub struct TaskAttemptStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// When it completed.
     pub completion_time: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "instanceUID",
+        alias = "instanceUid"
+    )]
     /// The attempt's instance UID.
     pub instance_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// Its pod.
     pub pod_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "podUID",
+        alias = "podUid"
+    )]
     /// Its pod's UID.
     pub pod_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -384,21 +404,39 @@ mod tests {
             "somethingNew": 1,
             "attemptStatus": {
                 "id": 2,
+                "instanceUID": "2_c0ffee",
+                "configMapUID": "c0ffee",
                 "taskRoleStatuses": [{
                     "name": "ps",
+                    "instanceUID": "r1",
                     "taskStatuses": [{
                         "index": 0,
                         "state": "AttemptRunning",
                         "deletionPending": false,
-                        "attemptStatus": {"id": 0, "podIP": "10.0.0.5", "podHostIP": "192.0.2.1"}
+                        "attemptStatus": {"id": 0, "instanceUID": "0_p1", "podUID": "p1",
+                            "podIP": "10.0.0.5", "podHostIP": "192.0.2.1"}
                     }]
                 }]
             }
         });
-        let status: FrameworkStatus = serde_json::from_value(json).expect("reads");
+        let status: FrameworkStatus = serde_json::from_value(json.clone()).expect("reads");
         assert_eq!(status.state, FrameworkState::AttemptRunning);
+        // FrameworkController's own spelling of the UIDs, both ways.
+        assert_eq!(
+            status.attempt_status.instance_uid.as_deref(),
+            Some("2_c0ffee")
+        );
+        let written = serde_json::to_value(&status).expect("writes");
+        assert_eq!(written["attemptStatus"]["instanceUID"], "2_c0ffee");
+        assert_eq!(
+            written["attemptStatus"]["taskRoleStatuses"][0]["taskStatuses"][0]["attemptStatus"]["podUID"],
+            "p1"
+        );
         let roles = status.attempt_status.task_role_statuses.expect("roles");
+        assert_eq!(roles[0].instance_uid.as_deref(), Some("r1"));
         let task = &roles[0].task_statuses[0];
+        assert_eq!(task.attempt_status.instance_uid.as_deref(), Some("0_p1"));
+        assert_eq!(task.attempt_status.pod_uid.as_deref(), Some("p1"));
         assert_eq!(task.attempt_status.pod_ip.as_deref(), Some("10.0.0.5"));
         assert_eq!(
             task.attempt_status.pod_host_ip.as_deref(),

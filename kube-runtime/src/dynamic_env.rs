@@ -1,15 +1,14 @@
 //! The variables only known after the barrier (contracts §2, "dynamic"), plus the
-//! per-task port variables the transformer leaves to the runtime so that the Framework
-//! stays O(roles). All come from the peer table.
+//! per-task port variables and other roles' families the transformer leaves to the
+//! runtime so that the Framework stays O(roles). All come from the peer table.
 
 use pai_barrier::PeerTable;
-use pai_contract::Framework;
 use pai_contract::env as names;
 use pai_contract::ports::{HTTP_LABEL, join_ports};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DynamicEnvError {
-    #[error("role {0:?} (FC_TASKROLE_NAME) is not in the Framework")]
+    #[error("role {0:?} (FC_TASKROLE_NAME) is not in the peer table")]
     UnknownRole(String),
     #[error("task index {index} is not below role {role:?}'s task count {count}")]
     UnknownIndex {
@@ -27,25 +26,21 @@ pub struct Me {
 }
 
 /// Every dynamic variable for task `me`, in a stable order: the variables of the peer
-/// table, then every role's family copied from its own template.
-pub fn dynamic_env(
-    framework: &Framework,
-    peers: &PeerTable,
-    me: &Me,
-) -> Result<Vec<(String, String)>, DynamicEnvError> {
+/// table, then every role's family.
+pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<(String, String)>, DynamicEnvError> {
     let role_index = peers
         .roles
         .iter()
         .position(|r| r.kube_name == me.kube_role)
         .ok_or_else(|| DynamicEnvError::UnknownRole(me.kube_role.clone()))?;
     let own = &peers.roles[role_index];
-    if me.index as usize >= own.tasks.len() {
+    let Some(mine) = own.task(me.index) else {
         return Err(DynamicEnvError::UnknownIndex {
             role: own.name.clone(),
             index: me.index,
-            count: own.tasks.len(),
+            count: own.len(),
         });
-    }
+    };
     let mut env = vec![
         (
             names::CURRENT_TASK_ROLE_CURRENT_TASK_INDEX.to_string(),
@@ -55,7 +50,7 @@ pub fn dynamic_env(
     ];
     // This task's own ports: the same as its template's on Kubernetes; its own on a
     // shared host (the embedded default), where they override the role's.
-    let mine = &own.tasks[me.index as usize].ports;
+    let mine = mine.ports;
     env.push((
         names::CONTAINER_HOST_PORT_LIST.to_string(),
         mine.to_string(),
@@ -76,9 +71,9 @@ pub fn dynamic_env(
     }
     for role in &peers.roles {
         let name = role.name.as_str();
-        let mut hosts = Vec::with_capacity(role.tasks.len());
-        for task in &role.tasks {
-            env.push((names::host_ip(name, task.index), task.ip.clone()));
+        let mut hosts = Vec::with_capacity(role.len());
+        for task in role.tasks() {
+            env.push((names::host_ip(name, task.index), task.ip.to_string()));
             for (label, ports) in task.ports.iter() {
                 env.push((names::port_list(name, task.index, label), join_ports(ports)));
                 if let Some(first) = ports.first() {
@@ -94,72 +89,34 @@ pub fn dynamic_env(
         }
         env.push((names::task_role_host_list(name), hosts.join(",")));
     }
-    env.extend(role_families(framework));
-    Ok(env)
-}
-
-/// Each role's family ([`names::role_family`]) as its own template states it.
-fn role_families(framework: &Framework) -> Vec<(String, String)> {
-    let mut vars = Vec::new();
-    for role in &framework.spec.task_roles {
-        for name in names::role_family(role.pai_name()) {
-            if let Some(value) = role.template_env(&name) {
-                vars.push((name, names::kubelet_expand(value, |_| None)));
-            }
-        }
+    for role in &peers.roles {
+        env.extend(role.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
-    vars
+    Ok(env)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pai_barrier::{Peer, RolePeers};
+    use pai_barrier::{Readiness, readiness};
+    use pai_test_support::frameworks::{framework, set_pod_ip, to_value};
 
+    /// The table the barrier gives for the fixture's job: ps (2 tasks), Worker_A (1).
     fn table() -> PeerTable {
-        let role = |name: &str, kube: &str, ips: &[&str], ports: &str| RolePeers {
-            name: name.into(),
-            kube_name: kube.into(),
-            tasks: ips
-                .iter()
-                .enumerate()
-                .map(|(i, ip)| Peer {
-                    index: i as u32,
-                    pod_name: None,
-                    ip: ip.to_string(),
-                    host_ip: None,
-                    ports: ports.parse().expect("ports"),
-                })
-                .collect(),
-        };
-        PeerTable {
-            framework: "fw".into(),
-            attempt: 0,
-            roles: vec![
-                role(
-                    "ps",
-                    "ps",
-                    &["10.0.0.1", "10.0.0.2"],
-                    "main:2000;http:2001;ssh:2002",
-                ),
-                role(
-                    "Worker_A",
-                    "workera",
-                    &["10.0.1.1"],
-                    "main:3000,3001;http:3002;ssh:3003",
-                ),
-            ],
+        let mut value = to_value(&framework("fw", &[("ps", 2), ("Worker_A", 1)]));
+        set_pod_ip(&mut value, "ps", 0, "10.0.0.1");
+        set_pod_ip(&mut value, "ps", 1, "10.0.0.2");
+        set_pod_ip(&mut value, "workera", 0, "10.0.1.1");
+        let framework = serde_json::from_value(value).expect("framework");
+        match readiness(&framework).expect("reads") {
+            Readiness::Ready(table) => table,
+            Readiness::Waiting(p) => panic!("not ready: {p}"),
         }
-    }
-
-    fn framework() -> Framework {
-        pai_test_support::frameworks::framework("fw", &[("ps", 2), ("Worker_A", 1)])
     }
 
     #[test]
     fn every_dynamic_variable() {
         let env = dynamic_env(
-            &framework(),
             &table(),
             &Me {
                 kube_role: "workera".into(),
@@ -174,12 +131,17 @@ mod tests {
         assert_eq!(get("PAI_HOST_IP_Worker_A_0"), Some("10.0.1.1"));
         assert_eq!(
             get("PAI_TASK_ROLE_ps_HOST_LIST"),
-            Some("10.0.0.1:2001,10.0.0.2:2001")
+            Some("10.0.0.1:20001,10.0.0.2:20001")
         );
-        assert_eq!(get("PAI_PORT_LIST_ps_0_main"), Some("2000"));
-        assert_eq!(get("PAI_PORT_LIST_Worker_A_0_main"), Some("3000,3001"));
-        assert_eq!(get("PAI_Worker_A_0_main_PORT"), Some("3000"));
-        assert_eq!(get("PAI_ps_1_ssh_PORT"), Some("2002"));
+        assert_eq!(get("PAI_PORT_LIST_ps_0_http"), Some("20001"));
+        assert_eq!(get("PAI_PORT_LIST_Worker_A_0_ssh"), Some("21002"));
+        assert_eq!(get("PAI_Worker_A_0_http_PORT"), Some("21001"));
+        assert_eq!(get("PAI_ps_1_ssh_PORT"), Some("20002"));
+        assert_eq!(
+            get("PAI_CONTAINER_HOST_PORT_LIST"),
+            Some("http:21001;ssh:21002")
+        );
+        assert_eq!(get("PAI_CURRENT_CONTAINER_PORT"), Some("21001"));
         assert_eq!(
             get("PAI_TASK_ROLE_TASK_COUNT_ps"),
             Some("2"),
@@ -198,7 +160,6 @@ mod tests {
     fn unknown_role_or_index_is_an_error() {
         assert!(
             dynamic_env(
-                &framework(),
                 &table(),
                 &Me {
                     kube_role: "nope".into(),
@@ -209,7 +170,6 @@ mod tests {
         );
         assert!(
             dynamic_env(
-                &framework(),
                 &table(),
                 &Me {
                     kube_role: "ps".into(),

@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 
 use tracing::info;
 
-use pai_barrier::config::FRAMEWORK_FILE_VAR;
-use pai_barrier::{BarrierConfig, BarrierError, Passed, kube_source, local_source, output};
+use pai_barrier::config::{FRAMEWORK_FILE_VAR, PEERS_FILE_VAR};
+use pai_barrier::{BarrierConfig, BarrierError, Passed, Source, kube_source, local_source, output};
 use pai_contract::env as names;
 use pai_contract::exit::ExitCode;
 
@@ -84,10 +84,10 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         kube_role: task.kube_role.clone(),
         index: task.index,
     };
-    let vars = dynamic_env(&passed.framework, &passed.peers, &me)?;
+    let vars = dynamic_env(&passed.peers, &me)?;
     check_ports(&passed, &me)?;
 
-    output::write(layout.root(), &passed.framework, &passed.peers)
+    output::write(layout.root(), passed.framework.as_deref(), &passed.peers)
         .map_err(|e| setup("cannot write the peer table into", layout.root(), e))?;
     let text = shell::render(vars.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))))
         .map_err(|e| EntryError::Setup(format!("cannot render the env file: {e}")))?;
@@ -157,6 +157,17 @@ fn run_prep(layout: &Layout, assets: &Path, log_dir: &Path) -> Result<(), EntryE
 
 fn pass_barrier() -> Result<Passed, EntryError> {
     let config = BarrierConfig::from_env(|k| std::env::var(k).ok())?;
+    if let Some(file) = std::env::var_os(PEERS_FILE_VAR).filter(|f| !f.is_empty()) {
+        let instance = match &config.source {
+            Source::Published(attempt) => Some(attempt.instance_uid.as_str()),
+            Source::Framework => None,
+        };
+        return Ok(local_source::wait_table(
+            &PathBuf::from(file),
+            config.timeout,
+            instance,
+        )?);
+    }
     if let Some(file) = std::env::var_os(FRAMEWORK_FILE_VAR).filter(|f| !f.is_empty()) {
         return Ok(local_source::wait(&PathBuf::from(file), config.timeout)?);
     }
@@ -179,7 +190,7 @@ fn check_ports(passed: &Passed, me: &Me) -> Result<(), EntryError> {
         .roles
         .iter()
         .find(|r| r.kube_name == me.kube_role)
-        .and_then(|r| r.tasks.get(me.index as usize))
+        .and_then(|r| r.task(me.index))
     else {
         return Ok(());
     };

@@ -10,7 +10,9 @@ use std::process::{Command, Stdio};
 use common::{BIN, TaskDir, finish};
 use pai_kube_runtime::shell;
 use pai_test_support::ApiServer;
-use pai_test_support::frameworks::{NAMESPACE, address, framework_on_ports, set_pod_ip, to_value};
+use pai_test_support::frameworks::{
+    NAMESPACE, address, framework_on_ports, set_attempt, set_pod_ip, to_value,
+};
 use serde_json::Value;
 
 const HOSTILE_CMD: &str = "echo \"index=$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX ps=$PAI_HOST_IP_ps_0:$PAI_ps_0_http_PORT ps_tasks=$PAI_TASK_ROLE_TASK_COUNT_ps\"\necho 'quotes \" and $(not run)'";
@@ -187,6 +189,62 @@ fn entry_passes_the_barrier_through_the_api_server() {
 }
 
 #[test]
+fn entry_reads_the_attempts_published_table_and_never_the_framework() {
+    let (runtime, server) = api_server();
+    let task = TaskDir::new("entry-published");
+    let assets = Assets::new(&task, "true\n");
+    let mut value = ready_framework(32200);
+    set_attempt(&mut value, 0, "0_cm-uid");
+    for (role, index, position) in [("ps", 0, 0), ("worker", 0, 1), ("worker", 1, 1)] {
+        set_pod_ip(&mut value, role, index, &address(position, index));
+    }
+    let stored = server.create("frameworks", NAMESPACE, value);
+    let framework: pai_contract::Framework = serde_json::from_value(stored).expect("framework");
+    let child = entry(&task, &assets, "worker", 1)
+        .env("KUBE_APISERVER_ADDRESS", server.url())
+        .env("BARRIER_PEERS_SOURCE", "published")
+        .env("FC_FRAMEWORK_ATTEMPT_INSTANCE_UID", "0_cm-uid")
+        .spawn()
+        .expect("entry");
+    runtime.block_on(server.watches_started(1));
+    // rest-lite publishes the table once every task has an address.
+    let pai_barrier::Readiness::Ready(table) = pai_barrier::readiness(&framework).expect("reads")
+    else {
+        panic!("not ready");
+    };
+    let map = pai_barrier::published::config_map(&table, &framework);
+    server.create(
+        "configmaps",
+        NAMESPACE,
+        serde_json::to_value(&map).expect("json"),
+    );
+    let out = finish(child);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let root = task.root().join("pai");
+    assert!(root.join("peers.json").exists());
+    assert!(
+        !root.join("framework.json").exists(),
+        "the Framework was not read, so there is none to write"
+    );
+    assert!(
+        server
+            .requests()
+            .iter()
+            .all(|r| !r.uri.contains("/frameworks")),
+        "the barrier never asked for the Framework: {:?}",
+        server.requests()
+    );
+    let out = run(&task, "worker", 1);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .starts_with(&format!("index=1 ps={}:32201 ps_tasks=1\n", address(0, 0))),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
 fn a_task_the_api_server_refuses_fails_for_good_naming_the_rule() {
     // The barrier binary answers 1 here, as frameworkbarrier does; entry overrides it
     // with 210: no retry grants the job's account a permission.
@@ -202,8 +260,7 @@ fn a_task_the_api_server_refuses_fails_for_good_naming_the_rule() {
     let out = finish(child);
     assert_eq!(out.code, Some(210), "{}", out.stderr);
     assert!(
-        out.stderr
-            .contains("grant it get, list and watch on frameworks"),
+        out.stderr.contains("get, list and watch on frameworks"),
         "{}",
         out.stderr
     );

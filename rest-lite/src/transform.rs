@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use pai_barrier::config as barrier;
 use pai_contract::env as names;
 use pai_contract::framework::{
     CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, GPU_RESOURCE, INIT_CONTAINER,
@@ -161,13 +162,16 @@ impl Transformer {
         let mut init_env = vec![
             env_var(names::USER_CMD, role.command()),
             env_var(names::KUBE_APISERVER_ADDRESS, &cfg.kube_apiserver_address),
+            // rest-lite publishes every attempt's peer table: the barrier waits for it
+            // instead of watching the whole Framework.
+            env_var(barrier::PEERS_SOURCE_VAR, barrier::SOURCE_PUBLISHED),
         ];
         // The prep scripts make ssh host keys only for jobs that can log in.
         if let Some((_, key)) = job.env.iter().find(|(k, _)| k == names::SSH_PUB_KEY) {
             init_env.push(env_var(names::SSH_PUB_KEY, key));
         }
         if let Some(timeout) = cfg.barrier_timeout_sec {
-            init_env.push(env_var("BARRIER_CHECK_TIMEOUT_SEC", &timeout.to_string()));
+            init_env.push(env_var(barrier::TIMEOUT_VAR, &timeout.to_string()));
         }
         let init = Container {
             name: INIT_CONTAINER.to_string(),

@@ -10,8 +10,12 @@
 //!
 //! Every object written over HTTP passes [`crate::validation::admit`] first, as a real API
 //! server with FrameworkController's CRD would check it: object metadata (names, labels,
-//! annotations' size), the Framework schema (names `^[a-z0-9]{1,63}$`, task numbers,
-//! enums, bounds), and pruning of unknown fields; a failure is the real 422 `Status`.
+//! annotations' size, owner references), the Framework schema (names `^[a-z0-9]{1,63}$`,
+//! task numbers, enums, bounds), pruning of unknown fields, and ConfigMaps' keys and
+//! 1 MiB limit; a failure is the real 422 `Status`.
+//!
+//! Deleting an object deletes what it owns (`metadata.ownerReferences`), at once where
+//! the real garbage collector takes a moment.
 //!
 //! It does not prove: admission webhooks, other resources' schemas, authentication and
 //! RBAC other than a blanket denial, server-side apply, strategic merge semantics for
@@ -20,6 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -59,8 +64,23 @@ impl Key {
 struct Event {
     rv: u64,
     key: Key,
-    kind: &'static str,
-    object: Value,
+    /// Shared: every watcher's copy of the event is a pointer, not a deep copy.
+    object: Arc<Value>,
+    /// The event as a watch line, serialised once for every watcher (as the real API
+    /// server's watch cache does).
+    line: Bytes,
+}
+
+impl Event {
+    fn new(rv: u64, key: Key, kind: &'static str, object: Value) -> Self {
+        let line = line(&json!({"type": kind, "object": &object}));
+        Self {
+            rv,
+            key,
+            object: Arc::new(object),
+            line,
+        }
+    }
 }
 
 /// One request as the server saw it.
@@ -69,6 +89,8 @@ pub struct Request {
     pub method: String,
     /// Path and query.
     pub uri: String,
+    /// Bytes of the response body sent so far (a watch's grow while it lasts).
+    pub bytes_sent: u64,
 }
 
 impl Request {
@@ -94,11 +116,36 @@ struct Store {
     /// Pods whose container has ended: following their log returns what there is.
     ended_logs: std::collections::HashSet<Key>,
     requests: Vec<Request>,
+    /// Response bytes of each request, by its position in `requests`.
+    sent: Vec<Arc<AtomicU64>>,
+}
+
+/// One event channel per resource, as the real API server keeps a watch cache per
+/// resource: a watcher of ConfigMaps is never woken by a Framework's change.
+#[derive(Default)]
+struct Channels(Mutex<HashMap<String, broadcast::Sender<Event>>>);
+
+impl Channels {
+    fn sender(&self, resource: &str) -> broadcast::Sender<Event> {
+        let mut channels = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        channels
+            .entry(resource.to_string())
+            .or_insert_with(|| broadcast::channel(4096).0)
+            .clone()
+    }
+
+    fn send(&self, event: Event) {
+        let _ = self.sender(&event.key.resource).send(event);
+    }
+
+    fn subscribe(&self, resource: &str) -> broadcast::Receiver<Event> {
+        self.sender(resource).subscribe()
+    }
 }
 
 struct Shared {
     store: Mutex<Store>,
-    events: broadcast::Sender<Event>,
+    events: Channels,
     /// Bumped to end every open watch.
     cut: watch::Sender<u64>,
     /// How many watches (and followed logs) have started streaming.
@@ -124,7 +171,7 @@ pub struct ApiServer {
 impl ApiServer {
     /// Starts on a free loopback port.
     pub async fn start() -> Self {
-        let (events, _) = broadcast::channel(4096);
+        let events = Channels::default();
         let (cut, _) = watch::channel(0);
         let (watches, _) = watch::channel(0);
         let (log_appends, _) = broadcast::channel(1024);
@@ -343,9 +390,18 @@ impl ApiServer {
         self.shared.lock().invalid = message.map(str::to_string);
     }
 
-    /// Every request so far.
+    /// Every request so far, with the response bytes sent for each.
     pub fn requests(&self) -> Vec<Request> {
-        self.shared.lock().requests.clone()
+        let store = self.shared.lock();
+        store
+            .requests
+            .iter()
+            .zip(&store.sent)
+            .map(|(r, sent)| Request {
+                bytes_sent: sent.load(Ordering::Relaxed),
+                ..r.clone()
+            })
+            .collect()
     }
 
     /// Returns once `n` watches have started streaming in all (the server's own
@@ -353,6 +409,36 @@ impl ApiServer {
     pub async fn watches_started(&self, n: usize) {
         let mut count = self.shared.watches.subscribe();
         let _ = count.wait_for(|c| *c >= n).await;
+    }
+
+    /// Returns the object once it exists and `accept` holds for it, woken by the
+    /// server's own events (no clock).
+    pub async fn wait_for(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        accept: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let key = Key::new(resource, namespace, name);
+        let mut events = self.shared.events.subscribe(resource);
+        loop {
+            if let Some(object) = self.shared.lock().objects.get(&key)
+                && accept(object)
+            {
+                return object.clone();
+            }
+            loop {
+                match events.recv().await {
+                    Ok(e) if e.key == key => break,
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        panic!("the API server ended while waiting for {resource}/{name}")
+                    }
+                }
+            }
+        }
     }
 
     /// The current resourceVersion.
@@ -372,7 +458,7 @@ impl Drop for ApiServer {
 
 fn insert(
     store: &mut Store,
-    events: &broadcast::Sender<Event>,
+    events: &Channels,
     key: Key,
     mut object: Value,
     kind: &'static str,
@@ -394,30 +480,46 @@ fn insert(
         meta["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
     }
     store.objects.insert(key.clone(), object.clone());
-    let event = Event {
-        rv,
-        key,
-        kind,
-        object: object.clone(),
-    };
+    let event = Event::new(rv, key, kind, object.clone());
     store.history.push_back(event.clone());
-    let _ = events.send(event);
+    events.send(event);
     object
 }
 
-fn remove(store: &mut Store, events: &broadcast::Sender<Event>, key: &Key) -> Option<Value> {
+/// Removes the object, then (as the garbage collector does after a background-cascading
+/// delete, here at once) every object it owns, and theirs.
+fn remove(store: &mut Store, events: &Channels, key: &Key) -> Option<Value> {
+    let object = remove_one(store, events, key)?;
+    let mut owners: Vec<Value> = vec![object["metadata"]["uid"].clone()];
+    while let Some(uid) = owners.pop() {
+        let owned: Vec<Key> = store
+            .objects
+            .iter()
+            .filter(|(k, o)| {
+                k.namespace == key.namespace
+                    && o["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in owned {
+            if let Some(gone) = remove_one(store, events, &k) {
+                owners.push(gone["metadata"]["uid"].clone());
+            }
+        }
+    }
+    Some(object)
+}
+
+fn remove_one(store: &mut Store, events: &Channels, key: &Key) -> Option<Value> {
     let mut object = store.objects.remove(key)?;
     store.rv += 1;
     let rv = store.rv;
     object["metadata"]["resourceVersion"] = json!(rv.to_string());
-    let event = Event {
-        rv,
-        key: key.clone(),
-        kind: "DELETED",
-        object: object.clone(),
-    };
+    let event = Event::new(rv, key.clone(), "DELETED", object.clone());
     store.history.push_back(event.clone());
-    let _ = events.send(event);
+    events.send(event);
     Some(object)
 }
 
@@ -456,16 +558,29 @@ async fn admit(
     next: Next,
 ) -> Response {
     let (method, uri) = (request.method().clone(), request.uri().clone());
+    let sent = Arc::new(AtomicU64::new(0));
     let denial = {
         let mut store = shared.lock();
         store.requests.push(Request {
             method: method.to_string(),
             uri: uri.to_string(),
+            bytes_sent: 0,
         });
+        store.sent.push(sent.clone());
         store.deny
     };
     match denial {
-        None => next.run(request).await,
+        None => {
+            let response = next.run(request).await;
+            response.map(|body| {
+                let counted = body.into_data_stream().inspect(move |chunk| {
+                    if let Ok(chunk) = chunk {
+                        sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    }
+                });
+                Body::from_stream(counted)
+            })
+        }
         Some(401) => status(401, "Unauthorized", "Unauthorized".to_string()),
         Some(code) => status(
             code,
@@ -567,7 +682,7 @@ fn watch_stream(
         .and_then(|v| v.parse::<u64>().ok())
         .map(Duration::from_secs);
     // Subscribe before reading the history, so nothing falls between the two.
-    let live = shared.events.subscribe();
+    let live = shared.events.subscribe(&resource);
     let mut cut = shared.cut.subscribe();
     cut.mark_unchanged();
     let matches = {
@@ -593,13 +708,10 @@ fn watch_stream(
             store
                 .objects
                 .iter()
-                .map(|(k, o)| Event {
-                    rv: store.rv,
-                    key: k.clone(),
-                    kind: "ADDED",
-                    object: o.clone(),
+                .filter(|(k, o)| {
+                    k.resource == resource && k.namespace == namespace && selected(o, &query)
                 })
-                .filter(&matches)
+                .map(|(k, o)| Event::new(store.rv, k.clone(), "ADDED", o.clone()))
                 .collect()
         } else {
             store
@@ -613,7 +725,7 @@ fn watch_stream(
     };
     let last_sent = backlog.iter().map(|e| e.rv).max().unwrap_or(from);
     shared.watches.send_modify(|c| *c += 1);
-    let backlog = futures::stream::iter(backlog.into_iter().map(|e| event_line(&e)));
+    let backlog = futures::stream::iter(backlog.into_iter().map(|e| e.line));
     let live = futures::stream::unfold((live, last_sent), move |(mut rx, last)| {
         let matches = matches.clone();
         async move {
@@ -621,7 +733,7 @@ fn watch_stream(
                 match rx.recv().await {
                     Ok(e) if e.rv > last && matches(&e) => {
                         let rv = e.rv;
-                        return Some((event_line(&e), (rx, rv)));
+                        return Some((e.line, (rx, rv)));
                     }
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
@@ -648,10 +760,6 @@ fn line(value: &Value) -> Bytes {
     let mut bytes = serde_json::to_vec(value).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
-}
-
-fn event_line(e: &Event) -> Bytes {
-    line(&json!({"type": e.kind, "object": e.object}))
 }
 
 fn line_response(lines: futures::stream::BoxStream<'static, Bytes>) -> Response {

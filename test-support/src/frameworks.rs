@@ -147,3 +147,23 @@ pub fn set_pod_ip(framework: &mut Value, kube_role: &str, index: u32, ip: &str) 
     task["attemptStatus"]["podHostIP"] = json!("192.0.2.1");
     task["attemptStatus"]["podName"] = json!(pod_name);
 }
+
+/// Starts attempt `id` as FrameworkController does: a new attempt instance UID
+/// (`<id>_<uid>`) and every task back to no address.
+pub fn set_attempt(framework: &mut Value, id: i32, instance_uid: &str) {
+    framework["status"]["attemptStatus"] = json!({
+        "id": id,
+        "instanceUID": instance_uid,
+        "taskRoleStatuses": [],
+    });
+}
+
+/// Gives every task of every role (name as in the spec, task count) its test address.
+pub fn set_all_addresses(framework: &mut Value, roles: &[(&str, u32)]) {
+    for (position, (role, tasks)) in roles.iter().enumerate() {
+        let kube_role = names::task_role_name(role);
+        for index in 0..*tasks {
+            set_pod_ip(framework, &kube_role, index, &address(position, index));
+        }
+    }
+}

@@ -219,6 +219,10 @@ pub fn admit(resource: &str, object: &mut Value) -> Result<(), Invalid> {
             check(&schema, object, "", &mut causes);
             "Framework.frameworkcontroller.microsoft.com".to_string()
         }
+        "configmaps" => {
+            config_map(object, &mut causes);
+            "ConfigMap".to_string()
+        }
         other => {
             let mut kind = other.trim_end_matches('s').to_string();
             if let Some(first) = kind.get_mut(..1) {
@@ -415,7 +419,59 @@ fn qualified_name(key: &str) -> bool {
     }
 }
 
+/// A ConfigMap's keys (`[-._a-zA-Z0-9]+`, at most 253) and its size: `data` and
+/// `binaryData` together at most 1 MiB, as the API server's validation says.
+fn config_map(object: &Value, causes: &mut Vec<Cause>) {
+    let mut total = 0;
+    for field in ["data", "binaryData"] {
+        let Some(entries) = object[field].as_object() else {
+            continue;
+        };
+        for (key, value) in entries {
+            let ok = (1..=253).contains(&key.len())
+                && key
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+            if !ok {
+                causes.push(invalid(
+                    &format!("{field}[{key}]"),
+                    &json!(key),
+                    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
+                        .into(),
+                ));
+            }
+            total += key.len() + value.as_str().map_or(0, str::len);
+        }
+    }
+    if total > MAX_CONFIG_MAP_BYTES {
+        causes.push(Cause {
+            reason: "FieldValueTooLong",
+            field: "data".into(),
+            message: format!("Too long: must have at most {MAX_CONFIG_MAP_BYTES} bytes"),
+        });
+    }
+}
+
+/// The most a ConfigMap may hold.
+pub const MAX_CONFIG_MAP_BYTES: usize = 1024 * 1024;
+
 fn metadata(meta: &Value, causes: &mut Vec<Cause>) {
+    for (i, owner) in meta["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for field in ["apiVersion", "kind", "name", "uid"] {
+            if owner[field].as_str().is_none_or(str::is_empty) {
+                causes.push(invalid(
+                    &format!("metadata.ownerReferences[{i}].{field}"),
+                    &owner[field],
+                    format!("{field} must not be empty"),
+                ));
+            }
+        }
+    }
     let name = meta["name"].as_str().unwrap_or_default();
     if name.is_empty() {
         causes.push(Cause {
@@ -484,6 +540,30 @@ mod tests {
                     "task": {"retryPolicy": {"fancyRetryPolicy": false, "maxRetryCount": 0},
                         "pod": {"spec": {"anything": ["kept"]}}}}]},
         })
+    }
+
+    #[test]
+    fn config_maps_have_valid_keys_and_fit_one_mebibyte() {
+        let map = |key: &str, size: usize| json!({"metadata": {"name": "fw-peers-0"}, "data": {key: "x".repeat(size)}});
+        admit("configmaps", &mut map("peers.json", 1000)).expect("valid");
+        let err =
+            admit("configmaps", &mut map("peers.json", MAX_CONFIG_MAP_BYTES)).expect_err("big");
+        assert!(
+            err.message().contains("must have at most 1048576 bytes"),
+            "{}",
+            err.message()
+        );
+        let err = admit("configmaps", &mut map("a/b", 1)).expect_err("bad key");
+        assert!(err.message().contains("data[a/b]"), "{}", err.message());
+        let mut owned = map("k", 1);
+        owned["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "v1", "kind": "Framework", "name": "fw", "uid": ""}]);
+        let err = admit("configmaps", &mut owned).expect_err("owner without uid");
+        assert!(
+            err.message().contains("ownerReferences[0].uid"),
+            "{}",
+            err.message()
+        );
     }
 
     #[test]

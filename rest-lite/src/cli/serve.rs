@@ -12,6 +12,7 @@ use rest_lite::local::task::Runtime;
 use rest_lite::local::{LocalBackend, Settings};
 use rest_lite::server::backend::Backend;
 use rest_lite::server::kube_backend::KubeBackend;
+use rest_lite::server::publisher::Publisher;
 use rest_lite::server::{AppState, auth, router};
 
 /// How long open streams may delay the end of a server asked to stop.
@@ -190,6 +191,8 @@ async fn backend(
             let address = kube_config.cluster_url.to_string();
             let client =
                 kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
+            // Each attempt's peer table, for the barriers of its tasks.
+            tokio::spawn(Publisher::new(client.clone(), &config.namespace).run());
             Arc::new(KubeBackend::new(client, &config.namespace, &address))
         }
         None => {

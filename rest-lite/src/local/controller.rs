@@ -654,7 +654,7 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
                 user_log,
                 root,
                 assets: inner.settings.assets.clone(),
-                framework_file: inner.store.framework_file(&name),
+                peers_file: inner.store.peers_file(&name, attempt),
                 host_env: inner.host_env.clone(),
                 init_env: task::container_env(fc.clone(), &init),
                 main_env: task::container_env(fc, &main),
@@ -679,6 +679,18 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
     if let Some(status) = framework.status.as_mut() {
         set_state(status, FrameworkState::AttemptPreparing);
     }
+    // Every address and port is known now: publish the attempt's table once, before any
+    // task looks for it (each task reads it once; nothing rereads the Framework).
+    let table = match pai_barrier::readiness(&framework) {
+        Ok(pai_barrier::Readiness::Ready(table)) => table,
+        Ok(pai_barrier::Readiness::Waiting(p)) => {
+            return Err(format!("not every task has an address: {p}"));
+        }
+        Err(e) => return Err(format!("cannot read the task statuses: {e}")),
+    };
+    let path = inner.store.peers_file(&name, attempt);
+    pai_barrier::output::write_json(&path, &table)
+        .map_err(|e| format!("cannot write the peer table {}: {e}", path.display()))?;
     Ok(launches)
 }
 

@@ -58,8 +58,9 @@ impl Store {
         self.root.join("jobs").join(name)
     }
 
-    pub fn framework_file(&self, name: &str) -> PathBuf {
-        self.job_dir(name).join(FRAMEWORK_FILE)
+    /// Where attempt `attempt`'s peer table of job `name` is published.
+    pub fn peers_file(&self, name: &str, attempt: i32) -> PathBuf {
+        self.job_dir(name).join(format!("peers-{attempt}.json"))
     }
 
     /// Writes the Framework atomically: a temporary file renamed over the old one, so a

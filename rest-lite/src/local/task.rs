@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Container;
 use tokio::sync::watch;
 
-use pai_barrier::config::FRAMEWORK_FILE_VAR;
+use pai_barrier::config::PEERS_FILE_VAR;
 use pai_contract::env as names;
 use pai_kube_runtime::layout::{ASSETS_VAR, ROOT_VAR};
 
@@ -99,8 +99,8 @@ pub struct Launch {
     pub root: PathBuf,
     /// The directory with `prep/` and `init/`.
     pub assets: Option<PathBuf>,
-    /// The Framework file the barrier watches.
-    pub framework_file: PathBuf,
+    /// The attempt's peer table, which the barrier reads.
+    pub peers_file: PathBuf,
     /// Variables passed from the server's environment (`PATH`, `HOME`, …).
     pub host_env: Vec<(String, String)>,
     pub init_env: Vec<(String, String)>,
@@ -164,8 +164,8 @@ pub async fn run(
     entry.args(&launch.runtime.args).arg("entry");
     let mut init_env = launch.init_env.clone();
     init_env.push((
-        FRAMEWORK_FILE_VAR.to_string(),
-        launch.framework_file.display().to_string(),
+        PEERS_FILE_VAR.to_string(),
+        launch.peers_file.display().to_string(),
     ));
     if let Some(assets) = &launch.assets {
         init_env.push((ASSETS_VAR.to_string(), assets.display().to_string()));

@@ -8,6 +8,7 @@ pub mod jobs;
 pub mod kube_backend;
 pub mod metrics;
 pub mod openapi;
+pub mod publisher;
 pub mod routes;
 
 use std::sync::Arc;
