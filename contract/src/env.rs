@@ -71,6 +71,11 @@ pub const LOG_MAX_BYTES: &str = "PAI_LOG_MAX_BYTES";
 pub const USER_CMD: &str = "USER_CMD";
 /// Init container only: the API server the barrier talks to (empty: in-cluster config).
 pub const KUBE_APISERVER_ADDRESS: &str = "KUBE_APISERVER_ADDRESS";
+/// Init container only: the mode (octal) of the files the runtime writes that hold the
+/// environment or the command (`env.sh`, `main.sh`); unset: `600`, readable by the
+/// runtime's own user alone. rest-lite writes `644` into pods, whose main container
+/// may run as another user than the init container and whose volume is the pod's own.
+pub const ENV_FILE_MODE: &str = "PAI_ENV_FILE_MODE";
 
 /// Prefix reserved for the variables FrameworkController injects.
 pub const FC_PREFIX: &str = "FC_";

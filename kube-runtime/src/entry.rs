@@ -91,10 +91,11 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         .map_err(|e| setup("cannot write the peer table into", layout.root(), e))?;
     let text = shell::render(vars.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))))
         .map_err(|e| EntryError::Setup(format!("cannot render the env file: {e}")))?;
-    write_file(&layout.env_file(), &text)?;
+    let mode = file_mode()?;
+    write_file(&layout.env_file(), &text, mode)?;
     let mut script = std::os::unix::ffi::OsStrExt::as_bytes(user_cmd.as_os_str()).to_vec();
     script.push(b'\n');
-    write_file(&layout.main_sh(), &script)?;
+    write_file(&layout.main_sh(), &script, mode)?;
     info!(role = %task.kube_role, index = task.index, variables = vars.len(), "entry done: env file, peers and main.sh written");
     Ok(())
 }
@@ -209,13 +210,38 @@ fn check_ports(passed: &Passed, me: &Me) -> Result<(), EntryError> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` whole (temporary file, rename). Not synced: the shared
-/// volume lives as long as the pod, which a machine's crash ends anyway.
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), EntryError> {
+/// The mode of `env.sh` and `main.sh` ([`pai_contract::env::ENV_FILE_MODE`]).
+fn file_mode() -> Result<u32, EntryError> {
+    let name = pai_contract::env::ENV_FILE_MODE;
+    match std::env::var(name) {
+        Err(_) => Ok(0o600),
+        Ok(text) => u32::from_str_radix(text.trim(), 8)
+            .ok()
+            .filter(|mode| *mode <= 0o777)
+            .ok_or_else(|| {
+                EntryError::Setup(format!(
+                    "{name}={text:?} is not a file mode in octal (e.g. 600)"
+                ))
+            }),
+    }
+}
+
+/// Writes `bytes` to `path` whole (temporary file created with `mode`, rename). Not
+/// synced: the shared volume lives as long as the pod, which a machine's crash ends
+/// anyway.
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), EntryError> {
     use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
-        let mut file = std::fs::File::create(&tmp)?;
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        // The umask may have taken bits away; the mode is what was asked.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
         std::fs::rename(&tmp, path)
     };

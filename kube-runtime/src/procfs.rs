@@ -7,6 +7,8 @@ pub struct Stat {
     /// `R`, `S`, `D`, `Z` (zombie), …
     pub state: char,
     pub ppid: i32,
+    /// The process group.
+    pub pgrp: i32,
     /// Clock ticks after boot (field 22): with the pid, names one process for good.
     pub start: u64,
 }
@@ -26,6 +28,7 @@ pub fn stat(pid: i32) -> Option<Stat> {
     Some(Stat {
         state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
 }
@@ -49,6 +52,7 @@ mod tests {
     fn this_process_is_read_whole() {
         let me = stat(std::process::id() as i32).expect("own stat");
         assert_eq!(me.ppid, nix::unistd::getppid().as_raw());
+        assert_eq!(me.pgrp, nix::unistd::getpgrp().as_raw());
         assert!(!me.is_zombie());
         assert!(me.start > 0);
         assert!(pids().contains(&(std::process::id() as i32)));

@@ -102,7 +102,22 @@ fn environment(layout: &Layout) -> Result<Vec<(OsString, OsString)>, RunError> {
     Ok(env)
 }
 
-/// `env-all.sh`: the task's whole environment, for ssh sessions to source.
+/// Writes `bytes` to `path`, readable and writable by this user alone (0600), also when
+/// the file was there before.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(bytes)
+}
+
+/// `env-all.sh`: the task's whole environment (0600), for ssh sessions to source.
 fn write_env_all(layout: &Layout, env: &[(OsString, OsString)]) {
     let session_vars = env.iter().filter(|(k, _)| {
         let k = k.to_string_lossy();
@@ -114,7 +129,7 @@ fn write_env_all(layout: &Layout, env: &[(OsString, OsString)]) {
     });
     let result = shell::render(session_vars.map(|(k, v)| (k.as_os_str(), v.as_os_str())))
         .map_err(|e| e.to_string())
-        .and_then(|text| std::fs::write(layout.env_all_file(), text).map_err(|e| e.to_string()));
+        .and_then(|text| write_private(&layout.env_all_file(), &text).map_err(|e| e.to_string()));
     if let Err(e) = result {
         tracing::warn!(error = %e, "cannot write env-all.sh; ssh sessions will lack the job's variables");
     }

@@ -212,11 +212,21 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
         let gpus = role.gpu_count();
         let tasks = role.tasks();
         total_tasks += tasks;
-        let observed = statuses.iter().find(|r| r.name == role.name);
+        // Each task's status by index, in one pass: the view is linear in the tasks.
+        let mut by_index: Vec<Option<&TaskStatus>> = vec![None; tasks as usize];
+        if let Some(observed) = statuses.iter().find(|r| r.name == role.name) {
+            for task in &observed.task_statuses {
+                if let Some(slot) = usize::try_from(task.index)
+                    .ok()
+                    .and_then(|i| by_index.get_mut(i))
+                {
+                    *slot = Some(task);
+                }
+            }
+        }
         let task_statuses = (0..tasks)
             .map(|index| {
-                let task =
-                    observed.and_then(|r| r.task_statuses.iter().find(|t| t.index as u32 == index));
+                let task = by_index[index as usize];
                 TaskView {
                     task_index: index,
                     task_state: task.map_or(JobState::Waiting, |t| task_state(t, stopping)),

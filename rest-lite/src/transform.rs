@@ -165,6 +165,9 @@ impl Transformer {
             // rest-lite publishes every attempt's peer table: the barrier waits for it
             // instead of watching the whole Framework.
             env_var(barrier::PEERS_SOURCE_VAR, barrier::SOURCE_PUBLISHED),
+            // The main container may run as another user (the image's); the volume
+            // holding these files is the pod's alone.
+            env_var(names::ENV_FILE_MODE, "644"),
         ];
         // The prep scripts make ssh host keys only for jobs that can log in.
         if let Some((_, key)) = job.env.iter().find(|(k, _)| k == names::SSH_PUB_KEY) {

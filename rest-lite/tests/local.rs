@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
@@ -16,6 +15,7 @@ use rest_lite::spec::SpecFormat;
 use rest_lite::status::JobState;
 use serde_json::{Value, json};
 
+use common::fifo::{events, next_event};
 use common::serve::{DEADLINE, Server};
 
 /// A fresh directory for one test.
@@ -24,32 +24,6 @@ fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
-}
-
-/// A FIFO the tasks write lines into; its lines arrive on the receiver, then `None` at
-/// end of file (no writer left).
-fn events(dir: &Path) -> (PathBuf, mpsc::Receiver<Option<String>>) {
-    let path = dir.join("events");
-    let status = Command::new("mkfifo").arg(&path).status().expect("mkfifo");
-    assert!(status.success());
-    let (tx, rx) = mpsc::channel();
-    let reader = path.clone();
-    std::thread::spawn(move || {
-        // Opening blocks until the first writer.
-        let Ok(file) = std::fs::File::open(&reader) else {
-            return;
-        };
-        for line in BufReader::new(file).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(Some(line));
-        }
-        let _ = tx.send(None);
-    });
-    (path, rx)
-}
-
-fn next_event(rx: &mpsc::Receiver<Option<String>>) -> Option<String> {
-    rx.recv_timeout(DEADLINE).expect("an event from the tasks")
 }
 
 /// Every event until end of file (no task process holds the FIFO any more), sorted.

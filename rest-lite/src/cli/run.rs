@@ -50,10 +50,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
     let (state_dir, keep) = match &args.local.state_dir {
         Some(dir) => (dir.clone(), true),
-        None => (
-            std::env::temp_dir().join(format!("rest-lite-run-{}", std::process::id())),
-            args.keep,
-        ),
+        None => (fresh_private_dir()?, args.keep),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -82,4 +79,20 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         let _ = std::fs::remove_dir_all(&state_dir);
     }
     outcome
+}
+
+/// A new directory for one run's state, made here and now (never one that existed:
+/// someone else could have made it), private to this user (0700).
+fn fresh_private_dir() -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut random = [0u8; 8];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random)
+        .map_err(|_| anyhow::anyhow!("no randomness for the run's directory name"))?;
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = std::env::temp_dir().join(format!("rest-lite-run-{suffix}"));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating the run's state directory {}", dir.display()))?;
+    Ok(dir)
 }

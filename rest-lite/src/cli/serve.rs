@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::ValueEnum;
 
 use rest_lite::config::ClusterConfig;
-use rest_lite::local::task::Runtime;
+use rest_lite::local::Runtime;
 use rest_lite::local::{LocalBackend, Settings};
 use rest_lite::server::backend::Backend;
 use rest_lite::server::kube_backend::KubeBackend;
@@ -71,6 +71,14 @@ pub struct LocalArgs {
     /// ancestor of this binary's directory that has both].
     #[arg(long)]
     pub assets: Option<PathBuf>,
+    /// The most tasks one job may have on this machine [default: 500 per CPU core, at
+    /// most one per 8 MiB of memory].
+    #[arg(long, env = "REST_LITE_MAX_TASKS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tasks: Option<u32>,
+    /// Let the embedded default listen beyond loopback. Every caller with a token then
+    /// runs commands on this machine as this server's OS user.
+    #[arg(long)]
+    pub local_listen_anywhere: bool,
 }
 
 impl LocalArgs {
@@ -91,6 +99,9 @@ impl LocalArgs {
             assets,
             default_grace: std::time::Duration::from_secs(30),
             conflict_delay: std::time::Duration::from_secs(5),
+            max_tasks: self
+                .max_tasks
+                .unwrap_or_else(rest_lite::local::default_max_tasks),
         })
     }
 }
@@ -129,6 +140,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let backend = backend(
+            args.listen,
             args.backend,
             args.kubeconfig.as_deref(),
             &config,
@@ -169,6 +181,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 }
 
 async fn backend(
+    listen: std::net::SocketAddr,
     kind: BackendKind,
     kubeconfig: Option<&Path>,
     config: &ClusterConfig,
@@ -196,6 +209,12 @@ async fn backend(
             Arc::new(KubeBackend::new(client, &config.namespace, &address))
         }
         None => {
+            if !listen.ip().is_loopback() && !local.local_listen_anywhere {
+                anyhow::bail!(
+                    "jobs run on this machine, as this server's user ({}): rest-lite listens on loopback only for them, not on {listen}; listen on 127.0.0.1, or accept that every caller with a token runs commands as that user (--local-listen-anywhere)",
+                    std::env::var("USER").unwrap_or_else(|_| "its user".to_string())
+                );
+            }
             let state_dir = local
                 .state_dir
                 .clone()

@@ -16,6 +16,10 @@ pub enum BackendError {
     NotFound,
     #[error("the cluster rejected the Framework: {0}")]
     Invalid(String),
+    /// The backend will not run the job (too large for this machine, …): the message
+    /// names the limit and the setting.
+    #[error("{0}")]
+    Refused(String),
     #[error("the cluster at {address} cannot be reached: {message}")]
     Unavailable { address: String, message: String },
     #[error("{0}")]

@@ -142,6 +142,7 @@ impl From<BackendError> for ApiError {
             BackendError::Invalid(reason) => {
                 Self::bad_request(format!("the cluster rejected the job: {reason}"))
             }
+            BackendError::Refused(reason) => Self::bad_request(reason),
             e @ BackendError::Unavailable { .. } => Self::unavailable(e.to_string()),
             BackendError::Other(message) => Self::internal(message),
         }

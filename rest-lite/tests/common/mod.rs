@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod fifo;
 pub mod serve;
 
 use std::path::PathBuf;
@@ -51,7 +52,7 @@ pub fn main_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
         .spec
         .as_ref()
         .expect("pod spec");
-    rest_lite::local::task::container_env(Vec::new(), &pod.containers[0])
+    pai_local::task::container_env(Vec::new(), &pod.containers[0])
 }
 
 pub fn get<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {

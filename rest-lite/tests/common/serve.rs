@@ -110,6 +110,12 @@ impl Server {
     }
 
     /// A client without a token.
+    /// The server's process id.
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn client(&self) -> Client {
         Client::new(&self.url, None)
     }

@@ -101,6 +101,9 @@ pub struct Launch {
     pub assets: Option<PathBuf>,
     /// The attempt's peer table, which the barrier reads.
     pub peers_file: PathBuf,
+    /// Where the task's process is recorded for a restarted server
+    /// ([`crate::store::Store::pid_file`]), outside the task's own directory.
+    pub pid_record: PathBuf,
     /// Variables passed from the server's environment (`PATH`, `HOME`, …).
     pub host_env: Vec<(String, String)>,
     pub init_env: Vec<(String, String)>,
@@ -119,11 +122,6 @@ impl Launch {
 
 pub fn container_log(root: &Path) -> PathBuf {
     root.join("container.log")
-}
-
-/// Where the task's current process is recorded, for a restarted server to find.
-pub fn pid_file(root: &Path) -> PathBuf {
-    root.join("pid")
 }
 
 /// What a task reports.
@@ -267,7 +265,9 @@ async fn start_and_wait(
             Err(e) => Outcome::CannotStart(e.to_string()),
         };
     };
-    let _ = std::fs::write(pid_file(&launch.root), process.to_string());
+    if let Err(e) = crate::store::record_process(&launch.pid_record, process) {
+        tracing::warn!(error = %e, "cannot record the task's process; a restarted server will not find it");
+    }
     started();
     tokio::select! {
         status = child.wait() => match status {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
+use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 
@@ -23,7 +23,7 @@ use super::{Command, Inner, Job, attempt_open, policy, ports, uid};
 use pai_kube_runtime::layout::{Layout, Task as RuntimeTask};
 use pai_kube_runtime::logs::USER_LOG;
 
-use crate::server::backend::{BackendError, LogStream};
+use crate::{Error, LogStream};
 use pai_contract::framework::INIT_CONTAINER;
 
 /// Where tasks of this machine are.
@@ -170,13 +170,21 @@ pub(super) async fn recover(inner: &Arc<Inner>, job: &Arc<Job>) {
     let mut left = Vec::new();
     for role in &framework.spec.task_roles {
         for index in 0..role.task_number.max(0) as u32 {
-            let root = task_root(inner, &name, attempt, &role.name, index);
-            if let Some(process) = std::fs::read_to_string(task::pid_file(&root))
+            let pod_uid = task_status(&framework, &role.name, index)
+                .and_then(|t| t.attempt_status.pod_uid.clone())
+                .unwrap_or_default();
+            let record = inner.store.pid_file(&name, attempt, &role.name, index);
+            let Some(process) = std::fs::read_to_string(&record)
                 .ok()
                 .and_then(|text| text.parse::<ProcessId>().ok())
-                .filter(ProcessId::alive)
-            {
-                left.push(process);
+            else {
+                continue;
+            };
+            match process.leftover_task(&pod_uid) {
+                Ok(()) => left.push(process),
+                Err(why) => {
+                    tracing::warn!(record = %record.display(), %process, why, "process record not believed; nothing signalled");
+                }
             }
         }
     }
@@ -241,6 +249,14 @@ fn task_root(
         .join("attempts")
         .join(attempt.to_string())
         .join(format!("{role}-{index}"))
+}
+
+/// The init container's environment for this machine: the files holding the
+/// environment are private to the server's user (a pod's template asks for 644, for a
+/// main container that may run as another user).
+fn private_files(mut env: Vec<(String, String)>) -> Vec<(String, String)> {
+    env.retain(|(name, _)| name != pai_contract::env::ENV_FILE_MODE);
+    env
 }
 
 /// A task of the running attempt and the way to stop it.
@@ -426,9 +442,30 @@ async fn run_attempt(
             return AttemptEnd::Completed;
         }
     };
-    // Addresses are on disk before any task looks for its peers.
+    // The attempt (addresses, pods) is on disk before any task starts: a restarted
+    // server must find every task it would have to end. Without that, nothing starts.
     if let Err(e) = inner.persist(job).await {
-        tracing::error!(job = %name, error = %e, "cannot save the attempt");
+        tracing::error!(job = %name, error = %e, "cannot save the attempt; no task is started");
+        let mut framework = job.framework();
+        for role in statuses(&mut framework) {
+            for task in &mut role.task_statuses {
+                complete_task(
+                    task,
+                    CompletionStatus::of(
+                        pai_contract::exit::ExitCode::TransientConflict.code(),
+                        "not started: the attempt could not be saved",
+                    ),
+                );
+            }
+        }
+        complete_attempt(
+            &mut framework,
+            CompletionStatus::of(
+                pai_contract::exit::ExitCode::TransientConflict.code(),
+                format!("the attempt could not be saved before its tasks started: {e}"),
+            ),
+        );
+        return AttemptEnd::Completed;
     }
 
     let (events, mut reports) = mpsc::unbounded_channel::<(String, u32, Progress)>();
@@ -655,8 +692,9 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
                 root,
                 assets: inner.settings.assets.clone(),
                 peers_file: inner.store.peers_file(&name, attempt),
+                pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
                 host_env: inner.host_env.clone(),
-                init_env: task::container_env(fc.clone(), &init),
+                init_env: private_files(task::container_env(fc.clone(), &init)),
                 main_env: task::container_env(fc, &main),
                 grace,
             };
@@ -702,18 +740,18 @@ pub(super) fn log_stream(
     role: String,
     index: u32,
     follow: bool,
-) -> Result<LogStream, BackendError> {
+) -> Result<LogStream, Error> {
     let (name, attempt) = {
         let framework = job.framework();
         let attempt = framework
             .status
             .as_ref()
             .map(|s| s.attempt_status.id)
-            .ok_or(BackendError::NotFound)?;
+            .ok_or(Error::NotFound)?;
         (framework.metadata.name.clone().unwrap_or_default(), attempt)
     };
     let path = task::container_log(&task_root(inner, &name, attempt, &role, index));
-    let file = std::fs::File::open(&path).map_err(|_| BackendError::NotFound)?;
+    let file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;
     struct Tail {
         file: tokio::fs::File,
         changed: watch::Receiver<u64>,

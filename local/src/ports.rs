@@ -42,6 +42,7 @@ mod tests {
 
     #[test]
     fn every_task_gets_distinct_free_ports_with_its_roles_labels() {
+        let _no_fork = crate::FORKING.lock().unwrap_or_else(|e| e.into_inner());
         let framework = pai_test_support::frameworks::framework_on_ports(
             "fw",
             &[("ps", 2), ("worker", 3)],

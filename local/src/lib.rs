@@ -1,12 +1,17 @@
 //! The embedded default: Frameworks run on this machine, behind the same API as on
 //! Kubernetes. Each task is a process tree started through the real runtime (`entry`,
-//! then `run`), peers meet at the same barrier (over the Framework file), and
+//! then `run`), peers meet at the same barrier (over the attempt's peer table, a file
+//! written once before any task starts), and
 //! FrameworkController's rules decide completions and retries ([`policy`]). Every change
 //! is written ([`store`]) before it is told, and every decision (acceptance, an attempt's
 //! addresses, a completion, a stop) is synced; a restarted server finds every job, ends
 //! what was left running and fails-and-retries those attempts.
 
 mod controller;
+/// Tests that fork hold this, and so does the one that checks the ports it was given are
+/// free: a child holds its parent's sockets between fork and exec.
+#[cfg(test)]
+static FORKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 pub mod policy;
 pub mod ports;
 pub mod procs;
@@ -18,15 +23,39 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use bytes::Bytes;
+use futures::stream::BoxStream;
 use tokio::sync::{mpsc, watch};
 
 use pai_contract::Framework;
 use pai_contract::framework::{ExecutionType, FrameworkState, pod_name};
 
-use crate::server::backend::{Backend, BackendError, FrameworkStream, LogStream};
 use store::Store;
 use task::Runtime;
+
+/// Why an operation of the embedded default failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The name is taken (or still being freed).
+    #[error("{0}")]
+    Conflict(String),
+    /// No such job (or task).
+    #[error("not found")]
+    NotFound,
+    /// The job cannot run here (too large for this machine, …): the message says why.
+    #[error("{0}")]
+    Refused(String),
+    /// Anything else (I/O on the state directory, …).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A task's container log, as it grows.
+pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
+
+/// A Framework as it changes: its state now, then after every change; `None` once it
+/// is deleted, and then the stream ends.
+pub type FrameworkStream = BoxStream<'static, Result<Option<Framework>, Error>>;
 
 /// How the embedded default runs tasks.
 #[derive(Clone, Debug)]
@@ -41,6 +70,23 @@ pub struct Settings {
     pub default_grace: Duration,
     /// Delay before retrying an attempt that failed with a transient conflict.
     pub conflict_delay: Duration,
+    /// The most tasks one job may have here ([`default_max_tasks`] unless set).
+    pub max_tasks: u32,
+}
+
+/// How many tasks a job may have on this machine unless configured: 500 per CPU core,
+/// and no more than one per 8 MiB of memory (a task is at least the runtime, a shell
+/// and the user's command). 1,000 on a machine of 2 cores and 8 GiB or more.
+pub fn default_max_tasks() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(u64::MAX, |kib| kib / (8 * 1024));
+    u32::try_from((500 * cores).min(memory).max(1)).unwrap_or(u32::MAX)
 }
 
 /// `rest-lite runtime entry|run`: the runtime this binary carries.
@@ -130,9 +176,16 @@ pub(crate) struct Inner {
     settings: Settings,
     host_env: Vec<(String, String)>,
     jobs: Mutex<BTreeMap<String, Arc<Job>>>,
+    /// Job directories that could not be read at start, by name, with the reason: their
+    /// names stay taken (a new job would overwrite what may still be recovered).
+    unreadable: Mutex<BTreeMap<String, String>>,
 }
 
 impl Inner {
+    fn unreadable(&self) -> MutexGuard<'_, BTreeMap<String, String>> {
+        self.unreadable.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn jobs(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Job>>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -152,42 +205,42 @@ impl Inner {
 
     /// Writes the job's Framework as it is now, durably (synced); returns once it is on
     /// disk. For every decision: acceptance, an attempt's start, completion, stop.
-    async fn persist(&self, job: &Job) -> Result<(), BackendError> {
+    async fn persist(&self, job: &Job) -> Result<(), Error> {
         self.save(job, true).await
     }
 
     /// Writes the job's Framework as it is now, atomically but not synced: for task
     /// progress, which a restart re-derives (the attempt is then failed and retried).
-    async fn record(&self, job: &Job) -> Result<(), BackendError> {
+    async fn record(&self, job: &Job) -> Result<(), Error> {
         self.save(job, false).await
     }
 
-    async fn save(&self, job: &Job, durable: bool) -> Result<(), BackendError> {
+    async fn save(&self, job: &Job, durable: bool) -> Result<(), Error> {
         let _order = job.save.lock().await;
         let snapshot = job.framework().clone();
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || store.save(&snapshot, durable))
             .await
-            .map_err(|e| BackendError::Other(format!("saving the job: {e}")))?
-            .map_err(|e| BackendError::Other(e.to_string()))?;
+            .map_err(|e| Error::Other(format!("saving the job: {e}")))?
+            .map_err(|e| Error::Other(e.to_string()))?;
         job.changed.send_modify(|v| *v += 1);
         Ok(())
     }
 }
 
-/// The backend that runs Frameworks on this machine.
-pub struct LocalBackend {
+/// The Frameworks of this machine and the controllers running them.
+pub struct Machine {
     inner: Arc<Inner>,
 }
 
-impl LocalBackend {
+impl Machine {
     /// Opens the state directory, ends whatever tasks a previous server left, completes
     /// their attempts as failed ("server restarted") and resumes every job.
     /// Must run inside a multi-threaded Tokio runtime whose worker threads live as long
     /// as the server (tasks die with the thread that started them).
-    pub async fn open(settings: Settings) -> Result<Self, anyhow::Error> {
+    pub async fn open(settings: Settings) -> Result<Self, Error> {
         raise_open_files_limit();
-        let store = Store::open(&settings.state_dir)?;
+        let store = Store::open(&settings.state_dir).map_err(|e| Error::Other(e.to_string()))?;
         let host_env = HOST_ENV
             .iter()
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
@@ -197,10 +250,17 @@ impl LocalBackend {
             settings,
             host_env,
             jobs: Mutex::new(BTreeMap::new()),
+            unreadable: Mutex::new(BTreeMap::new()),
         });
-        let frameworks = tokio::task::spawn_blocking(move || store.load_all()).await??;
+        let (frameworks, unreadable) = tokio::task::spawn_blocking(move || store.load_all())
+            .await
+            .map_err(|e| Error::Other(format!("reading the state directory: {e}")))?
+            .map_err(|e| Error::Other(e.to_string()))?;
+        inner
+            .unreadable()
+            .extend(unreadable.into_iter().map(|u| (u.name, u.reason)));
         for framework in frameworks {
-            let (job, commands) = insert(&inner, framework).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (job, commands) = insert(&inner, framework)?;
             controller::recover(&inner, &job).await;
             spawn_controller(&inner, job, commands);
         }
@@ -225,8 +285,13 @@ fn raise_open_files_limit() {
 fn insert(
     inner: &Arc<Inner>,
     framework: Framework,
-) -> Result<(Arc<Job>, mpsc::UnboundedReceiver<Command>), BackendError> {
+) -> Result<(Arc<Job>, mpsc::UnboundedReceiver<Command>), Error> {
     let name = framework.metadata.name.clone().unwrap_or_default();
+    if let Some(reason) = inner.unreadable().get(&name) {
+        return Err(Error::Conflict(format!(
+            "the job directory of Framework {name} exists but cannot be read ({reason}); move it away to reuse the name"
+        )));
+    }
     let mut jobs = inner.jobs();
     if let Some(existing) = jobs.get(&name) {
         let what = if existing.is_deleting() {
@@ -234,7 +299,7 @@ fn insert(
         } else {
             "already exists"
         };
-        return Err(BackendError::Conflict(format!("Framework {name} {what}")));
+        return Err(Error::Conflict(format!("Framework {name} {what}")));
     }
     let (commands, receiver) = mpsc::unbounded_channel();
     let job = Arc::new(Job {
@@ -283,21 +348,35 @@ fn task_of_pod(framework: &Framework, pod: &str) -> Option<(String, u32)> {
     })
 }
 
-impl Backend for LocalBackend {
-    fn describe(&self) -> String {
+impl Machine {
+    /// Which backend, where its state is.
+    pub fn describe(&self) -> String {
         format!(
             "this machine (embedded default), state in {}",
             self.inner.store.root().display()
         )
     }
 
-    fn create(&self, mut framework: Framework) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move {
+    /// Accepts a Framework: on disk before this returns, then run.
+    pub async fn create(&self, mut framework: Framework) -> Result<(), Error> {
+        {
             framework.metadata.uid = Some(uid());
             framework.metadata.creation_timestamp = Some(
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
             );
             framework.status = None;
+            let tasks: i64 = framework
+                .spec
+                .task_roles
+                .iter()
+                .map(|r| i64::from(r.task_number.max(0)))
+                .sum();
+            let limit = self.inner.settings.max_tasks;
+            if tasks > i64::from(limit) {
+                return Err(Error::Refused(format!(
+                    "the job has {tasks} tasks; this machine runs at most {limit} tasks per job (rest-lite serve --max-tasks, or REST_LITE_MAX_TASKS; the default is 500 per CPU core, at most one per 8 MiB of memory): submit it to a cluster, or make it smaller"
+                )));
+            }
             let (job, commands) = insert(&self.inner, framework)?;
             // On disk before the caller is told.
             if let Err(e) = self.inner.persist(&job).await {
@@ -306,20 +385,18 @@ impl Backend for LocalBackend {
             }
             spawn_controller(&self.inner, job, commands);
             Ok(())
-        })
+        }
     }
 
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {
-        Box::pin(async move { Ok(self.inner.visible(name).map(|j| j.framework().clone())) })
+    /// The Framework `name` as it is now.
+    pub fn get(&self, name: &str) -> Option<Framework> {
+        self.inner.visible(name).map(|j| j.framework().clone())
     }
 
-    fn list<'a>(
-        &'a self,
-        user: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>> {
-        Box::pin(async move {
-            Ok(self
-                .inner
+    /// Every Framework of `user` (by its label), or of everybody.
+    pub fn list(&self, user: Option<&str>) -> Vec<Framework> {
+        {
+            self.inner
                 .visible_jobs()
                 .iter()
                 .map(|j| j.framework())
@@ -333,17 +410,15 @@ impl Backend for LocalBackend {
                     })
                 })
                 .map(|f| f.clone())
-                .collect())
-        })
+                .collect()
+        }
     }
 
-    fn set_execution<'a>(
-        &'a self,
-        name: &'a str,
-        execution: ExecutionType,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(async move {
-            let job = self.inner.visible(name).ok_or(BackendError::NotFound)?;
+    /// Sets the Framework's `executionType` (Stop ends every task; Start changes
+    /// nothing: a completed job is not restarted).
+    pub async fn set_execution(&self, name: &str, execution: ExecutionType) -> Result<(), Error> {
+        {
+            let job = self.inner.visible(name).ok_or(Error::NotFound)?;
             if execution == ExecutionType::Stop {
                 let changed = {
                     let mut framework = job.framework();
@@ -357,15 +432,12 @@ impl Backend for LocalBackend {
                 }
             }
             Ok(())
-        })
+        }
     }
 
-    fn logs<'a>(
-        &'a self,
-        pod: &'a str,
-        follow: bool,
-    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
-        Box::pin(async move {
+    /// The container log of pod `pod`; with `follow`, until its task completes.
+    pub fn logs(&self, pod: &str, follow: bool) -> Result<LogStream, Error> {
+        {
             let (job, role, index) = self
                 .inner
                 .visible_jobs()
@@ -374,14 +446,15 @@ impl Backend for LocalBackend {
                     let (role, index) = task_of_pod(&j.framework(), pod)?;
                     Some((j, role, index))
                 })
-                .ok_or(BackendError::NotFound)?;
+                .ok_or(Error::NotFound)?;
             controller::log_stream(&self.inner, job, role, index, follow)
-        })
+        }
     }
 
-    fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
-        Box::pin(async move {
-            let job = self.inner.visible(name).ok_or(BackendError::NotFound)?;
+    /// The Framework `name` now and after every change, until it is deleted.
+    pub fn watch(&self, name: &str) -> Result<FrameworkStream, Error> {
+        {
+            let job = self.inner.visible(name).ok_or(Error::NotFound)?;
             let changed = job.changed.subscribe();
             // (job, changes, the deletion was told, the first look). As on Kubernetes,
             // the deletion is told once the name is free again; a job being deleted shows
@@ -409,18 +482,19 @@ impl Backend for LocalBackend {
                 },
             );
             Ok(Box::pin(stream) as FrameworkStream)
-        })
+        }
     }
 
-    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(async move {
-            let job = self.inner.visible(name).ok_or(BackendError::NotFound)?;
+    /// Deletes the job: its tasks are ended, then its files go, then its name is free.
+    pub fn delete(&self, name: &str) -> Result<(), Error> {
+        {
+            let job = self.inner.visible(name).ok_or(Error::NotFound)?;
             job.deleting
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             let _ = job.commands.send(Command::Delete);
             job.changed.send_modify(|v| *v += 1);
             Ok(())
-        })
+        }
     }
 }
 

@@ -1,0 +1,239 @@
+//! The processes of a local task: started in their own process group, ended with their
+//! parent (the server), and killed as a whole tree when they outlive their grace period.
+//! A process is named by its pid and its start time, so a pid reused after a restart is
+//! never mistaken for a task.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use pai_kube_runtime::procfs;
+
+/// A process as `/proc` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessId {
+    pub pid: i32,
+    /// Clock ticks after boot (field 22 of `/proc/<pid>/stat`).
+    pub start: u64,
+}
+
+impl ProcessId {
+    pub fn of(pid: i32) -> Option<Self> {
+        procfs::stat(pid).map(|s| Self {
+            pid,
+            start: s.start,
+        })
+    }
+
+    /// Still running (not a zombie), and still the same process.
+    pub fn alive(&self) -> bool {
+        procfs::stat(self.pid).is_some_and(|s| s.start == self.start && !s.is_zombie())
+    }
+
+    /// Whether a record read back after a restart may name the task of pod `pod_uid`
+    /// that a previous server left: the recorded process is still the same one (pid
+    /// and start time), leads its own process group (each task is started so), was
+    /// started with that pod's `FC_POD_UID` (a random UID per task attempt, in the
+    /// environment the server gave it), and is neither pid 1, this server, nor in this
+    /// server's process group. A record is as writable as anything of the server's
+    /// user; with these checks, what a task writes there never makes the server signal
+    /// a process that is not one of its tasks.
+    pub fn leftover_task(&self, pod_uid: &str) -> Result<(), &'static str> {
+        if !may_signal(self.pid) {
+            return Err("names pid 1, this server or its process group");
+        }
+        let stat = procfs::stat(self.pid).ok_or("no such process")?;
+        if stat.start != self.start || stat.is_zombie() {
+            return Err("that process has ended (its pid may be reused)");
+        }
+        if stat.pgrp != self.pid {
+            return Err("that process does not lead its own process group, as a task does");
+        }
+        let environ = std::fs::read(format!("/proc/{}/environ", self.pid))
+            .map_err(|_| "that process's environment cannot be read")?;
+        let wanted = format!("{}={pod_uid}", pai_contract::env::fc::POD_UID);
+        if pod_uid.is_empty() || !environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()) {
+            return Err("that process was not started as this task (another FC_POD_UID)");
+        }
+        Ok(())
+    }
+}
+
+/// Never pid 0 or 1 (or a group through a negative pid), this server, or a member of
+/// its process group.
+fn may_signal(pid: i32) -> bool {
+    pid > 1
+        && pid != std::process::id() as i32
+        && procfs::stat(pid).is_none_or(|s| s.pgrp != nix::unistd::getpgrp().as_raw())
+}
+
+impl std::fmt::Display for ProcessId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.pid, self.start)
+    }
+}
+
+impl std::str::FromStr for ProcessId {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let mut parts = s.split_whitespace();
+        let pid = parts.next().and_then(|p| p.parse().ok()).ok_or(())?;
+        let start = parts.next().and_then(|p| p.parse().ok()).ok_or(())?;
+        Ok(Self { pid, start })
+    }
+}
+
+/// Every descendant of `root`, from `/proc`.
+fn descendants(root: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = procfs::pids()
+        .into_iter()
+        .filter_map(|pid| procfs::stat(pid).map(|s| (pid, s.ppid)))
+        .collect();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, ppid)| *ppid == parent)
+                .map(|(pid, _)| *pid),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Sends `signal` to the process group `leader` leads (never to pid 1's, this
+/// server's or through a pid ≤ 1).
+pub fn signal_group(leader: i32, signal: Signal) {
+    if leader > 1 && leader != nix::unistd::getpgrp().as_raw() {
+        let _ = kill(Pid::from_raw(-leader), signal);
+    }
+}
+
+/// Kills `root` and everything below it: the tree is frozen (SIGSTOP) until no new
+/// process appears, then killed, so nothing forks away in between.
+pub fn kill_tree(root: ProcessId) {
+    if !root.alive() || !may_signal(root.pid) {
+        return;
+    }
+    let mut frozen: Vec<i32> = vec![root.pid];
+    let _ = kill(Pid::from_raw(root.pid), Signal::SIGSTOP);
+    for _ in 0..16 {
+        let now = descendants(root.pid);
+        let new: Vec<i32> = now
+            .iter()
+            .copied()
+            .filter(|p| !frozen.contains(p))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        for pid in new.iter().filter(|p| may_signal(**p)) {
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGSTOP);
+        }
+        frozen.extend(new);
+    }
+    // Whatever left the process group of the root is in `frozen`; the group catches
+    // what was started between the last look and the stop.
+    signal_group(root.pid, Signal::SIGKILL);
+    for pid in frozen.into_iter().filter(|p| may_signal(*p)) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+/// Waits (polling `/proc`, at most `limit`) until `process` is gone; true when it is.
+pub fn wait_gone(process: ProcessId, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while process.alive() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// Starts the process in its own process group; it gets SIGTERM when the server
+/// dies (the runtime's supervisor then ends the user command within its grace period).
+///
+/// The parent-death signal follows the *thread* that forked: call this from a thread
+/// that lives as long as the server (a runtime worker thread, never a blocking-pool
+/// thread, which ends when idle).
+pub fn spawn(command: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let server = nix::unistd::getpid();
+    command.process_group(0);
+    #[allow(unsafe_code)]
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid) and
+    // nothing that allocates: errors are raw OS errors (an errno, no heap).
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Some(Signal::SIGTERM))
+                .map_err(|e| std::io::Error::from_raw_os_error(e as i32))?;
+            if nix::unistd::getppid() != server {
+                // The server died before the signal was armed.
+                return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    command.spawn()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+
+    use super::*;
+
+    fn sleeper(own_group: bool, pod_uid: &str) -> (std::process::Child, ProcessId) {
+        let mut command = std::process::Command::new("sleep");
+        command.arg("1000").env("FC_POD_UID", pod_uid);
+        if own_group {
+            command.process_group(0);
+        }
+        let child = command.spawn().expect("sleep");
+        let id = ProcessId::of(child.id() as i32).expect("in /proc");
+        (child, id)
+    }
+
+    fn end(mut child: std::process::Child) {
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+    }
+
+    #[test]
+    fn only_a_group_leader_started_as_that_pod_is_believed() {
+        let _forking = crate::FORKING.lock().unwrap_or_else(|e| e.into_inner());
+        let (task, id) = sleeper(true, "pod-a");
+        assert_eq!(id.leftover_task("pod-a"), Ok(()));
+        assert!(id.leftover_task("pod-b").is_err(), "another pod's record");
+        assert!(id.leftover_task("").is_err());
+        let stale = ProcessId {
+            start: id.start + 1,
+            ..id
+        };
+        assert!(stale.leftover_task("pod-a").is_err(), "a reused pid");
+        end(task);
+
+        let (member, id) = sleeper(false, "pod-a");
+        assert!(
+            id.leftover_task("pod-a").is_err(),
+            "not a group leader, and in this process's group"
+        );
+        end(member);
+    }
+
+    #[test]
+    fn pid_1_and_this_process_are_never_believed() {
+        let _forking = crate::FORKING.lock().unwrap_or_else(|e| e.into_inner());
+        for pid in [1, std::process::id() as i32] {
+            let id = ProcessId::of(pid).expect("in /proc");
+            assert!(id.leftover_task("anything").is_err(), "pid {pid}");
+        }
+        assert!(!may_signal(0) && !may_signal(-1) && !may_signal(1));
+        assert!(!may_signal(std::process::id() as i32));
+    }
+}

@@ -1,0 +1,245 @@
+//! The embedded default's state on disk: one directory per job under `<state>/jobs/`,
+//! holding the Framework (spec as submitted in its annotation, status included) in
+//! `framework.json`, replaced atomically and synced on every change, and each attempt's
+//! peer table. The directory is private (0700) and held by one server at a time (an
+//! exclusive lock on `<state>/lock`, which names the holder's pid). The records of the
+//! tasks' processes live apart from the tasks' own directories, under `<state>/pids/`.
+
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::procs::ProcessId;
+
+use pai_contract::Framework;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot {what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a Framework: {source}")]
+    Damaged {
+        path: String,
+        source: serde_json::Error,
+    },
+    #[error(
+        "the state directory {dir} is in use by another rest-lite (pid {holder}); stop it, or give this one its own directory (--state-dir)"
+    )]
+    Locked { dir: String, holder: String },
+}
+
+/// A job directory whose Framework cannot be read: skipped at start, its name kept.
+#[derive(Clone, Debug)]
+pub struct Unreadable {
+    /// The job's (directory's) name.
+    pub name: String,
+    /// Why, with the path.
+    pub reason: String,
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        what,
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Records a task's process at `path` (from [`Store::pid_file`]; not synced: it matters
+/// only while the server that wrote it could crash, and the page cache survives that).
+pub fn record_process(path: &Path, process: ProcessId) -> Result<(), StoreError> {
+    if let Some(dir) = path.parent() {
+        create_private(dir)?;
+    }
+    std::fs::write(path, process.to_string()).map_err(io("write", path))
+}
+
+/// The state directory, locked for this server while any clone of it lives.
+#[derive(Clone, Debug)]
+pub struct Store {
+    root: PathBuf,
+    _lock: Arc<File>,
+}
+
+pub const FRAMEWORK_FILE: &str = "framework.json";
+/// The lock file in the state directory.
+pub const LOCK_FILE: &str = "lock";
+
+/// Creates `dir` and its missing parents; those it creates are private (0700).
+fn create_private(dir: &Path) -> Result<(), StoreError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io("create", dir))
+}
+
+impl Store {
+    /// Opens (creating, private) the state directory and takes its lock: a second
+    /// server on the same directory is refused, naming the first one's pid.
+    pub fn open(root: &Path) -> Result<Self, StoreError> {
+        // Tasks' directories (their environment, logs, keys) are below these two: both
+        // private, also when an older version made them with the umask's mode.
+        for dir in [root.join("jobs"), root.join("pids")] {
+            create_private(&dir)?;
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .map_err(io("make private", &dir))?;
+        }
+        let path = root.join(LOCK_FILE);
+        let mut lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = lock.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(StoreError::Locked {
+                    dir: root.display().to_string(),
+                    holder: if holder.is_empty() { "unknown" } else { holder }.to_string(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", &path)(e)),
+        }
+        // Ours: say who holds it.
+        lock.set_len(0)
+            .and_then(|()| lock.rewind())
+            .and_then(|()| writeln!(lock, "{}", std::process::id()))
+            .map_err(io("write", &path))?;
+        Ok(Self {
+            root: root.to_path_buf(),
+            _lock: Arc::new(lock),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory of job `name` (a Framework name: DNS-1123, no path tricks).
+    pub fn job_dir(&self, name: &str) -> PathBuf {
+        self.root.join("jobs").join(name)
+    }
+
+    /// Where attempt `attempt`'s peer table of job `name` is published.
+    pub fn peers_file(&self, name: &str, attempt: i32) -> PathBuf {
+        self.job_dir(name).join(format!("peers-{attempt}.json"))
+    }
+
+    /// Writes the Framework atomically: a temporary file renamed over the old one, so a
+    /// crash leaves the old or the new file, whole. `durable`: the file and the
+    /// directory are synced first, so the new one survives a power loss too (a process
+    /// crash loses nothing either way: the page cache is the kernel's).
+    pub fn save(&self, framework: &Framework, durable: bool) -> Result<(), StoreError> {
+        let name = framework.metadata.name.as_deref().unwrap_or_default();
+        let dir = self.job_dir(name);
+        create_private(&dir)?;
+        let bytes = serde_json::to_vec(framework).map_err(|source| StoreError::Damaged {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let path = dir.join(FRAMEWORK_FILE);
+        let tmp = dir.join(".framework.json.tmp");
+        let mut file = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+        file.write_all(&bytes).map_err(io("write", &tmp))?;
+        if durable {
+            file.sync_all().map_err(io("sync", &tmp))?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io("replace", &path))?;
+        if durable {
+            std::fs::File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io("sync", &dir))?;
+        }
+        Ok(())
+    }
+
+    /// Where the process of task `index` of `role` in attempt `attempt` of job `name` is
+    /// recorded: outside every task's own directory.
+    pub fn pid_file(&self, name: &str, attempt: i32, role: &str, index: u32) -> PathBuf {
+        self.root
+            .join("pids")
+            .join(name)
+            .join(attempt.to_string())
+            .join(format!("{role}-{index}"))
+    }
+
+    /// Every job on disk, and the job directories whose Framework cannot be read (each
+    /// is logged and skipped; the server starts without it and keeps its name taken).
+    /// A directory without a Framework at all (a crash before the first save) is
+    /// skipped too.
+    pub fn load_all(&self) -> Result<(Vec<Framework>, Vec<Unreadable>), StoreError> {
+        let jobs = self.root.join("jobs");
+        let mut frameworks = Vec::new();
+        let mut unreadable = Vec::new();
+        for entry in std::fs::read_dir(&jobs).map_err(io("read", &jobs))? {
+            let entry = entry.map_err(io("read", &jobs))?;
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                // A removal the server did not finish.
+                let _ = std::fs::remove_dir_all(entry.path());
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path().join(FRAMEWORK_FILE);
+            let reason = match std::fs::read(&path) {
+                Ok(bytes) => match serde_json::from_slice::<Framework>(&bytes) {
+                    Ok(framework) if framework.metadata.name.as_deref() == Some(&name) => {
+                        frameworks.push(framework);
+                        continue;
+                    }
+                    Ok(framework) => format!(
+                        "{} holds the Framework {:?}, not {name:?}",
+                        path.display(),
+                        framework.metadata.name.unwrap_or_default()
+                    ),
+                    Err(source) => StoreError::Damaged {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                    .to_string(),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    tracing::warn!(dir = %entry.path().display(), "job directory without a Framework; skipped");
+                    continue;
+                }
+                Err(e) => io("read", &path)(e).to_string(),
+            };
+            tracing::error!(job = %name, %reason, "cannot read this job; skipped (its name stays taken until the directory is moved away)");
+            unreadable.push(Unreadable { name, reason });
+        }
+        Ok((frameworks, unreadable))
+    }
+
+    /// Removes job `name` and everything its tasks left: first renamed out of sight in
+    /// one step (a crash never leaves half a job), then deleted.
+    pub fn remove(&self, name: &str) -> Result<(), StoreError> {
+        let dir = self.job_dir(name);
+        let gone = self.root.join("jobs").join(format!(
+            ".deleted-{name}-{}",
+            jiff::Timestamp::now().as_nanosecond()
+        ));
+        match std::fs::rename(&dir, &gone) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            result => result.map_err(io("remove", &dir))?,
+        }
+        std::fs::remove_dir_all(&gone).map_err(io("remove", &gone))?;
+        match std::fs::remove_dir_all(self.root.join("pids").join(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(job = name, error = %e, "cannot remove the job's process records");
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,81 @@
+//! The embedded default behind the jobs API: [`pai_local::Machine`] (its own crate, which
+//! knows nothing of HTTP) as a [`Backend`].
+
+use futures::future::BoxFuture;
+
+use pai_contract::Framework;
+use pai_contract::framework::ExecutionType;
+pub use pai_local::task::Runtime;
+pub use pai_local::{RUNTIME_COMMAND, Settings, default_max_tasks, default_state_dir, find_assets};
+
+use crate::server::backend::{Backend, BackendError, FrameworkStream, LogStream};
+
+/// Runs Frameworks on this machine.
+pub struct LocalBackend(pai_local::Machine);
+
+impl LocalBackend {
+    /// Opens the state directory (see [`pai_local::Machine::open`]).
+    pub async fn open(settings: Settings) -> Result<Self, anyhow::Error> {
+        Ok(Self(pai_local::Machine::open(settings).await?))
+    }
+}
+
+impl From<pai_local::Error> for BackendError {
+    fn from(error: pai_local::Error) -> Self {
+        match error {
+            pai_local::Error::Conflict(message) => Self::Conflict(message),
+            pai_local::Error::NotFound => Self::NotFound,
+            pai_local::Error::Refused(message) => Self::Refused(message),
+            pai_local::Error::Other(message) => Self::Other(message),
+        }
+    }
+}
+
+impl Backend for LocalBackend {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn create(&self, framework: Framework) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move { Ok(self.0.create(framework).await?) })
+    }
+
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {
+        Box::pin(async move { Ok(self.0.get(name)) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        user: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>> {
+        Box::pin(async move { Ok(self.0.list(user)) })
+    }
+
+    fn set_execution<'a>(
+        &'a self,
+        name: &'a str,
+        execution: ExecutionType,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move { Ok(self.0.set_execution(name, execution).await?) })
+    }
+
+    fn logs<'a>(
+        &'a self,
+        pod: &'a str,
+        follow: bool,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        Box::pin(async move { Ok(self.0.logs(pod, follow)?) })
+    }
+
+    fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
+        Box::pin(async move {
+            use futures::StreamExt;
+            let stream = self.0.watch(name)?;
+            Ok(stream.map(|item| item.map_err(BackendError::from)).boxed())
+        })
+    }
+
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move { Ok(self.0.delete(name)?) })
+    }
+}

@@ -1,0 +1,37 @@
+//! Tasks report through a FIFO: every user process holds its write end, so end of file
+//! on the read end means every one of them is gone, with no sleeping or polling.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+
+use super::serve::DEADLINE;
+
+/// A FIFO `dir/events` the tasks write lines into; its lines arrive on the receiver,
+/// then `None` at end of file (no writer left).
+pub fn events(dir: &Path) -> (PathBuf, mpsc::Receiver<Option<String>>) {
+    let path = dir.join("events");
+    let status = Command::new("mkfifo").arg(&path).status().expect("mkfifo");
+    assert!(status.success());
+    let (tx, rx) = mpsc::channel();
+    let reader = path.clone();
+    std::thread::spawn(move || {
+        // Opening blocks until the first writer.
+        let Ok(file) = std::fs::File::open(&reader) else {
+            return;
+        };
+        for line in BufReader::new(file).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(Some(line));
+        }
+        let _ = tx.send(None);
+    });
+    (path, rx)
+}
+
+/// The next line, or `None` once no task process holds the FIFO.
+pub fn next_event(rx: &mpsc::Receiver<Option<String>>) -> Option<String> {
+    rx.recv_timeout(DEADLINE).expect("an event from the tasks")
+}

@@ -1,0 +1,377 @@
+//! The embedded default's own safety rules, with the real `rest-lite` processes: one
+//! server per state directory, process records a task could forge never believed, an
+//! unreadable job skipped, private files and directories, loopback only unless
+//! acknowledged, and jobs larger than the machine refused.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use futures::StreamExt;
+use rest_lite::client::{Client, ClientError};
+use rest_lite::spec::SpecFormat;
+use serde_json::{Value, json};
+
+use common::fifo::{events, next_event};
+use common::serve::{DEADLINE, Server};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rest-lite-safety-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn spec(name: &str, tasks: u32, command: &str, envs: Value) -> String {
+    json!({
+        "jobName": name, "image": "busybox", "jobEnvs": envs,
+        "taskRoles": [{"name": "worker", "taskNumber": tasks, "cpuNumber": 1, "memoryMB": 128, "command": command}],
+    })
+    .to_string()
+}
+
+/// Reports `up` into the FIFO on the first attempt and waits; later attempts succeed.
+const UP_THEN_WAIT: &str = r#"if [ "$FC_FRAMEWORK_ATTEMPT_ID" != 0 ]; then exit 0; fi
+exec 3>"$EVENTS"
+echo "up $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX" >&3
+while :; do sleep 1 & wait $!; done"#;
+
+async fn final_state(client: &Client, job: &str) -> Value {
+    let mut changes = client.watch("alice", job).await.expect("watch");
+    let mut last = None;
+    let follow = async {
+        while let Some(view) = changes.next().await {
+            last = Some(view.expect("a view"));
+        }
+    };
+    tokio::time::timeout(DEADLINE, follow)
+        .await
+        .expect("the job completes");
+    serde_json::to_value(last.expect("a view")).expect("JSON")["jobStatus"].clone()
+}
+
+/// Runs `rest-lite ARGS` to its end; (code, stderr).
+fn rest_lite(args: &[&str], env: &[(&str, &Path)]) -> (Option<i32>, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+    command
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = command.output().expect("rest-lite");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// The one directory below `dir` (the job's, named by its digest).
+fn only_entry(dir: &Path) -> PathBuf {
+    let entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries.into_iter().next().expect("one")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_directory_is_refused_and_the_first_keeps_its_job() {
+    let dir = scratch("second");
+    let state = dir.join("state");
+    let (fifo, rx) = events(&dir);
+    let first = Server::start(&state);
+    let client = first.client();
+    let envs = json!({"EVENTS": fifo.display().to_string()});
+    client
+        .submit(
+            "alice",
+            &spec("held", 1, UP_THEN_WAIT, envs),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    assert_eq!(next_event(&rx).as_deref(), Some("up 0"));
+
+    let (code, stderr) = rest_lite(
+        &[
+            "serve",
+            "--backend",
+            "local",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            state.to_str().expect("path"),
+        ],
+        &[],
+    );
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("in use by another rest-lite")
+            && stderr.contains(&format!("pid {}", first.pid())),
+        "{stderr}"
+    );
+    // The first server's task was never touched: still running, and the only end it
+    // sees is the stop asked now.
+    let view = client.job("alice", "held").await.expect("job");
+    assert_eq!(
+        serde_json::to_value(view.job_status.state).expect("state"),
+        "RUNNING"
+    );
+    client.stop("alice", "held").await.expect("stop");
+    let state = final_state(&client, "held").await;
+    assert_eq!(state["state"], "STOPPED", "{state:#}");
+    assert_eq!(next_event(&rx), None, "no task process is left");
+    drop(first);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_process_record_is_not_believed_by_a_restarted_server() {
+    let dir = scratch("forged");
+    let state = dir.join("state");
+    let (fifo, rx) = events(&dir);
+    let server = Server::start(&state);
+    let client = server.client();
+    let envs = json!({"EVENTS": fifo.display().to_string()});
+    client
+        .submit(
+            "alice",
+            &spec("forged", 1, UP_THEN_WAIT, envs),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    assert_eq!(next_event(&rx).as_deref(), Some("up 0"));
+
+    // A process of this user that leads its own group, as a task does, but is none.
+    let mut bystander = Command::new("sleep")
+        .arg("1000")
+        .process_group(0)
+        .spawn()
+        .expect("sleep");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", bystander.id())).expect("stat");
+    let start: u64 = stat[stat.rfind(')').expect(")") + 1..]
+        .split_whitespace()
+        .nth(19)
+        .and_then(|s| s.parse().ok())
+        .expect("start time");
+    // What the task could write: the record, wherever it is kept.
+    let record = only_entry(&state.join("pids")).join("0").join("worker-0");
+    assert!(
+        record.is_file(),
+        "the record is kept outside the task's directory"
+    );
+    std::fs::write(&record, format!("{} {start}", bystander.id())).expect("forge");
+
+    server.kill();
+    assert_eq!(next_event(&rx), None, "the task died with its server");
+    let server = Server::start(&state);
+    // Recovery is done once the server serves.
+    assert!(
+        bystander.try_wait().expect("try_wait").is_none(),
+        "the process the forged record names was signalled"
+    );
+    let client = server.client();
+    let status = final_state(&client, "forged").await;
+    assert_eq!(status["state"], "SUCCEEDED", "{status:#}");
+    assert_eq!(status["retries"], 1, "the interrupted attempt was retried");
+    bystander.kill().expect("kill");
+    bystander.wait().expect("wait");
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_job_is_skipped_and_the_rest_served() {
+    let dir = scratch("unreadable");
+    let state = dir.join("state");
+    let server = Server::start(&state);
+    let client = server.client();
+    client
+        .submit(
+            "alice",
+            &spec("fine", 1, "true", json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    assert_eq!(final_state(&client, "fine").await["state"], "SUCCEEDED");
+    server.kill();
+
+    let damaged = state.join("jobs").join("0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&damaged).expect("dir");
+    std::fs::write(damaged.join("framework.json"), "{\"apiVersion\": ").expect("damage");
+    let server = Server::start(&state);
+    let client = server.client();
+    let jobs = client.jobs(Some("alice")).await.expect("list");
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["fine"]);
+    assert!(
+        damaged.join("framework.json").is_file(),
+        "nothing was removed"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_and_the_files_holding_the_environment_are_private() {
+    let dir = scratch("private");
+    let state = dir.join("state");
+    let server = Server::start(&state);
+    let client = server.client();
+    client
+        .submit(
+            "alice",
+            &spec("private", 1, "true", json!({"SECRET": "s3cret"})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    assert_eq!(final_state(&client, "private").await["state"], "SUCCEEDED");
+    assert_eq!(mode(&state.join("jobs")), 0o700);
+    assert_eq!(mode(&state.join("pids")), 0o700);
+    let root = only_entry(&state.join("jobs"))
+        .join("attempts")
+        .join("0")
+        .join("worker-0");
+    for file in ["env.sh", "env-all.sh", "main.sh"] {
+        assert_eq!(mode(&root.join(file)), 0o600, "{file}");
+    }
+    let env = std::fs::read_to_string(root.join("env-all.sh")).expect("env-all.sh");
+    assert!(
+        env.contains("s3cret"),
+        "the file checked is the one with the values"
+    );
+    drop(server);
+
+    // `rest-lite run`: a directory of its own, made now, 0700.
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let job = dir.join("job.json");
+    std::fs::write(&job, spec("run", 1, "true", json!({}))).expect("spec");
+    let (code, stderr) = rest_lite(
+        &[
+            "run",
+            "--keep",
+            job.to_str().expect("path"),
+            "--user",
+            "alice",
+        ],
+        &[("TMPDIR", &tmp)],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let run_dir = only_entry(&tmp);
+    assert!(
+        run_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(
+                |n| n.starts_with("rest-lite-run-") && n.len() > "rest-lite-run-".len() + 8
+            ),
+        "{run_dir:?}"
+    );
+    assert_eq!(mode(&run_dir), 0o700);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_embedded_default_listens_beyond_loopback_only_when_told() {
+    let dir = scratch("listen");
+    let tokens = dir.join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "users:\n  - {{name: alice, tokenSha256: {}}}\n",
+            "0".repeat(64)
+        ),
+    )
+    .expect("tokens");
+    let (code, stderr) = rest_lite(
+        &[
+            "serve",
+            "--backend",
+            "local",
+            "--listen",
+            "0.0.0.0:0",
+            "--token-file",
+            tokens.to_str().expect("path"),
+            "--state-dir",
+            dir.join("state").to_str().expect("path"),
+        ],
+        &[],
+    );
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("loopback only") && stderr.contains("--local-listen-anywhere"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.join("state").exists(),
+        "refused before anything was opened"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_larger_than_the_machine_takes_is_refused_naming_the_limit() {
+    let dir = scratch("capacity");
+    let server = Server::spawn(
+        Server::command(&dir.join("state")).args(["--backend", "local", "--max-tasks", "3"]),
+        &["this machine (embedded default)"],
+    );
+    let client = server.client();
+    let refused = client
+        .submit(
+            "alice",
+            &spec("big", 4, "true", json!({})),
+            SpecFormat::Json,
+        )
+        .await;
+    match refused.err().expect("refused") {
+        ClientError::Api {
+            status,
+            code,
+            message,
+        } => {
+            assert_eq!(status, 400);
+            assert_eq!(code, "InvalidParametersError");
+            assert!(
+                message.contains("4 tasks")
+                    && message.contains("at most 3")
+                    && message.contains("--max-tasks"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(client.jobs(Some("alice")).await.expect("list").is_empty());
+    client
+        .submit(
+            "alice",
+            &spec("fits", 3, "true", json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("a job within the limit");
+    assert_eq!(final_state(&client, "fits").await["state"], "SUCCEEDED");
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
