@@ -18,7 +18,9 @@ use futures::StreamExt;
 use rest_lite::client::Client;
 use serde_json::json;
 
-const TASKS: u32 = 64;
+/// Tasks of the job unless `BENCH_TASKS` says otherwise (at least 5: four of one role,
+/// the rest of another).
+const DEFAULT_TASKS: u32 = 64;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -27,7 +29,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
-    let rounds = if quick { 1 } else { 10 };
+    let rounds: u32 = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(if quick { 1 } else { 10 });
+    let tasks: u32 = std::env::var("BENCH_TASKS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .filter(|t| *t >= 5)
+        .unwrap_or(DEFAULT_TASKS);
     let dir = std::env::temp_dir().join(format!("rest-lite-bench-local-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
@@ -81,7 +91,7 @@ async fn main() {
             "taskRoles": [
                 {"name": "ps", "taskNumber": 4, "cpuNumber": 1, "memoryMB": 128,
                  "command": "echo \"ps $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" >> \"$UP\""},
-                {"name": "worker", "taskNumber": TASKS - 4, "cpuNumber": 1, "memoryMB": 128,
+                {"name": "worker", "taskNumber": tasks - 4, "cpuNumber": 1, "memoryMB": 128,
                  "command": "echo \"worker $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" >> \"$UP\""}
             ],
             "jobEnvs": {"UP": fifo.display().to_string()}
@@ -94,7 +104,7 @@ async fn main() {
             .expect("submitted");
         let mut changes = client.watch("bench", &name).await.expect("watch");
         let waited = tokio::task::spawn_blocking(move || {
-            for _ in 0..TASKS {
+            for _ in 0..tasks {
                 lines
                     .recv_timeout(Duration::from_secs(120))
                     .expect("a user command");
@@ -117,7 +127,7 @@ async fn main() {
 
     running.sort_by(f64::total_cmp);
     done.sort_by(f64::total_cmp);
-    println!("| {TASKS}-task job | rounds | min ms | median ms | max ms |");
+    println!("| {tasks}-task job | rounds | min ms | median ms | max ms |");
     println!("|---|---|---|---|---|");
     for (what, times) in [
         ("submit → every user command running", &running),
