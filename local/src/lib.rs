@@ -365,14 +365,14 @@ impl Machine {
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
             );
             framework.status = None;
-            let tasks: i64 = framework
+            let tasks: u64 = framework
                 .spec
                 .task_roles
                 .iter()
-                .map(|r| i64::from(r.task_number.max(0)))
+                .map(|r| u64::from(r.tasks()))
                 .sum();
             let limit = self.inner.settings.max_tasks;
-            if tasks > i64::from(limit) {
+            if tasks > u64::from(limit) {
                 return Err(Error::Refused(format!(
                     "the job has {tasks} tasks; this machine runs at most {limit} tasks per job (rest-lite serve --max-tasks, or REST_LITE_MAX_TASKS; the default is 500 per CPU core, at most one per 8 MiB of memory): submit it to a cluster, or make it smaller"
                 )));

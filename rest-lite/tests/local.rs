@@ -15,7 +15,7 @@ use rest_lite::spec::SpecFormat;
 use rest_lite::status::JobState;
 use serde_json::{Value, json};
 
-use common::fifo::{events, next_event};
+use common::fifo::{events, final_view, next_event};
 use common::serve::{DEADLINE, Server};
 
 /// A fresh directory for one test.
@@ -34,21 +34,6 @@ fn until_none_left(rx: &mpsc::Receiver<Option<String>>) -> Vec<String> {
     }
     seen.sort();
     seen
-}
-
-/// The job's view once it reaches a final state.
-async fn final_view(client: &Client, user: &str, job: &str) -> Value {
-    let mut changes = client.watch(user, job).await.expect("watch");
-    let mut last = None;
-    let follow = async {
-        while let Some(view) = changes.next().await {
-            last = Some(view.expect("a view"));
-        }
-    };
-    tokio::time::timeout(DEADLINE, follow)
-        .await
-        .expect("the job completes");
-    serde_json::to_value(last.expect("at least one view")).expect("JSON")
 }
 
 async fn log_of(client: &Client, user: &str, job: &str, role: &str, index: u32) -> String {

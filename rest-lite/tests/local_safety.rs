@@ -10,13 +10,12 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use futures::StreamExt;
-use rest_lite::client::{Client, ClientError};
+use rest_lite::client::ClientError;
 use rest_lite::spec::SpecFormat;
 use serde_json::{Value, json};
 
-use common::fifo::{events, next_event};
-use common::serve::{DEADLINE, Server};
+use common::fifo::{events, final_view, next_event};
+use common::serve::Server;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rest-lite-safety-{name}-{}", std::process::id()));
@@ -38,20 +37,6 @@ const UP_THEN_WAIT: &str = r#"if [ "$FC_FRAMEWORK_ATTEMPT_ID" != 0 ]; then exit 
 exec 3>"$EVENTS"
 echo "up $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX" >&3
 while :; do sleep 1 & wait $!; done"#;
-
-async fn final_state(client: &Client, job: &str) -> Value {
-    let mut changes = client.watch("alice", job).await.expect("watch");
-    let mut last = None;
-    let follow = async {
-        while let Some(view) = changes.next().await {
-            last = Some(view.expect("a view"));
-        }
-    };
-    tokio::time::timeout(DEADLINE, follow)
-        .await
-        .expect("the job completes");
-    serde_json::to_value(last.expect("a view")).expect("JSON")["jobStatus"].clone()
-}
 
 /// Runs `rest-lite ARGS` to its end; (code, stderr).
 fn rest_lite(args: &[&str], env: &[(&str, &Path)]) -> (Option<i32>, String) {
@@ -135,7 +120,7 @@ async fn a_second_server_on_the_same_directory_is_refused_and_the_first_keeps_it
         "RUNNING"
     );
     client.stop("alice", "held").await.expect("stop");
-    let state = final_state(&client, "held").await;
+    let state = final_view(&client, "alice", "held").await["jobStatus"].clone();
     assert_eq!(state["state"], "STOPPED", "{state:#}");
     assert_eq!(next_event(&rx), None, "no task process is left");
     drop(first);
@@ -189,7 +174,7 @@ async fn a_forged_process_record_is_not_believed_by_a_restarted_server() {
         "the process the forged record names was signalled"
     );
     let client = server.client();
-    let status = final_state(&client, "forged").await;
+    let status = final_view(&client, "alice", "forged").await["jobStatus"].clone();
     assert_eq!(status["state"], "SUCCEEDED", "{status:#}");
     assert_eq!(status["retries"], 1, "the interrupted attempt was retried");
     bystander.kill().expect("kill");
@@ -212,7 +197,10 @@ async fn an_unreadable_job_is_skipped_and_the_rest_served() {
         )
         .await
         .expect("submitted");
-    assert_eq!(final_state(&client, "fine").await["state"], "SUCCEEDED");
+    assert_eq!(
+        final_view(&client, "alice", "fine").await["jobStatus"]["state"],
+        "SUCCEEDED"
+    );
     server.kill();
 
     let damaged = state.join("jobs").join("0123456789abcdef0123456789abcdef");
@@ -245,7 +233,10 @@ async fn state_and_the_files_holding_the_environment_are_private() {
         )
         .await
         .expect("submitted");
-    assert_eq!(final_state(&client, "private").await["state"], "SUCCEEDED");
+    assert_eq!(
+        final_view(&client, "alice", "private").await["jobStatus"]["state"],
+        "SUCCEEDED"
+    );
     assert_eq!(mode(&state.join("jobs")), 0o700);
     assert_eq!(mode(&state.join("pids")), 0o700);
     let root = only_entry(&state.join("jobs"))
@@ -371,7 +362,10 @@ async fn a_job_larger_than_the_machine_takes_is_refused_naming_the_limit() {
         )
         .await
         .expect("a job within the limit");
-    assert_eq!(final_state(&client, "fits").await["state"], "SUCCEEDED");
+    assert_eq!(
+        final_view(&client, "alice", "fits").await["jobStatus"]["state"],
+        "SUCCEEDED"
+    );
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }

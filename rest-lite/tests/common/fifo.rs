@@ -1,11 +1,16 @@
-//! Tasks report through a FIFO: every user process holds its write end, so end of file
-//! on the read end means every one of them is gone, with no sleeping or polling.
+//! What the local tests share: the FIFO tasks report through (every user process holds
+//! its write end, so end of file means every one of them is gone, with no sleeping or
+//! polling), and the job's view at its end.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc;
+
+use futures::StreamExt;
+use rest_lite::client::Client;
+use serde_json::Value;
 
 use super::serve::DEADLINE;
 
@@ -34,4 +39,19 @@ pub fn events(dir: &Path) -> (PathBuf, mpsc::Receiver<Option<String>>) {
 /// The next line, or `None` once no task process holds the FIFO.
 pub fn next_event(rx: &mpsc::Receiver<Option<String>>) -> Option<String> {
     rx.recv_timeout(DEADLINE).expect("an event from the tasks")
+}
+
+/// The job's view once it reaches a final state.
+pub async fn final_view(client: &Client, user: &str, job: &str) -> Value {
+    let mut changes = client.watch(user, job).await.expect("watch");
+    let mut last = None;
+    let follow = async {
+        while let Some(view) = changes.next().await {
+            last = Some(view.expect("a view"));
+        }
+    };
+    tokio::time::timeout(DEADLINE, follow)
+        .await
+        .expect("the job completes");
+    serde_json::to_value(last.expect("at least one view")).expect("JSON")
 }
