@@ -188,13 +188,27 @@ mod tests {
 
     use super::*;
 
+    /// A shell that says "ready" and then waits on its stdin. The parent of an
+    /// `execve` may run again before the kernel has filled in the new image's
+    /// environment (`/proc/<pid>/environ` reads empty then), so the tests look only
+    /// once the process has run its own code.
     fn sleeper(own_group: bool, pod_uid: &str) -> (std::process::Child, ProcessId) {
-        let mut command = std::process::Command::new("sleep");
-        command.arg("1000").env("FC_POD_UID", pod_uid);
+        use std::io::BufRead;
+        let mut command = std::process::Command::new("sh");
+        command
+            .args(["-c", "echo ready; read -r _"])
+            .env("FC_POD_UID", pod_uid)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
         if own_group {
             command.process_group(0);
         }
-        let child = command.spawn().expect("sleep");
+        let mut child = command.spawn().expect("sh");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("read");
+        assert_eq!(line, "ready\n");
         let id = ProcessId::of(child.id() as i32).expect("in /proc");
         (child, id)
     }

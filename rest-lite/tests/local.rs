@@ -312,8 +312,9 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
         )
         .await
         .expect("submitted");
-    next_event(&rx).expect("up");
-    next_event(&rx).expect("up");
+    let mut up: Vec<String> = (0..2).map(|_| next_event(&rx).expect("up")).collect();
+    up.sort();
+    assert_eq!(up, ["up worker-0", "up worker-1"]);
 
     server.kill();
     // The tasks die with the server: each got TERM, then no writer is left.
