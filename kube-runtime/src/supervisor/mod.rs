@@ -34,7 +34,7 @@ use tracing::{info, warn};
 
 use crate::logs::{CappedLog, Echo, tee};
 pub use procs::Ended;
-use procs::{children, reap, signal_group, signal_rest};
+use procs::{reap, signal_group, signal_rest};
 use signals::{Signals, forwarded};
 
 /// What to supervise.
@@ -149,9 +149,14 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         }
     };
     loop {
-        note(reap(), &mut status);
+        let reaped = reap();
+        note(reaped.ended, &mut status);
         let now = Instant::now();
         if status.is_some() {
+            if !reaped.children_left {
+                // Nothing runs any more, and everything that ended was told.
+                break;
+            }
             match cleanup {
                 None => {
                     signal_rest(Signal::SIGTERM, pid1);
@@ -163,11 +168,6 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
                     cleanup = Some((deadline, true));
                 }
                 Some(_) => {}
-            }
-            if children().is_empty() {
-                // Nothing runs any more; what ended meanwhile is reaped and told.
-                note(reap(), &mut status);
-                break;
             }
         } else if let Some(deadline) = stop_deadline
             && now >= deadline

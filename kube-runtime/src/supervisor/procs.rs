@@ -24,23 +24,43 @@ impl Ended {
     }
 }
 
+/// What one round of reaping found.
+#[derive(Debug, Default)]
+pub struct Reaped {
+    /// The children that had ended, with how.
+    pub ended: Vec<(Pid, Ended)>,
+    /// Whether any child (reparented orphans included) still lives: the kernel says so
+    /// without a look through `/proc`, whose cost grows with every process of the host.
+    pub children_left: bool,
+}
+
 /// Reaps every child that has ended, without blocking.
-pub fn reap() -> Vec<(Pid, Ended)> {
-    let mut ended = Vec::new();
+pub fn reap() -> Reaped {
+    let mut reaped = Reaped::default();
     loop {
         match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) => ended.push((pid, Ended::Exited(code))),
-            Ok(WaitStatus::Signaled(pid, signal, _)) => ended.push((pid, Ended::Signaled(signal))),
-            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return ended,
+            Ok(WaitStatus::Exited(pid, code)) => reaped.ended.push((pid, Ended::Exited(code))),
+            Ok(WaitStatus::Signaled(pid, signal, _)) => {
+                reaped.ended.push((pid, Ended::Signaled(signal)))
+            }
+            Ok(WaitStatus::StillAlive) => {
+                reaped.children_left = true;
+                return reaped;
+            }
+            Err(Errno::ECHILD) => return reaped,
             Ok(_) | Err(Errno::EINTR) => continue,
-            Err(_) => return ended,
+            Err(_) => {
+                // Unexpected: ask /proc instead.
+                reaped.children_left = !children().is_empty();
+                return reaped;
+            }
         }
     }
 }
 
 /// Our living children, from /proc (reparented orphans included; zombies are reaped,
-/// not killed).
-pub fn children() -> Vec<Pid> {
+/// not killed). Reads every process's stat: only when `reap` says some child lives.
+fn children() -> Vec<Pid> {
     let me = getpid().as_raw();
     procfs::pids()
         .into_iter()
