@@ -220,17 +220,20 @@ impl Framework {
 
     /// The task role statuses of the current attempt, plain or compressed; empty before
     /// the controller wrote any.
-    pub fn task_role_statuses(&self) -> Result<Vec<TaskRoleStatus>, StatusError> {
+    pub fn task_role_statuses(
+        &self,
+    ) -> Result<std::borrow::Cow<'_, [TaskRoleStatus]>, StatusError> {
+        use std::borrow::Cow;
         let Some(status) = &self.status else {
-            return Ok(Vec::new());
+            return Ok(Cow::Borrowed(&[]));
         };
         let attempt = &status.attempt_status;
         if let Some(plain) = &attempt.task_role_statuses {
-            return Ok(plain.clone());
+            return Ok(Cow::Borrowed(plain));
         }
         match &attempt.task_role_statuses_compressed {
-            Some(compressed) => decompress(compressed),
-            None => Ok(Vec::new()),
+            Some(compressed) => decompress(compressed).map(Cow::Owned),
+            None => Ok(Cow::Borrowed(&[])),
         }
     }
 }

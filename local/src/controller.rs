@@ -697,6 +697,7 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
                 init_env: private_files(task::container_env(fc.clone(), &init)),
                 main_env: task::container_env(fc, &main),
                 grace,
+                spawner: inner.spawner.clone(),
             };
             pods.push((role.name.clone(), index, identity.task_attempt_uid, pod_uid));
             launches.push((role.name.clone(), index, launch));

@@ -175,6 +175,8 @@ pub(crate) struct Inner {
     store: Store,
     settings: Settings,
     host_env: Vec<(String, String)>,
+    /// Where tasks' processes are started.
+    spawner: procs::Spawner,
     jobs: Mutex<BTreeMap<String, Arc<Job>>>,
     /// Job directories that could not be read at start, by name, with the reason: their
     /// names stay taken (a new job would overwrite what may still be recovered).
@@ -245,10 +247,13 @@ impl Machine {
             .iter()
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
             .collect();
+        let spawner = procs::Spawner::start(SPAWNING_THREADS)
+            .map_err(|e| Error::Other(format!("cannot start the spawning threads: {e}")))?;
         let inner = Arc::new(Inner {
             store: store.clone(),
             settings,
             host_env,
+            spawner,
             jobs: Mutex::new(BTreeMap::new()),
             unreadable: Mutex::new(BTreeMap::new()),
         });
@@ -267,6 +272,10 @@ impl Machine {
         Ok(Self { inner })
     }
 }
+
+/// Threads that start tasks' processes: two keep a fork in flight while another
+/// thread waits for its child's `execve`.
+const SPAWNING_THREADS: usize = 2;
 
 /// Lifts the soft limit of open files to the hard one: an attempt holds a socket per
 /// port of every task while it hands ports out (two per task at least), and 1,024 is a

@@ -156,12 +156,74 @@ pub fn wait_gone(process: ProcessId, limit: Duration) -> bool {
     true
 }
 
+/// Threads that start the tasks' processes, off the async workers: a fork and the
+/// wait for its `execve` block the calling thread for milliseconds, and a big job starts
+/// thousands of processes, which on the workers would stall every request meanwhile.
+///
+/// The parent-death signal follows the *thread* that forked, so these threads live as
+/// long as any handle to them does (the server's), never idle-exiting like a blocking
+/// pool's.
+#[derive(Clone)]
+pub struct Spawner {
+    jobs: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Spawner")
+    }
+}
+
+impl Spawner {
+    /// `threads` spawning threads (at least one), in the current Tokio runtime (the
+    /// processes' exit is awaited there).
+    pub fn start(threads: usize) -> std::io::Result<Self> {
+        let (jobs, queue) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let queue = std::sync::Arc::new(std::sync::Mutex::new(queue));
+        let runtime = tokio::runtime::Handle::current();
+        for i in 0..threads.max(1) {
+            let queue = queue.clone();
+            let runtime = runtime.clone();
+            std::thread::Builder::new()
+                .name(format!("task-spawner-{i}"))
+                .spawn(move || {
+                    let _context = runtime.enter();
+                    loop {
+                        let job = {
+                            let queue = queue.lock().unwrap_or_else(|e| e.into_inner());
+                            queue.recv()
+                        };
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => return,
+                        }
+                    }
+                })?;
+        }
+        Ok(Self { jobs })
+    }
+
+    /// Runs `work` on a spawning thread; its result comes back here. `None`: the
+    /// spawning threads are gone (the server is ending).
+    pub async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Box::new(move || {
+                let _ = tx.send(work());
+            }))
+            .ok()?;
+        rx.await.ok()
+    }
+}
+
 /// Starts the process in its own process group; it gets SIGTERM when the server
 /// dies (the runtime's supervisor then ends the user command within its grace period).
 ///
-/// The parent-death signal follows the *thread* that forked: call this from a thread
-/// that lives as long as the server (a runtime worker thread, never a blocking-pool
-/// thread, which ends when idle).
+/// The parent-death signal follows the *thread* that forked: call this on a
+/// [`Spawner`]'s thread.
 pub fn spawn(command: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
     let server = nix::unistd::getpid();
     command.process_group(0);

@@ -112,6 +112,8 @@ pub struct Launch {
     pub grace: Duration,
     /// The user command's own log, as the runtime writes it.
     pub user_log: PathBuf,
+    /// Where its processes are started.
+    pub spawner: procs::Spawner,
 }
 
 impl Launch {
@@ -150,13 +152,6 @@ pub async fn run(
     mut stop: watch::Receiver<Option<StopRequest>>,
 ) {
     let completed = |code, diagnostics| Progress::Completed { code, diagnostics };
-    if let Err(e) = std::fs::create_dir_all(&launch.root) {
-        report(completed(
-            pai_contract::exit::ExitCode::TransientFailure.code(),
-            format!("cannot create {}: {e}", launch.root.display()),
-        ));
-        return;
-    }
     // The init container.
     let mut entry = tokio::process::Command::new(&launch.runtime.program);
     entry.args(&launch.runtime.args).arg("entry");
@@ -226,48 +221,33 @@ async fn start_and_wait(
     if let Some(request) = stop.borrow().clone() {
         return Outcome::Stopped(request);
     }
-    let log = match std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(launch.container_log())
-        .and_then(|log| Ok((log.try_clone()?, log)))
-    {
-        Ok(pair) => pair,
-        Err(e) => {
-            return Outcome::CannotStart(format!(
-                "cannot open {}: {e}",
-                launch.container_log().display()
-            ));
-        }
-    };
     command
         .env_clear()
         .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env(ROOT_VAR, &launch.root)
         .current_dir(&launch.root)
-        .stdin(Stdio::null())
-        .stdout(log.0)
-        .stderr(log.1);
-    let mut child = match procs::spawn(&mut command) {
-        Ok(child) => child,
-        Err(e) => {
-            return Outcome::CannotStart(format!(
-                "cannot start {:?}: {e}",
-                command.as_std().get_program()
-            ));
+        .stdin(Stdio::null());
+    let root = launch.root.clone();
+    let log_path = launch.container_log();
+    let pid_record = launch.pid_record.clone();
+    // Files, fork and exec on a spawning thread: none of it blocks the async workers.
+    let started_process = launch
+        .spawner
+        .run(move || start(command, &root, &log_path, &pid_record))
+        .await
+        .unwrap_or_else(|| Err("the server is ending".to_string()));
+    let (mut child, process) = match started_process {
+        Ok(Started::Running(child, process)) => (child, process),
+        Ok(Started::Ended(mut child)) => {
+            // Ended already: nothing to record.
+            return match child.wait().await {
+                Ok(status) => Outcome::Exited(status),
+                Err(e) => Outcome::CannotStart(e.to_string()),
+            };
         }
+        Err(message) => return Outcome::CannotStart(message),
     };
-    let Some(process) = child.id().and_then(|pid| ProcessId::of(pid as i32)) else {
-        // Ended already: nothing to record.
-        return match child.wait().await {
-            Ok(status) => Outcome::Exited(status),
-            Err(e) => Outcome::CannotStart(e.to_string()),
-        };
-    };
-    if let Err(e) = crate::store::record_process(&launch.pid_record, process) {
-        tracing::warn!(error = %e, "cannot record the task's process; a restarted server will not find it");
-    }
     started();
     tokio::select! {
         status = child.wait() => match status {
@@ -279,6 +259,38 @@ async fn start_and_wait(
             Outcome::Stopped(request)
         }
     }
+}
+
+enum Started {
+    Running(tokio::process::Child, ProcessId),
+    Ended(tokio::process::Child),
+}
+
+/// On a spawning thread: the task's directory, its container log as stdout and
+/// stderr, the process, and its record for a restarted server.
+fn start(
+    mut command: tokio::process::Command,
+    root: &Path,
+    log_path: &Path,
+    pid_record: &Path,
+) -> Result<Started, String> {
+    std::fs::create_dir_all(root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    let (out, err) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .and_then(|log| Ok((log.try_clone()?, log)))
+        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+    command.stdout(out).stderr(err);
+    let child = procs::spawn(&mut command)
+        .map_err(|e| format!("cannot start {:?}: {e}", command.as_std().get_program()))?;
+    let Some(process) = child.id().and_then(|pid| ProcessId::of(pid as i32)) else {
+        return Ok(Started::Ended(child));
+    };
+    if let Err(e) = crate::store::record_process(pid_record, process) {
+        tracing::warn!(error = %e, "cannot record the task's process; a restarted server will not find it");
+    }
+    Ok(Started::Running(child, process))
 }
 
 async fn wait_for_stop(stop: &mut watch::Receiver<Option<StopRequest>>) -> StopRequest {
@@ -303,7 +315,8 @@ async fn terminate(child: &mut tokio::process::Child, process: ProcessId, grace:
             grace_s = grace.as_secs(),
             "task outlived its grace period; killing its processes"
         );
-        procs::kill_tree(process);
+        // Reads /proc: off the async workers.
+        let _ = tokio::task::spawn_blocking(move || procs::kill_tree(process)).await;
         let _ = child.wait().await;
     }
 }

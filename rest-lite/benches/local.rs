@@ -74,6 +74,7 @@ async fn main() {
     let client = Client::new(&url, None);
 
     let (mut running, mut done) = (Vec::new(), Vec::new());
+    let (mut health, mut gets) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let fifo = dir.join(format!("up-{round}"));
         assert!(
@@ -102,6 +103,8 @@ async fn main() {
             .submit("bench", &spec, rest_lite::spec::SpecFormat::Json)
             .await
             .expect("submitted");
+        let (stop_sampling, sampling) = tokio::sync::watch::channel(false);
+        let sampler = tokio::spawn(sample(Client::new(&url, None), name.clone(), sampling));
         let mut changes = client.watch("bench", &name).await.expect("watch");
         let waited = tokio::task::spawn_blocking(move || {
             for _ in 0..tasks {
@@ -117,6 +120,10 @@ async fn main() {
             last = Some(view.expect("view"));
         }
         done.push(started.elapsed().as_secs_f64() * 1000.0);
+        let _ = stop_sampling.send(true);
+        let (h, g) = sampler.await.expect("sampler");
+        health.extend(h);
+        gets.extend(g);
         let state = last.map(|v| v.job_status.state);
         assert_eq!(state, Some(rest_lite::status::JobState::Succeeded));
         client.delete("bench", &name).await.expect("delete");
@@ -140,6 +147,47 @@ async fn main() {
             percentile(times, 0.5),
             times[times.len() - 1]
         );
+    }
+    health.sort_by(f64::total_cmp);
+    gets.sort_by(f64::total_cmp);
+    println!();
+    println!("| sampled every 100 ms while the job ran | samples | median ms | p99 ms | max ms |");
+    println!("|---|---|---|---|---|");
+    for (what, times) in [("GET /healthz", &health), ("GET of the job", &gets)] {
+        if times.is_empty() {
+            continue;
+        }
+        println!(
+            "| {what} | {} | {:.1} | {:.1} | {:.1} |",
+            times.len(),
+            percentile(times, 0.5),
+            percentile(times, 0.99),
+            times[times.len() - 1]
+        );
+    }
+}
+
+/// Every 100 ms until told to stop: the time `/healthz` and `GET` of the job take, in
+/// ms. A request still open at the next tick delays it (the samples are sequential), so
+/// a slow answer shows as itself, never hidden by overlap.
+async fn sample(
+    client: Client,
+    job: String,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut health, mut gets) = (Vec::new(), Vec::new());
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return (health, gets),
+        }
+        let t = Instant::now();
+        client.healthz().await.expect("/healthz");
+        health.push(t.elapsed().as_secs_f64() * 1000.0);
+        let t = Instant::now();
+        client.job("bench", &job).await.expect("GET of the job");
+        gets.push(t.elapsed().as_secs_f64() * 1000.0);
     }
 }
 

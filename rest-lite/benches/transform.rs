@@ -100,4 +100,76 @@ fn main() {
             serde_json::to_vec(&framework).expect("json").len()
         );
     }
+
+    // The job view (GET of a job, each watch line, each listed job) of the largest
+    // Framework FrameworkController takes: 10,000 tasks, every one running with its
+    // address, as its status would say.
+    let text = job(2, 5_000);
+    let spec = JobSpec::parse(&text, SpecFormat::Json).expect("valid");
+    let framework = transformer
+        .transform(
+            Submission {
+                user: &user,
+                spec: &spec,
+                spec_text: &text,
+                format: SpecFormat::Json,
+            },
+            Seed::Fixed(1),
+        )
+        .expect("transforms");
+    let framework = running(framework);
+    let name = "10,000 tasks in 2 roles, all running";
+    measure(&format!("{name}: job view"), n(200), || {
+        black_box(rest_lite::status::job_view(
+            &framework,
+            "/api/v1/user/alice/jobs/bench",
+        ));
+    });
+    measure(&format!("{name}: job view → JSON"), n(200), || {
+        let view = rest_lite::status::job_view(&framework, "/api/v1/user/alice/jobs/bench");
+        black_box(serde_json::to_vec(&view).expect("json"));
+    });
+}
+
+/// `framework` with the status FrameworkController gives it once every task runs.
+fn running(framework: pai_contract::framework::Framework) -> pai_contract::framework::Framework {
+    let mut value = serde_json::to_value(&framework).expect("json");
+    let roles: Vec<serde_json::Value> = framework
+        .spec
+        .task_roles
+        .iter()
+        .map(|role| {
+            let tasks: Vec<serde_json::Value> = (0..role.task_number)
+                .map(|i| {
+                    serde_json::json!({
+                        "index": i, "state": "AttemptRunning",
+                        "startTime": "2026-11-22T10:00:00Z",
+                        "transitionTime": "2026-11-22T10:00:01Z",
+                        "attemptStatus": {
+                            "id": 0, "startTime": "2026-11-22T10:00:00Z",
+                            "runTime": "2026-11-22T10:00:05Z",
+                            "instanceUID": format!("0_{i:08x}-0000-4000-8000-{i:012x}"),
+                            "podName": format!("bench-{}-{i}", role.name),
+                            "podUID": format!("{i:08x}-0000-4000-8000-{i:012x}"),
+                            "podIP": format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+                            "podHostIP": format!("192.0.2.{}", i % 200),
+                            "podNodeName": format!("node-{}", i % 200),
+                        }
+                    })
+                })
+                .collect();
+            serde_json::json!({"name": role.name, "instanceUID": "role-uid", "taskStatuses": tasks})
+        })
+        .collect();
+    value["status"] = serde_json::json!({
+        "startTime": "2026-11-22T10:00:00Z", "runTime": "2026-11-22T10:00:05Z",
+        "state": "AttemptRunning", "transitionTime": "2026-11-22T10:00:05Z",
+        "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0},
+        "attemptStatus": {
+            "id": 0, "startTime": "2026-11-22T10:00:00Z", "runTime": "2026-11-22T10:00:05Z",
+            "instanceUID": "0_attempt", "configMapName": "bench-attempt",
+            "taskRoleStatuses": roles,
+        }
+    });
+    serde_json::from_value(value).expect("a Framework with its status")
 }

@@ -125,6 +125,19 @@ impl Client {
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Answer(e.to_string()))
     }
 
+    /// Whether the server answers `/healthz` with success.
+    pub async fn healthz(&self) -> Result<(), ClientError> {
+        let response = self
+            .send(Method::GET, "/healthz", None, Bytes::new())
+            .await?;
+        response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Answer(e.to_string()))?;
+        Ok(())
+    }
+
     /// Submits a spec, sent as its media type; returns the server's message.
     pub async fn submit(
         &self,

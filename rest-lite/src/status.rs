@@ -11,6 +11,7 @@ use pai_contract::exit::codes;
 use pai_contract::framework::{
     CompletionStatus, ExecutionType, Framework, FrameworkState, TaskStatus,
 };
+use pai_contract::ports::PortPlan;
 
 /// The job states OpenPAI shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -98,8 +99,10 @@ pub struct TaskView {
     /// The pod's UID.
     pub container_id: Option<String>,
     pub container_ip: Option<String>,
-    /// Label → comma-separated ports.
-    pub container_ports: BTreeMap<String, String>,
+    /// Label → comma-separated ports (shared by the tasks of a role that have the
+    /// role's ports: one map per role, not per task).
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub container_ports: std::sync::Arc<BTreeMap<String, String>>,
     pub container_gpus: u32,
     /// Where this task's log is served.
     pub container_log: String,
@@ -211,6 +214,16 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
         let pai_name = role.pai_name().to_string();
         let gpus = role.gpu_count();
         let tasks = role.tasks();
+        // The role's ports, read once; a task's own (the embedded default's) over them.
+        let ports_view = |plan: &PortPlan| -> std::sync::Arc<BTreeMap<String, String>> {
+            std::sync::Arc::new(
+                plan.iter()
+                    .map(|(label, p)| (label.to_string(), pai_contract::ports::join_ports(p)))
+                    .collect(),
+            )
+        };
+        let role_ports = ports_view(&role.port_plan());
+        let own = own_ports.role(&role.name);
         total_tasks += tasks;
         // Each task's status by index, in one pass: the view is linear in the tasks.
         let mut by_index: Vec<Option<&TaskStatus>> = vec![None; tasks as usize];
@@ -238,13 +251,16 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
                             .filter(|ip| !ip.is_empty())
                             .or_else(|| t.attempt_status.pod_host_ip.clone())
                     }),
-                    container_ports: own_ports
-                        .of(role, index)
-                        .iter()
-                        .map(|(label, p)| (label.to_string(), pai_contract::ports::join_ports(p)))
-                        .collect(),
+                    container_ports: own
+                        .get(index as usize)
+                        .map_or_else(|| role_ports.clone(), ports_view),
                     container_gpus: gpus,
-                    container_log: format!("{logs_base}/logs?role={pai_name}&index={index}"),
+                    container_log: {
+                        use std::fmt::Write;
+                        let mut log = String::with_capacity(logs_base.len() + pai_name.len() + 24);
+                        let _ = write!(log, "{logs_base}/logs?role={pai_name}&index={index}");
+                        log
+                    },
                     container_exit_code: task
                         .and_then(|t| t.attempt_status.completion_status.as_ref())
                         .map(|c| c.code),
