@@ -741,8 +741,9 @@ pub(super) fn log_stream(
     role: String,
     index: u32,
     follow: bool,
+    earlier: Option<i32>,
 ) -> Result<LogStream, Error> {
-    let (name, attempt) = {
+    let (name, current) = {
         let framework = job.framework();
         let attempt = framework
             .status
@@ -750,6 +751,11 @@ pub(super) fn log_stream(
             .map(|s| s.attempt_status.id)
             .ok_or(Error::NotFound)?;
         (framework.metadata.name.clone().unwrap_or_default(), attempt)
+    };
+    let (attempt, follow) = match earlier {
+        // An earlier attempt's log is complete: nothing to follow.
+        Some(attempt) if attempt < current => (attempt, false),
+        _ => (current, follow),
     };
     let path = task::container_log(&task_root(inner, &name, attempt, &role, index));
     let file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;

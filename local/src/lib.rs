@@ -445,7 +445,10 @@ impl Machine {
     }
 
     /// The container log of pod `pod`; with `follow`, until its task completes.
-    pub fn logs(&self, pod: &str, follow: bool) -> Result<LogStream, Error> {
+    /// The container log of the task whose pod is `pod`: of the current attempt (with
+    /// `follow`, until the task completes), or all of `earlier`'s, kept on this machine
+    /// until the job is deleted.
+    pub fn logs(&self, pod: &str, follow: bool, earlier: Option<i32>) -> Result<LogStream, Error> {
         {
             let (job, role, index) = self
                 .inner
@@ -456,7 +459,7 @@ impl Machine {
                     Some((j, role, index))
                 })
                 .ok_or(Error::NotFound)?;
-            controller::log_stream(&self.inner, job, role, index, follow)
+            controller::log_stream(&self.inner, job, role, index, follow, earlier)
         }
     }
 

@@ -245,6 +245,24 @@ impl Client {
         let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
         Ok(chunks(response))
     }
+
+    /// One task's whole log in attempt `attempt` of the job (from 0).
+    pub async fn attempt_logs(
+        &self,
+        user: &str,
+        job: &str,
+        role: &str,
+        index: u32,
+        attempt: u32,
+    ) -> Result<BoxStream<'static, Result<Bytes, ClientError>>, ClientError> {
+        let path = format!(
+            "{}/logs?role={}&index={index}&attempt={attempt}",
+            Self::job_path(user, job),
+            encode(role)
+        );
+        let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
+        Ok(chunks(response))
+    }
 }
 
 /// A body chunk by chunk.

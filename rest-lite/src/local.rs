@@ -63,8 +63,9 @@ impl Backend for LocalBackend {
         &'a self,
         pod: &'a str,
         follow: bool,
+        earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
-        Box::pin(async move { Ok(self.0.logs(pod, follow)?) })
+        Box::pin(async move { Ok(self.0.logs(pod, follow, earlier)?) })
     }
 
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {

@@ -350,6 +350,51 @@ async fn logs_are_the_tasks_output(h: &Harness) {
         (404, "NoJobError".into()),
         "no such task"
     );
+    match client.attempt_logs("alice", "talk", "worker", 0, 1).await {
+        Err(ClientError::Api {
+            status: 404,
+            message,
+            ..
+        }) => assert!(message.contains("no attempt 1"), "{message}"),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("the job has one attempt"),
+    }
+}
+
+/// On a cluster, an earlier attempt's pod (and its log) is gone: the answer says so
+/// rather than serving the current attempt's log under the old number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_kubernetes_an_earlier_attempts_log_is_gone_and_said_so() {
+    let h = Harness::kube("earlier_attempt").await;
+    h.submit(ALICE, "alice", "again").await.expect("submitted");
+    let Place::Kube(api) = &h.place else {
+        unreachable!()
+    };
+    api.modify(
+        "frameworks",
+        NS,
+        &Harness::framework_name("alice", "again"),
+        |f| {
+            f["status"]["attemptStatus"]["id"] = json!(1);
+            f["status"]["retryPolicyStatus"]["totalRetriedCount"] = json!(1);
+        },
+    );
+    let client = h.client(ALICE);
+    match client.attempt_logs("alice", "again", "worker", 0, 0).await {
+        Err(ClientError::Api {
+            status: 404,
+            code,
+            message,
+        }) => {
+            assert_eq!(code, "NoLogError");
+            assert!(
+                message.contains("attempt 0") && message.contains("no longer on the cluster"),
+                "{message}"
+            );
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("attempt 0's pod is gone"),
+    }
 }
 
 async fn others_never_see_a_job(h: &Harness) {

@@ -193,6 +193,33 @@ async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
     );
     let log = log_of(&client, "alice", "flaky", "worker", 0).await;
     assert!(log.contains("attempt 2, run 3"), "{log}");
+    assert!(!log.contains("run 2"), "only the current attempt's: {log}");
+    // Each earlier attempt's own log, kept until the job is deleted.
+    for (attempt, line) in [(0, "attempt 0, run 1"), (1, "attempt 1, run 2")] {
+        let mut stream = client
+            .attempt_logs("alice", "flaky", "worker", 0, attempt)
+            .await
+            .expect("an earlier attempt's log");
+        let mut text = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            text.extend_from_slice(&chunk.expect("chunk"));
+        }
+        let text = String::from_utf8_lossy(&text);
+        assert!(text.contains(line), "attempt {attempt}: {text}");
+        assert!(!text.contains("run 3"), "attempt {attempt}: {text}");
+    }
+    match client.attempt_logs("alice", "flaky", "worker", 0, 3).await {
+        Err(rest_lite::client::ClientError::Api {
+            status: 404,
+            message,
+            ..
+        }) => assert!(
+            message.contains("no attempt 3") && message.contains("current attempt is 2"),
+            "{message}"
+        ),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("attempt 3 does not exist"),
+    }
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -83,8 +83,12 @@ pub struct LogsArgs {
     #[arg(long, short, default_value_t = 0)]
     index: u32,
     /// Keep printing while the task runs.
-    #[arg(long, short)]
+    #[arg(long, short, conflicts_with = "attempt")]
     follow: bool,
+    /// The log of this attempt of the job (from 0; `status` shows the retries) instead
+    /// of the current one's.
+    #[arg(long)]
+    attempt: Option<u32>,
     #[command(flatten)]
     connection: Connection,
 }
@@ -184,6 +188,11 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
         // Following a task that has not started yet waits for it, change by change.
         let mut changes = None;
         let mut stream = loop {
+            if let Some(attempt) = args.attempt {
+                break client
+                    .attempt_logs(&user, &args.job, &args.role, args.index, attempt)
+                    .await?;
+            }
             match client
                 .logs(&user, &args.job, &args.role, args.index, args.follow)
                 .await

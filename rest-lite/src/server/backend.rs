@@ -14,6 +14,10 @@ pub enum BackendError {
     Conflict(String),
     #[error("not found")]
     NotFound,
+    /// It existed and is no longer kept (an earlier attempt's pod on a cluster): the
+    /// message says why.
+    #[error("{0}")]
+    Gone(String),
     #[error("the cluster rejected the Framework: {0}")]
     Invalid(String),
     /// The backend will not run the job (too large for this machine, …): the message
@@ -50,10 +54,14 @@ pub trait Backend: Send + Sync + 'static {
         execution: ExecutionType,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
     /// The main container's log of pod `pod`; with `follow`, it goes on as the task writes.
+    /// `earlier`: the log of that earlier attempt of the task instead of the current
+    /// one's (complete: there is nothing to follow), or [`BackendError::Gone`] where
+    /// the backend no longer has it.
     fn logs<'a>(
         &'a self,
         pod: &'a str,
         follow: bool,
+        earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
     /// Watches Framework `name` (which exists when the watch starts).
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;

@@ -138,6 +138,7 @@ impl From<BackendError> for ApiError {
                 "NoJobError",
                 "the job was not found (deleted meanwhile?)",
             ),
+            BackendError::Gone(message) => Self::new(StatusCode::NOT_FOUND, "NoLogError", message),
             BackendError::Conflict(message) => Self::conflict(message),
             BackendError::Invalid(reason) => {
                 Self::bad_request(format!("the cluster rejected the job: {reason}"))

@@ -123,8 +123,14 @@ impl Backend for KubeBackend {
         &'a self,
         pod: &'a str,
         follow: bool,
+        earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
         async move {
+            if let Some(attempt) = earlier {
+                return Err(BackendError::Gone(format!(
+                    "the log of attempt {attempt} is no longer on the cluster: FrameworkController deletes a task's pod before it starts the next attempt (pod {pod} is the current attempt's), and with it the pod's log; keep earlier attempts' logs with the cluster's log collector"
+                )));
+            }
             let params = LogParams {
                 container: Some(MAIN_CONTAINER.to_string()),
                 follow,

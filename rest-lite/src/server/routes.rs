@@ -381,10 +381,15 @@ pub struct LogQuery {
     /// Keep streaming while the task runs.
     #[serde(default)]
     follow: bool,
+    /// The log of this attempt of the job (from 0) instead of the current one's, where
+    /// it is still kept: on this machine until the job is deleted; on a cluster an
+    /// earlier attempt's pod, and so its log, is gone (404 saying so).
+    #[param(minimum = 0)]
+    attempt: Option<u32>,
 }
 
-/// `GET …/logs?role=&index=&follow=`: one task's output, streamed while it runs when
-/// following.
+/// `GET …/logs?role=&index=&follow=&attempt=`: one task's output, streamed while it
+/// runs when following; an earlier attempt's with `attempt`.
 #[utoipa::path(
     get,
     path = "/api/v1/user/{user}/jobs/{job}/logs",
@@ -410,15 +415,36 @@ pub async fn get_logs(
         return Err(no_task());
     }
     let pod = job.framework.pod_name(role, query.index);
+    let current = job
+        .framework
+        .status
+        .as_ref()
+        .map_or(0, |s| s.attempt_status.id);
+    let earlier = match query.attempt.map(|a| i32::try_from(a).unwrap_or(i32::MAX)) {
+        Some(attempt) if attempt > current => {
+            return Err(job.not_found().with_message(format!(
+                "job {}~{} has no attempt {attempt}: its current attempt is {current} (attempts count from 0)",
+                job.user, job.job
+            )));
+        }
+        Some(attempt) if attempt < current => Some(attempt),
+        _ => None,
+    };
     let logs = state
         .backend
-        .logs(&pod, query.follow)
+        .logs(&pod, query.follow, earlier)
         .await
         .map_err(|e| match e {
-            BackendError::NotFound => job.not_found().with_message(format!(
-                "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
-                job.user, job.job
-            )),
+            BackendError::NotFound => job.not_found().with_message(match earlier {
+                Some(attempt) => format!(
+                    "task {task} of job {}~{} left no log in attempt {attempt}",
+                    job.user, job.job
+                ),
+                None => format!(
+                    "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
+                    job.user, job.job
+                ),
+            }),
             other => other.into(),
         })?;
     Ok((
