@@ -1,8 +1,9 @@
-//! One job's controller: FrameworkController's life cycle on this machine. It starts an
-//! attempt (ports, addresses, every task), applies task reports and stop/delete
-//! requests, completes the attempt by the roles' completion policies, and retries it by
-//! the retry policy. Every change is saved before the next step.
+//! One job's controller: the driver of [`crate::lifecycle`]. It feeds the state machine
+//! what happens (task reports, stop and delete requests, the retry timer) and carries
+//! out what it decides: placing and starting tasks, signalling them, saving the
+//! Framework, waiting before a retry, removing a deleted job.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,16 +11,13 @@ use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 
-use pai_contract::exit::codes;
-use pai_contract::framework::{
-    CompletionStatus, ExecutionType, Framework, FrameworkAttemptStatus, FrameworkState,
-    FrameworkStatus, RetryPolicyStatus, TaskAttemptStatus, TaskRoleStatus, TaskStatus,
-};
+use pai_contract::framework::{Framework, FrameworkAttemptStatus, FrameworkState, TaskStatus};
 use pai_contract::meta;
 
+use super::lifecycle::{self, Effect, Event, Placement};
 use super::procs::{self, ProcessId};
 use super::task::{self, Identity, Launch, Progress, StopRequest};
-use super::{Command, Inner, Job, attempt_open, policy, ports, uid};
+use super::{Command, Inner, Job, attempt_open, ports, uid};
 use pai_kube_runtime::layout::{Layout, Task as RuntimeTask};
 use pai_kube_runtime::logs::USER_LOG;
 
@@ -31,29 +29,6 @@ const LOCAL_ADDRESS: &str = "127.0.0.1";
 
 fn now() -> String {
     jiff::Timestamp::now().to_string()
-}
-
-fn statuses(framework: &mut Framework) -> &mut Vec<TaskRoleStatus> {
-    let status = framework
-        .status
-        .get_or_insert_with(FrameworkStatus::default);
-    status
-        .attempt_status
-        .task_role_statuses
-        .get_or_insert_with(Vec::new)
-}
-
-fn task_mut<'a>(
-    framework: &'a mut Framework,
-    role: &str,
-    index: u32,
-) -> Option<&'a mut TaskStatus> {
-    statuses(framework)
-        .iter_mut()
-        .find(|r| r.name == role)?
-        .task_statuses
-        .iter_mut()
-        .find(|t| t.index == index as i32)
 }
 
 fn task_status<'a>(framework: &'a Framework, role: &str, index: u32) -> Option<&'a TaskStatus> {
@@ -68,52 +43,6 @@ fn task_status<'a>(framework: &'a Framework, role: &str, index: u32) -> Option<&
         .task_statuses
         .iter()
         .find(|t| t.index == index as i32)
-}
-
-fn set_state(status: &mut FrameworkStatus, state: FrameworkState) {
-    if status.state != state {
-        status.state = state;
-        status.transition_time = Some(now());
-    }
-}
-
-/// A new attempt `id`: every task pending.
-fn new_attempt(framework: &Framework, id: i32) -> FrameworkAttemptStatus {
-    let name = framework.metadata.name.clone().unwrap_or_default();
-    FrameworkAttemptStatus {
-        id,
-        start_time: Some(now()),
-        instance_uid: Some(format!("{id}_{}", uid())),
-        config_map_name: Some(format!("{name}-attempt")),
-        task_role_statuses: Some(
-            framework
-                .spec
-                .task_roles
-                .iter()
-                .map(|role| TaskRoleStatus {
-                    name: role.name.clone(),
-                    instance_uid: Some(uid()),
-                    task_statuses: (0..role.task_number.max(0))
-                        .map(|index| TaskStatus {
-                            index,
-                            state: FrameworkState::AttemptCreationPending,
-                            transition_time: Some(now()),
-                            attempt_status: TaskAttemptStatus {
-                                pod_name: Some(pai_contract::framework::pod_name(
-                                    &name,
-                                    &role.name,
-                                    index as u32,
-                                )),
-                                ..TaskAttemptStatus::default()
-                            },
-                            ..TaskStatus::default()
-                        })
-                        .collect(),
-                })
-                .collect(),
-        ),
-        ..FrameworkAttemptStatus::default()
-    }
 }
 
 /// What the embedded default adds to every attempt's diagnostics.
@@ -138,29 +67,10 @@ fn local_note(framework: &Framework) -> String {
     )
 }
 
-fn with_note(mut completion: CompletionStatus, framework: &Framework) -> CompletionStatus {
-    let note = local_note(framework);
-    completion.diagnostics = Some(match completion.diagnostics.take() {
-        Some(d) if !d.is_empty() => format!("{d} {note}"),
-        _ => note,
-    });
-    completion
-}
-
-/// Completes the current attempt with `completion`.
-fn complete_attempt(framework: &mut Framework, completion: CompletionStatus) {
-    let completion = with_note(completion, framework);
-    let status = framework
-        .status
-        .get_or_insert_with(FrameworkStatus::default);
-    status.attempt_status.completion_status = Some(completion);
-    status.attempt_status.completion_time = Some(now());
-    set_state(status, FrameworkState::AttemptCompleted);
-}
-
-/// After a restart: ends what the previous server left of the running attempt and
-/// completes it as failed (transient: retried by the fancy retry policy).
-pub(super) async fn recover(inner: &Arc<Inner>, job: &Arc<Job>) {
+/// After a restart, before the job's controller starts: ends whatever the previous
+/// server left running of the open attempt (the state machine then completes that
+/// attempt as failed and retries it by the retry policy).
+pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
     let framework = job.framework().clone();
     if !attempt_open(&framework) {
         return;
@@ -169,7 +79,7 @@ pub(super) async fn recover(inner: &Arc<Inner>, job: &Arc<Job>) {
     let attempt = framework.status.as_ref().map_or(0, |s| s.attempt_status.id);
     let mut left = Vec::new();
     for role in &framework.spec.task_roles {
-        for index in 0..role.task_number.max(0) as u32 {
+        for index in 0..role.tasks() {
             let pod_uid = task_status(&framework, &role.name, index)
                 .and_then(|t| t.attempt_status.pod_uid.clone())
                 .unwrap_or_default();
@@ -200,40 +110,6 @@ pub(super) async fn recover(inner: &Arc<Inner>, job: &Arc<Job>) {
         })
         .await;
     }
-    let reason = "the server restarted while the task ran; its processes were ended";
-    {
-        let mut framework = job.framework();
-        for role in statuses(&mut framework) {
-            for task in &mut role.task_statuses {
-                if task.state != FrameworkState::Completed {
-                    complete_task(
-                        task,
-                        CompletionStatus::of(codes::POD_EXTERNAL_DELETED, reason),
-                    );
-                }
-            }
-        }
-        let completion = if framework.spec.execution_type == ExecutionType::Stop {
-            CompletionStatus::of(codes::STOP_FRAMEWORK_REQUESTED, "stop requested")
-        } else {
-            CompletionStatus::of(
-                codes::POD_EXTERNAL_DELETED,
-                "server restarted while this attempt ran",
-            )
-        };
-        complete_attempt(&mut framework, completion);
-    }
-    tracing::info!(job = %name, attempt, "attempt completed as failed: the server restarted");
-    if let Err(e) = inner.persist(job).await {
-        tracing::error!(job = %name, error = %e, "cannot save the recovered job");
-    }
-}
-
-fn complete_task(task: &mut TaskStatus, completion: CompletionStatus) {
-    task.state = FrameworkState::Completed;
-    task.transition_time = Some(now());
-    task.attempt_status.completion_time = Some(now());
-    task.attempt_status.completion_status = Some(completion);
 }
 
 fn task_root(
@@ -259,13 +135,8 @@ fn private_files(mut env: Vec<(String, String)>) -> Vec<(String, String)> {
     env
 }
 
-/// A task of the running attempt and the way to stop it.
-type TaskStop = ((String, u32), watch::Sender<Option<StopRequest>>);
-
-enum AttemptEnd {
-    Completed,
-    Deleted,
-}
+/// A task's report: its attempt, role and index, and what happened.
+type Report = (i32, String, u32, Progress);
 
 /// Drives the job until it is deleted.
 pub(super) async fn drive(
@@ -274,41 +145,64 @@ pub(super) async fn drive(
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let name = job.name();
+    let note = local_note(&job.framework());
+    let (reports_tx, mut reports) = mpsc::unbounded_channel::<Report>();
+    let mut driver = Driver {
+        inner: &inner,
+        job: &job,
+        reports: reports_tx,
+        placed: Vec::new(),
+        running: HashMap::new(),
+        timer: None,
+    };
+    let mut events = vec![Event::Resumed];
     loop {
-        let state = job.framework().status.as_ref().map(|s| s.state);
-        let step = match state {
-            None => {
-                {
-                    let mut framework = job.framework();
-                    let attempt = new_attempt(&framework, 0);
-                    framework.status = Some(FrameworkStatus {
-                        start_time: Some(now()),
-                        state: FrameworkState::AttemptCreationPending,
-                        transition_time: Some(now()),
-                        retry_policy_status: RetryPolicyStatus::default(),
-                        attempt_status: attempt,
-                        ..FrameworkStatus::default()
-                    });
-                }
-                Some(AttemptEnd::Completed)
-            }
-            Some(FrameworkState::Completed) => match commands.recv().await {
-                Some(Command::Stop) => continue,
-                Some(Command::Delete) | None => None,
-            },
-            Some(FrameworkState::AttemptCompleted) => decide(&inner, &job, &mut commands)
-                .await
-                .map(|()| AttemptEnd::Completed),
-            Some(_) => Some(run_attempt(&inner, &job, &mut commands).await),
+        let effects: Vec<Effect> = {
+            let mut framework = job.framework();
+            let mut uids = uid;
+            let mut cx = lifecycle::Context {
+                now: now(),
+                conflict_delay: inner.settings.conflict_delay,
+                uid: &mut uids,
+                note: &note,
+            };
+            events
+                .drain(..)
+                .flat_map(|event| lifecycle::step(&mut framework, event, &mut cx))
+                .collect()
         };
-        match step {
-            Some(AttemptEnd::Completed) => {
-                if let Err(e) = inner.persist(&job).await {
-                    tracing::error!(job = %name, error = %e, "cannot save the job; its controller stops");
-                    return;
+        match driver.carry_out(effects).await {
+            Next::Events(more) if !more.is_empty() => {
+                events = more;
+                continue;
+            }
+            Next::Events(_) => {}
+            Next::Removed => break,
+        }
+        let timer = async {
+            match driver.timer.as_mut() {
+                Some(timer) => timer.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some(report) = reports.recv() => {
+                events.push(report_event(report));
+                while let Ok(report) = reports.try_recv() {
+                    events.push(report_event(report));
                 }
             }
-            Some(AttemptEnd::Deleted) | None => break,
+            command = commands.recv() => events.push(match command {
+                Some(Command::Stop) => {
+                    tracing::info!(job = %name, "stop requested");
+                    Event::Stop
+                }
+                Some(Command::Delete) | None => Event::Delete,
+            }),
+            () = timer => {
+                driver.timer = None;
+                events.push(Event::RetryDelayElapsed);
+            }
         }
     }
     // Deleted: every task has ended; the files go, then the name.
@@ -325,296 +219,187 @@ pub(super) async fn drive(
     tracing::info!(job = %name, "job deleted");
 }
 
-/// The retry decision on a completed attempt: a new attempt (after its delay), or the
-/// job completes. `None`: the job was deleted meanwhile.
-async fn decide(
-    inner: &Arc<Inner>,
-    job: &Arc<Job>,
-    commands: &mut mpsc::UnboundedReceiver<Command>,
-) -> Option<()> {
-    let decision = {
-        let framework = job.framework();
-        let status = framework.status.as_ref()?;
-        let completion = status
-            .attempt_status
-            .completion_status
-            .clone()
-            .unwrap_or_default();
-        if framework.spec.execution_type == ExecutionType::Stop {
-            None
-        } else {
-            Some(policy::retry_decision(
-                &framework.spec.retry_policy,
-                &status.retry_policy_status,
-                &completion,
-                inner.settings.conflict_delay,
-            ))
-        }
-    };
-    let name = job.name();
-    match decision {
-        Some(decision) if decision.retry => {
-            tracing::info!(job = %name, reason = %decision.reason, delay_s = decision.delay.as_secs(), "retrying the attempt");
-            if !decision.delay.is_zero() {
-                {
-                    let mut framework = job.framework();
-                    if let Some(status) = framework.status.as_mut() {
-                        status.retry_policy_status.retry_delay_sec =
-                            Some(decision.delay.as_secs() as i64);
-                    }
+fn report_event((attempt, role, index, progress): Report) -> Event {
+    match progress {
+        Progress::Running => Event::TaskRunning {
+            attempt,
+            role,
+            index,
+        },
+        Progress::Completed { code, diagnostics } => Event::TaskCompleted {
+            attempt,
+            role,
+            index,
+            code,
+            diagnostics,
+        },
+    }
+}
+
+/// What follows a batch of effects.
+enum Next {
+    /// Events the effects produced (placement, a failure to start), to apply at once.
+    Events(Vec<Event>),
+    /// The job is deleted and every task ended.
+    Removed,
+}
+
+/// What carries out the state machine's effects for one job.
+struct Driver<'a> {
+    inner: &'a Arc<Inner>,
+    job: &'a Arc<Job>,
+    reports: mpsc::UnboundedSender<Report>,
+    /// How to start each task of the attempt being placed.
+    placed: Vec<(String, u32, Launch)>,
+    /// Each started task's stop request.
+    running: HashMap<(String, u32), watch::Sender<Option<StopRequest>>>,
+    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Driver<'_> {
+    /// Carries out `effects` in order; saves are merged (one write per batch, synced
+    /// when any asks for it) but always happen before tasks are placed or started.
+    async fn carry_out(&mut self, effects: Vec<Effect>) -> Next {
+        let name = self.job.name();
+        let mut events = Vec::new();
+        let mut unsaved: Option<bool> = None;
+        for effect in effects {
+            match effect {
+                Effect::Persist { durable } => {
+                    unsaved = Some(unsaved.unwrap_or(false) || durable);
                 }
-                let _ = inner.persist(job).await;
-                tokio::select! {
-                    _ = tokio::time::sleep(decision.delay) => {}
-                    command = commands.recv() => match command {
-                        Some(Command::Stop) => {
-                            finish(job);
-                            return Some(());
+                Effect::Place => {
+                    if let Err(e) = self.save(unsaved.take()).await {
+                        events.push(not_started(format!("the attempt could not be saved: {e}")));
+                        continue;
+                    }
+                    match place(self.inner, self.job) {
+                        Ok((placements, launches)) => {
+                            self.placed = launches;
+                            events.push(Event::Placed(placements));
                         }
-                        Some(Command::Delete) | None => return None,
+                        Err(message) => {
+                            tracing::error!(job = %name, %message, "cannot start the attempt");
+                            events.push(not_started(message));
+                        }
                     }
                 }
-            }
-            let mut framework = job.framework();
-            let next = framework
-                .status
-                .as_ref()
-                .map_or(0, |s| s.attempt_status.id + 1);
-            let attempt = new_attempt(&framework, next);
-            let status = framework
-                .status
-                .get_or_insert_with(FrameworkStatus::default);
-            status.retry_policy_status.total_retried_count += 1;
-            if decision.accountable {
-                status.retry_policy_status.accountable_retried_count += 1;
-            }
-            status.retry_policy_status.retry_delay_sec = None;
-            status.attempt_status = attempt;
-            set_state(status, FrameworkState::AttemptCreationPending);
-        }
-        Some(decision) => {
-            tracing::info!(job = %name, reason = %decision.reason, "job completed");
-            finish(job);
-        }
-        None => finish(job),
-    }
-    Some(())
-}
-
-fn finish(job: &Job) {
-    let mut framework = job.framework();
-    if let Some(status) = framework.status.as_mut() {
-        status.completion_time = Some(now());
-        status.retry_policy_status.retry_delay_sec = None;
-        set_state(status, FrameworkState::Completed);
-    }
-}
-
-/// Runs the current attempt until every task completed (the attempt is then
-/// AttemptCompleted) or the job was deleted.
-async fn run_attempt(
-    inner: &Arc<Inner>,
-    job: &Arc<Job>,
-    commands: &mut mpsc::UnboundedReceiver<Command>,
-) -> AttemptEnd {
-    let name = job.name();
-    if job.framework().spec.execution_type == ExecutionType::Stop {
-        complete_attempt(
-            &mut job.framework(),
-            CompletionStatus::of(
-                codes::STOP_FRAMEWORK_REQUESTED,
-                "stop requested before the attempt started",
-            ),
-        );
-        return AttemptEnd::Completed;
-    }
-    let launches = match prepare(inner, job) {
-        Ok(launches) => launches,
-        Err(message) => {
-            tracing::error!(job = %name, %message, "cannot start the attempt");
-            complete_attempt(
-                &mut job.framework(),
-                CompletionStatus::of(
-                    pai_contract::exit::ExitCode::TransientConflict.code(),
-                    message,
-                ),
-            );
-            return AttemptEnd::Completed;
-        }
-    };
-    // The attempt (addresses, pods) is on disk before any task starts: a restarted
-    // server must find every task it would have to end. Without that, nothing starts.
-    if let Err(e) = inner.persist(job).await {
-        tracing::error!(job = %name, error = %e, "cannot save the attempt; no task is started");
-        let mut framework = job.framework();
-        for role in statuses(&mut framework) {
-            for task in &mut role.task_statuses {
-                complete_task(
-                    task,
-                    CompletionStatus::of(
-                        pai_contract::exit::ExitCode::TransientConflict.code(),
-                        "not started: the attempt could not be saved",
-                    ),
-                );
-            }
-        }
-        complete_attempt(
-            &mut framework,
-            CompletionStatus::of(
-                pai_contract::exit::ExitCode::TransientConflict.code(),
-                format!("the attempt could not be saved before its tasks started: {e}"),
-            ),
-        );
-        return AttemptEnd::Completed;
-    }
-
-    let (events, mut reports) = mpsc::unbounded_channel::<(String, u32, Progress)>();
-    let mut stops = Vec::with_capacity(launches.len());
-    for (role, index, launch) in launches {
-        let (stop, stop_rx) = watch::channel(None);
-        stops.push(((role.clone(), index), stop));
-        let events = events.clone();
-        tokio::spawn(task::run(
-            launch,
-            move |progress| {
-                let _ = events.send((role.clone(), index, progress));
-            },
-            stop_rx,
-        ));
-    }
-    drop(events);
-    let attempt = job
-        .framework()
-        .status
-        .as_ref()
-        .map_or(0, |s| s.attempt_status.id);
-    tracing::info!(job = %name, attempt, tasks = stops.len(), "attempt started");
-
-    let mut remaining = stops.len();
-    let mut completion: Option<CompletionStatus> = None;
-    let mut deleted = false;
-    let stop_all = |stops: &[TaskStop], job: &Job, request: StopRequest| {
-        let mut framework = job.framework();
-        for ((role, index), stop) in stops {
-            if let Some(task) = task_mut(&mut framework, role, *index)
-                && task.state != FrameworkState::Completed
-            {
-                task.state = FrameworkState::AttemptDeletionPending;
-                task.transition_time = Some(now());
-            }
-            stop.send_if_modified(|current| {
-                if current.is_some() {
-                    return false;
-                }
-                *current = Some(request.clone());
-                true
-            });
-        }
-    };
-    while remaining > 0 {
-        let mut batch = Vec::new();
-        tokio::select! {
-            report = reports.recv() => match report {
-                Some(report) => batch.push(report),
-                None => break,
-            },
-            command = commands.recv() => match command {
-                Some(Command::Stop) => {
-                    tracing::info!(job = %name, "stop requested: ending every task");
-                    if completion.is_none() {
-                        completion = Some(CompletionStatus::of(codes::STOP_FRAMEWORK_REQUESTED, "stop requested"));
+                Effect::Launch => {
+                    // The attempt (addresses, pods) is on disk before any task starts: a
+                    // restarted server must find every task it would have to end.
+                    if let Err(e) = self.save(unsaved.take()).await {
+                        tracing::error!(job = %name, error = %e, "cannot save the attempt; no task is started");
+                        self.placed.clear();
+                        events.push(not_started(format!(
+                            "the attempt could not be saved before its tasks started: {e}"
+                        )));
+                        continue;
                     }
-                    stop_all(&stops, job, StopRequest {
-                        code: codes::STOP_FRAMEWORK_REQUESTED,
-                        reason: "the job was stopped".to_string(),
-                    });
+                    if let Err(message) = self.launch() {
+                        events.push(not_started(message));
+                    }
                 }
-                Some(Command::Delete) | None => {
-                    deleted = true;
-                    stop_all(&stops, job, StopRequest {
-                        code: codes::DELETE_TASK_REQUESTED,
-                        reason: "the job was deleted".to_string(),
-                    });
+                Effect::Signal {
+                    tasks,
+                    code,
+                    reason,
+                } => {
+                    let request = StopRequest { code, reason };
+                    for task in tasks {
+                        if let Some(stop) = self.running.get(&task) {
+                            stop.send_if_modified(|current| {
+                                if current.is_some() {
+                                    return false;
+                                }
+                                *current = Some(request.clone());
+                                true
+                            });
+                        }
+                    }
                 }
-            },
+                Effect::Schedule(delay) => {
+                    self.timer = Some(Box::pin(tokio::time::sleep(delay)));
+                }
+                Effect::Remove => return Next::Removed,
+            }
         }
-        while let Ok(report) = reports.try_recv() {
-            batch.push(report);
+        if let Some(durable) = unsaved
+            && let Err(e) = self.inner.save(self.job, durable).await
+        {
+            tracing::error!(job = %name, error = %e, durable, "cannot save the job");
         }
-        for (role, index, progress) in batch {
-            let mut framework = job.framework();
-            let Some(task) = task_mut(&mut framework, &role, index) else {
-                continue;
+        Next::Events(events)
+    }
+
+    /// Saves now if anything is unsaved: the result of a durable save matters.
+    async fn save(&self, unsaved: Option<bool>) -> Result<(), Error> {
+        match unsaved {
+            Some(true) => self.inner.persist(self.job).await,
+            Some(false) => {
+                if let Err(e) = self.inner.record(self.job).await {
+                    tracing::error!(job = %self.job.name(), error = %e, "cannot save the job");
+                }
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Publishes the attempt's peer table, then starts every placed task.
+    fn launch(&mut self) -> Result<(), String> {
+        let (name, attempt, table) = {
+            let framework = self.job.framework();
+            let attempt = framework.status.as_ref().map_or(0, |s| s.attempt_status.id);
+            // Every address and port is known now: the table is written once, before any
+            // task looks for it (each task reads it once; nothing rereads the Framework).
+            let table = match pai_barrier::readiness(&framework) {
+                Ok(pai_barrier::Readiness::Ready(table)) => table,
+                Ok(pai_barrier::Readiness::Waiting(p)) => {
+                    return Err(format!("not every task has an address: {p}"));
+                }
+                Err(e) => return Err(format!("cannot read the task statuses: {e}")),
             };
-            match progress {
-                Progress::Running => {
-                    if task.state != FrameworkState::AttemptDeletionPending {
-                        task.state = FrameworkState::AttemptRunning;
-                        task.transition_time = Some(now());
-                    }
-                    task.attempt_status.run_time = Some(now());
-                    if let Some(status) = framework.status.as_mut()
-                        && status.state == FrameworkState::AttemptPreparing
-                    {
-                        status.attempt_status.run_time = Some(now());
-                        status.run_time.get_or_insert_with(now);
-                        set_state(status, FrameworkState::AttemptRunning);
-                    }
-                }
-                Progress::Completed { code, diagnostics } => {
-                    remaining -= 1;
-                    complete_task(task, CompletionStatus::of(code, diagnostics));
-                    tracing::info!(job = %name, role = %role, index, code, "task completed");
-                    if completion.is_none() {
-                        let roles = framework
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.attempt_status.task_role_statuses.as_deref())
-                            .unwrap_or_default();
-                        completion =
-                            policy::attempt_completion(&framework.spec, roles, &role, index as i32);
-                        if let Some(done) = &completion
-                            && remaining > 0
-                        {
-                            let reason = format!(
-                                "the attempt completed: {}",
-                                done.trigger.as_ref().map_or("", |t| t.message.as_str())
-                            );
-                            drop(framework);
-                            stop_all(
-                                &stops,
-                                job,
-                                StopRequest {
-                                    code: codes::FRAMEWORK_ATTEMPT_COMPLETION,
-                                    reason,
-                                },
-                            );
-                        }
-                    }
-                }
-            }
+            (
+                framework.metadata.name.clone().unwrap_or_default(),
+                attempt,
+                table,
+            )
+        };
+        let path = self.inner.store.peers_file(&name, attempt);
+        pai_barrier::output::write_json(&path, &table)
+            .map_err(|e| format!("cannot write the peer table {}: {e}", path.display()))?;
+        self.running.clear();
+        let launches = std::mem::take(&mut self.placed);
+        let count = launches.len();
+        for (role, index, launch) in launches {
+            let (stop, stop_rx) = watch::channel(None);
+            self.running.insert((role.clone(), index), stop);
+            let reports = self.reports.clone();
+            tokio::spawn(task::run(
+                launch,
+                move |progress| {
+                    let _ = reports.send((attempt, role.clone(), index, progress));
+                },
+                stop_rx,
+            ));
         }
-        if !deleted && let Err(e) = inner.record(job).await {
-            tracing::error!(job = %name, error = %e, "cannot save the job");
-        }
+        tracing::info!(job = %name, attempt, tasks = count, "attempt started");
+        Ok(())
     }
-    if deleted {
-        return AttemptEnd::Deleted;
-    }
-    let completion = completion.unwrap_or_else(|| {
-        CompletionStatus::of(
-            codes::FRAMEWORK_ATTEMPT_COMPLETION,
-            "the attempt ended without a completion",
-        )
-    });
-    tracing::info!(job = %name, attempt, code = completion.code, "attempt completed");
-    complete_attempt(&mut job.framework(), completion);
-    AttemptEnd::Completed
 }
 
-/// Gives every task of the current attempt its ports and address, and returns how to
-/// start each.
-fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, String> {
+fn not_started(message: String) -> Event {
+    Event::NotStarted {
+        code: lifecycle::not_started_code(),
+        message,
+    }
+}
+
+/// Gives every task of the current attempt its ports (the Framework's annotation), pod
+/// and address; returns where each is and how to start it.
+type Placed = (Vec<Placement>, Vec<(String, u32, Launch)>);
+
+fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
     let mut framework = job.framework();
     let own_ports =
         ports::allocate(&framework).map_err(|e| format!("no free ports on this machine: {e}"))?;
@@ -699,38 +484,17 @@ fn prepare(inner: &Inner, job: &Job) -> Result<Vec<(String, u32, Launch)>, Strin
                 grace,
                 spawner: inner.spawner.clone(),
             };
-            pods.push((role.name.clone(), index, identity.task_attempt_uid, pod_uid));
+            pods.push(Placement {
+                role: role.name.clone(),
+                index,
+                pod_uid,
+                address: LOCAL_ADDRESS.to_string(),
+                node: "localhost".to_string(),
+            });
             launches.push((role.name.clone(), index, launch));
         }
     }
-    for (role, index, task_attempt_uid, pod_uid) in pods {
-        if let Some(task) = task_mut(&mut framework, &role, index) {
-            task.state = FrameworkState::AttemptPreparing;
-            task.transition_time = Some(now());
-            task.attempt_status.start_time = Some(now());
-            task.attempt_status.instance_uid = Some(task_attempt_uid);
-            task.attempt_status.pod_uid = Some(pod_uid);
-            task.attempt_status.pod_ip = Some(LOCAL_ADDRESS.to_string());
-            task.attempt_status.pod_host_ip = Some(LOCAL_ADDRESS.to_string());
-            task.attempt_status.pod_node_name = Some("localhost".to_string());
-        }
-    }
-    if let Some(status) = framework.status.as_mut() {
-        set_state(status, FrameworkState::AttemptPreparing);
-    }
-    // Every address and port is known now: publish the attempt's table once, before any
-    // task looks for it (each task reads it once; nothing rereads the Framework).
-    let table = match pai_barrier::readiness(&framework) {
-        Ok(pai_barrier::Readiness::Ready(table)) => table,
-        Ok(pai_barrier::Readiness::Waiting(p)) => {
-            return Err(format!("not every task has an address: {p}"));
-        }
-        Err(e) => return Err(format!("cannot read the task statuses: {e}")),
-    };
-    let path = inner.store.peers_file(&name, attempt);
-    pai_barrier::output::write_json(&path, &table)
-        .map_err(|e| format!("cannot write the peer table {}: {e}", path.display()))?;
-    Ok(launches)
+    Ok((pods, launches))
 }
 
 /// The container log of task `index` of `role` in the job's current attempt; with

@@ -8,6 +8,7 @@
 //! what was left running and fails-and-retries those attempts.
 
 mod controller;
+pub mod lifecycle;
 /// Tests that fork hold this, and so does the one that checks the ports it was given are
 /// free: a child holds its parent's sockets between fork and exec.
 #[cfg(test)]
@@ -266,7 +267,7 @@ impl Machine {
             .extend(unreadable.into_iter().map(|u| (u.name, u.reason)));
         for framework in frameworks {
             let (job, commands) = insert(&inner, framework)?;
-            controller::recover(&inner, &job).await;
+            controller::end_leftovers(&inner, &job).await;
             spawn_controller(&inner, job, commands);
         }
         Ok(Self { inner })
