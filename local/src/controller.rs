@@ -78,11 +78,18 @@ pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
     let name = framework.metadata.name.clone().unwrap_or_default();
     let attempt = framework.status.as_ref().map_or(0, |s| s.attempt_status.id);
     let mut left = Vec::new();
-    for role in &framework.spec.task_roles {
-        for index in 0..role.tasks() {
-            let pod_uid = task_status(&framework, &role.name, index)
-                .and_then(|t| t.attempt_status.pod_uid.clone())
-                .unwrap_or_default();
+    let roles = framework
+        .status
+        .as_ref()
+        .and_then(|s| s.attempt_status.task_role_statuses.as_deref())
+        .unwrap_or_default();
+    // Each task's record, with the pod UID the task was started with (in one pass).
+    for role in roles {
+        for task in &role.task_statuses {
+            let Ok(index) = u32::try_from(task.index) else {
+                continue;
+            };
+            let pod_uid = task.attempt_status.pod_uid.clone().unwrap_or_default();
             let record = inner.store.pid_file(&name, attempt, &role.name, index);
             let Some(process) = std::fs::read_to_string(&record)
                 .ok()

@@ -445,7 +445,6 @@ impl Machine {
         }
     }
 
-    /// The container log of pod `pod`; with `follow`, until its task completes.
     /// The container log of the task whose pod is `pod`: of the current attempt (with
     /// `follow`, until the task completes), or all of `earlier`'s, kept on this machine
     /// until the job is deleted.
