@@ -137,10 +137,12 @@ echo reaped
 
 /// A process the user command leaves behind: it says when TERM reaches it, and gives up
 /// by itself after about 30 s, so that a runtime that forgot it ends the test with a
-/// failure, not a hang.
+/// failure, not a hang. The user command goes on only once the leftover's trap is set
+/// (`<marker>.armed`): a TERM before that would end it without a mark, and the test would
+/// blame the runtime for the shell's start-up. `$!` still names the leftover afterwards.
 fn leftover(marker: &std::path::Path) -> String {
     format!(
-        "( trap 'echo got-term > {m}; exit 0' TERM; n=0; while [ $n -lt 30 ]; do sleep 1; n=$((n + 1)); done ) &",
+        "( trap 'echo got-term > {m}; exit 0' TERM; : > {m}.armed; n=0; while [ $n -lt 30 ]; do sleep 1; n=$((n + 1)); done ) & while [ ! -e {m}.armed ]; do :; done;",
         m = marker.display()
     )
 }
