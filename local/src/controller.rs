@@ -17,7 +17,7 @@ use pai_contract::meta;
 use super::lifecycle::{self, Effect, Event, Placement};
 use super::procs::{self, ProcessId};
 use super::task::{self, Identity, Launch, Progress, StopRequest};
-use super::{Command, Inner, Job, attempt_open, ports, uid};
+use super::{Command, Inner, Job, ports, uid};
 use pai_kube_runtime::layout::{Layout, Task as RuntimeTask};
 use pai_kube_runtime::logs::USER_LOG;
 
@@ -72,7 +72,7 @@ fn local_note(framework: &Framework) -> String {
 /// attempt as failed and retries it by the retry policy).
 pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
     let framework = job.framework().clone();
-    if !attempt_open(&framework) {
+    if !lifecycle::tasks_started(&framework) {
         return;
     }
     let name = framework.metadata.name.clone().unwrap_or_default();
@@ -330,10 +330,8 @@ impl Driver<'_> {
                 Effect::Remove => return Next::Removed,
             }
         }
-        if let Some(durable) = unsaved
-            && let Err(e) = self.inner.save(self.job, durable).await
-        {
-            tracing::error!(job = %name, error = %e, durable, "cannot save the job");
+        if let Err(e) = self.save(unsaved).await {
+            tracing::error!(job = %name, error = %e, "cannot save the job");
         }
         Next::Events(events)
     }

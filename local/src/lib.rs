@@ -29,7 +29,7 @@ use futures::stream::BoxStream;
 use tokio::sync::{mpsc, watch};
 
 use pai_contract::Framework;
-use pai_contract::framework::{ExecutionType, FrameworkState, pod_name};
+use pai_contract::framework::{ExecutionType, pod_name};
 
 use store::Store;
 use task::Runtime;
@@ -508,16 +508,4 @@ impl Machine {
             Ok(())
         }
     }
-}
-
-/// Whether a Framework's attempt has started its tasks and not completed.
-fn attempt_open(framework: &Framework) -> bool {
-    framework.status.as_ref().is_some_and(|s| {
-        !matches!(
-            s.state,
-            FrameworkState::AttemptCreationPending
-                | FrameworkState::AttemptCompleted
-                | FrameworkState::Completed
-        )
-    })
 }

@@ -109,7 +109,7 @@ pub fn step(framework: &mut Framework, event: Event, cx: &mut Context<'_>) -> Ve
             effects.extend([Effect::Persist { durable: true }, Effect::Launch]);
         }
         Event::NotStarted { code, message } => {
-            if !attempt_open(framework) {
+            if !attempt_unfinished(framework) {
                 return effects;
             }
             let reason = format!("not started: {message}");
@@ -217,21 +217,21 @@ fn current_attempt(framework: &Framework) -> Option<i32> {
     framework.status.as_ref().map(|s| s.attempt_status.id)
 }
 
-/// Whether the current attempt has tasks that may run (it neither completed nor has
-/// yet to be placed).
-fn attempt_open(framework: &Framework) -> bool {
-    matches!(
-        state(framework),
-        Some(
-            FrameworkState::AttemptCreationPending
-                | FrameworkState::AttemptCreationRequested
-                | FrameworkState::AttemptPreparing
-                | FrameworkState::AttemptRunning
-                | FrameworkState::AttemptDeletionPending
-                | FrameworkState::AttemptDeletionRequested
-                | FrameworkState::AttemptDeleting
+/// Whether the current attempt has yet to complete.
+fn attempt_unfinished(framework: &Framework) -> bool {
+    state(framework).is_some_and(|s| {
+        !matches!(
+            s,
+            FrameworkState::AttemptCompleted | FrameworkState::Completed
         )
-    )
+    })
+}
+
+/// Whether the current attempt has started its tasks and not completed: what a
+/// restarted server must end before the attempt is failed and retried.
+pub fn tasks_started(framework: &Framework) -> bool {
+    attempt_unfinished(framework)
+        && state(framework) != Some(FrameworkState::AttemptCreationPending)
 }
 
 fn deleting(framework: &Framework) -> bool {
@@ -558,16 +558,8 @@ fn delete(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Eff
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             cx.now.parse().unwrap_or(jiff::Timestamp::UNIX_EPOCH),
         ));
-    let running = matches!(
-        state(framework),
-        Some(
-            FrameworkState::AttemptPreparing
-                | FrameworkState::AttemptRunning
-                | FrameworkState::AttemptDeletionPending
-                | FrameworkState::AttemptDeletionRequested
-                | FrameworkState::AttemptDeleting
-        )
-    ) && tasks(framework).any(|(_, t)| t.state != FrameworkState::Completed);
+    let running = tasks_started(framework)
+        && tasks(framework).any(|(_, t)| t.state != FrameworkState::Completed);
     if running {
         end_tasks(
             framework,

@@ -236,14 +236,9 @@ impl Client {
         role: &str,
         index: u32,
         follow: bool,
-    ) -> Result<BoxStream<'static, Result<Bytes, ClientError>>, ClientError> {
-        let path = format!(
-            "{}/logs?role={}&index={index}&follow={follow}",
-            Self::job_path(user, job),
-            encode(role)
-        );
-        let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
-        Ok(chunks(response))
+    ) -> Result<Chunks, ClientError> {
+        self.task_log(user, job, role, index, &format!("follow={follow}"))
+            .await
     }
 
     /// One task's whole log in attempt `attempt` of the job (from 0).
@@ -254,9 +249,22 @@ impl Client {
         role: &str,
         index: u32,
         attempt: u32,
-    ) -> Result<BoxStream<'static, Result<Bytes, ClientError>>, ClientError> {
+    ) -> Result<Chunks, ClientError> {
+        self.task_log(user, job, role, index, &format!("attempt={attempt}"))
+            .await
+    }
+
+    /// `GET …/logs?role=&index=&<query>`, chunk by chunk.
+    async fn task_log(
+        &self,
+        user: &str,
+        job: &str,
+        role: &str,
+        index: u32,
+        query: &str,
+    ) -> Result<Chunks, ClientError> {
         let path = format!(
-            "{}/logs?role={}&index={index}&attempt={attempt}",
+            "{}/logs?role={}&index={index}&{query}",
             Self::job_path(user, job),
             encode(role)
         );
@@ -266,7 +274,7 @@ impl Client {
 }
 
 /// A body chunk by chunk.
-type Chunks = BoxStream<'static, Result<Bytes, ClientError>>;
+pub type Chunks = BoxStream<'static, Result<Bytes, ClientError>>;
 
 /// A response's body, chunk by chunk as it arrives.
 fn chunks(response: hyper::Response<hyper::body::Incoming>) -> Chunks {

@@ -335,15 +335,13 @@ async fn logs_are_the_tasks_output(h: &Harness) {
     h.said_hello("alice", "talk");
     h.exit("alice", "talk", 0).await;
     let client = h.client(ALICE);
-    let mut stream = client
-        .logs("alice", "talk", "worker", 0, true)
-        .await
-        .expect("logs");
-    let mut text = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        text.extend_from_slice(&chunk.expect("chunk"));
-    }
-    let text = String::from_utf8_lossy(&text);
+    let text = common::read_all(
+        client
+            .logs("alice", "talk", "worker", 0, true)
+            .await
+            .expect("logs"),
+    )
+    .await;
     assert!(text.contains(HELLO), "{text}");
     assert_eq!(
         api_error(client.logs("alice", "talk", "worker", 1, false).await),

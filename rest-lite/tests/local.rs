@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
-use futures::StreamExt;
 use rest_lite::client::Client;
 use rest_lite::spec::SpecFormat;
 use rest_lite::status::JobState;
@@ -37,15 +36,13 @@ fn until_none_left(rx: &mpsc::Receiver<Option<String>>) -> Vec<String> {
 }
 
 async fn log_of(client: &Client, user: &str, job: &str, role: &str, index: u32) -> String {
-    let mut stream = client
-        .logs(user, job, role, index, true)
-        .await
-        .expect("logs");
-    let mut text = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        text.extend_from_slice(&chunk.expect("chunk"));
-    }
-    String::from_utf8_lossy(&text).into_owned()
+    common::read_all(
+        client
+            .logs(user, job, role, index, true)
+            .await
+            .expect("logs"),
+    )
+    .await
 }
 
 fn job(name: &str, roles: Value, extra: Value) -> String {
@@ -196,15 +193,13 @@ async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
     assert!(!log.contains("run 2"), "only the current attempt's: {log}");
     // Each earlier attempt's own log, kept until the job is deleted.
     for (attempt, line) in [(0, "attempt 0, run 1"), (1, "attempt 1, run 2")] {
-        let mut stream = client
-            .attempt_logs("alice", "flaky", "worker", 0, attempt)
-            .await
-            .expect("an earlier attempt's log");
-        let mut text = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            text.extend_from_slice(&chunk.expect("chunk"));
-        }
-        let text = String::from_utf8_lossy(&text);
+        let text = common::read_all(
+            client
+                .attempt_logs("alice", "flaky", "worker", 0, attempt)
+                .await
+                .expect("an earlier attempt's log"),
+        )
+        .await;
         assert!(text.contains(line), "attempt {attempt}: {text}");
         assert!(!text.contains("run 3"), "attempt {attempt}: {text}");
     }

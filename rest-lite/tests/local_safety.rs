@@ -76,23 +76,35 @@ fn only_entry(dir: &Path) -> PathBuf {
     entries.into_iter().next().expect("one")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_server_on_the_same_directory_is_refused_and_the_first_keeps_its_job() {
-    let dir = scratch("second");
-    let state = dir.join("state");
-    let (fifo, rx) = events(&dir);
-    let first = Server::start(&state);
-    let client = first.client();
+/// A server on `state` whose job `name` has one task that reported "up 0" into the
+/// FIFO `rx` reads and then waits (for TERM, or forever in attempt 0).
+async fn with_a_waiting_task(
+    dir: &Path,
+    state: &Path,
+    name: &str,
+) -> (Server, std::sync::mpsc::Receiver<Option<String>>) {
+    let (fifo, rx) = events(dir);
+    let server = Server::start(state);
     let envs = json!({"EVENTS": fifo.display().to_string()});
-    client
+    server
+        .client()
         .submit(
             "alice",
-            &spec("held", 1, UP_THEN_WAIT, envs),
+            &spec(name, 1, UP_THEN_WAIT, envs),
             SpecFormat::Json,
         )
         .await
         .expect("submitted");
     assert_eq!(next_event(&rx).as_deref(), Some("up 0"));
+    (server, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_directory_is_refused_and_the_first_keeps_its_job() {
+    let dir = scratch("second");
+    let state = dir.join("state");
+    let (first, rx) = with_a_waiting_task(&dir, &state, "held").await;
+    let client = first.client();
 
     let (code, stderr) = rest_lite(
         &[
@@ -131,19 +143,7 @@ async fn a_second_server_on_the_same_directory_is_refused_and_the_first_keeps_it
 async fn a_forged_process_record_is_not_believed_by_a_restarted_server() {
     let dir = scratch("forged");
     let state = dir.join("state");
-    let (fifo, rx) = events(&dir);
-    let server = Server::start(&state);
-    let client = server.client();
-    let envs = json!({"EVENTS": fifo.display().to_string()});
-    client
-        .submit(
-            "alice",
-            &spec("forged", 1, UP_THEN_WAIT, envs),
-            SpecFormat::Json,
-        )
-        .await
-        .expect("submitted");
-    assert_eq!(next_event(&rx).as_deref(), Some("up 0"));
+    let (server, rx) = with_a_waiting_task(&dir, &state, "forged").await;
 
     // A process of this user that leads its own group, as a task does, but is none.
     let mut bystander = Command::new("sleep")

@@ -12,6 +12,16 @@ use rest_lite::ports::Seed;
 use rest_lite::spec::{JobSpec, SpecErrors, SpecFormat, UserName};
 use rest_lite::transform::{Submission, Transformer};
 
+/// A log the client streams, read to its end as text.
+pub async fn read_all(mut stream: rest_lite::client::Chunks) -> String {
+    use futures::StreamExt;
+    let mut text = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        text.extend_from_slice(&chunk.expect("chunk"));
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
