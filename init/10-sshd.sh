@@ -1,14 +1,15 @@
 #!/bin/sh
 # Runs in the main container, started by kube-runtime's supervisor: sshd on
-# $PAI_CONTAINER_SSH_PORT for the holder of the private half of $PAI_SSH_PUB_KEY. Sessions
-# see the job's environment. Every reason not to start is one line in this log, never a
-# failure of the task.
+# $PAI_CONTAINER_SSH_PORT for the holders of the job's key (ssh/job_key, which every task
+# of the job has) and of the private half of $PAI_SSH_PUB_KEY. Sessions see the job's
+# environment. Every reason not to start is one line in this log, never a failure of the
+# task.
 set -u
 root="${PAI_RUNTIME_ROOT:-/usr/local/pai}"
 dir="$root/ssh"
 
-if [ -z "${PAI_SSH_PUB_KEY:-}" ]; then
-    echo "ssh: PAI_SSH_PUB_KEY is not set (jobEnvs); sshd not started"
+if [ -z "${PAI_SSH_PUB_KEY:-}" ] && [ ! -s "$dir/job_key.pub" ]; then
+    echo "ssh: the job has no key (no job key, no PAI_SSH_PUB_KEY in jobEnvs); sshd not started"
     exit 0
 fi
 if [ -z "${PAI_CONTAINER_SSH_PORT:-}" ]; then
@@ -33,7 +34,10 @@ if [ ! -s "$dir/ssh_host_ed25519_key" ]; then
     ssh-keygen -q -t ed25519 -N '' -C "pai-task-host-key" -f "$dir/ssh_host_ed25519_key" || exit 0
 fi
 chmod 600 "$dir/ssh_host_ed25519_key"
-printf '%s\n' "$PAI_SSH_PUB_KEY" > "$dir/authorized_keys"
+{
+    [ -n "${PAI_SSH_PUB_KEY:-}" ] && printf '%s\n' "$PAI_SSH_PUB_KEY"
+    [ -s "$dir/job_key.pub" ] && cat "$dir/job_key.pub"
+} > "$dir/authorized_keys"
 chmod 600 "$dir/authorized_keys"
 
 # Sessions start here: the job's environment, then the requested command or a shell.

@@ -1,14 +1,14 @@
 #!/bin/sh
 # Runs in the init container (the runtime image): fresh ssh host keys for this task (when
-# the job can log in: PAI_SSH_PUB_KEY is set), in
-# the shared volume, so the user image needs no ssh-keygen. Never fails the task: without
+# the job can log in: it has its own key pair, or PAI_SSH_PUB_KEY is set), in the shared
+# volume, so the user image needs no ssh-keygen. Never fails the task: without
 # ssh-keygen here, init/10-sshd.sh makes the keys in the main container if it can.
 set -u
-if [ -z "${PAI_SSH_PUB_KEY:-}" ]; then
-    echo "ssh: the job has no PAI_SSH_PUB_KEY; no host key needed"
+dir="${PAI_RUNTIME_ROOT:-/usr/local/pai}/ssh"
+if [ -z "${PAI_SSH_PUB_KEY:-}" ] && [ ! -s "$dir/job_key.pub" ]; then
+    echo "ssh: the job has no key; no host key needed"
     exit 0
 fi
-dir="${PAI_RUNTIME_ROOT:-/usr/local/pai}/ssh"
 mkdir -p "$dir" && chmod 700 "$dir"
 if ! command -v ssh-keygen >/dev/null 2>&1; then
     echo "ssh: no ssh-keygen in the runtime image; host keys will be made in the main container"

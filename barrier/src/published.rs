@@ -10,10 +10,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use pai_contract::Framework;
-use pai_contract::framework::{GROUP, VERSION};
 use pai_contract::meta;
 
 use crate::PeerTable;
@@ -51,14 +50,7 @@ pub fn config_map(table: &PeerTable, owner: &Framework) -> ConfigMap {
     } else {
         (Some(BTreeMap::from([(DATA_KEY.to_string(), json)])), None)
     };
-    let owner_reference = OwnerReference {
-        api_version: format!("{GROUP}/{VERSION}"),
-        kind: "Framework".to_string(),
-        name: owner.name().to_string(),
-        uid: owner.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(false),
-        block_owner_deletion: Some(false),
-    };
+    let owner_reference = owner.owner_reference();
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(object_name(&table.framework, table.attempt)),

@@ -156,6 +156,13 @@ pub fn min_succeeded_task_count(role: &str) -> String {
 pub fn resource(role: &str) -> String {
     format!("PAI_RESOURCE_{role}")
 }
+/// The `gpu_count` of a [`resource`] value.
+pub fn resource_gpu_count(value: &str) -> Option<u32> {
+    value
+        .split(',')
+        .find_map(|part| part.strip_prefix("gpu_count:"))
+        .and_then(|n| n.parse().ok())
+}
 /// `PAI_CONTAINER_HOST_<label>_PORT_LIST`: this task's ports of `label`.
 pub fn container_host_label_port_list(label: &str) -> String {
     format!("PAI_CONTAINER_HOST_{label}_PORT_LIST")
@@ -264,6 +271,15 @@ mod tests {
             "echo $PAI_JOB_NAME $"
         );
         assert_eq!(kubelet_escape("$(date) $$"), "$$(date) $$$");
+    }
+
+    #[test]
+    fn the_gpu_count_reads_back() {
+        assert_eq!(
+            resource_gpu_count("cpu_count:2,memMB:1,shmMB:1,gpu_count:4"),
+            Some(4)
+        );
+        assert_eq!(resource_gpu_count("cpu_count:2"), None);
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub mod names;
 pub mod paths;
 pub mod ports;
 pub mod read;
+pub mod ssh_key;
+pub mod training;
 
 pub use framework::{Framework, FrameworkSpec, FrameworkStatus};
 pub use ports::PortPlan;

@@ -171,6 +171,21 @@ impl Framework {
         self.metadata.name.as_deref().unwrap_or_default()
     }
 
+    /// A reference to this Framework as the owner of an object made for it (its peer
+    /// tables, its key Secret): the garbage collector deletes that object with it.
+    pub fn owner_reference(
+        &self,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: format!("{}/{}", crate::framework::GROUP, crate::framework::VERSION),
+            kind: "Framework".to_string(),
+            name: self.name().to_string(),
+            uid: self.metadata.uid.clone().unwrap_or_default(),
+            controller: Some(false),
+            block_owner_deletion: Some(false),
+        }
+    }
+
     /// The user name exactly as given ([`meta::ANNOTATION_USER`]).
     pub fn user_name(&self) -> Option<&str> {
         self.annotation(meta::ANNOTATION_USER)

@@ -25,9 +25,39 @@ pub struct Me {
     pub index: u32,
 }
 
+/// How a variable's size grows with the job, which decides what leaves the environment
+/// first when it would not fit ([`crate::budget`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// About this task or one role: a few per role.
+    Own,
+    /// One per task of the job (`PAI_HOST_IP_<role>_<i>`, …).
+    PerPeer,
+    /// One variable whose value lists every task of a role or of the job.
+    List,
+}
+
+/// One variable the runtime exports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Variable {
+    pub name: String,
+    pub value: String,
+    pub class: Class,
+}
+
+impl Variable {
+    pub fn new(name: impl Into<String>, value: impl Into<String>, class: Class) -> Self {
+        Self {
+            name: name.into(),
+            value: value.into(),
+            class,
+        }
+    }
+}
+
 /// Every dynamic variable for task `me`, in a stable order: the variables of the peer
 /// table, then every role's family.
-pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<(String, String)>, DynamicEnvError> {
+pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicEnvError> {
     let role_index = peers
         .roles
         .iter()
@@ -41,23 +71,21 @@ pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<(String, String)>, 
             count: own.len(),
         });
     };
+    let own_var = |name: &str, value: String| Variable::new(name, value, Class::Own);
     let mut env = vec![
-        (
-            names::CURRENT_TASK_ROLE_CURRENT_TASK_INDEX.to_string(),
+        own_var(
+            names::CURRENT_TASK_ROLE_CURRENT_TASK_INDEX,
             me.index.to_string(),
         ),
-        (names::TASK_ROLE_INDEX.to_string(), role_index.to_string()),
+        own_var(names::TASK_ROLE_INDEX, role_index.to_string()),
     ];
     // This task's own ports: the same as its template's on Kubernetes; its own on a
     // shared host (the embedded default), where they override the role's.
     let mine = mine.ports;
-    env.push((
-        names::CONTAINER_HOST_PORT_LIST.to_string(),
-        mine.to_string(),
-    ));
+    env.push(own_var(names::CONTAINER_HOST_PORT_LIST, mine.to_string()));
     for (label, ports) in mine.iter() {
-        env.push((
-            names::container_host_label_port_list(label),
+        env.push(own_var(
+            &names::container_host_label_port_list(label),
             join_ports(ports),
         ));
     }
@@ -66,31 +94,48 @@ pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<(String, String)>, 
         (names::CONTAINER_SSH_PORT, pai_contract::ports::SSH_LABEL),
     ] {
         if let Some(port) = mine.first(label) {
-            env.push((var.to_string(), port.to_string()));
+            env.push(own_var(var, port.to_string()));
         }
     }
     for role in &peers.roles {
         let name = role.name.as_str();
-        let mut hosts = Vec::with_capacity(role.len());
+        let mut hosts = String::new();
         for task in role.tasks() {
-            env.push((names::host_ip(name, task.index), task.ip.to_string()));
+            let peer = |n: String, v: String| Variable::new(n, v, Class::PerPeer);
+            env.push(peer(names::host_ip(name, task.index), task.ip.to_string()));
             for (label, ports) in task.ports.iter() {
-                env.push((names::port_list(name, task.index, label), join_ports(ports)));
+                env.push(peer(
+                    names::port_list(name, task.index, label),
+                    join_ports(ports),
+                ));
                 if let Some(first) = ports.first() {
-                    env.push((names::task_port(name, task.index, label), first.to_string()));
+                    env.push(peer(
+                        names::task_port(name, task.index, label),
+                        first.to_string(),
+                    ));
                 }
             }
-            let http = task
-                .ports
-                .first(HTTP_LABEL)
-                .map(|p| p.to_string())
-                .unwrap_or_default();
-            hosts.push(format!("{}:{http}", task.ip));
+            if !hosts.is_empty() {
+                hosts.push(',');
+            }
+            hosts.push_str(&task.ip.to_string());
+            hosts.push(':');
+            if let Some(http) = task.ports.first(HTTP_LABEL) {
+                hosts.push_str(&http.to_string());
+            }
         }
-        env.push((names::task_role_host_list(name), hosts.join(",")));
+        env.push(Variable::new(
+            names::task_role_host_list(name),
+            hosts,
+            Class::List,
+        ));
     }
     for role in &peers.roles {
-        env.extend(role.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env.extend(
+            role.env
+                .iter()
+                .map(|(k, v)| Variable::new(k.clone(), v.clone(), Class::Own)),
+        );
     }
     Ok(env)
 }
@@ -124,7 +169,7 @@ mod tests {
             },
         )
         .expect("env");
-        let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        let get = |n: &str| env.iter().find(|v| v.name == n).map(|v| v.value.as_str());
         assert_eq!(get("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"), Some("0"));
         assert_eq!(get("PAI_TASK_ROLE_INDEX"), Some("1"));
         assert_eq!(get("PAI_HOST_IP_ps_1"), Some("10.0.0.2"));
@@ -152,7 +197,7 @@ mod tests {
             get("PAI_RESOURCE_Worker_A"),
             Some("cpu_count:1,memMB:1024,shmMB:64,gpu_count:0")
         );
-        let names: std::collections::HashSet<&String> = env.iter().map(|(k, _)| k).collect();
+        let names: std::collections::HashSet<&String> = env.iter().map(|v| &v.name).collect();
         assert_eq!(names.len(), env.len(), "no variable twice");
     }
 

@@ -13,10 +13,13 @@ use pai_barrier::config::{FRAMEWORK_FILE_VAR, PEERS_FILE_VAR};
 use pai_barrier::{BarrierConfig, BarrierError, Passed, Source, kube_source, local_source, output};
 use pai_contract::env as names;
 use pai_contract::exit::ExitCode;
+use pai_contract::training::{self, Selection, files as training_files};
 
-use crate::dynamic_env::{DynamicEnvError, Me, dynamic_env};
+use crate::budget;
+use crate::dynamic_env::{DynamicEnvError, Me, Variable, dynamic_env};
 use crate::layout::{self, Layout, Task};
 use crate::shell;
+use crate::training_env;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EntryError {
@@ -68,6 +71,12 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     let var = |k: &str| std::env::var(k).ok();
     let task = Task::from_env(var).map_err(EntryError::Identity)?;
     let user_cmd = std::env::var_os(names::USER_CMD).ok_or(EntryError::NoCommand)?;
+    let selection = match std::env::var(training::FRAMEWORK_ENV_VAR) {
+        Ok(text) => text
+            .parse::<Selection>()
+            .map_err(|e| EntryError::Identity(e.to_string()))?,
+        Err(_) => Selection::none(),
+    };
     let log_dir = task.log_dir(layout);
     for dir in [
         layout.root().to_path_buf(),
@@ -77,6 +86,7 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         std::fs::create_dir_all(&dir).map_err(|e| setup("cannot create", &dir, e))?;
     }
     install(layout, assets)?;
+    install_job_key(layout)?;
     run_prep(layout, assets, &log_dir)?;
 
     let passed = pass_barrier()?;
@@ -86,17 +96,68 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     };
     let vars = dynamic_env(&passed.peers, &me)?;
     check_ports(&passed, &me)?;
+    let role = passed
+        .peers
+        .roles
+        .iter()
+        .position(|r| r.kube_name == me.kube_role)
+        .unwrap_or_default();
+    let training = training_env::training(&passed.peers, role, me.index, &selection, layout.root());
+    for note in &training.notes {
+        tracing::warn!("{note}");
+    }
 
     output::write(layout.root(), passed.framework.as_deref(), &passed.peers)
         .map_err(|e| setup("cannot write the peer table into", layout.root(), e))?;
-    let text = shell::render(vars.iter().map(|(k, v)| (OsStr::new(k), OsStr::new(v))))
-        .map_err(|e| EntryError::Setup(format!("cannot render the env file: {e}")))?;
     let mode = file_mode()?;
-    write_file(&layout.env_file(), &text, mode)?;
+    let dynamic_count = vars.len();
+    let all: Vec<Variable> = vars
+        .into_iter()
+        .chain(training.vars.iter().cloned())
+        .collect();
+    let peer_env = budget::peer_env(&all);
+    let fitted = budget::fit(all, training::MAX_DYNAMIC_ENV_BYTES);
+    if let Some(summary) = fitted.summary() {
+        tracing::warn!("{summary}");
+    }
+    let (defaults, dynamic): (Vec<&Variable>, Vec<&Variable>) = fitted
+        .exported
+        .iter()
+        .partition(|v| training.vars.iter().any(|t| t.name == v.name));
+    write_file(&layout.env_file(), &render(&dynamic)?, mode)?;
+    let root = layout.root();
+    write_file(
+        &root.join(training_files::DEFAULTS_ENV),
+        &render(&defaults)?,
+        mode,
+    )?;
+    write_file(&root.join(training_files::PEER_ENV), &peer_env, mode)?;
+    if let Some(tf) = &training.tf_config {
+        write_file(
+            &root.join(training_files::TF_CONFIG_JSON),
+            tf.as_bytes(),
+            mode,
+        )?;
+    }
+    if let Some(hostfile) = &training.hostfile {
+        write_file(
+            &root.join(training_files::HOSTFILE),
+            hostfile.as_bytes(),
+            mode,
+        )?;
+    }
+    write_ssh_client(layout, &training.ssh_config, mode)?;
     let mut script = std::os::unix::ffi::OsStrExt::as_bytes(user_cmd.as_os_str()).to_vec();
     script.push(b'\n');
     write_file(&layout.main_sh(), &script, mode)?;
-    info!(role = %task.kube_role, index = task.index, variables = vars.len(), "entry done: env file, peers and main.sh written");
+    info!(
+        role = %task.kube_role,
+        index = task.index,
+        variables = dynamic_count,
+        exported = fitted.exported.len(),
+        bytes = fitted.bytes(),
+        "entry done: env files, peers and main.sh written"
+    );
     Ok(())
 }
 
@@ -123,6 +184,62 @@ fn install(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         std::fs::copy(&path, &to).map_err(|e| setup("cannot install", &to, e))?;
     }
     Ok(())
+}
+
+fn render(vars: &[&Variable]) -> Result<Vec<u8>, EntryError> {
+    shell::render(
+        vars.iter()
+            .map(|v| (OsStr::new(&v.name), OsStr::new(&v.value))),
+    )
+    .map_err(|e| EntryError::Setup(format!("cannot render an env file: {e}")))
+}
+
+/// The job's key pair, when the pod has one (`PAI_JOB_SSH_DIR`), copied to
+/// `ssh/job_key` (0600, the task's user alone) and `ssh/job_key.pub`, where sshd
+/// authorises it and the ssh aliases use it.
+fn install_job_key(layout: &Layout) -> Result<(), EntryError> {
+    let Some(dir) = std::env::var_os(training::JOB_SSH_DIR_VAR).filter(|d| !d.is_empty()) else {
+        return Ok(());
+    };
+    let dir = PathBuf::from(dir);
+    let ssh = layout.root().join("ssh");
+    create_private_dir(&ssh)?;
+    for (from, to, mode) in [
+        (training::JOB_KEY_FILE, training_files::SSH_JOB_KEY, 0o600),
+        (
+            training::JOB_PUBLIC_KEY_FILE,
+            training_files::SSH_JOB_PUBLIC_KEY,
+            0o644,
+        ),
+    ] {
+        let from = dir.join(from);
+        let bytes =
+            std::fs::read(&from).map_err(|e| setup("cannot read the job's key", &from, e))?;
+        write_file(&layout.root().join(to), &bytes, mode)?;
+    }
+    Ok(())
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), EntryError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).map_err(|e| setup("cannot create", dir, e))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| setup("cannot restrict", dir, e))
+}
+
+/// `ssh/config` with the job's aliases, and `bin/ssh` that uses it.
+fn write_ssh_client(layout: &Layout, config: &str, mode: u32) -> Result<(), EntryError> {
+    let root = layout.root();
+    create_private_dir(&root.join("ssh"))?;
+    // ssh refuses a configuration others may write; `mode` never allows that.
+    write_file(
+        &root.join(training_files::SSH_CONFIG),
+        config.as_bytes(),
+        mode & 0o644,
+    )?;
+    let bin = root.join(training_files::BIN_DIR);
+    std::fs::create_dir_all(&bin).map_err(|e| setup("cannot create", &bin, e))?;
+    write_file(&bin.join("ssh"), &training_env::ssh_wrapper(root), 0o755)
 }
 
 /// Runs every `prep/` script in name order, each logging to `prep-<name>.log`.

@@ -6,6 +6,7 @@
 //!   user command under a supervisor that forwards signals, reaps zombies and exits with
 //!   the user command's status.
 
+pub mod budget;
 pub mod cli;
 pub mod dynamic_env;
 pub mod entry;
@@ -15,3 +16,4 @@ pub mod procfs;
 pub mod run;
 pub mod shell;
 pub mod supervisor;
+pub mod training_env;

@@ -3,7 +3,11 @@
 //! the user command.
 
 use std::ffi::OsString;
+use std::io::ErrorKind;
+use std::path::Path;
 use std::time::Duration;
+
+use pai_contract::training::files as training_files;
 
 use crate::layout::{self, Layout, Task};
 use crate::logs::DEFAULT_CAP;
@@ -79,17 +83,18 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
     Ok(supervise(&plan, signals)?)
 }
 
-/// The container's environment with the env file's variables over it.
+/// The container's environment with the env file's variables over it, the training
+/// defaults under it (`jobEnvs` and the image's variables win), and the job's `bin/`
+/// (its `ssh` with the task aliases) first on `PATH`.
 fn environment(layout: &Layout) -> Result<Vec<(OsString, OsString)>, RunError> {
-    let path = layout.env_file();
-    let text = std::fs::read(&path).map_err(|source| RunError::EnvFile {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let dynamic = shell::parse(&text).map_err(|source| RunError::EnvSyntax {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let dynamic = read_env_file(&layout.env_file())?;
+    let defaults = match read_env_file(&layout.root().join(training_files::DEFAULTS_ENV)) {
+        Ok(vars) => vars,
+        // Written by every runtime that writes the aliases; an older init container's
+        // task has none.
+        Err(RunError::EnvFile { source, .. }) if source.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| !dynamic.iter().any(|(d, _)| d == k))
         .collect();
@@ -99,7 +104,40 @@ fn environment(layout: &Layout) -> Result<Vec<(OsString, OsString)>, RunError> {
         layout.root().as_os_str().to_owned(),
     ));
     env.extend(dynamic);
+    for (name, value) in defaults {
+        if !env.iter().any(|(k, _)| *k == name) {
+            env.push((name, value));
+        }
+    }
+    let bin = layout.root().join(training_files::BIN_DIR);
+    if bin.is_dir() {
+        let path = env
+            .iter()
+            .position(|(k, _)| k == "PATH")
+            .map(|i| env.remove(i).1);
+        let mut value = bin.into_os_string();
+        match path {
+            Some(rest) if !rest.is_empty() => {
+                value.push(":");
+                value.push(rest);
+            }
+            // The default search path of a shell without PATH.
+            _ => value.push(":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        }
+        env.push(("PATH".into(), value));
+    }
     Ok(env)
+}
+
+fn read_env_file(path: &Path) -> Result<Vec<(OsString, OsString)>, RunError> {
+    let text = std::fs::read(path).map_err(|source| RunError::EnvFile {
+        path: path.display().to_string(),
+        source,
+    })?;
+    shell::parse(&text).map_err(|source| RunError::EnvSyntax {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Writes `bytes` to `path`, readable and writable by this user alone (0600), also when

@@ -156,6 +156,6 @@ fn without_a_key_sshd_is_one_log_line_not_a_failure() {
     let log = std::fs::read_to_string(&marker).expect("log");
     assert_eq!(
         log,
-        "ssh: PAI_SSH_PUB_KEY is not set (jobEnvs); sshd not started\n"
+        "ssh: the job has no key (no job key, no PAI_SSH_PUB_KEY in jobEnvs); sshd not started\n"
     );
 }

@@ -136,9 +136,16 @@ fn task_root(
 
 /// The init container's environment for this machine: the files holding the
 /// environment are private to the server's user (a pod's template asks for 644, for a
-/// main container that may run as another user).
-fn private_files(mut env: Vec<(String, String)>) -> Vec<(String, String)> {
-    env.retain(|(name, _)| name != pai_contract::env::ENV_FILE_MODE);
+/// main container that may run as another user), and the job's key pair is read from
+/// the job's directory.
+fn init_env(inner: &Inner, job: &str, mut env: Vec<(String, String)>) -> Vec<(String, String)> {
+    use pai_contract::training::{JOB_KEY_FILE, JOB_SSH_DIR_VAR};
+    env.retain(|(name, _)| name != pai_contract::env::ENV_FILE_MODE && name != JOB_SSH_DIR_VAR);
+    // The key pair is a file of the job's directory here, not a Secret's volume.
+    let keys = inner.store.job_key_dir(job);
+    if keys.join(JOB_KEY_FILE).exists() {
+        env.push((JOB_SSH_DIR_VAR.to_string(), keys.display().to_string()));
+    }
     env
 }
 
@@ -484,7 +491,7 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                 peers_file: inner.store.peers_file(&name, attempt),
                 pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
                 host_env: inner.host_env.clone(),
-                init_env: private_files(task::container_env(fc.clone(), &init)),
+                init_env: init_env(inner, &name, task::container_env(fc.clone(), &init)),
                 main_env: task::container_env(fc, &main),
                 grace,
                 spawner: inner.spawner.clone(),

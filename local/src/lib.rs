@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, watch};
 
 use pai_contract::Framework;
 use pai_contract::framework::{ExecutionType, pod_name};
+use pai_contract::ssh_key::JobKey;
 
 use store::Store;
 use task::Runtime;
@@ -367,8 +368,8 @@ impl Machine {
         )
     }
 
-    /// Accepts a Framework: on disk before this returns, then run.
-    pub async fn create(&self, mut framework: Framework) -> Result<(), Error> {
+    /// Accepts a Framework and its ssh key pair: on disk before this returns, then run.
+    pub async fn create(&self, mut framework: Framework, key: JobKey) -> Result<(), Error> {
         {
             framework.metadata.uid = Some(uid());
             framework.metadata.creation_timestamp = Some(
@@ -389,6 +390,16 @@ impl Machine {
             }
             let (job, commands) = insert(&self.inner, framework)?;
             // On disk before the caller is told.
+            let store = self.inner.store.clone();
+            let name = job.name();
+            let saved_key = tokio::task::spawn_blocking(move || store.save_key(&name, &key))
+                .await
+                .map_err(|e| Error::Other(format!("saving the job's key: {e}")))
+                .and_then(|r| r.map_err(|e| Error::Other(e.to_string())));
+            if let Err(e) = saved_key {
+                self.inner.jobs().remove(&job.name());
+                return Err(e);
+            }
             if let Err(e) = self.inner.persist(&job).await {
                 self.inner.jobs().remove(&job.name());
                 return Err(e);
@@ -396,6 +407,12 @@ impl Machine {
             spawn_controller(&self.inner, job, commands);
             Ok(())
         }
+    }
+
+    /// The private key of job `name`'s key pair (jobs made before keys were have none).
+    pub fn ssh_key(&self, name: &str) -> Option<String> {
+        self.inner.visible(name)?;
+        self.inner.store.key(name)
     }
 
     /// The Framework `name` as it is now.

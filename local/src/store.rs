@@ -7,13 +7,15 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::procs::ProcessId;
 
 use pai_contract::Framework;
+use pai_contract::ssh_key::JobKey;
+use pai_contract::training;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -163,6 +165,44 @@ impl Store {
                 .map_err(io("sync", &dir))?;
         }
         Ok(())
+    }
+
+    /// The directory with job `name`'s ssh key pair (what a Secret's volume is in a pod).
+    pub fn job_key_dir(&self, name: &str) -> PathBuf {
+        self.job_dir(name).join("ssh")
+    }
+
+    /// Writes job `name`'s key pair: the private key readable by this user alone.
+    pub fn save_key(&self, name: &str, key: &JobKey) -> Result<(), StoreError> {
+        let dir = self.job_key_dir(name);
+        create_private(&dir)?;
+        for (file, text, mode) in [
+            (training::JOB_KEY_FILE, &key.private, 0o600),
+            (training::JOB_PUBLIC_KEY_FILE, &key.public, 0o644),
+        ] {
+            let path = dir.join(file);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(mode)
+                .open(&path)
+                .and_then(|mut f| {
+                    f.write_all(text.as_bytes())?;
+                    if text.ends_with('\n') {
+                        Ok(())
+                    } else {
+                        f.write_all(b"\n")
+                    }
+                })
+                .map_err(io("write", &path))?;
+        }
+        Ok(())
+    }
+
+    /// Job `name`'s private key, if it has one.
+    pub fn key(&self, name: &str) -> Option<String> {
+        std::fs::read_to_string(self.job_key_dir(name).join(training::JOB_KEY_FILE)).ok()
     }
 
     /// Where the process of task `index` of `role` in attempt `attempt` of job `name` is

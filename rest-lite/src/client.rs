@@ -11,8 +11,9 @@ use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::server::jobs::{Execution, JobSummary, SshInfo};
+use crate::server::jobs::{Execution, JobSummary};
 use crate::server::routes::Message;
+use crate::server::ssh::SshInfo;
 use crate::spec::SpecFormat;
 use crate::status::JobView;
 
@@ -115,14 +116,25 @@ impl Client {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<T, ClientError> {
+        let bytes = self.body(method, path, content_type, body).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Answer(e.to_string()))
+    }
+
+    /// The whole body of a successful answer.
+    async fn body(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Bytes, ClientError> {
         let response = self.send(method, path, content_type, body).await?;
-        let bytes = response
+        Ok(response
             .into_body()
             .collect()
             .await
             .map_err(|e| ClientError::Answer(e.to_string()))?
-            .to_bytes();
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::Answer(e.to_string()))
+            .to_bytes())
     }
 
     /// Whether the server answers `/healthz` with success.
@@ -192,6 +204,13 @@ impl Client {
             Bytes::new(),
         )
         .await
+    }
+
+    /// The private half of the job's key pair (OpenSSH format).
+    pub async fn ssh_key(&self, user: &str, job: &str) -> Result<String, ClientError> {
+        let path = format!("{}/ssh/key", Self::job_path(user, job));
+        let bytes = self.body(Method::GET, &path, None, Bytes::new()).await?;
+        String::from_utf8(bytes.to_vec()).map_err(|e| ClientError::Answer(e.to_string()))
     }
 
     /// Asks the job to stop.

@@ -13,3 +13,4 @@ pub mod server;
 pub mod spec;
 pub mod status;
 pub mod transform;
+pub mod warnings;

@@ -5,6 +5,7 @@ use futures::future::BoxFuture;
 
 use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
+use pai_contract::ssh_key::JobKey;
 pub use pai_local::task::Runtime;
 pub use pai_local::{RUNTIME_COMMAND, Settings, default_max_tasks, default_state_dir, find_assets};
 
@@ -36,8 +37,35 @@ impl Backend for LocalBackend {
         self.0.describe()
     }
 
-    fn create(&self, framework: Framework) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move { Ok(self.0.create(framework).await?) })
+    fn warnings(&self, spec: &crate::spec::JobSpec) -> Vec<String> {
+        let mut out = vec![format!(
+            "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used)",
+            self.task_user(),
+            spec.image()
+        )];
+        out.extend(crate::warnings::missing_programs(
+            spec,
+            &std::env::var("PATH").unwrap_or_default(),
+        ));
+        out
+    }
+
+    /// Tasks run as the server's own user.
+    fn task_user(&self) -> String {
+        nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| nix::unistd::getuid().to_string())
+    }
+
+    fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move { Ok(self.0.create(framework, key).await?) })
+    }
+
+    fn ssh_key<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, BackendError>> {
+        Box::pin(async move { Ok(self.0.ssh_key(name)) })
     }
 
     fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {

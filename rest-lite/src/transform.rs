@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource,
-    LocalObjectReference, PodSpec, PodTemplateSpec, ResourceRequirements, SecurityContext, Volume,
-    VolumeMount,
+    LocalObjectReference, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -20,7 +20,7 @@ use pai_contract::framework::{
     CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, GPU_RESOURCE, INIT_CONTAINER,
     MAIN_CONTAINER, RetryPolicySpec, TaskRoleSpec, TaskSpec,
 };
-use pai_contract::{PortPlan, meta, paths};
+use pai_contract::{PortPlan, meta, paths, training};
 
 use crate::config::ClusterConfig;
 use crate::env::{job_env, role_env};
@@ -31,6 +31,7 @@ use crate::spec::{JobSpec, SpecErrors, SpecFormat, TaskRole, UserName};
 const RUNTIME_VOLUME: &str = "pai-runtime";
 const LOGS_VOLUME: &str = "pai-logs";
 const SHM_VOLUME: &str = "dshm";
+const JOB_SSH_VOLUME: &str = "job-ssh";
 
 /// One job submission: who, what, and the text exactly as submitted.
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +47,9 @@ pub struct Submission<'a> {
 /// What every role of one job shares.
 struct JobParts<'a> {
     image: &'a str,
+    /// The Framework's name.
+    name: &'a str,
+    selection: String,
     env: Vec<(String, String)>,
     labels: BTreeMap<String, String>,
 }
@@ -79,6 +83,8 @@ impl Transformer {
 
         let job = JobParts {
             image: spec.image(),
+            name: &name,
+            selection: spec.framework_env().to_string(),
             env: job_env(user, spec, &self.config.default_fs_uri),
             labels: BTreeMap::from([
                 (meta::LABEL_USER.to_string(), user.label().to_string()),
@@ -111,7 +117,7 @@ impl Transformer {
             },
         );
         framework.metadata = ObjectMeta {
-            name: Some(name),
+            name: Some(name.clone()),
             namespace: Some(self.config.namespace.clone()),
             labels: Some(job.labels),
             annotations: Some(BTreeMap::from([
@@ -168,6 +174,9 @@ impl Transformer {
             // The main container may run as another user (the image's); the volume
             // holding these files is the pod's alone.
             env_var(names::ENV_FILE_MODE, "644"),
+            env_var(training::FRAMEWORK_ENV_VAR, &job.selection),
+            // The job's key pair, a Secret rest-lite creates beside the Framework.
+            env_var(training::JOB_SSH_DIR_VAR, training::JOB_SSH_MOUNT),
         ];
         // The prep scripts make ssh host keys only for jobs that can log in.
         if let Some((_, key)) = job.env.iter().find(|(k, _)| k == names::SSH_PUB_KEY) {
@@ -185,7 +194,14 @@ impl Transformer {
                 "entry".to_string(),
             ]),
             env: Some(init_env),
-            volume_mounts: Some(mounts.clone()),
+            volume_mounts: Some({
+                let mut init_mounts = mounts.clone();
+                init_mounts.push(VolumeMount {
+                    read_only: Some(true),
+                    ..mount(JOB_SSH_VOLUME, training::JOB_SSH_MOUNT)
+                });
+                init_mounts
+            }),
             ..Container::default()
         };
 
@@ -292,6 +308,17 @@ impl Transformer {
                         Some("Memory"),
                         Some(Quantity(format!("{}Mi", res.shm_mb))),
                     ),
+                    Volume {
+                        name: JOB_SSH_VOLUME.to_string(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(training::job_ssh_secret(job.name)),
+                            // Read by the init container's user alone; it copies the
+                            // key for the task's user.
+                            default_mode: Some(0o400),
+                            ..SecretVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    },
                 ]),
                 ..PodSpec::default()
             }),

@@ -461,3 +461,64 @@ on_both_backends!(
     logs_are_the_tasks_output,
     others_never_see_a_job,
 );
+
+/// On a cluster the job's key pair is a Secret the Framework owns (the garbage
+/// collector deletes it with the Framework), served to the job's owner alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_kubernetes_the_job_key_is_a_secret_the_framework_owns() {
+    let h = Harness::kube("job_key").await;
+    h.submit(ALICE, "alice", "keyed").await.expect("submitted");
+    let Place::Kube(api) = &h.place else {
+        unreachable!()
+    };
+    let name = Harness::framework_name("alice", "keyed");
+    let framework = api.get("frameworks", NS, &name).expect("framework");
+    let secret = api
+        .get("secrets", NS, &format!("{name}-ssh"))
+        .expect("the key Secret");
+    let owner = &secret["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Framework");
+    assert_eq!(owner["uid"], framework["metadata"]["uid"]);
+    // The pods mount it in the init container, which copies the key for the task.
+    let pod = &framework["spec"]["taskRoles"][0]["task"]["pod"]["spec"];
+    assert_eq!(
+        pod["volumes"][3]["secret"]["secretName"],
+        format!("{name}-ssh")
+    );
+    let key = h
+        .client(ALICE)
+        .ssh_key("alice", "keyed")
+        .await
+        .expect("key");
+    assert!(
+        key.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----"),
+        "{key}"
+    );
+    assert_eq!(
+        api_error(h.client(BOB).ssh_key("alice", "keyed").await),
+        (404, "NoJobError".into()),
+        "another user never gets the key"
+    );
+}
+
+/// A Framework whose key Secret cannot be made is deleted again: the submission fails
+/// and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_kubernetes_a_refused_key_secret_undoes_the_submission() {
+    let h = Harness::kube("job_key_refused").await;
+    let Place::Kube(api) = &h.place else {
+        unreachable!()
+    };
+    api.reject_creates_of("secrets", "secrets \"x\" is forbidden by a policy");
+    let (status, _) = api_error(h.submit(ALICE, "alice", "unkeyed").await);
+    assert!(status >= 400, "{status}");
+    assert!(
+        api.get(
+            "frameworks",
+            NS,
+            &Harness::framework_name("alice", "unkeyed")
+        )
+        .is_none(),
+        "the Framework is deleted again"
+    );
+}

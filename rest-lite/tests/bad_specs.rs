@@ -384,8 +384,53 @@ fn cases() -> Vec<Case> {
             vec![(
                 "colour",
                 Exact(
-                    "unknown field; known fields are jobName, image, taskRoles, jobEnvs, retryCount, dataDir, outputDir, codeDir, virtualCluster, gpuType, authFile, extras",
+                    "unknown field; known fields are jobName, image, taskRoles, jobEnvs, retryCount, frameworkEnv, dataDir, outputDir, codeDir, virtualCluster, gpuType, authFile, extras",
                 ),
+            )],
+        ),
+        case(
+            "frameworkEnv names an unknown part",
+            job(|v| v["frameworkEnv"] = json!(["pytorch", "tensorfow", "pytorch", 3])),
+            vec![
+                (
+                    "frameworkEnv[1]",
+                    Exact(
+                        "\"tensorfow\" is not one of tensorflow, pytorch, mpi (did you mean \"tensorflow\"?)",
+                    ),
+                ),
+                ("frameworkEnv[2]", Exact("\"pytorch\" is listed twice")),
+                (
+                    "frameworkEnv[3]",
+                    Exact(
+                        "must be one of tensorflow, pytorch, mpi or {tensorflow: {portLabel: <label>}}, got integer",
+                    ),
+                ),
+            ],
+        ),
+        case(
+            "TF_CONFIG's port label is missing in a role",
+            job(|v| v["frameworkEnv"] = json!([{"tensorflow": {"portLabel": "grpc"}}])),
+            vec![
+                (
+                    "frameworkEnv",
+                    Prefix(
+                        "TF_CONFIG addresses every task by its port \"grpc\", and role \"ps\" has none",
+                    ),
+                ),
+                (
+                    "frameworkEnv",
+                    Prefix(
+                        "TF_CONFIG addresses every task by its port \"grpc\", and role \"worker\" has none",
+                    ),
+                ),
+            ],
+        ),
+        case(
+            "options for a part without any",
+            job(|v| v["frameworkEnv"] = json!([{"mpi": {"slots": 2}}])),
+            vec![(
+                "frameworkEnv[0].mpi",
+                Exact("mpi takes no options: write it as a plain string"),
             )],
         ),
         case(

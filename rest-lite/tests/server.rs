@@ -479,8 +479,10 @@ async fn stop_start_and_delete() {
     assert_eq!(reply.error(), (404, "NoJobError".to_string()));
 }
 
+/// Only tasks whose sshd greets the server are listed; every other task is named with
+/// its reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ssh_info_lists_tasks_with_addresses() {
+async fn ssh_info_lists_only_tasks_whose_sshd_answers() {
     let s = start().await;
     assert_eq!(
         submit(s.addr, "alice", &common::base_job().to_string())
@@ -490,20 +492,63 @@ async fn ssh_info_lists_tasks_with_addresses() {
     );
     let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job/ssh", None, "").await;
     assert_eq!(reply.error(), (404, "NoJobSshInfoError".to_string()));
+    assert!(
+        reply.body.contains("ps-0: the task is waiting"),
+        "{}",
+        reply.body
+    );
+
+    // ps-0 answers as an SSH server does; ps-1's address has nothing on the port.
     s.api.modify("frameworks", NS, &fw(), |f| {
-        pai_test_support::frameworks::set_pod_ip(f, "ps", 1, "10.0.0.9")
+        pai_test_support::frameworks::set_pod_ip(f, "ps", 0, "127.0.0.1");
+        pai_test_support::frameworks::set_pod_ip(f, "ps", 1, "127.0.0.2");
+    });
+    let view = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;
+    let port: u16 = view.json()["taskRoles"]["ps"]["taskStatuses"][0]["containerPorts"]["ssh"]
+        .as_str()
+        .expect("ssh port")
+        .parse()
+        .expect("a port");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the ssh port is free here");
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let _ = stream.write_all(b"SSH-2.0-test\r\n").await;
+        }
     });
     let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job/ssh", None, "").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-    let container = &reply.json()["containers"][0];
-    assert_eq!(container["id"], "ps-1");
-    assert_eq!(container["sshIp"], "10.0.0.9");
+    let info = reply.json();
+    let containers = info["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1, "{info}");
+    assert_eq!(containers[0]["id"], "ps-0");
+    assert_eq!(containers[0]["sshIp"], "127.0.0.1");
+    assert_eq!(containers[0]["sshPort"], port.to_string());
+    assert_eq!(containers[0]["sshUser"], "root");
+    assert_eq!(
+        info["privateKeyUrl"], "/api/v1/user/alice/jobs/job/ssh/key",
+        "{info}"
+    );
+    let reason = |id: &str| {
+        info["unavailable"]
+            .as_array()
+            .expect("unavailable")
+            .iter()
+            .find(|u| u["id"] == id)
+            .map(|u| u["reason"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
     assert!(
-        container["sshPort"]
-            .as_str()
-            .expect("port")
-            .parse::<u16>()
-            .is_ok()
+        reason("ps-1").starts_with(&format!("nothing answers ssh at 127.0.0.2:{port}")),
+        "{}",
+        reason("ps-1")
+    );
+    assert!(
+        reason("worker-0").contains("waiting"),
+        "{}",
+        reason("worker-0")
     );
 }
 
@@ -848,6 +893,7 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
         ("/api/v1/user/{user}/jobs/{job}", "delete"),
         ("/api/v1/user/{user}/jobs/{job}/config", "get"),
         ("/api/v1/user/{user}/jobs/{job}/ssh", "get"),
+        ("/api/v1/user/{user}/jobs/{job}/ssh/key", "get"),
         ("/api/v1/user/{user}/jobs/{job}/logs", "get"),
         ("/api/v1/user/{user}/jobs/{job}/executionType", "put"),
         ("/api/v1/openapi.json", "get"),

@@ -110,6 +110,8 @@ struct Store {
     /// Creates are refused as invalid (422) with this message, as validation against
     /// the CRD schema or an admission webhook would.
     invalid: Option<String>,
+    /// Creates of one resource refused as invalid (422) with a message.
+    refused: HashMap<String, String>,
     uid: u64,
     /// Container logs by pod.
     logs: HashMap<Key, String>,
@@ -388,6 +390,14 @@ impl ApiServer {
     /// Refuses every create as 422 Invalid with `message` (`None`: accept again).
     pub fn reject_creates(&self, message: Option<&str>) {
         self.shared.lock().invalid = message.map(str::to_string);
+    }
+
+    /// Refuses creates of `resource` alone as 422 Invalid with `message`.
+    pub fn reject_creates_of(&self, resource: &str, message: &str) {
+        self.shared
+            .lock()
+            .refused
+            .insert(resource.to_string(), message.to_string());
     }
 
     /// Every request so far, with the response bytes sent for each.
@@ -877,7 +887,11 @@ async fn create(
         name,
     };
     let mut store = shared.lock();
-    if let Some(message) = store.invalid.clone() {
+    if let Some(message) = store
+        .invalid
+        .clone()
+        .or_else(|| store.refused.get(&key.resource).cloned())
+    {
         return status(422, "Invalid", message);
     }
     if store.objects.contains_key(&key) {

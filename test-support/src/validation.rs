@@ -223,6 +223,25 @@ pub fn admit(resource: &str, object: &mut Value) -> Result<(), Invalid> {
             config_map(object, &mut causes);
             "ConfigMap".to_string()
         }
+        "secrets" => {
+            // The same key rules and size limit as a ConfigMap's; `data` values are
+            // base64.
+            config_map(object, &mut causes);
+            for (key, value) in object["data"].as_object().into_iter().flatten() {
+                use base64::Engine;
+                let ok = value
+                    .as_str()
+                    .is_some_and(|v| base64::engine::general_purpose::STANDARD.decode(v).is_ok());
+                if !ok {
+                    causes.push(invalid(
+                        &format!("data[{key}]"),
+                        value,
+                        "illegal base64 data".into(),
+                    ));
+                }
+            }
+            "Secret".to_string()
+        }
         other => {
             let mut kind = other.trim_end_matches('s').to_string();
             if let Some(first) = kind.get_mut(..1) {
@@ -564,6 +583,15 @@ mod tests {
             "{}",
             err.message()
         );
+    }
+
+    #[test]
+    fn secrets_hold_base64() {
+        let mut good = json!({"metadata": {"name": "fw-ssh"}, "data": {"id_ed25519": "aGk="}});
+        admit("secrets", &mut good).expect("valid");
+        let mut bad = json!({"metadata": {"name": "fw-ssh"}, "data": {"id": "not base64!"}});
+        let err = admit("secrets", &mut bad).expect_err("invalid");
+        assert!(err.message().contains("data[id]"), "{}", err.message());
     }
 
     #[test]

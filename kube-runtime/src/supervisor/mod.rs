@@ -142,6 +142,9 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
             } else if let Some(name) = daemons.remove(&pid) {
                 if ended.code() == 0 {
                     info!(daemon = %name, "daemon script finished");
+                } else if status.is_some() {
+                    // Ended by the clean-up after the user command: as it should.
+                    info!(daemon = %name, code = ended.code(), "daemon stopped with the task");
                 } else {
                     warn!(daemon = %name, code = ended.code(), "daemon ended; the job goes on");
                 }

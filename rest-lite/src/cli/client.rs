@@ -73,6 +73,28 @@ pub struct JobArgs {
 }
 
 #[derive(clap::Args, Debug)]
+pub struct SshArgs {
+    /// The job's name.
+    job: String,
+    /// The task's role [default: the first task one can log in to].
+    role: Option<String>,
+    /// The task's index in its role.
+    #[arg(requires = "role")]
+    index: Option<u32>,
+    /// Your own private key instead of the job's (its public half in PAI_SSH_PUB_KEY).
+    #[arg(long, short = 'i')]
+    identity: Option<PathBuf>,
+    /// Print every task one can log in to (and why not the others) instead.
+    #[arg(long)]
+    print: bool,
+    /// A command to run instead of a shell (after `--`), as ssh runs it.
+    #[arg(last = true)]
+    command: Vec<String>,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(clap::Args, Debug)]
 pub struct LogsArgs {
     /// The job's name.
     job: String,
@@ -110,7 +132,15 @@ fn print_json(value: &impl Serialize) -> Result<ExitCode> {
 
 fn message(message: &Message) -> Result<ExitCode> {
     println!("{}", message.message);
+    warn(message);
     Ok(ExitCode::SUCCESS)
+}
+
+/// A submission's warnings, one line each on standard error.
+pub fn warn(message: &Message) {
+    for warning in &message.warnings {
+        eprintln!("rest-lite: warning: {warning}");
+    }
 }
 
 pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
@@ -125,7 +155,7 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
     let spec = rest_lite::spec::JobSpec::parse(&text, format)?;
     let job = spec.name().as_str().to_string();
     block_on(async {
-        client.submit(&user, &text, format).await?;
+        warn(&client.submit(&user, &text, format).await?);
         super::follow::follow(&client, &user, &job).await
     })
 }
@@ -169,16 +199,118 @@ pub fn delete(args: JobArgs) -> Result<ExitCode> {
         .and_then(|m| message(&m))
 }
 
-pub fn ssh(args: JobArgs) -> Result<ExitCode> {
+/// Logs in to a task of a job (the system's `ssh`, with the job's key), or prints
+/// which tasks one can log in to.
+pub fn ssh(args: SshArgs) -> Result<ExitCode> {
     let user = args.connection.user();
-    let info = block_on(async { Ok(args.connection.client().ssh(&user, &args.job).await?) })?;
-    for container in &info.containers {
-        println!(
-            "{}: ssh -p {} root@{}",
-            container.id, container.ssh_port, container.ssh_ip
-        );
+    let client = args.connection.client();
+    let info = block_on(async { Ok(client.ssh(&user, &args.job).await?) })?;
+    if args.print {
+        for c in &info.containers {
+            println!(
+                "{}: ssh -p {} {}@{}",
+                c.id, c.ssh_port, c.ssh_user, c.ssh_ip
+            );
+        }
+        for u in &info.unavailable {
+            println!("{}: {}", u.id, u.reason);
+        }
+        return Ok(ExitCode::SUCCESS);
     }
-    Ok(ExitCode::SUCCESS)
+    let target = match (&args.role, args.index) {
+        (None, _) => info.containers.first(),
+        (Some(role), index) => {
+            let id = format!("{role}-{}", index.unwrap_or(0));
+            match info.containers.iter().find(|c| c.id == id) {
+                Some(found) => Some(found),
+                None => {
+                    let why = info
+                        .unavailable
+                        .iter()
+                        .find(|u| u.id == id)
+                        .map(|u| u.reason.clone())
+                        .unwrap_or_else(|| format!("job {} has no task {id}", args.job));
+                    anyhow::bail!("cannot log in to {id}: {why}");
+                }
+            }
+        }
+    }
+    .context("no task of the job can be logged in to now")?;
+    let key_dir = match &args.identity {
+        Some(_) => None,
+        None => {
+            let key = block_on(async { Ok(client.ssh_key(&user, &args.job).await?) })
+                .context("fetching the job's key (or give your own with -i)")?;
+            Some(PrivateKeyFile::write(&key)?)
+        }
+    };
+    let identity = args
+        .identity
+        .clone()
+        .or_else(|| key_dir.as_ref().map(|k| k.path()))
+        .context("no key")?;
+    let mut command = std::process::Command::new("ssh");
+    command
+        .args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
+        .args(["-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes", "-i"])
+        .arg(&identity)
+        .args(["-p", &target.ssh_port])
+        .arg(format!("{}@{}", target.ssh_user, target.ssh_ip));
+    if !args.command.is_empty() {
+        command.arg("--").args(&args.command);
+    }
+    let status = command
+        .status()
+        .context("running ssh (is openssh-client installed?)")?;
+    drop(key_dir);
+    Ok(match status.code() {
+        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    })
+}
+
+/// The job's private key in a directory of this user's alone, removed when dropped.
+struct PrivateKeyFile(PathBuf);
+
+impl PrivateKeyFile {
+    fn write(key: &str) -> Result<Self> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let dir =
+            std::env::temp_dir().join(format!("rest-lite-ssh-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+        let this = Self(dir);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(this.path())
+            .context("writing the job's key")?;
+        file.write_all(key.as_bytes())
+            .context("writing the job's key")?;
+        Ok(this)
+    }
+
+    fn path(&self) -> PathBuf {
+        self.0.join("id")
+    }
+}
+
+impl Drop for PrivateKeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 pub fn logs(args: LogsArgs) -> Result<ExitCode> {

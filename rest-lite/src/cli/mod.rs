@@ -54,7 +54,7 @@ enum Command {
     /// Delete a job and its tasks.
     Delete(client::JobArgs),
     /// Print how to ssh into a job's tasks.
-    Ssh(client::JobArgs),
+    Ssh(client::SshArgs),
     /// Print the FrameworkController Framework a job spec becomes.
     Transform(TransformArgs),
 }

@@ -71,7 +71,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             state_dir.display()
         );
         let client = Client::new(&url, None);
-        client.submit(&user_name, &text, format).await?;
+        super::client::warn(&client.submit(&user_name, &text, format).await?);
         super::follow::follow(&client, &user_name, &job).await
     });
     drop(runtime);

@@ -7,6 +7,7 @@ use futures::stream::BoxStream;
 
 use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
+use pai_contract::ssh_key::JobKey;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BackendError {
@@ -41,7 +42,17 @@ pub type FrameworkStream = BoxStream<'static, Result<Option<Framework>, BackendE
 pub trait Backend: Send + Sync + 'static {
     /// A short description for the start-up line: which backend, where.
     fn describe(&self) -> String;
-    fn create(&self, framework: Framework) -> BoxFuture<'_, Result<(), BackendError>>;
+    /// The user tasks run as, the one to log in to them as over ssh.
+    fn task_user(&self) -> String;
+    /// What a user submitting `spec` here should know (see [`crate::warnings`]).
+    fn warnings(&self, _spec: &crate::spec::JobSpec) -> Vec<String> {
+        Vec::new()
+    }
+    /// Creates the Framework and keeps its ssh key pair where its pods find it (a Secret
+    /// owned by the Framework, a private file of the job); both or neither.
+    fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>>;
+    /// The private half of the job's key pair (`None`: the job has none).
+    fn ssh_key<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, BackendError>>;
     fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>>;
     /// Every Framework rest-lite made, of one (normalised) user or of all.
     fn list<'a>(

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use pai_contract::Framework;
 use pai_contract::framework::{ExecutionType, FrameworkState};
+use pai_contract::ssh_key::JobKey;
 
 use super::AppState;
 use super::auth::Caller;
@@ -22,7 +23,7 @@ use crate::transform::Submission;
 /// What a submission did.
 pub enum Submitted {
     /// The Framework was created.
-    Created { job: String },
+    Created { job: String, warnings: Vec<String> },
     /// A dry run: the Framework that would have been.
     DryRun(Box<Framework>),
 }
@@ -65,12 +66,22 @@ pub async fn submit(
     if dry_run {
         return Ok(Submitted::DryRun(Box::new(framework)));
     }
-    state.backend.create(framework).await.map_err(|e| match e {
-        BackendError::Conflict(_) => ApiError::conflict(format!("job {user}~{job} already exists")),
-        other => other.into(),
-    })?;
+    let key = JobKey::generate(&format!("{user}~{job}"))
+        .map_err(|e| ApiError::from(BackendError::Other(e.to_string())))?;
+    state
+        .backend
+        .create(framework, key)
+        .await
+        .map_err(|e| match e {
+            BackendError::Conflict(_) => {
+                ApiError::conflict(format!("job {user}~{job} already exists"))
+            }
+            other => other.into(),
+        })?;
     tracing::info!(user = %user, job = %job, "job submitted");
-    Ok(Submitted::Created { job })
+    let mut warnings = crate::warnings::spec_warnings(&spec);
+    warnings.extend(state.backend.warnings(&spec));
+    Ok(Submitted::Created { job, warnings })
 }
 
 /// `START` or `STOP`, the values of `PUT …/executionType`.
@@ -208,53 +219,4 @@ pub async fn list(
             .then(a.name.cmp(&b.name))
     });
     Ok(jobs)
-}
-
-/// Where a task's sshd listens.
-#[derive(Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SshContainer {
-    /// `<role>-<index>`.
-    pub id: String,
-    /// The task's address.
-    pub ssh_ip: String,
-    /// The task's `ssh` port.
-    pub ssh_port: String,
-}
-
-/// Every task's sshd.
-#[derive(Serialize, Deserialize, utoipa::ToSchema)]
-pub struct SshInfo {
-    /// One entry per task with an address.
-    pub containers: Vec<SshContainer>,
-}
-
-/// Where each task with an address listens for ssh; 404 `NoJobSshInfoError` before any
-/// has one.
-pub fn ssh_info(job: &Job) -> Result<SshInfo, ApiError> {
-    let view = job_view(&job.framework, &job.url());
-    let containers: Vec<SshContainer> = view
-        .task_roles
-        .iter()
-        .flat_map(|(role, r)| {
-            r.task_statuses.iter().filter_map(move |t| {
-                Some(SshContainer {
-                    id: format!("{role}-{}", t.task_index),
-                    ssh_ip: t.container_ip.clone()?,
-                    ssh_port: t
-                        .container_ports
-                        .get(pai_contract::ports::SSH_LABEL)?
-                        .clone(),
-                })
-            })
-        })
-        .collect();
-    if containers.is_empty() {
-        return Err(ApiError::no_ssh(
-            job.user.as_str(),
-            &job.job,
-            "no task has an address yet",
-        ));
-    }
-    Ok(SshInfo { containers })
 }

@@ -3,12 +3,15 @@
 
 use futures::future::BoxFuture;
 use futures::{AsyncReadExt, FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use pai_contract::framework::ExecutionType;
-use pai_contract::{Framework, meta};
+use pai_contract::ssh_key::JobKey;
+use pai_contract::{Framework, meta, training};
 
 use super::backend::{Backend, BackendError, FrameworkStream, LogStream};
 use pai_contract::framework::MAIN_CONTAINER;
@@ -16,6 +19,7 @@ use pai_contract::framework::MAIN_CONTAINER;
 pub struct KubeBackend {
     api: Api<Framework>,
     pods: Api<Pod>,
+    secrets: Api<Secret>,
     namespace: String,
     address: String,
 }
@@ -24,6 +28,7 @@ impl KubeBackend {
     pub fn new(client: Client, namespace: &str, address: &str) -> Self {
         Self {
             pods: Api::namespaced(client.clone(), namespace),
+            secrets: Api::namespaced(client.clone(), namespace),
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             address: address.to_string(),
@@ -63,6 +68,12 @@ impl KubeBackend {
 }
 
 impl Backend for KubeBackend {
+    /// The image's user, which the server cannot see: root, as in the images of
+    /// TensorFlow, PyTorch and Horovod.
+    fn task_user(&self) -> String {
+        "root".to_string()
+    }
+
     fn describe(&self) -> String {
         format!(
             "kubernetes at {} (namespace {})",
@@ -70,13 +81,50 @@ impl Backend for KubeBackend {
         )
     }
 
-    fn create(&self, framework: Framework) -> BoxFuture<'_, Result<(), BackendError>> {
+    fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>> {
         async move {
-            self.api
+            let created = self
+                .api
                 .create(&PostParams::default(), &framework)
                 .await
-                .map(|_| ())
-                .map_err(|e| self.error(e))
+                .map_err(|e| self.error(e))?;
+            // The Secret names its owner by UID, which only the created Framework has;
+            // the garbage collector deletes it with the Framework. Until it exists the
+            // kubelet holds the pods (their volume waits for it).
+            let secret = job_secret(&created, &key);
+            if let Err(e) = self.secrets.create(&PostParams::default(), &secret).await {
+                let error = self.error(e);
+                tracing::warn!(framework = %created.name(), %error, "cannot create the job's key Secret; deleting the Framework");
+                if let Err(e) = self
+                    .api
+                    .delete(created.name(), &DeleteParams::background())
+                    .await
+                {
+                    tracing::warn!(framework = %created.name(), error = %self.error(e), "cannot delete the Framework without its key");
+                }
+                return Err(match error {
+                    BackendError::Other(message) => BackendError::Other(format!(
+                        "cannot create the job's ssh key Secret: {message}"
+                    )),
+                    other => other,
+                });
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn ssh_key<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, BackendError>> {
+        async move {
+            let secret = self
+                .secrets
+                .get_opt(&training::job_ssh_secret(name))
+                .await
+                .map_err(|e| self.error(e))?;
+            Ok(secret
+                .and_then(|s| s.data)
+                .and_then(|mut d| d.remove(training::JOB_KEY_FILE))
+                .and_then(|bytes| String::from_utf8(bytes.0).ok()))
         }
         .boxed()
     }
@@ -203,5 +251,29 @@ impl Backend for KubeBackend {
                 .map_err(|e| self.error(e))
         }
         .boxed()
+    }
+}
+
+/// The Secret with `framework`'s key pair, owned by it.
+fn job_secret(framework: &Framework, key: &JobKey) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(training::job_ssh_secret(framework.name())),
+            namespace: framework.metadata.namespace.clone(),
+            labels: framework.metadata.labels.clone(),
+            owner_references: Some(vec![framework.owner_reference()]),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".to_string()),
+        data: Some(
+            [
+                (training::JOB_KEY_FILE, &key.private),
+                (training::JOB_PUBLIC_KEY_FILE, &key.public),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.clone().into_bytes())))
+            .collect(),
+        ),
+        ..Secret::default()
     }
 }

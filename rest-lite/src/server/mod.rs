@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod publisher;
 pub mod routes;
+pub mod ssh;
 
 use std::sync::Arc;
 
@@ -67,6 +68,10 @@ pub fn router(state: AppState) -> Router {
             get(routes::get_config),
         )
         .route("/api/v1/user/{user}/jobs/{job}/ssh", get(routes::get_ssh))
+        .route(
+            "/api/v1/user/{user}/jobs/{job}/ssh/key",
+            get(routes::get_ssh_key),
+        )
         .route("/api/v1/user/{user}/jobs/{job}/logs", get(routes::get_logs))
         .route(
             "/api/v1/user/{user}/jobs/{job}/executionType",

@@ -21,6 +21,7 @@ use super::routes;
         routes::get_job,
         routes::get_config,
         routes::get_ssh,
+        routes::get_ssh_key,
         routes::get_logs,
         routes::set_execution,
         routes::delete_job,

@@ -15,7 +15,8 @@ use super::auth::Caller;
 use super::backend::BackendError;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery, Job, JobPath, Owner, SpecBody, UserPath};
-use super::jobs::{self, Execution, JobSummary, SshInfo, Submitted};
+use super::jobs::{self, Execution, JobSummary, Submitted};
+use super::ssh::{self, SshInfo};
 use crate::spec::SpecFormat;
 use crate::spec::schema::JobSpecDocument;
 use crate::status::{JobView, job_view};
@@ -27,10 +28,22 @@ type ApiResult = Result<Response, ApiError>;
 pub struct Message {
     /// What was done.
     pub message: String,
+    /// What the user should know before the job runs (a submission's only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl Message {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            warnings: Vec::new(),
+        }
+    }
 }
 
 fn accepted(message: String) -> Response {
-    (StatusCode::ACCEPTED, Json(Message { message })).into_response()
+    (StatusCode::ACCEPTED, Json(Message::new(message))).into_response()
 }
 
 /// The errors of a route that lists jobs.
@@ -103,7 +116,14 @@ pub struct SubmitQuery {
 
 fn submitted(result: Submitted) -> Response {
     match result {
-        Submitted::Created { job } => accepted(format!("job {job} submitted")),
+        Submitted::Created { job, warnings } => (
+            StatusCode::ACCEPTED,
+            Json(Message {
+                message: format!("job {job} submitted"),
+                warnings,
+            }),
+        )
+            .into_response(),
         Submitted::DryRun(framework) => Json(framework).into_response(),
     }
 }
@@ -244,19 +264,44 @@ pub async fn get_config(job: Job) -> ApiResult {
         .into_response())
 }
 
-/// `GET …/ssh`: where each running task's sshd listens.
+/// `GET …/ssh`: the tasks whose sshd answers now, and why each other task cannot be
+/// logged in to (404 when no task can).
 #[utoipa::path(
     get,
     path = "/api/v1/user/{user}/jobs/{job}/ssh",
     tag = "jobs",
     params(JobPath),
     responses(
-        (status = 200, description = "where each task's sshd listens", body = SshInfo),
+        (status = 200, description = "the tasks one can log in to, and the others with the reason", body = SshInfo),
         JobErrors
     )
 )]
-pub async fn get_ssh(job: Job) -> ApiResult {
-    Ok(Json(jobs::ssh_info(&job)?).into_response())
+pub async fn get_ssh(State(state): State<AppState>, job: Job) -> ApiResult {
+    Ok(Json(ssh::ssh_info(&state, &job).await?).into_response())
+}
+
+/// `GET …/ssh/key`: the private half of the job's key pair (OpenSSH format), which
+/// every task of the job accepts; for the job's owner and operators only.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}/ssh/key",
+    tag = "jobs",
+    params(JobPath),
+    responses(
+        (status = 200, description = "the job's private key", content_type = "application/x-pem-file", body = String),
+        JobErrors
+    )
+)]
+pub async fn get_ssh_key(State(state): State<AppState>, job: Job) -> ApiResult {
+    let key = ssh::private_key(&state, &job).await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-pem-file"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        key,
+    )
+        .into_response())
 }
 
 /// The body of `PUT …/executionType`.

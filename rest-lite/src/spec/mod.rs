@@ -27,6 +27,7 @@ pub struct JobSpec {
     job_envs: Vec<(String, String)>,
     retry_count: u32,
     legacy: LegacyDirs,
+    framework_env: pai_contract::training::Selection,
 }
 
 /// The legacy directory fields, exported as `PAI_DATA_DIR`, `PAI_OUTPUT_DIR`, `PAI_CODE_DIR`
@@ -127,6 +128,10 @@ impl JobSpec {
     }
     pub fn legacy(&self) -> &LegacyDirs {
         &self.legacy
+    }
+    /// What the runtime derives for training programs (`frameworkEnv`; all without it).
+    pub fn framework_env(&self) -> &pai_contract::training::Selection {
+        &self.framework_env
     }
 }
 

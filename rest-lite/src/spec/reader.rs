@@ -85,7 +85,7 @@ impl<'a> Object<'a> {
 }
 
 /// The known name closest to `key`, if it is close enough to be a typo of it.
-fn suggest(key: &str, known: &[&'static str]) -> Option<&'static str> {
+pub(crate) fn suggest(key: &str, known: &[&'static str]) -> Option<&'static str> {
     let lower = key.to_ascii_lowercase();
     known
         .iter()

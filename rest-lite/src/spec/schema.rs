@@ -28,6 +28,11 @@ pub struct JobSpecDocument {
     /// `FC_*`, `USER_CMD` and `KUBE_APISERVER_ADDRESS` are reserved but for
     /// `PAI_SSH_PUB_KEY`).
     job_envs: Option<BTreeMap<String, EnvValue>>,
+    /// What the runtime derives for training programs from the peer table: `TF_CONFIG`
+    /// (`tensorflow`, by the first port of label `http` or the one named), PyTorch's and
+    /// torchrun's variables (`pytorch`), an MPI hostfile (`mpi`). All three without
+    /// the field; `[]` for none. Variables the job sets in `jobEnvs` win.
+    framework_env: Option<Vec<FrameworkEnvItem>>,
     /// Retries of the whole job after a failure.
     #[schema(minimum = 0, maximum = 2147483647)]
     retry_count: Option<i64>,
@@ -46,6 +51,49 @@ pub struct JobSpecDocument {
     /// Legacy, accepted and kept.
     #[schema(value_type = Option<Object>)]
     extras: Option<serde_json::Value>,
+}
+
+/// One part of `frameworkEnv`.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum FrameworkEnvItem {
+    /// A part by name, with its defaults.
+    Name(FrameworkEnvName),
+    /// TensorFlow with the label of the port `TF_CONFIG` names.
+    Tensorflow(TensorflowItem),
+}
+
+/// The parts.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum FrameworkEnvName {
+    /// `TF_CONFIG`.
+    Tensorflow,
+    /// `MASTER_ADDR`, `RANK`, `PET_*`, ….
+    Pytorch,
+    /// The hostfile and Open MPI's variables.
+    Mpi,
+}
+
+/// `{tensorflow: {portLabel: grpc}}`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct TensorflowItem {
+    /// The options.
+    tensorflow: TensorflowOptions,
+}
+
+/// TensorFlow's options.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct TensorflowOptions {
+    /// The label of the port each task is addressed by (`http` when not given).
+    #[schema(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    port_label: Option<String>,
 }
 
 /// A `jobEnvs` value: text, a number or a boolean.

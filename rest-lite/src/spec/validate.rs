@@ -10,6 +10,7 @@ use pai_contract::names::{
     max_task_role_name,
 };
 use pai_contract::ports::{HTTP_LABEL, SSH_LABEL};
+use pai_contract::training::{self, MASTER_PORT_LABEL, Part, Selection};
 
 use super::error::{Errors, FieldPath, SpecErrors};
 use super::names::{JobName, PortLabel, RoleName};
@@ -25,6 +26,7 @@ const JOB_FIELDS: &[&str] = &[
     "taskRoles",
     "jobEnvs",
     "retryCount",
+    "frameworkEnv",
     // Legacy fields of OpenPAI v1, accepted; the directories reach the environment.
     "dataDir",
     "outputDir",
@@ -78,6 +80,11 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
         None => Some(Vec::new()),
     };
 
+    let selection = match obj.optional("frameworkEnv") {
+        Some((v, p)) => framework_env(v, &p, &mut errors),
+        None => Some(Selection::all()),
+    };
+
     let retry_count = match obj.optional("retryCount") {
         Some((v, p)) => reader::integer(v, &p, 0, I32_MAX, &mut errors).map(|n| n as u32),
         None => Some(0),
@@ -110,17 +117,155 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
     if !errors.is_empty() {
         return Err(errors.into_spec_errors());
     }
-    match (name, image, roles, job_envs, retry_count) {
-        (Some(name), Some(image), Some(roles), Some(job_envs), Some(retry_count)) => Ok(JobSpec {
-            name,
-            image: image.to_string(),
-            roles,
-            job_envs,
-            retry_count,
-            legacy,
-        }),
+    match (name, image, roles, job_envs, retry_count, selection) {
+        (
+            Some(name),
+            Some(image),
+            Some(mut roles),
+            Some(job_envs),
+            Some(retry_count),
+            Some(selection),
+        ) => {
+            let path = FieldPath::root().field("frameworkEnv");
+            training_ports(&mut roles, &selection, &path, &mut errors);
+            if !errors.is_empty() {
+                return Err(errors.into_spec_errors());
+            }
+            Ok(JobSpec {
+                name,
+                image: image.to_string(),
+                roles,
+                job_envs,
+                retry_count,
+                legacy,
+                framework_env: selection,
+            })
+        }
         // Every reader that returns None has recorded why.
         _ => Err(SpecErrors::single(&FieldPath::root(), "is not a valid job")),
+    }
+}
+
+/// `frameworkEnv`: a list of `tensorflow`, `pytorch`, `mpi`, each at most once, where
+/// `tensorflow` may be `{tensorflow: {portLabel: <label>}}`.
+fn framework_env(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Selection> {
+    let items = reader::list(value, path, errors)?;
+    let before = errors.len();
+    let mut selection = Selection::none();
+    let mut seen = Vec::new();
+    let names: Vec<&'static str> = Part::ALL.iter().map(|p| p.as_str()).collect();
+    for (i, item) in items.iter().enumerate() {
+        let p = path.index(i);
+        let (name, options) = match item {
+            Value::String(s) => (s.as_str(), None),
+            Value::Object(map) if map.len() == 1 => {
+                let (k, v) = map.iter().next().expect("one entry");
+                (k.as_str(), Some((v, p.field(k))))
+            }
+            other => {
+                errors.push(
+                    &p,
+                    format!(
+                        "must be one of {} or {{tensorflow: {{portLabel: <label>}}}}, got {}",
+                        names.join(", "),
+                        kind(other)
+                    ),
+                );
+                continue;
+            }
+        };
+        let Some(part) = Part::parse(name) else {
+            let hint = reader::suggest(name, &names)
+                .map(|n| format!(" (did you mean {n:?}?)"))
+                .unwrap_or_default();
+            errors.push(
+                &p,
+                format!("{name:?} is not one of {}{hint}", names.join(", ")),
+            );
+            continue;
+        };
+        if seen.contains(&part) {
+            errors.push(&p, format!("{name:?} is listed twice"));
+            continue;
+        }
+        seen.push(part);
+        match part {
+            Part::Tensorflow => {
+                let mut label = HTTP_LABEL.to_string();
+                if let Some((v, op)) = options {
+                    let Some(obj) = Object::new(v, op, &["portLabel"], errors) else {
+                        continue;
+                    };
+                    if let Some((v, lp)) = obj.optional("portLabel")
+                        && let Some(s) = reader::string(v, &lp, errors)
+                    {
+                        match PortLabel::parse(s) {
+                            Ok(l) => label = l.as_str().to_string(),
+                            Err(rule) => errors.push(&lp, rule),
+                        }
+                    }
+                    obj.finish(errors);
+                }
+                selection.tensorflow = Some(label);
+            }
+            Part::Pytorch | Part::Mpi => {
+                if let Some((_, op)) = options {
+                    errors.push(
+                        &op,
+                        format!("{name} takes no options: write it as a plain string"),
+                    );
+                    continue;
+                }
+                if part == Part::Pytorch {
+                    selection.pytorch = true;
+                } else {
+                    selection.mpi = true;
+                }
+            }
+        }
+    }
+    (errors.len() == before).then_some(selection)
+}
+
+/// The ports the parts need: PyTorch's master role gets a `master` port unless it has
+/// one; TensorFlow's label must be a port of every role in its cluster.
+fn training_ports(
+    roles: &mut [TaskRole],
+    selection: &Selection,
+    path: &FieldPath,
+    errors: &mut Errors,
+) {
+    if let Some(label) = &selection.tensorflow {
+        for role in roles.iter() {
+            if training::is_tf_evaluator(role.name.as_str())
+                || role.ports.iter().any(|p| p.label.as_str() == label)
+            {
+                continue;
+            }
+            errors.push(
+                path,
+                format!(
+                    "TF_CONFIG addresses every task by its port {label:?}, and role {:?} has none: add it to the role's portList or name another label",
+                    role.name.as_str()
+                ),
+            );
+        }
+    }
+    if selection.pytorch {
+        let master = training::master_role(roles.iter().map(|r| r.name.as_str()));
+        let role = &mut roles[master];
+        if !role
+            .ports
+            .iter()
+            .any(|p| p.label.as_str() == MASTER_PORT_LABEL)
+            && let Ok(label) = PortLabel::parse(MASTER_PORT_LABEL)
+        {
+            role.ports.push(PortRequest {
+                label,
+                count: 1,
+                start: PortStart::Any,
+            });
+        }
     }
 }
 

@@ -1,0 +1,184 @@
+//! The key pair every job gets for ssh between its tasks: Ed25519, written in the forms
+//! OpenSSH reads (`openssh-key-v1` for the private half, the one-line `ssh-ed25519 …`
+//! for the public), so that neither the server nor the runtime image needs `ssh-keygen`.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use ring::rand::{SecureRandom, SystemRandom};
+use ring::signature::{Ed25519KeyPair, KeyPair};
+
+const KEY_TYPE: &[u8] = b"ssh-ed25519";
+
+/// A job's key pair.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobKey {
+    /// `-----BEGIN OPENSSH PRIVATE KEY-----` …, unencrypted.
+    pub private: String,
+    /// `ssh-ed25519 AAAA… <comment>`.
+    pub public: String,
+}
+
+impl std::fmt::Debug for JobKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobKey")
+            .field("public", &self.public)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The system's random source failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot make a key: the system's random source failed")]
+pub struct KeyError;
+
+impl JobKey {
+    /// A fresh key pair; `comment` names it in `authorized_keys` (e.g. `alice~mnist`).
+    pub fn generate(comment: &str) -> Result<Self, KeyError> {
+        let rng = SystemRandom::new();
+        let mut seed = [0u8; 32];
+        rng.fill(&mut seed).map_err(|_| KeyError)?;
+        let mut check = [0u8; 4];
+        rng.fill(&mut check).map_err(|_| KeyError)?;
+        Self::from_seed(&seed, u32::from_be_bytes(check), comment)
+    }
+
+    /// The key pair of `seed`; `check` is the private section's check number.
+    fn from_seed(seed: &[u8; 32], check: u32, comment: &str) -> Result<Self, KeyError> {
+        let pair = Ed25519KeyPair::from_seed_unchecked(seed).map_err(|_| KeyError)?;
+        let public_key = pair.public_key().as_ref();
+        let mut blob = Vec::new();
+        put_string(&mut blob, KEY_TYPE);
+        put_string(&mut blob, public_key);
+        // The comment goes on one line of authorized_keys.
+        let comment: String = comment
+            .chars()
+            .map(|c| {
+                if c.is_whitespace() || c.is_control() {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .collect();
+
+        let mut private = Vec::new();
+        private.extend_from_slice(&check.to_be_bytes());
+        private.extend_from_slice(&check.to_be_bytes());
+        put_string(&mut private, KEY_TYPE);
+        put_string(&mut private, public_key);
+        let mut secret = seed.to_vec();
+        secret.extend_from_slice(public_key);
+        put_string(&mut private, &secret);
+        put_string(&mut private, comment.as_bytes());
+        // Padded to the cipher's block size ("none": 8) with 1, 2, 3, …
+        let mut pad = 1u8;
+        while private.len() % 8 != 0 {
+            private.push(pad);
+            pad += 1;
+        }
+
+        let mut body = b"openssh-key-v1\0".to_vec();
+        put_string(&mut body, b"none");
+        put_string(&mut body, b"none");
+        put_string(&mut body, b"");
+        body.extend_from_slice(&1u32.to_be_bytes());
+        put_string(&mut body, &blob);
+        put_string(&mut body, &private);
+
+        let encoded = STANDARD.encode(&body);
+        let mut pem = String::from("-----BEGIN OPENSSH PRIVATE KEY-----\n");
+        for line in encoded.as_bytes().chunks(70) {
+            pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+            pem.push('\n');
+        }
+        pem.push_str("-----END OPENSSH PRIVATE KEY-----\n");
+        Ok(Self {
+            private: pem,
+            public: format!("ssh-ed25519 {} {comment}", STANDARD.encode(&blob)),
+        })
+    }
+}
+
+/// SSH's `string`: a 32-bit big-endian length, then the bytes.
+fn put_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_format_is_openssh_s() {
+        let key = JobKey::from_seed(&[7; 32], 0x0102_0304, "alice~job one").expect("key");
+        assert!(
+            key.public
+                .starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI")
+        );
+        assert!(key.public.ends_with(" alice~job_one"));
+        let body: String = key
+            .private
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect();
+        let bytes = STANDARD.decode(body).expect("base64");
+        assert!(bytes.starts_with(b"openssh-key-v1\0\0\0\0\x04none"));
+        assert!(
+            key.private
+                .lines()
+                .all(|l| l.len() <= 70 || l.starts_with("-----"))
+        );
+        // Two fresh keys differ.
+        let (a, b) = (JobKey::generate("x"), JobKey::generate("x"));
+        assert_ne!(a.expect("a").public, b.expect("b").public);
+    }
+
+    /// OpenSSH itself reads the private key back to the same public key.
+    #[test]
+    fn ssh_keygen_derives_the_same_public_key() {
+        let Some(keygen) = ["/usr/bin/ssh-keygen", "/usr/local/bin/ssh-keygen"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+        else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "ssh-keygen is missing (openssh-client); CI installs it"
+            );
+            eprintln!("skipped: no ssh-keygen (install openssh-client)");
+            return;
+        };
+        let key = JobKey::generate("test").expect("key");
+        let dir = std::env::temp_dir().join(format!("pai-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("id");
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)
+                .expect("open");
+            f.write_all(key.private.as_bytes()).expect("write");
+        }
+        let out = std::process::Command::new(keygen)
+            .arg("-y")
+            .arg("-f")
+            .arg(&path)
+            .output()
+            .expect("ssh-keygen runs");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let derived = String::from_utf8_lossy(&out.stdout);
+        let mine: Vec<&str> = key.public.split(' ').take(2).collect();
+        let theirs: Vec<&str> = derived.trim().split(' ').take(2).collect();
+        assert_eq!(mine, theirs);
+    }
+}

@@ -1,0 +1,385 @@
+//! What distributed-training programs read, derived from the peer table
+//! ([`pai_contract::training`]): `TF_CONFIG`, PyTorch's and torchrun's variables, an MPI
+//! hostfile with Open MPI's variables, and the ssh client configuration with one alias
+//! per task.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use pai_barrier::{Peer, PeerTable};
+use pai_contract::env as names;
+use pai_contract::training::{
+    self as contract, MASTER_PORT_LABEL, MPI_ALLOW_ROOT_VARS, MPI_HOSTFILE_VARS, Selection,
+    TF_CONFIG, files, pytorch,
+};
+
+use crate::dynamic_env::{Class, Variable};
+
+/// The variables and files for one task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Training {
+    /// Defaults: a variable the container already has (the job's `jobEnvs`, the image)
+    /// wins over these.
+    pub vars: Vec<Variable>,
+    /// `tf_config.json`: `TF_CONFIG`'s value.
+    pub tf_config: Option<String>,
+    /// `hostfile`.
+    pub hostfile: Option<String>,
+    /// `ssh/config`.
+    pub ssh_config: String,
+    /// Why a part asked for is missing or incomplete, one line each (logged).
+    pub notes: Vec<String>,
+}
+
+/// Task `index` of role `role` (position in the table) and what it gets.
+pub fn training(
+    peers: &PeerTable,
+    role: usize,
+    index: u32,
+    selection: &Selection,
+    root: &Path,
+) -> Training {
+    let mut out = Training {
+        vars: Vec::new(),
+        tf_config: None,
+        hostfile: None,
+        ssh_config: ssh_config(peers, root),
+        notes: Vec::new(),
+    };
+    if let Some(label) = &selection.tensorflow {
+        let value = tf_config(peers, role, index, label, &mut out.notes);
+        out.vars
+            .push(Variable::new(TF_CONFIG, value.clone(), Class::List));
+        out.tf_config = Some(value);
+    }
+    if selection.pytorch {
+        pytorch_vars(peers, role, index, &mut out);
+    }
+    if selection.mpi {
+        let hostfile = root.join(files::HOSTFILE).display().to_string();
+        for name in MPI_HOSTFILE_VARS {
+            out.vars
+                .push(Variable::new(name, hostfile.clone(), Class::Own));
+        }
+        for name in MPI_ALLOW_ROOT_VARS {
+            out.vars.push(Variable::new(name, "1", Class::Own));
+        }
+        out.hostfile = Some(mpi_hostfile(peers));
+    }
+    out
+}
+
+/// GPUs of each task of a role (its family's `PAI_RESOURCE_<role>`), at least 1: the
+/// processes a task runs, one per GPU.
+fn slots(peers: &PeerTable, role: usize) -> u32 {
+    let role = &peers.roles[role];
+    role.env
+        .get(&names::resource(&role.name))
+        .and_then(|v| names::resource_gpu_count(v))
+        .unwrap_or(0)
+        .max(1)
+}
+
+fn address(peer: &Peer<'_>, label: &str) -> Option<String> {
+    let port = peer.ports.first(label)?;
+    Some(match peer.ip {
+        std::net::IpAddr::V4(ip) => format!("{ip}:{port}"),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]:{port}"),
+    })
+}
+
+fn tf_config(
+    peers: &PeerTable,
+    role: usize,
+    index: u32,
+    label: &str,
+    notes: &mut Vec<String>,
+) -> String {
+    let mut cluster: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for r in &peers.roles {
+        if contract::is_tf_evaluator(&r.name) {
+            continue;
+        }
+        let mut addresses = Vec::with_capacity(r.len());
+        for task in r.tasks() {
+            match address(&task, label) {
+                Some(a) => addresses.push(a),
+                None => {
+                    notes.push(format!(
+                        "TF_CONFIG: role {} has no port labelled {label:?}; it is left out of the cluster",
+                        r.name
+                    ));
+                    break;
+                }
+            }
+        }
+        if addresses.len() == r.len() {
+            cluster.insert(r.name.as_str(), addresses);
+        }
+    }
+    let value = serde_json::json!({
+        "cluster": cluster,
+        "task": {"type": peers.roles[role].name, "index": index},
+    });
+    value.to_string()
+}
+
+fn pytorch_vars(peers: &PeerTable, role: usize, index: u32, out: &mut Training) {
+    let master = contract::master_role(peers.roles.iter().map(|r| r.name.as_str()));
+    // Ranks: the master role's tasks first, then every other role in spec order.
+    let order = std::iter::once(master).chain((0..peers.roles.len()).filter(|&r| r != master));
+    let mut offset = 0usize;
+    let mut rank = 0usize;
+    for r in order {
+        if r == role {
+            rank = offset + index as usize;
+        }
+        offset += peers.roles[r].len();
+    }
+    let world = offset.to_string();
+    let rank = rank.to_string();
+    let own = |name: &str, value: &str| Variable::new(name, value, Class::Own);
+    out.vars.extend([
+        own(pytorch::WORLD_SIZE, &world),
+        own(pytorch::RANK, &rank),
+        own(pytorch::NODE_RANK, &rank),
+        own(pytorch::PET_NNODES, &world),
+        own(pytorch::PET_NODE_RANK, &rank),
+        own(pytorch::PET_NPROC_PER_NODE, &slots(peers, role).to_string()),
+    ]);
+    let Some(task0) = peers.roles[master].task(0) else {
+        return;
+    };
+    let addr = task0.ip.to_string();
+    out.vars.push(own(pytorch::MASTER_ADDR, &addr));
+    out.vars.push(own(pytorch::PET_MASTER_ADDR, &addr));
+    match task0.ports.first(MASTER_PORT_LABEL) {
+        Some(port) => {
+            out.vars.push(own(pytorch::MASTER_PORT, &port.to_string()));
+            out.vars
+                .push(own(pytorch::PET_MASTER_PORT, &port.to_string()));
+        }
+        None => out.notes.push(format!(
+            "PyTorch: the master role {} has no port labelled {MASTER_PORT_LABEL:?}; MASTER_PORT is not set",
+            peers.roles[master].name
+        )),
+    }
+}
+
+/// `<alias> slots=<n>` for every task of every role but a launcher. Aliases, not
+/// addresses: an alias also names the task's ssh port, and tasks sharing one address
+/// (the embedded default) stay apart.
+fn mpi_hostfile(peers: &PeerTable) -> String {
+    let mut text = String::new();
+    for (r, role) in peers.roles.iter().enumerate() {
+        if !contract::is_mpi_host(&role.name) {
+            continue;
+        }
+        let slots = slots(peers, r);
+        for task in role.tasks() {
+            let _ = writeln!(
+                text,
+                "{} slots={slots}",
+                contract::ssh_alias(&role.name, task.index)
+            );
+        }
+    }
+    text
+}
+
+/// One `Host <role>-<index>` block per task with an ssh port: its address and port, the
+/// job's key, no host-key prompts (every task makes a fresh host key), and a minute of
+/// connection attempts, one a second (the barrier releases every task at once, and a
+/// peer's sshd may not listen yet when `mpirun` starts). The user's own and the
+/// system's configuration follow for every other host.
+fn ssh_config(peers: &PeerTable, root: &Path) -> String {
+    let key = root.join(files::SSH_JOB_KEY);
+    let key = quote_ssh(&key.display().to_string());
+    let mut text = String::from("# Written by kube-runtime: one alias per task of this job.\n");
+    for role in &peers.roles {
+        for task in role.tasks() {
+            let Some(port) = task.ports.first(pai_contract::ports::SSH_LABEL) else {
+                continue;
+            };
+            let _ = write!(
+                text,
+                "Host {alias}\n    HostName {ip}\n    Port {port}\n    IdentityFile {key}\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    LogLevel ERROR\n    ConnectionAttempts 60\n",
+                alias = contract::ssh_alias(&role.name, task.index),
+                ip = task.ip,
+            );
+        }
+    }
+    text.push_str("Host *\n    Include ~/.ssh/config\n    Include /etc/ssh/ssh_config\n");
+    text
+}
+
+/// A value for ssh_config: in double quotes when it has blanks.
+fn quote_ssh(value: &str) -> String {
+    if value.contains(|c: char| c.is_whitespace()) {
+        format!("\"{value}\"")
+    } else {
+        value.to_string()
+    }
+}
+
+/// `<root>/bin/ssh`: the system's ssh client with the job's aliases, for the user's
+/// command and for `mpirun`, which finds `ssh` on `PATH`.
+pub fn ssh_wrapper(root: &Path) -> Vec<u8> {
+    let config = crate::shell::quote(root.join(files::SSH_CONFIG).as_os_str().as_encoded_bytes());
+    let here = crate::shell::quote(root.join(files::BIN_DIR).as_os_str().as_encoded_bytes());
+    let mut script = b"#!/bin/sh\n# Written by kube-runtime: ssh with this job's aliases (<role>-<index>).\nconfig=".to_vec();
+    script.extend_from_slice(&config);
+    script.extend_from_slice(b"\nhere=");
+    script.extend_from_slice(&here);
+    script.extend_from_slice(
+        b"\nset -f\nIFS=:\nfor dir in $PATH; do\n    [ \"$dir\" = \"$here\" ] && continue\n    [ -x \"$dir/ssh\" ] && exec \"$dir/ssh\" -F \"$config\" \"$@\"\ndone\necho \"ssh: no ssh client on PATH (install openssh-client in the image)\" >&2\nexit 127\n",
+    );
+    script
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pai_barrier::RolePeers;
+    use pai_contract::PortPlan;
+
+    /// chief (1 task), worker (2, 2 GPUs each), evaluator (1); every task on its own
+    /// address, ports by role.
+    fn table() -> PeerTable {
+        let role = |name: &str, n: u8, gpus: u32, base: u16, net: u8| {
+            let mut ports = PortPlan::default();
+            ports.push("http", vec![base]).expect("label");
+            ports.push("ssh", vec![base + 1]).expect("label");
+            if name == "chief" {
+                ports.push("master", vec![base + 2]).expect("label");
+            }
+            RolePeers {
+                name: name.to_string(),
+                kube_name: name.to_string(),
+                env: BTreeMap::from([(
+                    names::resource(name),
+                    format!("cpu_count:1,memMB:1024,shmMB:64,gpu_count:{gpus}"),
+                )]),
+                ports,
+                task_ports: Vec::new(),
+                addresses: (0..n)
+                    .map(|i| std::net::IpAddr::from([10, 0, net, i + 1]))
+                    .collect(),
+            }
+        };
+        PeerTable {
+            framework: "fw".into(),
+            attempt: 0,
+            attempt_instance_uid: None,
+            roles: vec![
+                role("worker", 2, 2, 21000, 1),
+                role("chief", 1, 0, 20000, 0),
+                role("evaluator", 1, 0, 22000, 2),
+            ],
+        }
+    }
+
+    fn get<'a>(t: &'a Training, name: &str) -> Option<&'a str> {
+        t.vars
+            .iter()
+            .find(|v| v.name == name)
+            .map(|v| v.value.as_str())
+    }
+
+    #[test]
+    fn a_worker_of_a_three_role_job_gets_exactly_these() {
+        let t = training(&table(), 0, 1, &Selection::all(), Path::new("/r"));
+        assert_eq!(
+            get(&t, "TF_CONFIG"),
+            Some(
+                r#"{"cluster":{"chief":["10.0.0.1:20000"],"worker":["10.0.1.1:21000","10.0.1.2:21000"]},"task":{"index":1,"type":"worker"}}"#
+            )
+        );
+        assert_eq!(t.tf_config.as_deref(), get(&t, "TF_CONFIG"));
+        // The chief is the master; ranks: chief 0, workers 1 and 2, evaluator 3.
+        for (name, value) in [
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("MASTER_PORT", "20002"),
+            ("WORLD_SIZE", "4"),
+            ("RANK", "2"),
+            ("NODE_RANK", "2"),
+            ("PET_NNODES", "4"),
+            ("PET_NODE_RANK", "2"),
+            ("PET_MASTER_ADDR", "10.0.0.1"),
+            ("PET_MASTER_PORT", "20002"),
+            ("PET_NPROC_PER_NODE", "2"),
+            ("OMPI_MCA_orte_default_hostfile", "/r/hostfile"),
+            ("PRTE_MCA_prte_default_hostfile", "/r/hostfile"),
+            ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+            ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+        ] {
+            assert_eq!(get(&t, name), Some(value), "{name}");
+        }
+        assert_eq!(
+            t.hostfile.as_deref(),
+            Some("worker-0 slots=2\nworker-1 slots=2\nchief-0 slots=1\nevaluator-0 slots=1\n")
+        );
+        assert!(t.notes.is_empty(), "{:?}", t.notes);
+    }
+
+    #[test]
+    fn the_chief_and_the_evaluator() {
+        let chief = training(&table(), 1, 0, &Selection::all(), Path::new("/r"));
+        assert_eq!(get(&chief, "RANK"), Some("0"));
+        assert_eq!(get(&chief, "PET_NPROC_PER_NODE"), Some("1"));
+        assert!(
+            get(&chief, "TF_CONFIG")
+                .is_some_and(|v| v.ends_with(r#""task":{"index":0,"type":"chief"}}"#))
+        );
+        let evaluator = training(&table(), 2, 0, &Selection::all(), Path::new("/r"));
+        assert_eq!(get(&evaluator, "RANK"), Some("3"));
+        let tf: serde_json::Value =
+            serde_json::from_str(get(&evaluator, "TF_CONFIG").expect("set")).expect("json");
+        assert_eq!(tf["task"]["type"], "evaluator");
+        assert!(
+            tf["cluster"].get("evaluator").is_none(),
+            "TensorFlow's evaluator is not part of the cluster"
+        );
+    }
+
+    #[test]
+    fn only_what_is_asked_for() {
+        let selection: Selection = "tensorflow:ssh".parse().expect("reads");
+        let t = training(&table(), 0, 0, &selection, Path::new("/r"));
+        let names: Vec<&str> = t.vars.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["TF_CONFIG"]);
+        assert!(
+            t.tf_config
+                .as_deref()
+                .is_some_and(|v| v.contains("10.0.0.1:20001"))
+        );
+        assert_eq!(t.hostfile, None);
+        let none = training(&table(), 0, 0, &Selection::none(), Path::new("/r"));
+        assert!(none.vars.is_empty());
+    }
+
+    #[test]
+    fn the_ssh_config_has_one_alias_per_task() {
+        let t = training(&table(), 0, 0, &Selection::none(), Path::new("/a root"));
+        assert!(t.ssh_config.contains(
+            "Host worker-1\n    HostName 10.0.1.2\n    Port 21001\n    IdentityFile \"/a root/ssh/job_key\"\n"
+        ));
+        assert_eq!(
+            t.ssh_config.matches("\nHost ").count(),
+            5,
+            "4 tasks, then *"
+        );
+    }
+
+    #[test]
+    fn a_master_without_its_port_is_said() {
+        let mut peers = table();
+        peers.roles[1].ports = PortPlan::default();
+        let t = training(&peers, 0, 0, &Selection::all(), Path::new("/r"));
+        assert_eq!(get(&t, "MASTER_PORT"), None);
+        assert_eq!(get(&t, "MASTER_ADDR"), Some("10.0.0.1"));
+        assert!(t.notes.iter().any(|n| n.contains("MASTER_PORT")));
+        assert!(t.notes.iter().any(|n| n.contains("role chief has no port")));
+    }
+}

@@ -1,0 +1,252 @@
+//! Distributed-training glue end to end on the embedded default, with programs we did
+//! not write: Open MPI's `mpirun` reaching every worker through the hostfile, the task
+//! aliases and the job's own key; Python reading `TF_CONFIG` and PyTorch's variables;
+//! OpenSSH between tasks and from `rest-lite ssh`. Needs openmpi-bin, openssh-server and
+//! python3 (`.ci/run` installs them); without them each test says what is missing and
+//! passes, except under `CI=true`, where it fails.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rest_lite::client::ClientError;
+use rest_lite::spec::SpecFormat;
+use serde_json::json;
+
+use common::fifo::{events, final_view, next_event};
+use common::serve::Server;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("rest-lite-training-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// True when every program is here; otherwise says which is not, and fails under CI.
+fn have(programs: &[&str]) -> bool {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let missing: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|p| {
+            !path
+                .split(':')
+                .chain(["/usr/sbin"])
+                .any(|dir| Path::new(dir).join(p).is_file())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let message = format!(
+        "missing {} (Debian: openmpi-bin, openssh-server, openssh-client, python3)",
+        missing.join(", ")
+    );
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+    eprintln!("skipped: {message}");
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpirun_reaches_every_worker_through_the_hostfile_the_aliases_and_the_job_key() {
+    if !have(&["mpirun", "sshd", "ssh"]) {
+        return;
+    }
+    let dir = scratch("mpi");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let spec = std::fs::read_to_string(common::repo_root().join("examples/mpi-hello.yaml"))
+        .expect("example");
+    client
+        .submit("alice", &spec, SpecFormat::Yaml)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "mpi-hello").await;
+    let log = common::read_all(
+        client
+            .logs("alice", "mpi-hello", "launcher", 0, false)
+            .await
+            .expect("log"),
+    )
+    .await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{log}");
+    // Each rank reports the task it ran in: only an ssh session into that worker gives
+    // it the worker's own variables.
+    for line in ["rank 0 of 2 on worker-0", "rank 1 of 2 on worker-1"] {
+        assert!(
+            log.contains(line),
+            "{line:?} not in the launcher's log:\n{log}"
+        );
+    }
+}
+
+/// Run by every task: TF_CONFIG names this task at its own address and port, its file
+/// says the same, and PyTorch's variables put the chief first.
+const CHECK: &str = r#"
+import json, os
+env = os.environ
+tf = json.loads(env["TF_CONFIG"])
+role, index = env["PAI_CURRENT_TASK_ROLE_NAME"], int(env["PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"])
+assert tf["task"] == {"type": role, "index": index}, tf["task"]
+mine = tf["cluster"][role][index]
+assert mine == "%s:%s" % (env["PAI_HOST_IP_%s_%d" % (role, index)], env["PAI_CURRENT_CONTAINER_PORT"]), mine
+assert sorted(tf["cluster"]) == ["chief", "ps", "worker"], tf["cluster"]
+with open(os.path.join(env["PAI_RUNTIME_ROOT"], "tf_config.json")) as f:
+    assert json.load(f) == tf
+rank = {"chief": 0, "worker": 1 + index, "ps": 3}[role]
+assert (env["RANK"], env["WORLD_SIZE"], env["PET_NNODES"]) == (str(rank), "4", "4")
+assert env["MASTER_ADDR"] == env["PAI_HOST_IP_chief_0"]
+assert env["MASTER_PORT"] == env["PAI_chief_0_master_PORT"] == env["PET_MASTER_PORT"]
+assert env["PET_NPROC_PER_NODE"] == "3", "the job's own value wins"
+print("checked", role, index, mine, "rank", rank)
+"#;
+
+/// Every task: the check, then its own sshd answers through its own alias (ssh tries
+/// for a minute), then `up`; the chief also reaches worker-1 by its alias. Then each
+/// waits for TERM.
+const COMMAND: &str = r#"set -e
+me="$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
+exec 3>"$EVENTS"
+python3 "$CHECK"
+ssh "$me" true
+if [ "$me" = chief-0 ]; then
+    echo "reached $(ssh worker-1 'echo "$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"')" >&3
+fi
+trap 'exit 0' TERM
+echo "up $me" >&3
+while :; do sleep 1 & wait $!; done"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_them() {
+    if !have(&["python3", "sshd", "ssh"]) {
+        return;
+    }
+    let dir = scratch("tf");
+    let check = dir.join("check.py");
+    std::fs::write(&check, CHECK).expect("check script");
+    let (fifo, rx) = events(&dir);
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let role = |name: &str, tasks: u32| json!({"name": name, "taskNumber": tasks, "cpuNumber": 1, "memoryMB": 128, "command": COMMAND});
+    let spec = json!({
+        "jobName": "tf", "image": "tensorflow/tensorflow",
+        "taskRoles": [role("chief", 1), role("worker", 2), role("ps", 1)],
+        "jobEnvs": {
+            "EVENTS": fifo.display().to_string(),
+            "CHECK": check.display().to_string(),
+            "PET_NPROC_PER_NODE": "3",
+        },
+    })
+    .to_string();
+    let submitted = client
+        .submit("alice", &spec, SpecFormat::Json)
+        .await
+        .expect("submitted");
+    for expected in [
+        "without images or containers",
+        "jobEnvs sets PET_NPROC_PER_NODE: tasks get your value",
+    ] {
+        assert!(
+            submitted.warnings.iter().any(|w| w.contains(expected)),
+            "{expected:?} not in {:?}",
+            submitted.warnings
+        );
+    }
+
+    let mut seen: Vec<String> = (0..5).filter_map(|_| next_event(&rx)).collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "reached worker-1",
+            "up chief-0",
+            "up ps-0",
+            "up worker-0",
+            "up worker-1"
+        ]
+    );
+
+    // Every sshd answers now: the route lists all four, as the server's own user.
+    let info = client.ssh("alice", "tf").await.expect("ssh info");
+    let mut ids: Vec<&str> = info.containers.iter().map(|c| c.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["chief-0", "ps-0", "worker-0", "worker-1"]);
+    assert!(info.unavailable.is_empty(), "{:?}", info.unavailable);
+    let me = String::from_utf8(Command::new("id").arg("-un").output().expect("id").stdout)
+        .expect("utf-8");
+    assert!(info.containers.iter().all(|c| c.ssh_user == me.trim()));
+    assert_eq!(
+        info.private_key_url.as_deref(),
+        Some("/api/v1/user/alice/jobs/tf/ssh/key")
+    );
+
+    // `rest-lite ssh` runs the system's ssh with the job's key.
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+            .args(["ssh", "--server", &server.url, "--user", "alice"])
+            .args(args)
+            .output()
+            .expect("rest-lite ssh")
+    };
+    let out = cli(&[
+        "tf",
+        "worker",
+        "1",
+        "--",
+        "echo",
+        "$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "worker-1\n");
+    let out = cli(&["tf", "ps", "0", "--", "exit", "7"]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "ssh's exit code is rest-lite ssh's"
+    );
+    let out = cli(&["tf", "worker", "5"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("job tf has no task worker-5"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Every task's log has its check.
+    for (role, index) in [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)] {
+        let log = common::read_all(
+            client
+                .logs("alice", "tf", role, index, false)
+                .await
+                .expect("log"),
+        )
+        .await;
+        assert!(
+            log.contains(&format!("checked {role} {index} 127.0.0.1:")),
+            "{role}-{index}: {log}"
+        );
+    }
+
+    client.stop("alice", "tf").await.expect("stop");
+    let view = final_view(&client, "alice", "tf").await;
+    assert_eq!(view["jobStatus"]["state"], "STOPPED");
+    match client.ssh("alice", "tf").await {
+        Err(ClientError::Api {
+            status, message, ..
+        }) => {
+            assert_eq!(status, 404);
+            assert!(
+                message.contains("sshd runs only while the task runs"),
+                "{message}"
+            );
+        }
+        other => panic!("expected 404 after the job ended, got {other:?}"),
+    }
+}
