@@ -169,12 +169,17 @@ fn a_dying_daemon_does_not_end_the_job() {
     let marker = task.root().join("daemon-ran");
     task.daemon(
         "10-dies.sh",
-        &format!("echo daemon-output; touch {}; exit 7", marker.display()),
+        &format!(
+            "echo daemon-output; echo $$ > {m}.tmp; mv {m}.tmp {m}; exit 7",
+            m = marker.display()
+        ),
     );
     task.daemon("20-stays.sh", "exec sleep 1000");
+    // The user command ends only once the runtime has reaped the daemon (a zombie still
+    // answers `kill -0`), so the daemon's end is noted while the job still runs.
     task.main(&format!(
-        "while [ ! -e {} ]; do :; done; echo user-done; exit 5",
-        marker.display()
+        "while [ ! -e {m} ]; do :; done; pid=$(cat {m}); while kill -0 \"$pid\" 2>/dev/null; do :; done; echo user-done; exit 5",
+        m = marker.display()
     ));
     let out = run_to_end(&task);
     assert_eq!(

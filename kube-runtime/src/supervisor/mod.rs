@@ -134,7 +134,8 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     // After the user command ended: when to KILL what is left, and whether we did.
     let mut cleanup: Option<(Instant, bool)> = None;
     // Notes what ended: the user command's status, a daemon's end.
-    let mut note = |ended: Vec<(Pid, Ended)>, status: &mut Option<Ended>| {
+    // `cleaning_up`: the clean-up's TERM went out, so a daemon's end may be ours.
+    let mut note = |ended: Vec<(Pid, Ended)>, status: &mut Option<Ended>, cleaning_up: bool| {
         for (pid, ended) in ended {
             if pid == user_pid {
                 info!(code = ended.code(), "user command ended");
@@ -142,7 +143,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
             } else if let Some(name) = daemons.remove(&pid) {
                 if ended.code() == 0 {
                     info!(daemon = %name, "daemon script finished");
-                } else if status.is_some() {
+                } else if cleaning_up {
                     // Ended by the clean-up after the user command: as it should.
                     info!(daemon = %name, code = ended.code(), "daemon stopped with the task");
                 } else {
@@ -153,7 +154,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     };
     loop {
         let reaped = reap();
-        note(reaped.ended, &mut status);
+        note(reaped.ended, &mut status, cleanup.is_some());
         let now = Instant::now();
         if status.is_some() {
             if !reaped.children_left {
