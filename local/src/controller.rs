@@ -487,7 +487,7 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                 runtime: inner.settings.runtime.clone(),
                 user_log,
                 root,
-                assets: inner.settings.assets.clone(),
+                assets: inner.assets.clone(),
                 peers_file: inner.store.peers_file(&name, attempt),
                 pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
                 host_env: inner.host_env.clone(),

@@ -7,6 +7,7 @@
 //! addresses, a completion, a stop) is synced; a restarted server finds every job, ends
 //! what was left running and fails-and-retries those attempts.
 
+pub mod assets;
 mod controller;
 pub mod lifecycle;
 /// Tests that fork hold this, and so does the one that checks the ports it was given are
@@ -65,8 +66,8 @@ pub struct Settings {
     /// The state directory: jobs, their Frameworks, task roots and logs.
     pub state_dir: PathBuf,
     pub runtime: Runtime,
-    /// The directory with `prep/` and `init/`; none: no prep scripts and no daemons.
-    pub assets: Option<PathBuf>,
+    /// Where tasks find `prep/` and `init/`.
+    pub assets: Assets,
     /// Between a task's TERM and KILL when it is stopped (its pod's
     /// `terminationGracePeriodSeconds` when it has one).
     pub default_grace: Duration,
@@ -91,6 +92,16 @@ pub fn default_max_tasks() -> u32 {
     u32::try_from((500 * cores).min(memory).max(1)).unwrap_or(u32::MAX)
 }
 
+/// The `prep/` and `init/` scripts tasks run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Assets {
+    /// The ones this binary carries, written to `<state dir>/assets` once the state
+    /// directory is this server's ([`assets::unpack`]).
+    Embedded,
+    /// A directory with `prep/` and `init/`.
+    Dir(PathBuf),
+}
+
 /// `rest-lite runtime entry|run`: the runtime this binary carries.
 pub const RUNTIME_COMMAND: &str = "runtime";
 
@@ -110,16 +121,6 @@ impl Runtime {
             args: Vec::new(),
         }
     }
-}
-
-/// The directory with `prep/` and `init/` for tasks: the first of this binary's
-/// directory and its ancestors (a source checkout, an unpacked release) that has both.
-pub fn find_assets() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .skip(1)
-        .find(|dir| dir.join("prep").is_dir() && dir.join("init").is_dir())
-        .map(Path::to_path_buf)
 }
 
 /// `$XDG_STATE_HOME/rest-lite`, else `~/.local/state/rest-lite`.
@@ -176,6 +177,8 @@ impl Job {
 pub(crate) struct Inner {
     store: Store,
     settings: Settings,
+    /// The directory with `prep/` and `init/` tasks get.
+    assets: PathBuf,
     host_env: Vec<(String, String)>,
     /// Where tasks' processes are started.
     spawner: procs::Spawner,
@@ -245,6 +248,17 @@ impl Machine {
     pub async fn open(settings: Settings) -> Result<Self, Error> {
         raise_open_files_limit();
         let store = Store::open(&settings.state_dir).map_err(|e| Error::Other(e.to_string()))?;
+        // Only now, with the state directory's lock held: a second server refused above
+        // must not rewrite the scripts of the first one's tasks.
+        let assets = match &settings.assets {
+            Assets::Dir(dir) => dir.clone(),
+            Assets::Embedded => assets::unpack(&settings.state_dir).map_err(|e| {
+                Error::Other(format!(
+                    "cannot write the runtime's prep/ and init/ scripts under {}: {e}",
+                    settings.state_dir.display()
+                ))
+            })?,
+        };
         let host_env = HOST_ENV
             .iter()
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
@@ -254,6 +268,7 @@ impl Machine {
         let inner = Arc::new(Inner {
             store: store.clone(),
             settings,
+            assets,
             host_env,
             spawner,
             jobs: Mutex::new(BTreeMap::new()),

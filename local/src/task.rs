@@ -98,7 +98,7 @@ pub struct Launch {
     /// The task's runtime root (the pod's shared volume).
     pub root: PathBuf,
     /// The directory with `prep/` and `init/`.
-    pub assets: Option<PathBuf>,
+    pub assets: PathBuf,
     /// The attempt's peer table, which the barrier reads.
     pub peers_file: PathBuf,
     /// Where the task's process is recorded for a restarted server
@@ -160,9 +160,7 @@ pub async fn run(
         PEERS_FILE_VAR.to_string(),
         launch.peers_file.display().to_string(),
     ));
-    if let Some(assets) = &launch.assets {
-        init_env.push((ASSETS_VAR.to_string(), assets.display().to_string()));
-    }
+    init_env.push((ASSETS_VAR.to_string(), launch.assets.display().to_string()));
     let status = match start_and_wait(&launch, entry, &init_env, &mut stop, || {}).await {
         Outcome::Exited(status) => status,
         Outcome::Stopped(request) => return report(completed(request.code, request.reason)),

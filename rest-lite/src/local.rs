@@ -7,7 +7,9 @@ use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
 pub use pai_local::task::Runtime;
-pub use pai_local::{RUNTIME_COMMAND, Settings, default_max_tasks, default_state_dir, find_assets};
+pub use pai_local::{
+    Assets, RUNTIME_COMMAND, Settings, assets, default_max_tasks, default_state_dir,
+};
 
 use crate::server::backend::{Backend, BackendError, FrameworkStream, LogStream};
 

@@ -301,7 +301,7 @@ async fn stop_and_start_follow_the_rules(h: &Harness) {
     let views = client.watch("alice", "s").await.expect("watch");
     assert_eq!(
         client.stop("alice", "s").await.expect("STOP").message,
-        "job s asked to stop"
+        "job s is stopping"
     );
     h.stop_carried_out("alice", "s");
     let last = views_until_the_end(views).await.pop().expect("a view");

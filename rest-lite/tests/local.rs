@@ -84,7 +84,7 @@ async fn the_shell_example_exchanges_messages_over_tcp_and_succeeds() {
         .as_str()
         .unwrap_or_default();
     assert!(
-        diagnostics.contains("busybox:1.36") && diagnostics.contains("not used"),
+        diagnostics.contains("perl:5.40-slim") && diagnostics.contains("not used"),
         "{diagnostics}"
     );
 

@@ -9,7 +9,7 @@ use clap::ValueEnum;
 
 use rest_lite::config::ClusterConfig;
 use rest_lite::local::Runtime;
-use rest_lite::local::{LocalBackend, Settings};
+use rest_lite::local::{Assets, LocalBackend, Settings};
 use rest_lite::server::backend::Backend;
 use rest_lite::server::kube_backend::KubeBackend;
 use rest_lite::server::publisher::Publisher;
@@ -67,8 +67,8 @@ pub struct LocalArgs {
     /// A kube-runtime binary for the tasks [default: the runtime this binary carries].
     #[arg(long)]
     pub runtime: Option<PathBuf>,
-    /// Directory with the runtime's prep/ and init/ scripts [default: the first
-    /// ancestor of this binary's directory that has both].
+    /// Directory with the runtime's prep/ and init/ scripts [default: the ones this
+    /// binary carries, written to <state dir>/assets].
     #[arg(long)]
     pub assets: Option<PathBuf>,
     /// The most tasks one job may have on this machine [default: 500 per CPU core, at
@@ -87,12 +87,10 @@ impl LocalArgs {
             Some(path) => Runtime::binary(path),
             None => Runtime::embedded().context("finding this binary for the task runtime")?,
         };
-        let assets = self.assets.clone().or_else(rest_lite::local::find_assets);
-        if assets.is_none() {
-            tracing::warn!(
-                "no directory with prep/ and init/ found: tasks run without prep scripts and daemons (give --assets)"
-            );
-        }
+        let assets = match &self.assets {
+            Some(dir) => Assets::Dir(dir.clone()),
+            None => Assets::Embedded,
+        };
         Ok(Settings {
             state_dir,
             runtime,

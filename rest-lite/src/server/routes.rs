@@ -332,11 +332,11 @@ pub async fn set_execution(
     ApiJson(body): ApiJson<ExecutionBody>,
 ) -> ApiResult {
     jobs::set_execution(&state, &job, body.value).await?;
-    let verb = match body.value {
-        Execution::Start => "start",
-        Execution::Stop => "stop",
+    let doing = match body.value {
+        Execution::Start => "starting",
+        Execution::Stop => "stopping",
     };
-    Ok(accepted(format!("job {} asked to {verb}", job.job)))
+    Ok(accepted(format!("job {} is {doing}", job.job)))
 }
 
 /// `DELETE /api/v1/user/{user}/jobs/{job}`: the Framework and, with it, its pods.
