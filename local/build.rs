@@ -32,6 +32,7 @@ fn main() {
         }
     }
     out.push_str("]\n");
-    let target = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("assets.rs");
+    let target =
+        Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("assets.rs");
     std::fs::write(&target, out).unwrap_or_else(|e| panic!("writing {}: {e}", target.display()));
 }

@@ -511,6 +511,40 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
 
 /// The container log of task `index` of `role` in the job's current attempt; with
 /// `follow`, it goes on until the task completes.
+/// The last `max_bytes` of a task's log in the current attempt (read from the end of
+/// the file: a long log costs nothing more).
+pub(super) fn log_end(
+    inner: &Arc<Inner>,
+    job: &Job,
+    role: &str,
+    index: u32,
+    max_bytes: u64,
+) -> Result<Vec<u8>, Error> {
+    use std::io::{Read, Seek, SeekFrom};
+    let (name, attempt) = {
+        let framework = job.framework();
+        let attempt = framework
+            .status
+            .as_ref()
+            .map(|s| s.attempt_status.id)
+            .ok_or(Error::NotFound)?;
+        (framework.metadata.name.clone().unwrap_or_default(), attempt)
+    };
+    let path = task::container_log(&task_root(inner, &name, attempt, role, index));
+    let mut file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;
+    let length = file
+        .metadata()
+        .map_err(|e| Error::Other(e.to_string()))?
+        .len();
+    file.seek(SeekFrom::Start(length.saturating_sub(max_bytes)))
+        .map_err(|e| Error::Other(e.to_string()))?;
+    let mut end = Vec::new();
+    file.take(max_bytes)
+        .read_to_end(&mut end)
+        .map_err(|e| Error::Other(e.to_string()))?;
+    Ok(end)
+}
+
 pub(super) fn log_stream(
     inner: &Arc<Inner>,
     job: Arc<Job>,

@@ -495,6 +495,20 @@ impl Machine {
         }
     }
 
+    /// The last `max_bytes` of pod `pod`'s log in the current attempt.
+    pub fn log_end(&self, pod: &str, max_bytes: u64) -> Result<Vec<u8>, Error> {
+        let (job, role, index) = self
+            .inner
+            .visible_jobs()
+            .into_iter()
+            .find_map(|j| {
+                let (role, index) = task_of_pod(&j.framework(), pod)?;
+                Some((j, role, index))
+            })
+            .ok_or(Error::NotFound)?;
+        controller::log_end(&self.inner, &job, &role, index, max_bytes)
+    }
+
     /// The Framework `name` now and after every change, until it is deleted.
     pub fn watch(&self, name: &str) -> Result<FrameworkStream, Error> {
         {

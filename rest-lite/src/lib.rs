@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod env;
 pub mod local;
+pub mod pages;
 pub mod ports;
 pub mod server;
 pub mod spec;

@@ -98,6 +98,18 @@ impl Backend for LocalBackend {
         Box::pin(async move { Ok(self.0.logs(pod, follow, earlier)?) })
     }
 
+    fn log_tail<'a>(
+        &'a self,
+        pod: &'a str,
+        lines: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<String, BackendError>> {
+        Box::pin(async move {
+            let end = self.0.log_end(pod, max_bytes as u64)?;
+            Ok(crate::server::backend::last_lines(&end, lines, max_bytes))
+        })
+    }
+
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
         Box::pin(async move {
             use futures::StreamExt;

@@ -76,6 +76,9 @@ pub struct JobStatus {
     pub app_exit_trigger_task_role_name: Option<String>,
     pub app_exit_trigger_task_index: Option<i32>,
     pub total_task_number: u32,
+    /// Tasks whose user command runs now.
+    #[serde(default)]
+    pub running_task_number: u32,
     pub total_task_role_number: usize,
 }
 
@@ -210,6 +213,7 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
     let own_ports = framework.task_ports();
     let mut task_roles = BTreeMap::new();
     let mut total_tasks = 0;
+    let mut running_task_number = 0;
     for role in &framework.spec.task_roles {
         let pai_name = role.pai_name().to_string();
         let gpus = role.gpu_count();
@@ -267,7 +271,11 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
                     retries: task.map_or(0, |t| t.retry_policy_status.total_retried_count),
                 }
             })
-            .collect();
+            .collect::<Vec<TaskView>>();
+        running_task_number += task_statuses
+            .iter()
+            .filter(|t| t.task_state == JobState::Running)
+            .count() as u32;
         task_roles.insert(
             pai_name.clone(),
             RoleView {
@@ -312,6 +320,7 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
         ),
         app_exit_trigger_task_index: trigger.and_then(|t| t.task_index),
         total_task_number: total_tasks,
+        running_task_number,
         total_task_role_number: framework.spec.task_roles.len(),
     };
     let conditions = conditions(framework, &job_status);

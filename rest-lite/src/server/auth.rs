@@ -125,9 +125,85 @@ impl Tokens {
         Ok(Self { by_hash })
     }
 
-    fn caller(&self, token: &str) -> Option<Caller> {
+    /// Who holds `token`, if anyone.
+    pub fn caller(&self, token: &str) -> Option<Caller> {
         self.by_hash.get(&hash(token)).cloned()
     }
+}
+
+/// The cookie the pages' sign-in sets: the token itself, HttpOnly (no script reads it)
+/// and SameSite=Strict (no other site's page sends it).
+pub const COOKIE: &str = "rest_lite_token";
+
+/// The token in a `Cookie` header, percent-decoded as [`session_cookie`] encoded it.
+pub fn token_from_cookies(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .and_then(|(_, value)| percent_decode(value))
+        .filter(|t| !t.is_empty())
+}
+
+/// The `Set-Cookie` value keeping `token` for the pages; `None` removes it.
+pub fn session_cookie(token: Option<&str>) -> String {
+    match token {
+        Some(token) => format!(
+            "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=2592000",
+            percent_encode(token)
+        ),
+        None => format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+    }
+}
+
+/// Every byte but letters, digits and `-._~` as `%XX`: a cookie value may hold no `;`,
+/// `,`, space or quote, and a token may.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The caller of a page: the bearer token or the sign-in cookie; `None` when the server
+/// has a token file and the request carries no known token.
+pub fn page_caller(state: &AppState, headers: &axum::http::HeaderMap) -> Option<Caller> {
+    let Some(tokens) = &state.tokens else {
+        return Some(Caller::anonymous_admin());
+    };
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_token)
+        .map(str::to_string);
+    bearer
+        .or_else(|| token_from_cookies(headers))
+        .and_then(|t| tokens.caller(&t))
 }
 
 /// The token of an `Authorization` value: the scheme is case-insensitive (RFC 9110
@@ -171,7 +247,24 @@ pub async fn authenticate(
 
 #[cfg(test)]
 mod tests {
-    use super::bearer_token;
+    use super::*;
+
+    #[test]
+    fn a_cookie_carries_any_token_back_unchanged() {
+        for token in ["plain", "with space; and=semi,comma\"quote", "ünï", "%41"] {
+            let set = session_cookie(Some(token));
+            let value = set.split(';').next().expect("pair");
+            let mut headers = axum::http::HeaderMap::new();
+            let cookie = format!("other=1; {value}; last=2");
+            headers.insert(header::COOKIE, cookie.parse().expect("ascii"));
+            assert_eq!(
+                token_from_cookies(&headers).as_deref(),
+                Some(token),
+                "{set}"
+            );
+        }
+        assert!(session_cookie(None).contains("Max-Age=0"));
+    }
 
     #[test]
     fn the_scheme_is_case_insensitive() {

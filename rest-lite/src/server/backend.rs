@@ -74,8 +74,56 @@ pub trait Backend: Send + Sync + 'static {
         follow: bool,
         earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
+    /// The end of pod `pod`'s current log: its last `lines` lines, of its last
+    /// `max_bytes` bytes at most (a page shows these; the whole log is `logs`). This
+    /// default reads the log through and keeps only its end.
+    fn log_tail<'a>(
+        &'a self,
+        pod: &'a str,
+        lines: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<String, BackendError>> {
+        Box::pin(async move {
+            use futures::StreamExt;
+            let mut stream = self.logs(pod, false, None).await?;
+            let mut end: Vec<u8> = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| BackendError::Other(e.to_string()))?;
+                end.extend_from_slice(&chunk);
+                if end.len() > 2 * max_bytes {
+                    end.drain(..end.len() - max_bytes);
+                }
+            }
+            Ok(last_lines(&end, lines, max_bytes))
+        })
+    }
     /// Watches Framework `name` (which exists when the watch starts).
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;
     /// Deletes the Framework (and so its pods); `NotFound` when there is none.
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
+}
+
+/// The last `lines` lines of `bytes` (of its last `max_bytes` at most), as text.
+pub fn last_lines(bytes: &[u8], lines: usize, max_bytes: usize) -> String {
+    let bytes = &bytes[bytes.len().saturating_sub(max_bytes)..];
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let start = text
+        .rmatch_indices('\n')
+        .nth(lines.saturating_sub(1))
+        .map_or(0, |(i, _)| i + 1);
+    text[start..].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_lines;
+
+    #[test]
+    fn the_tail_is_the_last_lines_of_the_last_bytes() {
+        assert_eq!(last_lines(b"a\nb\nc\n", 2, 100), "b\nc");
+        assert_eq!(last_lines(b"a\nb\nc", 5, 100), "a\nb\nc");
+        assert_eq!(last_lines(b"0123456789\nxy\n", 5, 5), "9\nxy");
+        assert_eq!(last_lines(b"", 3, 10), "");
+    }
 }

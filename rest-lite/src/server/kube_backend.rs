@@ -205,6 +205,34 @@ impl Backend for KubeBackend {
         .boxed()
     }
 
+    /// The API server cuts the log: `tailLines` and `limitBytes`, nothing more crosses.
+    fn log_tail<'a>(
+        &'a self,
+        pod: &'a str,
+        lines: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<String, BackendError>> {
+        async move {
+            let params = LogParams {
+                container: Some(MAIN_CONTAINER.to_string()),
+                tail_lines: Some(i64::try_from(lines).unwrap_or(i64::MAX)),
+                limit_bytes: Some(i64::try_from(max_bytes).unwrap_or(i64::MAX)),
+                ..LogParams::default()
+            };
+            let text = self
+                .pods
+                .logs(pod, &params)
+                .await
+                .map_err(|e| self.error(e))?;
+            Ok(super::backend::last_lines(
+                text.as_bytes(),
+                lines,
+                max_bytes,
+            ))
+        }
+        .boxed()
+    }
+
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
         async move {
             use kube::runtime::WatchStreamExt;

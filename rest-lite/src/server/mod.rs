@@ -88,6 +88,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(routes::metrics))
         .route(openapi::DOCUMENT_PATH, get(openapi::openapi_json))
         .merge(api)
+        .merge(crate::pages::router())
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::no_method)
         .route_layer(axum::middleware::from_fn_with_state(
