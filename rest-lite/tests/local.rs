@@ -472,20 +472,66 @@ fn the_command_line_client_drives_a_job() {
     let (code, stdout, _) = with(&["logs", "hello", "--role", "worker", "--follow"]);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("hello from worker"), "{stdout}");
+    // For people: a table with task counts, a summary with a line per task.
     let (_, stdout, _) = with(&["jobs"]);
-    assert!(
-        stdout
-            .lines()
-            .any(|l| l.starts_with("hello ") && l.contains("alice")),
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "USER", "STATE", "TASKS", "RETRIES", "AGE"],
+        "{stdout}"
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &row[..5],
+        ["hello", "alice", "SUCCEEDED", "0/1", "0"],
         "{stdout}"
     );
     let (code, stdout, _) = with(&["status", "hello"]);
     assert_eq!(code, Some(0));
+    assert!(
+        stdout.starts_with("job hello of alice: SUCCEEDED, 0 of 1 tasks running, 0 retries\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("exit code 0 (task worker-0)"), "{stdout}");
+    let task: Vec<&str> = stdout
+        .lines()
+        .find(|l| l.starts_with("worker-0 "))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        task[..3],
+        ["worker-0", "SUCCEEDED", "127.0.0.1"],
+        "{stdout}"
+    );
+    assert_eq!(task[4..], ["0", "0"], "exit code and retries: {stdout}");
+    // For machines: the API's view.
+    let (code, stdout, _) = with(&["status", "hello", "-o", "json"]);
+    assert_eq!(code, Some(0));
     let view: Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(view["name"], "hello");
+    assert_eq!(view["jobStatus"]["runningTaskNumber"], 0);
+    let (code, stdout, _) = with(&["status", "hello", "-o", "yaml"]);
+    assert_eq!(code, Some(0));
+    let view: Value = serde_saphyr::from_str(&stdout).expect("YAML");
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED");
+    // An error says what to do next.
     let (code, _, stderr) = with(&["status", "nothing"]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("NoJobError"), "{stderr}");
+    assert!(
+        stderr.contains("hint: `rest-lite jobs` lists your jobs"),
+        "{stderr}"
+    );
     let (code, _, stderr) = with(&["delete", "hello"]);
     assert_eq!(code, Some(0), "{stderr}");
 
@@ -540,5 +586,126 @@ fn without_a_cluster_configuration_serve_runs_jobs_here() {
         server.url
     );
     drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
+    let dir = scratch("wait");
+    let (events_path, events) = events(&dir);
+    let server = Server::start(&dir.join("state"));
+    let spec = dir.join("waiting.json");
+    std::fs::write(
+        &spec,
+        job(
+            "waiting",
+            json!([
+                role("ps", 1, WAIT_FOR_TERM),
+                role("worker", 2, WAIT_FOR_TERM)
+            ]),
+            json!({"jobEnvs": {"EVENTS": events_path.display().to_string()}}),
+        ),
+    )
+    .expect("spec");
+    let connection = ["--server", server.url.as_str(), "--user", "alice"];
+    let mut args = vec!["submit", spec.to_str().expect("path"), "--wait"];
+    args.extend(connection);
+    let (code, stdout, stderr) = rest_lite(&args, &[]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout, "job waiting submitted\njob waiting: all 3 tasks running\n",
+        "{stderr}"
+    );
+    // Not a terminal: a plain line per change of a role, ending with every task running.
+    assert!(stderr.contains("ps      1/1 running\n"), "{stderr}");
+    assert!(stderr.contains("worker  2/2 running\n"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("open {}/ui/jobs/alice/waiting", server.url)),
+        "{stderr}"
+    );
+    // Every task's user command did start.
+    let mut up: Vec<String> = (0..3).map(|_| next_event(&events).expect("up")).collect();
+    up.sort();
+    assert_eq!(up, ["up ps-0", "up worker-0", "up worker-1"]);
+    let mut stop = vec!["stop", "waiting"];
+    stop.extend(connection);
+    let (code, stdout, _) = rest_lite(&stop, &[]);
+    assert_eq!(code, Some(0));
+    assert_eq!(stdout, "job waiting is stopping\n");
+    assert_eq!(until_none_left(&events).len(), 3, "every task got TERM");
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_token_made_by_the_command_lets_its_user_in() {
+    let dir = scratch("token");
+    let file = dir.join("tokens.yaml");
+    let (code, token, stderr) = rest_lite(
+        &["token", "alice", "--file", file.to_str().expect("path")],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let token = token.trim().to_string();
+    assert_eq!(token.len(), 64, "{token}");
+    let (code, _, stderr) = rest_lite(
+        &[
+            "token",
+            "ops",
+            "--admin",
+            "--file",
+            file.to_str().expect("path"),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let text = std::fs::read_to_string(&file).expect("token file");
+    assert!(!text.contains(&token), "the file holds hashes only: {text}");
+    assert!(
+        text.contains(&rest_lite::server::auth::hash(&token)),
+        "{text}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&file).expect("meta").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (code, _, stderr) = rest_lite(
+        &["token", "a b", "--file", file.to_str().expect("path")],
+        &[],
+    );
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("user name \"a b\""), "{stderr}");
+
+    let server = Server::start_with_tokens(&dir.join("state"), &file);
+    let (code, stdout, stderr) = rest_lite(
+        &[
+            "jobs",
+            "--server",
+            &server.url,
+            "--user",
+            "alice",
+            "--token",
+            &token,
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.starts_with("no jobs"), "{stdout}");
+    let (code, _, stderr) = rest_lite(&["jobs", "--server", &server.url, "--user", "alice"], &[]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("hint: this server wants a token"),
+        "{stderr}"
+    );
+    drop(server);
+    // Nobody listens there any more.
+    let (code, _, stderr) = rest_lite(
+        &["jobs", "--server", "http://127.0.0.1:9", "--user", "a"],
+        &[],
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("hint: is a server running there?"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -49,8 +49,34 @@ pub struct SubmitArgs {
     spec: PathBuf,
     /// Then follow the job to its end: every task's output, and the job's outcome as the
     /// exit code (Ctrl-C stops the job).
-    #[arg(long, short)]
+    #[arg(long, short, conflicts_with = "wait")]
     follow: bool,
+    /// Then show each role's tasks starting, until every task runs (exit 0) or the job
+    /// ends first (its outcome as the exit code).
+    #[arg(long, short)]
+    wait: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// How a command prints what it read.
+#[derive(Clone, Copy, Debug, Default, clap::ValueEnum)]
+pub enum Format {
+    /// For people.
+    #[default]
+    Text,
+    /// The API's JSON.
+    Json,
+    /// The API's view as YAML.
+    Yaml,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// The job's name.
+    job: String,
+    #[arg(long, short, value_enum, default_value_t)]
+    output: Format,
     #[command(flatten)]
     connection: Connection,
 }
@@ -60,6 +86,8 @@ pub struct JobsArgs {
     /// Every user's jobs the token may see, not only the user's.
     #[arg(long)]
     all: bool,
+    #[arg(long, short, value_enum, default_value_t)]
+    output: Format,
     #[command(flatten)]
     connection: Connection,
 }
@@ -123,11 +151,26 @@ fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T
         .block_on(future)
 }
 
-fn print_json(value: &impl Serialize) -> Result<ExitCode> {
-    let mut text = serde_json::to_string_pretty(value).context("rendering JSON")?;
-    text.push('\n');
-    std::io::stdout().write_all(text.as_bytes())?;
+fn print(
+    value: &impl Serialize,
+    format: Format,
+    text: impl FnOnce() -> String,
+) -> Result<ExitCode> {
+    let out = match format {
+        Format::Text => text(),
+        Format::Json => {
+            let mut out = serde_json::to_string_pretty(value).context("rendering JSON")?;
+            out.push('\n');
+            out
+        }
+        Format::Yaml => serde_saphyr::to_string(value).context("rendering YAML")?,
+    };
+    std::io::stdout().write_all(out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
 }
 
 fn message(message: &Message) -> Result<ExitCode> {
@@ -148,14 +191,23 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
     let format = super::format_of(&args.spec, &text);
     let user = args.connection.user();
     let client = args.connection.client();
-    if !args.follow {
+    if !args.follow && !args.wait {
         return block_on(async { Ok(client.submit(&user, &text, format).await?) })
             .and_then(|m| message(&m));
     }
     let spec = rest_lite::spec::JobSpec::parse(&text, format)?;
     let job = spec.name().as_str().to_string();
     block_on(async {
-        warn(&client.submit(&user, &text, format).await?);
+        let submitted = client.submit(&user, &text, format).await?;
+        if args.wait {
+            message(&submitted)?;
+            let page = format!(
+                "{}/ui/jobs/{user}/{job}",
+                args.connection.server.trim_end_matches('/')
+            );
+            return super::wait::until_running(&client, &user, &job, &page).await;
+        }
+        warn(&submitted);
         super::follow::follow(&client, &user, &job).await
     })
 }
@@ -163,28 +215,13 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
 pub fn jobs(args: JobsArgs) -> Result<ExitCode> {
     let user = (!args.all).then(|| args.connection.user());
     let jobs = block_on(async { Ok(args.connection.client().jobs(user.as_deref()).await?) })?;
-    let mut out = String::new();
-    out.push_str(&format!(
-        "{:<32} {:<16} {:<10} {:>7}\n",
-        "NAME", "USER", "STATE", "RETRIES"
-    ));
-    for job in &jobs {
-        out.push_str(&format!(
-            "{:<32} {:<16} {:<10} {:>7}\n",
-            job.name,
-            job.status.username,
-            job.status.state.to_string(),
-            job.status.retries
-        ));
-    }
-    std::io::stdout().write_all(out.as_bytes())?;
-    Ok(ExitCode::SUCCESS)
+    print(&jobs, args.output, || super::human::jobs(&jobs, now_ms()))
 }
 
-pub fn status(args: JobArgs) -> Result<ExitCode> {
+pub fn status(args: StatusArgs) -> Result<ExitCode> {
     let user = args.connection.user();
     let view = block_on(async { Ok(args.connection.client().job(&user, &args.job).await?) })?;
-    print_json(&view)
+    print(&view, args.output, || super::human::status(&view, now_ms()))
 }
 
 pub fn stop(args: JobArgs) -> Result<ExitCode> {

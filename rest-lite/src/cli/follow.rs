@@ -72,6 +72,14 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
             "job {job} went away while {state} (deleted, or the server stopped answering)"
         );
     }
+    Ok(outcome(job, &view, interrupted))
+}
+
+/// Says how a job that reached its final state ended, on standard error, and returns the
+/// exit code for it: 0 when it succeeded, 130 when stopped here, else its exit code (or 1).
+pub fn outcome(job: &str, view: &JobView, interrupted: bool) -> ExitCode {
+    let status = &view.job_status;
+    let state = status.state;
     eprintln!(
         "rest-lite: job {job} {state} (exit code {}, {} retries){}",
         status
@@ -84,7 +92,7 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
             .map(|d| format!(": {d}"))
             .unwrap_or_default()
     );
-    Ok(match state {
+    match state {
         JobState::Succeeded => ExitCode::SUCCESS,
         _ if interrupted => ExitCode::from(130),
         _ => ExitCode::from(
@@ -94,7 +102,7 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
                 .filter(|&c| c != 0)
                 .unwrap_or(1),
         ),
-    })
+    }
 }
 
 /// Prints one task's output, line by line with its name in front, attempt after

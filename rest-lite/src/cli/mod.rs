@@ -2,8 +2,12 @@
 
 mod client;
 mod follow;
+mod hints;
+mod human;
 mod run;
 mod serve;
+mod token;
+mod wait;
 
 pub use rest_lite::local::RUNTIME_COMMAND;
 
@@ -46,7 +50,7 @@ enum Command {
     /// List jobs.
     Jobs(client::JobsArgs),
     /// Show a job's state and tasks.
-    Status(client::JobArgs),
+    Status(client::StatusArgs),
     /// Print a task's output.
     Logs(client::LogsArgs),
     /// Stop a job.
@@ -57,6 +61,9 @@ enum Command {
     Ssh(client::SshArgs),
     /// Print the FrameworkController Framework a job spec becomes.
     Transform(TransformArgs),
+    /// Make a token for a user of a server: adds its hash to the token file and prints
+    /// the token, once.
+    Token(token::TokenArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -101,11 +108,15 @@ pub fn run() -> ExitCode {
         Command::Stop(args) => client::stop(args),
         Command::Delete(args) => client::delete(args),
         Command::Ssh(args) => client::ssh(args),
+        Command::Token(args) => token::token(args),
     };
     match result {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
+            if let Some(hint) = hints::next_step(&err) {
+                eprintln!("hint: {hint}");
+            }
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }

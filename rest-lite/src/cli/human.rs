@@ -1,0 +1,212 @@
+//! What the client commands print for people: a job's summary and task table, the job
+//! list with task counts, one line per role while a job starts. Pure functions of the
+//! API's views, so tests read exactly what a person reads.
+
+use std::fmt::Write;
+
+use rest_lite::pages::view::{age, readable};
+use rest_lite::server::jobs::JobSummary;
+use rest_lite::status::{JobState, JobView};
+
+/// Columns padded to their widest cell, two spaces apart; the last one unpadded.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}  ", width = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `rest-lite jobs`: newest first, with tasks running of total.
+pub fn jobs(list: &[JobSummary], now_ms: i64) -> String {
+    if list.is_empty() {
+        return "no jobs (submit one with: rest-lite submit JOB.yaml)\n".to_string();
+    }
+    let mut rows = vec![
+        ["NAME", "USER", "STATE", "TASKS", "RETRIES", "AGE"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for job in list {
+        rows.push(vec![
+            job.name.clone(),
+            job.status.username.clone(),
+            job.status.state.to_string(),
+            format!(
+                "{}/{}",
+                job.status.running_task_number, job.status.total_task_number
+            ),
+            job.status.retries.to_string(),
+            job.status
+                .created_time
+                .map_or_else(|| "-".to_string(), |t| age(now_ms - t)),
+        ]);
+    }
+    table(&rows)
+}
+
+/// `rest-lite status`: the job in a few lines, then a line per task.
+pub fn status(view: &JobView, now_ms: i64) -> String {
+    let s = &view.job_status;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "job {} of {}: {}, {} of {} tasks running, {} {}",
+        view.name,
+        s.username,
+        s.state,
+        s.running_task_number,
+        s.total_task_number,
+        s.retries,
+        if s.retries == 1 { "retry" } else { "retries" }
+    );
+    if let Some(created) = s.created_time {
+        let _ = write!(
+            out,
+            "submitted {} ({} ago)",
+            readable(created),
+            age(now_ms - created)
+        );
+        if let Some(completed) = s.completed_time {
+            let _ = write!(out, ", completed {}", readable(completed));
+        }
+        out.push('\n');
+    }
+    if s.execution_type == "STOP" && !s.state.is_final() {
+        out.push_str("stopping: its tasks got TERM and are killed after their grace period\n");
+    }
+    if s.state.is_final()
+        && let Some(code) = s.app_exit_code
+    {
+        let _ = write!(out, "exit code {code}");
+        if let (Some(role), Some(index)) = (
+            &s.app_exit_trigger_task_role_name,
+            s.app_exit_trigger_task_index,
+        ) {
+            let _ = write!(out, " (task {role}-{index})");
+        }
+        out.push('\n');
+    }
+    if let Some(diagnostics) = s.app_exit_diagnostics.as_deref().filter(|d| !d.is_empty()) {
+        let _ = writeln!(out, "diagnostics: {diagnostics}");
+    }
+    out.push('\n');
+    let mut rows = vec![
+        ["TASK", "STATE", "ADDRESS", "PORTS", "EXIT", "RETRIES"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for (role, detail) in &view.task_roles {
+        for task in &detail.task_statuses {
+            rows.push(vec![
+                format!("{role}-{}", task.task_index),
+                task.task_state.to_string(),
+                task.container_ip.clone().unwrap_or_else(|| "-".to_string()),
+                task.container_ports
+                    .iter()
+                    .map(|(label, ports)| format!("{label}:{ports}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                task.container_exit_code
+                    .map_or_else(|| "-".to_string(), |c| c.to_string()),
+                task.retries.to_string(),
+            ]);
+        }
+    }
+    out.push_str(&table(&rows));
+    out
+}
+
+/// Where each role's tasks are, for the line shown while a job starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoleProgress {
+    pub role: String,
+    pub total: usize,
+    pub waiting: usize,
+    pub running: usize,
+    pub ended: usize,
+}
+
+impl RoleProgress {
+    /// `worker  2/4 running, 2 waiting`.
+    pub fn line(&self, width: usize) -> String {
+        let mut line = format!(
+            "{:<width$}  {}/{} running",
+            self.role, self.running, self.total
+        );
+        if self.waiting > 0 {
+            let _ = write!(line, ", {} waiting", self.waiting);
+        }
+        if self.ended > 0 {
+            let _ = write!(line, ", {} ended", self.ended);
+        }
+        line
+    }
+}
+
+/// Each role's progress in `view`.
+pub fn progress(view: &JobView) -> Vec<RoleProgress> {
+    view.task_roles
+        .iter()
+        .map(|(role, detail)| {
+            let mut p = RoleProgress {
+                role: role.clone(),
+                total: detail.task_statuses.len(),
+                ..RoleProgress::default()
+            };
+            for task in &detail.task_statuses {
+                match task.task_state {
+                    JobState::Waiting => p.waiting += 1,
+                    JobState::Running => p.running += 1,
+                    _ => p.ended += 1,
+                }
+            }
+            p
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_line_up_whatever_the_cell_widths() {
+        let rows = vec![
+            vec!["A".to_string(), "BB".to_string(), "C".to_string()],
+            vec!["long cell".to_string(), "x".to_string(), "last".to_string()],
+        ];
+        assert_eq!(table(&rows), "A          BB  C\nlong cell  x   last\n");
+    }
+
+    #[test]
+    fn a_role_line_says_only_what_is_there() {
+        let p = RoleProgress {
+            role: "ps".into(),
+            total: 4,
+            waiting: 1,
+            running: 3,
+            ended: 0,
+        };
+        assert_eq!(p.line(6), "ps      3/4 running, 1 waiting");
+    }
+}
