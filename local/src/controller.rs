@@ -168,6 +168,8 @@ pub(super) async fn drive(
         placed: Vec::new(),
         running: HashMap::new(),
         timer: None,
+        placing_since: None,
+        started: None,
     };
     let mut events = vec![Event::Resumed];
     loop {
@@ -201,8 +203,10 @@ pub(super) async fn drive(
         };
         tokio::select! {
             Some(report) = reports.recv() => {
+                driver.observe(&report);
                 events.push(report_event(report));
                 while let Ok(report) = reports.try_recv() {
+                    driver.observe(&report);
                     events.push(report_event(report));
                 }
             }
@@ -268,9 +272,22 @@ struct Driver<'a> {
     /// Each started task's stop request.
     running: HashMap<(String, u32), watch::Sender<Option<StopRequest>>>,
     timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// When the attempt being placed started.
+    placing_since: Option<std::time::Instant>,
+    /// The attempt whose tasks were started, and when it started.
+    started: Option<(i32, std::time::Instant)>,
 }
 
 impl Driver<'_> {
+    /// A task of the started attempt runs its user command: how long that took.
+    fn observe(&self, (attempt, _, _, progress): &Report) {
+        if let (Progress::Running, Some((started, since))) = (progress, self.started)
+            && started == *attempt
+        {
+            self.inner.observed.task_start.observe(since.elapsed());
+        }
+    }
+
     /// Carries out `effects` in order; saves are merged (one write per batch, synced
     /// when any asks for it) but always happen before tasks are placed or started.
     async fn carry_out(&mut self, effects: Vec<Effect>) -> Next {
@@ -283,6 +300,7 @@ impl Driver<'_> {
                     unsaved = Some(unsaved.unwrap_or(false) || durable);
                 }
                 Effect::Place => {
+                    self.placing_since = Some(std::time::Instant::now());
                     if let Err(e) = self.save(unsaved.take()).await {
                         events.push(not_started(format!("the attempt could not be saved: {e}")));
                         continue;
@@ -380,6 +398,12 @@ impl Driver<'_> {
         let path = self.inner.store.peers_file(&name, attempt);
         pai_barrier::output::write_json(&path, &table)
             .map_err(|e| format!("cannot write the peer table {}: {e}", path.display()))?;
+        let since = self
+            .placing_since
+            .take()
+            .unwrap_or_else(std::time::Instant::now);
+        self.inner.observed.barrier_wait.observe(since.elapsed());
+        self.started = Some((attempt, since));
         self.running.clear();
         let launches = std::mem::take(&mut self.placed);
         let count = launches.len();

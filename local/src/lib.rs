@@ -10,6 +10,7 @@
 pub mod assets;
 mod controller;
 pub mod lifecycle;
+pub mod metrics;
 /// Tests that fork hold this, and so does the one that checks the ports it was given are
 /// free: a child holds its parent's sockets between fork and exec.
 #[cfg(test)]
@@ -179,6 +180,8 @@ pub(crate) struct Inner {
     settings: Settings,
     /// The directory with `prep/` and `init/` tasks get.
     assets: PathBuf,
+    /// Task start and barrier times, for `/metrics`.
+    observed: metrics::Observed,
     host_env: Vec<(String, String)>,
     /// Where tasks' processes are started.
     spawner: procs::Spawner,
@@ -269,6 +272,7 @@ impl Machine {
             store: store.clone(),
             settings,
             assets,
+            observed: metrics::Observed::default(),
             host_env,
             spawner,
             jobs: Mutex::new(BTreeMap::new()),
@@ -493,6 +497,11 @@ impl Machine {
                 .ok_or(Error::NotFound)?;
             controller::log_stream(&self.inner, job, role, index, follow, earlier)
         }
+    }
+
+    /// What this machine measured of the tasks it started.
+    pub fn observed(&self) -> &metrics::Observed {
+        &self.inner.observed
     }
 
     /// The last `max_bytes` of pod `pod`'s log in the current attempt.

@@ -52,6 +52,10 @@ impl Backend for LocalBackend {
         out
     }
 
+    fn observed(&self) -> Option<&pai_local::metrics::Observed> {
+        Some(self.0.observed())
+    }
+
     /// Tasks run as the server's own user.
     fn task_user(&self) -> String {
         nix::unistd::User::from_uid(nix::unistd::getuid())

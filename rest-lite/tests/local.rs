@@ -627,6 +627,18 @@ fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
     let mut up: Vec<String> = (0..3).map(|_| next_event(&events).expect("up")).collect();
     up.sort();
     assert_eq!(up, ["up ps-0", "up worker-0", "up worker-1"]);
+    // The job and its tasks by state, and this machine's task start and barrier times.
+    let metrics = get_text(&server.url, "/metrics");
+    for line in [
+        "rest_lite_jobs{state=\"RUNNING\"} 1",
+        "rest_lite_jobs{state=\"FAILED\"} 0",
+        "rest_lite_tasks{state=\"RUNNING\"} 3",
+        "rest_lite_task_start_seconds_count 3",
+        "rest_lite_task_start_seconds_bucket{le=\"+Inf\"} 3",
+        "rest_lite_barrier_wait_seconds_count 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
+    }
     let mut stop = vec!["stop", "waiting"];
     stop.extend(connection);
     let (code, stdout, _) = rest_lite(&stop, &[]);
@@ -708,4 +720,21 @@ fn a_token_made_by_the_command_lets_its_user_in() {
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The body of a GET, over a plain connection.
+fn get_text(url: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("receive");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
 }

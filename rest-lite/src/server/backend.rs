@@ -42,6 +42,11 @@ pub type FrameworkStream = BoxStream<'static, Result<Option<Framework>, BackendE
 pub trait Backend: Send + Sync + 'static {
     /// A short description for the start-up line: which backend, where.
     fn describe(&self) -> String;
+    /// What the backend measured of the tasks it started (this machine's only; on a
+    /// cluster FrameworkController and the kubelet start them).
+    fn observed(&self) -> Option<&pai_local::metrics::Observed> {
+        None
+    }
     /// The user tasks run as, the one to log in to them as over ssh.
     fn task_user(&self) -> String;
     /// What a user submitting `spec` here should know (see [`crate::warnings`]).

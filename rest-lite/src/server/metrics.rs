@@ -1,5 +1,6 @@
 //! Prometheus metrics in the text exposition format: requests by method, route and
-//! status, with their total duration, and jobs submitted.
+//! status, with their total duration; jobs and tasks by state (as they are when asked);
+//! on this machine, task start and barrier times.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -78,4 +79,74 @@ pub async fn count(State(state): State<AppState>, request: Request, next: Next) 
         started.elapsed().as_secs_f64(),
     );
     response
+}
+
+/// `rest_lite_jobs{state}` and `rest_lite_tasks{state}`: how many of each there are now,
+/// every state listed (0 included) so that a dashboard's series never vanish.
+pub fn render_jobs(frameworks: &[pai_contract::Framework]) -> String {
+    use crate::status::{JobState, job_view};
+    const STATES: [JobState; 6] = [
+        JobState::Waiting,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Stopped,
+        JobState::Unknown,
+    ];
+    let mut jobs = [0u64; STATES.len()];
+    let mut tasks = [0u64; STATES.len()];
+    let slot = |state: JobState| STATES.iter().position(|s| *s == state).unwrap_or(5);
+    for framework in frameworks {
+        let view = job_view(framework, "");
+        jobs[slot(view.job_status.state)] += 1;
+        for role in view.task_roles.values() {
+            for task in &role.task_statuses {
+                tasks[slot(task.task_state)] += 1;
+            }
+        }
+    }
+    let mut out = String::new();
+    for (name, help, counts) in [
+        ("rest_lite_jobs", "Jobs by state, now.", jobs),
+        (
+            "rest_lite_tasks",
+            "Tasks of every job by state, now.",
+            tasks,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (state, count) in STATES.iter().zip(counts) {
+            let _ = writeln!(out, "{name}{{state=\"{state}\"}} {count}");
+        }
+    }
+    out
+}
+
+/// The embedded default's histograms.
+pub fn render_observed(observed: &pai_local::metrics::Observed) -> String {
+    let mut out = String::new();
+    for (name, help, histogram) in [
+        (
+            "rest_lite_task_start_seconds",
+            "From an attempt's start to each task's user command running (this machine).",
+            &observed.task_start,
+        ),
+        (
+            "rest_lite_barrier_wait_seconds",
+            "From an attempt's start to its peer table written, once per attempt (this machine).",
+            &observed.barrier_wait,
+        ),
+    ] {
+        let snapshot = histogram.snapshot();
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (bound, count) in &snapshot.cumulative {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", snapshot.count);
+        let _ = writeln!(out, "{name}_sum {:.6}", snapshot.sum_seconds);
+        let _ = writeln!(out, "{name}_count {}", snapshot.count);
+    }
+    out
 }

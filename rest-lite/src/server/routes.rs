@@ -517,11 +517,22 @@ pub async fn readyz(State(state): State<AppState>) -> ApiResult {
 /// `GET /metrics`: Prometheus text format.
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
-    )
-        .into_response()
+    let mut text = state.metrics.render();
+    // The jobs as they are now; a backend that cannot list them leaves these out and
+    // says so, the request counts still answer.
+    match state.backend.list(None).await {
+        Ok(frameworks) => text.push_str(&super::metrics::render_jobs(&frameworks)),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: cannot list the jobs");
+            text.push_str(
+                "# the jobs could not be listed: rest_lite_jobs and rest_lite_tasks are left out\n",
+            );
+        }
+    }
+    if let Some(observed) = state.backend.observed() {
+        text.push_str(&super::metrics::render_observed(observed));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// Any other path: the JSON 404.
