@@ -13,6 +13,9 @@ fn run_to_end(task: &TaskDir) -> common::Finished {
 
 #[test]
 fn exit_codes_survive() {
+    if !common::root() {
+        return;
+    }
     for (script, code) in [
         ("exit 0", 0),
         ("exit 3", 3),
@@ -28,6 +31,9 @@ fn exit_codes_survive() {
 
 #[test]
 fn output_goes_to_the_container_and_the_log() {
+    if !common::root() {
+        return;
+    }
     let task = TaskDir::new("output");
     task.main("echo to-stdout; echo to-stderr >&2");
     let out = run_to_end(&task);
@@ -43,6 +49,9 @@ fn output_goes_to_the_container_and_the_log() {
 
 #[test]
 fn sigterm_reaches_the_user_command() {
+    if !common::root() {
+        return;
+    }
     let task = TaskDir::new("term");
     let ready = task.fifo("ready");
     task.main(&format!(
@@ -63,6 +72,9 @@ fn sigterm_reaches_the_user_command() {
 
 #[test]
 fn other_signals_are_forwarded_too() {
+    if !common::root() {
+        return;
+    }
     // As tini: every signal but SIGCHLD (and the synchronous ones, which nobody sends).
     for signal in [
         Signal::SIGUSR1,
@@ -91,6 +103,9 @@ fn other_signals_are_forwarded_too() {
 
 #[test]
 fn a_command_that_ignores_term_is_killed_after_the_grace_period() {
+    if !common::root() {
+        return;
+    }
     let task = TaskDir::new("ignore-term");
     let ready = task.fifo("ready");
     task.main(&format!(
@@ -111,6 +126,9 @@ fn a_command_that_ignores_term_is_killed_after_the_grace_period() {
 
 #[test]
 fn orphans_are_reaped_while_the_job_runs() {
+    if !common::root() {
+        return;
+    }
     let task = TaskDir::new("orphan");
     let pid_file = task.root().join("orphan.pid");
     task.main(&format!(
@@ -149,6 +167,9 @@ fn leftover(marker: &std::path::Path) -> String {
 
 #[test]
 fn what_the_user_command_leaves_behind_is_ended() {
+    if !common::root() {
+        return;
+    }
     // A background process survives its shell; the runtime TERMs it and leaves.
     let task = TaskDir::new("leftover");
     let marker = task.root().join("leftover-got-term");
@@ -165,6 +186,9 @@ fn what_the_user_command_leaves_behind_is_ended() {
 
 #[test]
 fn a_dying_daemon_does_not_end_the_job() {
+    if !common::root() {
+        return;
+    }
     let task = TaskDir::new("daemon");
     let marker = task.root().join("daemon-ran");
     task.daemon(
@@ -200,6 +224,9 @@ fn a_dying_daemon_does_not_end_the_job() {
 
 #[test]
 fn hostile_values_reach_the_user_command_byte_exact() {
+    if !common::root() {
+        return;
+    }
     let values: Vec<(&str, Vec<u8>)> = vec![
         ("QUOTES", b"it's \"quoted\" 'twice'".to_vec()),
         ("NEWLINES", b"a\nb\r\n\nc\n".to_vec()),
@@ -252,6 +279,9 @@ fn hostile_values_reach_the_user_command_byte_exact() {
 
 #[test]
 fn without_pid_1_it_is_a_subreaper() {
+    if !common::root() {
+        return;
+    }
     // The orphan's parent dies at once, so it is re-parented: to the runtime when it is
     // a subreaper, which then ends it before leaving; else to the machine's init, where
     // it would outlive the runtime.
@@ -281,6 +311,9 @@ fn without_pid_1_it_is_a_subreaper() {
 
 #[test]
 fn a_missing_env_file_is_one_clear_line() {
+    if !common::root() {
+        return;
+    }
     let task = TaskDir::new("no-env");
     std::fs::remove_file(task.root().join("env.sh")).expect("remove");
     task.main("exit 0");

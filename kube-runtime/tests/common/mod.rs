@@ -128,3 +128,15 @@ pub fn finish(child: Child) -> Finished {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// Whether this process may make PID namespaces and chroots (it is root); says what is
+/// missing and skips elsewhere, fails under `CI=true`.
+#[allow(dead_code)]
+pub fn root() -> bool {
+    pai_test_support::needs::present(
+        "root (for unshare --pid and chroot)",
+        // /proc/self belongs to this process's effective user.
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("/proc")) == 0,
+        "run the tests as root, as CI does",
+    )
+}
