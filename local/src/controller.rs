@@ -535,6 +535,17 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
 
 /// The container log of task `index` of `role` in the job's current attempt; with
 /// `follow`, it goes on until the task completes.
+/// The job's name and its current attempt (`NotFound` before it has one).
+fn current_attempt(job: &Job) -> Result<(String, i32), Error> {
+    let framework = job.framework();
+    let attempt = framework
+        .status
+        .as_ref()
+        .map(|s| s.attempt_status.id)
+        .ok_or(Error::NotFound)?;
+    Ok((framework.metadata.name.clone().unwrap_or_default(), attempt))
+}
+
 /// The last `max_bytes` of a task's log in the current attempt (read from the end of
 /// the file: a long log costs nothing more).
 pub(super) fn log_end(
@@ -545,15 +556,7 @@ pub(super) fn log_end(
     max_bytes: u64,
 ) -> Result<Vec<u8>, Error> {
     use std::io::{Read, Seek, SeekFrom};
-    let (name, attempt) = {
-        let framework = job.framework();
-        let attempt = framework
-            .status
-            .as_ref()
-            .map(|s| s.attempt_status.id)
-            .ok_or(Error::NotFound)?;
-        (framework.metadata.name.clone().unwrap_or_default(), attempt)
-    };
+    let (name, attempt) = current_attempt(job)?;
     let path = task::container_log(&task_root(inner, &name, attempt, role, index));
     let mut file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;
     let length = file
@@ -577,15 +580,7 @@ pub(super) fn log_stream(
     follow: bool,
     earlier: Option<i32>,
 ) -> Result<LogStream, Error> {
-    let (name, current) = {
-        let framework = job.framework();
-        let attempt = framework
-            .status
-            .as_ref()
-            .map(|s| s.attempt_status.id)
-            .ok_or(Error::NotFound)?;
-        (framework.metadata.name.clone().unwrap_or_default(), attempt)
-    };
+    let (name, current) = current_attempt(&job)?;
     let (attempt, follow) = match earlier {
         // An earlier attempt's log is complete: nothing to follow.
         Some(attempt) if attempt < current => (attempt, false),

@@ -485,18 +485,20 @@ impl Machine {
     /// `follow`, until the task completes), or all of `earlier`'s, kept on this machine
     /// until the job is deleted.
     pub fn logs(&self, pod: &str, follow: bool, earlier: Option<i32>) -> Result<LogStream, Error> {
-        {
-            let (job, role, index) = self
-                .inner
-                .visible_jobs()
-                .into_iter()
-                .find_map(|j| {
-                    let (role, index) = task_of_pod(&j.framework(), pod)?;
-                    Some((j, role, index))
-                })
-                .ok_or(Error::NotFound)?;
-            controller::log_stream(&self.inner, job, role, index, follow, earlier)
-        }
+        let (job, role, index) = self.task_of(pod)?;
+        controller::log_stream(&self.inner, job, role, index, follow, earlier)
+    }
+
+    /// The visible job, role and index pod `pod` is a task of.
+    fn task_of(&self, pod: &str) -> Result<(Arc<Job>, String, u32), Error> {
+        self.inner
+            .visible_jobs()
+            .into_iter()
+            .find_map(|j| {
+                let (role, index) = task_of_pod(&j.framework(), pod)?;
+                Some((j, role, index))
+            })
+            .ok_or(Error::NotFound)
     }
 
     /// What this machine measured of the tasks it started.
@@ -506,15 +508,7 @@ impl Machine {
 
     /// The last `max_bytes` of pod `pod`'s log in the current attempt.
     pub fn log_end(&self, pod: &str, max_bytes: u64) -> Result<Vec<u8>, Error> {
-        let (job, role, index) = self
-            .inner
-            .visible_jobs()
-            .into_iter()
-            .find_map(|j| {
-                let (role, index) = task_of_pod(&j.framework(), pod)?;
-                Some((j, role, index))
-            })
-            .ok_or(Error::NotFound)?;
+        let (job, role, index) = self.task_of(pod)?;
         controller::log_end(&self.inner, &job, &role, index, max_bytes)
     }
 

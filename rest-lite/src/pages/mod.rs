@@ -82,12 +82,13 @@ fn page(status: StatusCode, template: &str, data: &impl Serialize) -> Response {
                 .into_response();
         }
     };
-    let mut response = (status, body).into_response();
+    with_headers((status, body).into_response(), "text/html; charset=utf-8")
+}
+
+/// `response` as `content_type`, with the headers every page gets.
+fn with_headers(mut response: Response, content_type: &'static str) -> Response {
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     secure(headers);
     response
 }
@@ -325,16 +326,10 @@ async fn task_log(
         _ => return error_page(&no_task(), who(&state, &caller)),
     };
     match state.backend.logs(&pod, false, None).await {
-        Ok(stream) => {
-            let mut response = Body::from_stream(stream).into_response();
-            let headers = response.headers_mut();
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            secure(headers);
-            response
-        }
+        Ok(stream) => with_headers(
+            Body::from_stream(stream).into_response(),
+            "text/plain; charset=utf-8",
+        ),
         Err(crate::server::backend::BackendError::NotFound) => error_page(
             &ApiError::no_job(&user, &job).with_message(format!(
                 "task {role}-{index} of job {user}~{job} has no log yet"
