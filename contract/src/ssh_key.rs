@@ -139,13 +139,15 @@ mod tests {
     fn ssh_keygen_derives_the_same_public_key() {
         let Some(keygen) = ["/usr/bin/ssh-keygen", "/usr/local/bin/ssh-keygen"]
             .into_iter()
-            .find(|p| std::path::Path::new(p).exists())
+            .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file()))
         else {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
                 "ssh-keygen is missing (openssh-client); CI installs it"
             );
-            eprintln!("skipped: no ssh-keygen (install openssh-client)");
+            eprintln!(
+                "SKIPPED: needs ssh-keygen, which is missing: apt-get install openssh-client"
+            );
             return;
         };
         let key = JobKey::generate("test").expect("key");

@@ -66,7 +66,7 @@ fn the_static_runtime_runs_in_a_chroot_with_only_busybox() {
     if !common::root()
         || !pai_test_support::needs::present(
             "a static busybox at /bin/busybox",
-            busybox.exists(),
+            std::fs::metadata(busybox).is_ok_and(|m| m.is_file()),
             "apt-get install busybox-static",
         )
     {
