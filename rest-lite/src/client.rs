@@ -41,13 +41,17 @@ pub struct Client {
 
 /// Percent-encodes a path segment or query value.
 fn encode(text: &str) -> String {
+    percent_encode(text, b"")
+}
+
+/// Every byte but letters, digits, `-._~` and those of `keep` as `%XX`.
+pub fn percent_encode(text: &str, keep: &[u8]) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(byte as char)
-            }
-            other => out.push_str(&format!("%{other:02X}")),
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) || keep.contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
         }
     }
     out

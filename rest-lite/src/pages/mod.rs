@@ -173,16 +173,7 @@ impl IntoResponse for ToSignIn {
 /// The page's caller, or the way to the sign-in (coming back to `here`).
 fn signed_in(state: &AppState, headers: &HeaderMap, here: &str) -> Result<Caller, ToSignIn> {
     auth::page_caller(state, headers).ok_or_else(|| {
-        let next: String = here
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
+        let next = crate::client::percent_encode(here, b"/");
         ToSignIn(format!("/ui/sign-in?next={next}"))
     })
 }
@@ -212,6 +203,36 @@ async fn job_list(State(state): State<AppState>, headers: HeaderMap) -> Response
     }
 }
 
+/// Why a page of a job is not shown: no sign-in yet, or the API's error.
+enum Refused {
+    SignIn(ToSignIn),
+    Error(ApiError, Option<String>),
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Self::SignIn(to_sign_in) => to_sign_in.into_response(),
+            Self::Error(error, signed_in) => error_page(&error, signed_in),
+        }
+    }
+}
+
+/// The caller of a job's page (at `here`) and the job, if they may see it.
+async fn caller_and_job(
+    state: &AppState,
+    headers: &HeaderMap,
+    here: &str,
+    user: &str,
+    job: &str,
+) -> Result<(Caller, pai_contract::Framework), Refused> {
+    let caller = signed_in(state, headers, here).map_err(Refused::SignIn)?;
+    match visible_job(state, &caller, user, job).await {
+        Ok(framework) => Ok((caller, framework)),
+        Err(e) => Err(Refused::Error(e, who(state, &caller))),
+    }
+}
+
 /// The job a page's path names, if the caller may see it; else the 404 the API gives.
 async fn visible_job(
     state: &AppState,
@@ -238,13 +259,9 @@ async fn job_page(
     Path((user, job)): Path<(String, String)>,
 ) -> Response {
     let here = view::job_url(&user, &job);
-    let caller = match signed_in(&state, &headers, &here) {
-        Ok(caller) => caller,
-        Err(to_sign_in) => return to_sign_in.into_response(),
-    };
-    let framework = match visible_job(&state, &caller, &user, &job).await {
-        Ok(framework) => framework,
-        Err(e) => return error_page(&e, who(&state, &caller)),
+    let (caller, framework) = match caller_and_job(&state, &headers, &here, &user, &job).await {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
     };
     let job_view = job_view(&framework, &format!("/api/v1/user/{user}/jobs/{job}"));
     // The last lines of the first tasks that started, read side by side.
@@ -309,13 +326,9 @@ async fn task_log(
     Path((user, job, role, index)): Path<(String, String, String, String)>,
 ) -> Response {
     let here = format!("{}/logs/{role}/{index}", view::job_url(&user, &job));
-    let caller = match signed_in(&state, &headers, &here) {
-        Ok(caller) => caller,
-        Err(to_sign_in) => return to_sign_in.into_response(),
-    };
-    let framework = match visible_job(&state, &caller, &user, &job).await {
-        Ok(framework) => framework,
-        Err(e) => return error_page(&e, who(&state, &caller)),
+    let (caller, framework) = match caller_and_job(&state, &headers, &here, &user, &job).await {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
     };
     let no_task = || {
         ApiError::no_job(&user, &job)

@@ -148,29 +148,16 @@ pub fn token_from_cookies(headers: &axum::http::HeaderMap) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-/// The `Set-Cookie` value keeping `token` for the pages; `None` removes it.
+/// The `Set-Cookie` value keeping `token` for the pages (percent-encoded: a cookie value
+/// may hold no `;`, `,`, space or quote, and a token may); `None` removes it.
 pub fn session_cookie(token: Option<&str>) -> String {
     match token {
         Some(token) => format!(
             "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=2592000",
-            percent_encode(token)
+            crate::client::percent_encode(token, b"")
         ),
         None => format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
     }
-}
-
-/// Every byte but letters, digits and `-._~` as `%XX`: a cookie value may hold no `;`,
-/// `,`, space or quote, and a token may.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 fn percent_decode(text: &str) -> Option<String> {
