@@ -3,7 +3,9 @@
 //! The server (the real router, Kubernetes backend aimed at the in-process API server,
 //! which a dry run never calls) and the load generator share this process and the
 //! machine's two cores. 64 keep-alive connections each send the TensorFlow example as
-//! `POST /api/v1/user/alice/jobs?dryRun=true` back to back; every request is timed.
+//! `POST /api/v1/user/alice/jobs?dryRun=true` back to back, with alice's bearer token,
+//! through every check a real request passes (Host, Origin, media type, token); every
+//! request is timed.
 //! Then the real `rest-lite serve` binary is started and its idle RSS read.
 
 use std::sync::Arc;
@@ -14,10 +16,12 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use pai_test_support::ApiServer;
 use rest_lite::config::ClusterConfig;
+use rest_lite::server::auth::{Access, Caller, TokenTable, Tokens};
 use rest_lite::server::kube_backend::KubeBackend;
 use rest_lite::server::{AppState, router};
 
 const CONNECTIONS: usize = 64;
+const TOKEN: &str = "4f1c8e2d0b7a95e3c6d1f08a2b4e7c9d5a3f6e1b8c0d2a4f7e9b1c3d5a7f9e0b";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -35,6 +39,13 @@ async fn main() {
     let state = AppState::new(
         Arc::new(KubeBackend::new(client, "default", &api.url())),
         ClusterConfig::default(),
+        Access::Tokens(TokenTable::fixed(Tokens::single(
+            TOKEN,
+            Caller {
+                user: "alice".to_string(),
+                admin: false,
+            },
+        ))),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -57,6 +68,7 @@ async fn main() {
                 for _ in 0..per_connection {
                     let request = http::Request::post(uri.clone())
                         .header("content-type", "application/json")
+                        .header("authorization", format!("Bearer {TOKEN}"))
                         .body(Full::new(hyper::body::Bytes::from(spec.clone())))
                         .expect("request");
                     let t = Instant::now();

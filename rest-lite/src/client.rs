@@ -5,6 +5,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use http_body_util::{BodyExt, BodyStream, Full};
 use hyper::{Method, Request, StatusCode};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -29,6 +30,8 @@ pub enum ClientError {
     Transport { url: String, message: String },
     #[error("the server's answer is not what the API says: {0}")]
     Answer(String),
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// A client of one server, acting with one token (or none).
@@ -36,7 +39,7 @@ pub enum ClientError {
 pub struct Client {
     base: String,
     token: Option<String>,
-    http: HttpClient<HttpConnector, Full<Bytes>>,
+    http: HttpClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 /// Percent-encodes a path segment or query value.
@@ -58,13 +61,54 @@ pub fn percent_encode(text: &str, keep: &[u8]) -> String {
 }
 
 impl Client {
-    /// `base`: `http://host:port`.
+    /// `base`: `http://host:port`. For `https://`, see [`Client::with_tls`].
     pub fn new(base: &str, token: Option<String>) -> Self {
+        // No roots: a plain HTTP client never needs one.
+        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map(|b| {
+            b.with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        });
+        match tls {
+            Ok(tls) => Self::with_config(base, token, tls),
+            // ring's defaults always build; this is unreachable in practice.
+            Err(e) => unreachable!("ring's default TLS versions: {e}"),
+        }
+    }
+
+    /// `base`: `http://…` or `https://…`, trusting the system's roots and `ca_cert`.
+    pub fn with_tls(
+        base: &str,
+        token: Option<String>,
+        ca_cert: Option<&std::path::Path>,
+    ) -> Result<Self, ClientError> {
+        if !base.starts_with("https://") && ca_cert.is_none() {
+            return Ok(Self::new(base, token));
+        }
+        let tls = crate::server::tls::client_config(ca_cert)
+            .map_err(|e| ClientError::Tls(e.to_string()))?;
+        Ok(Self::with_config(base, token, tls))
+    }
+
+    fn with_config(base: &str, token: Option<String>, tls: rustls::ClientConfig) -> Self {
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
         Self {
             base: base.trim_end_matches('/').to_string(),
             token,
-            http: HttpClient::builder(TokioExecutor::new()).build_http(),
+            http: HttpClient::builder(TokioExecutor::new()).build(connector),
         }
+    }
+
+    /// The server's URL.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     fn job_path(user: &str, job: &str) -> String {

@@ -461,10 +461,13 @@ fn the_command_line_client_drives_a_job() {
     )
     .expect("spec");
     let connection = ["--server", server.url.as_str(), "--user", "alice"];
+    // No token given: the CLI reads the server's own from its state directory.
+    let state = dir.join("state");
+    let state = state.to_str().expect("path");
     let with = |args: &[&str]| {
         let mut all = args.to_vec();
         all.extend(connection);
-        rest_lite(&all, &[])
+        rest_lite(&all, &[("REST_LITE_STATE_DIR", state)])
     };
     let (code, stdout, stderr) = with(&["submit", spec.to_str().expect("path")]);
     assert_eq!(code, Some(0), "{stderr}");
@@ -610,7 +613,9 @@ fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
     let connection = ["--server", server.url.as_str(), "--user", "alice"];
     let mut args = vec!["submit", spec.to_str().expect("path"), "--wait"];
     args.extend(connection);
-    let (code, stdout, stderr) = rest_lite(&args, &[]);
+    let state = dir.join("state");
+    let state_env = [("REST_LITE_STATE_DIR", state.to_str().expect("path"))];
+    let (code, stdout, stderr) = rest_lite(&args, &state_env);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert_eq!(
         stdout, "job waiting submitted\njob waiting: all 3 tasks running\n",
@@ -628,7 +633,11 @@ fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
     up.sort();
     assert_eq!(up, ["up ps-0", "up worker-0", "up worker-1"]);
     // The job and its tasks by state, and this machine's task start and barrier times.
-    let metrics = get_text(&server.url, "/metrics");
+    let metrics = get_text(
+        &server.url,
+        "/metrics",
+        server.token.as_deref().expect("token"),
+    );
     for line in [
         "rest_lite_jobs{state=\"RUNNING\"} 1",
         "rest_lite_jobs{state=\"FAILED\"} 0",
@@ -641,7 +650,7 @@ fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
     }
     let mut stop = vec!["stop", "waiting"];
     stop.extend(connection);
-    let (code, stdout, _) = rest_lite(&stop, &[]);
+    let (code, stdout, _) = rest_lite(&stop, &state_env);
     assert_eq!(code, Some(0));
     assert_eq!(stdout, "job waiting is stopping\n");
     assert_eq!(until_none_left(&events).len(), 3, "every task got TERM");
@@ -723,13 +732,13 @@ fn a_token_made_by_the_command_lets_its_user_in() {
 }
 
 /// The body of a GET, over a plain connection.
-fn get_text(url: &str, path: &str) -> String {
+fn get_text(url: &str, path: &str, token: &str) -> String {
     use std::io::{Read, Write};
     let address = url.trim_start_matches("http://");
     let mut stream = std::net::TcpStream::connect(address).expect("connect");
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
     )
     .expect("send");
     let mut answer = String::new();

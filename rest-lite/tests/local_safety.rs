@@ -327,7 +327,8 @@ async fn a_job_larger_than_the_machine_takes_is_refused_naming_the_limit() {
     let server = Server::spawn(
         Server::command(&dir.join("state")).args(["--backend", "local", "--max-tasks", "3"]),
         &["this machine (embedded default)"],
-    );
+    )
+    .with_machine_token(&dir.join("state"));
     let client = server.client();
     let refused = client
         .submit(

@@ -135,9 +135,13 @@ async fn a_person_sees_the_job_its_tasks_and_their_logs_in_chromium() {
     assert_eq!(up, ["up ps-0", "up worker-0", "up worker-1"]);
 
     let shots = screenshots();
+    // Through the sign-in link `serve` prints: the token goes into the cookie, and the
+    // browser lands on the page without it in the address.
+    let token = server.token.clone().expect("the machine's token");
+    let signed = |path: &str| format!("{}/ui/sign-in?token={token}&next={path}", server.url);
     let list = browse(
         &chromium,
-        &format!("{}/ui/jobs", server.url),
+        &signed("/ui/jobs"),
         &shots.join("jobs-running.png"),
         &profile,
     );
@@ -151,7 +155,7 @@ async fn a_person_sees_the_job_its_tasks_and_their_logs_in_chromium() {
     );
     assert!(list.contains("3 / 3"), "tasks running / total: {list}");
 
-    let url = format!("{}/ui/jobs/alice/pages", server.url);
+    let url = signed("/ui/jobs/alice/pages");
     let running = browse(&chromium, &url, &shots.join("job-running.png"), &profile);
     assert!(running.contains(r#"id="job-state">RUNNING<"#), "{running}");
     assert!(
@@ -188,7 +192,7 @@ async fn a_person_sees_the_job_its_tasks_and_their_logs_in_chromium() {
     );
     let list = browse(
         &chromium,
-        &format!("{}/ui/jobs", server.url),
+        &signed("/ui/jobs"),
         &shots.join("jobs-succeeded.png"),
         &profile,
     );
@@ -415,7 +419,19 @@ fn the_root_leads_to_the_jobs_and_the_docs_list_the_api() {
     let root = request(&server.url, "GET", "/", &[], "");
     assert_eq!(root.status, 303);
     assert_eq!(root.header("location"), Some("/ui/jobs"));
-    let empty = request(&server.url, "GET", "/ui/jobs", &[], "");
+    // Without the token, the pages ask to sign in; with it (the cookie), they show.
+    let anonymous = request(&server.url, "GET", "/ui/jobs", &[], "");
+    assert_eq!(anonymous.status, 303);
+    assert_eq!(
+        anonymous.header("location"),
+        Some("/ui/sign-in?next=/ui/jobs")
+    );
+    let cookie = format!(
+        "rest_lite_token={}",
+        server.token.as_deref().expect("token")
+    );
+    let signed_in = [("Cookie", cookie.as_str())];
+    let empty = request(&server.url, "GET", "/ui/jobs", &signed_in, "");
     assert_eq!(empty.status, 200);
     assert!(empty.body.contains("No jobs yet"), "{}", empty.body);
     let docs = request(&server.url, "GET", "/docs", &[], "");
@@ -427,7 +443,7 @@ fn the_root_leads_to_the_jobs_and_the_docs_list_the_api() {
     ] {
         assert!(docs.body.contains(route), "{route}: {}", docs.body);
     }
-    let missing = request(&server.url, "GET", "/ui/jobs/alice/nothing", &[], "");
+    let missing = request(&server.url, "GET", "/ui/jobs/alice/nothing", &signed_in, "");
     assert_eq!(missing.status, 404);
     assert!(missing.body.contains("alice~nothing"), "{}", missing.body);
     drop(server);

@@ -36,18 +36,23 @@ async fn start() -> Setup {
 }
 
 async fn start_with(tokens: Option<rest_lite::server::auth::Tokens>) -> Setup {
+    use rest_lite::server::auth::{Access, TokenTable};
+    let access = match tokens {
+        Some(tokens) => Access::Tokens(TokenTable::fixed(tokens)),
+        None => Access::Open,
+    };
     let api = ApiServer::start().await;
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
     let state = AppState {
         body_limit: LIMIT,
-        tokens: tokens.map(Arc::new),
         ..AppState::new(
             Arc::new(KubeBackend::new(client, NS, &api.url())),
             ClusterConfig {
                 namespace: NS.into(),
                 ..ClusterConfig::default()
             },
+            access,
         )
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

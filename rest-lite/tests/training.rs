@@ -176,6 +176,7 @@ async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_the
     let cli = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_rest-lite"))
             .args(["ssh", "--server", &server.url, "--user", "alice"])
+            .env("REST_LITE_TOKEN", server.token.as_deref().expect("token"))
             .args(args)
             .output()
             .expect("rest-lite ssh")

@@ -22,9 +22,17 @@ pub struct Connection {
         default_value = "http://127.0.0.1:9186"
     )]
     pub server: String,
-    /// Bearer token (a server without a token file needs none).
+    /// Bearer token [default: this machine's server's own, from <state dir>/token, when
+    /// this user may read it].
     #[arg(long, env = "REST_LITE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// State directory of this machine's server, where its token is [default:
+    /// $XDG_STATE_HOME/rest-lite or ~/.local/state/rest-lite].
+    #[arg(long, env = "REST_LITE_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Trust this CA certificate (PEM) for an https:// server, besides the system's.
+    #[arg(long, env = "REST_LITE_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
     /// The user whose jobs these are [default: $USER, else "default"].
     #[arg(long, short)]
     pub user: Option<String>,
@@ -38,8 +46,23 @@ impl Connection {
             .unwrap_or_else(|| "default".to_string())
     }
 
-    fn client(&self) -> Client {
-        Client::new(&self.server, self.token.clone())
+    /// The token to send: the one given, else this machine's server's own.
+    fn token(&self) -> Option<String> {
+        self.token.clone().or_else(|| {
+            let state_dir = self
+                .state_dir
+                .clone()
+                .unwrap_or_else(rest_lite::local::default_state_dir);
+            rest_lite::server::machine_token::read(&state_dir)
+        })
+    }
+
+    fn client(&self) -> Result<Client> {
+        Ok(Client::with_tls(
+            &self.server,
+            self.token(),
+            self.ca_cert.as_deref(),
+        )?)
     }
 }
 
@@ -190,7 +213,7 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
     let text = super::read_spec(&args.spec)?;
     let format = super::format_of(&args.spec, &text);
     let user = args.connection.user();
-    let client = args.connection.client();
+    let client = args.connection.client()?;
     if !args.follow && !args.wait {
         return block_on(async { Ok(client.submit(&user, &text, format).await?) })
             .and_then(|m| message(&m));
@@ -214,25 +237,25 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
 
 pub fn jobs(args: JobsArgs) -> Result<ExitCode> {
     let user = (!args.all).then(|| args.connection.user());
-    let jobs = block_on(async { Ok(args.connection.client().jobs(user.as_deref()).await?) })?;
+    let jobs = block_on(async { Ok(args.connection.client()?.jobs(user.as_deref()).await?) })?;
     print(&jobs, args.output, || super::human::jobs(&jobs, now_ms()))
 }
 
 pub fn status(args: StatusArgs) -> Result<ExitCode> {
     let user = args.connection.user();
-    let view = block_on(async { Ok(args.connection.client().job(&user, &args.job).await?) })?;
+    let view = block_on(async { Ok(args.connection.client()?.job(&user, &args.job).await?) })?;
     print(&view, args.output, || super::human::status(&view, now_ms()))
 }
 
 pub fn stop(args: JobArgs) -> Result<ExitCode> {
     let user = args.connection.user();
-    block_on(async { Ok(args.connection.client().stop(&user, &args.job).await?) })
+    block_on(async { Ok(args.connection.client()?.stop(&user, &args.job).await?) })
         .and_then(|m| message(&m))
 }
 
 pub fn delete(args: JobArgs) -> Result<ExitCode> {
     let user = args.connection.user();
-    block_on(async { Ok(args.connection.client().delete(&user, &args.job).await?) })
+    block_on(async { Ok(args.connection.client()?.delete(&user, &args.job).await?) })
         .and_then(|m| message(&m))
 }
 
@@ -240,7 +263,7 @@ pub fn delete(args: JobArgs) -> Result<ExitCode> {
 /// which tasks one can log in to.
 pub fn ssh(args: SshArgs) -> Result<ExitCode> {
     let user = args.connection.user();
-    let client = args.connection.client();
+    let client = args.connection.client()?;
     let info = block_on(async { Ok(client.ssh(&user, &args.job).await?) })?;
     if args.print {
         for c in &info.containers {
@@ -352,7 +375,7 @@ impl Drop for PrivateKeyFile {
 
 pub fn logs(args: LogsArgs) -> Result<ExitCode> {
     let user = args.connection.user();
-    let client = args.connection.client();
+    let client = args.connection.client()?;
     block_on(async {
         // Following a task that has not started yet waits for it, change by change.
         let mut changes = None;

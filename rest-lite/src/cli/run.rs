@@ -15,7 +15,7 @@ use rest_lite::local::LocalBackend;
 use rest_lite::server::{AppState, router};
 use rest_lite::spec::{JobSpec, UserName};
 
-use super::serve::{LocalArgs, load_config};
+use super::serve::{LocalArgs, load_config, machine_access};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -60,17 +60,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         let backend = LocalBackend::open(args.local.settings(state_dir.clone())?)
             .await
             .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
-        let state = AppState::new(Arc::new(backend), config);
+        // Closed like `serve`: only this user's token (in the run's private directory).
+        let (access, token) = machine_access(&state_dir)?;
+        let state = AppState::new(Arc::new(backend), config, access);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .context("listening on loopback")?;
         let url = format!("http://{}", listener.local_addr()?);
         tokio::spawn(async move { axum::serve(listener, router(state)).await });
         eprintln!(
-            "rest-lite: running {job} on this machine; API at {url}, state in {}",
-            state_dir.display()
+            "rest-lite: running {job} on this machine; API at {url}, state in {dir} (other commands meanwhile: REST_LITE_SERVER={url} REST_LITE_STATE_DIR={dir} rest-lite status {job})",
+            dir = state_dir.display()
         );
-        let client = Client::new(&url, None);
+        let client = Client::new(&url, Some(token));
         super::client::warn(&client.submit(&user_name, &text, format).await?);
         super::follow::follow(&client, &user_name, &job).await
     });

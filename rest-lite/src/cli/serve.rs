@@ -10,10 +10,12 @@ use clap::ValueEnum;
 use rest_lite::config::ClusterConfig;
 use rest_lite::local::Runtime;
 use rest_lite::local::{Assets, LocalBackend, Settings};
+use rest_lite::server::auth::{Access, Caller, TokenTable, Tokens};
 use rest_lite::server::backend::Backend;
+use rest_lite::server::guard::Hosts;
 use rest_lite::server::kube_backend::KubeBackend;
 use rest_lite::server::publisher::Publisher;
-use rest_lite::server::{AppState, auth, router};
+use rest_lite::server::{AppState, machine_token, metrics_router, router, tls};
 
 /// How long open streams may delay the end of a server asked to stop.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -39,10 +41,27 @@ pub struct ServeArgs {
     /// Cluster config file (YAML); defaults apply without one.
     #[arg(long, short, env = "REST_LITE_CONFIG")]
     config: Option<PathBuf>,
-    /// Bearer tokens (YAML: users with name, tokenSha256, admin). Without it the server
-    /// listens on loopback only and every caller may act as any user.
+    /// Bearer tokens (YAML: users with name, tokenSha256, admin), read again whenever
+    /// the file changes. Without it the server accepts only this machine's token
+    /// (<state dir>/token, made at the first start, readable by this user alone; the
+    /// command line finds it there) and listens on loopback only.
     #[arg(long, env = "REST_LITE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// A URL people and programs reach this server by (a DNS name behind a proxy or a
+    /// Service, say); repeat or separate with commas. Requests naming another host are
+    /// refused (DNS rebinding); IP addresses and localhost always work.
+    #[arg(long, env = "REST_LITE_PUBLIC_URL", value_delimiter = ',')]
+    public_url: Vec<String>,
+    /// Serve HTTPS with this certificate chain (PEM), with --tls-key.
+    #[arg(long, requires = "tls_key", env = "REST_LITE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert", env = "REST_LITE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Serve /metrics without a token on this address of its own (for Prometheus on an
+    /// internal port); without it /metrics needs a token like the API.
+    #[arg(long, env = "REST_LITE_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// kubeconfig to use [default: in-cluster, $KUBECONFIG or ~/.kube/config].
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -111,32 +130,64 @@ pub fn load_config(path: Option<&Path>) -> Result<ClusterConfig> {
     })
 }
 
+/// This user's name, for the admin the machine's token stands for.
+pub fn unix_user() -> String {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|name| rest_lite::spec::UserName::parse(name).is_ok())
+        .unwrap_or_else(|| "default".to_string())
+}
+
+/// This machine's token in `state_dir` (made when missing), admitting this user as the
+/// admin of the server's jobs.
+pub fn machine_access(state_dir: &Path) -> Result<(Access, String)> {
+    let token = machine_token::load_or_create(state_dir)
+        .context("keeping this machine's token in the state directory")?;
+    let caller = Caller {
+        user: unix_user(),
+        admin: true,
+    };
+    let access = Access::Tokens(TokenTable::fixed(Tokens::single(&token, caller)));
+    Ok((access, token))
+}
+
 pub fn serve(args: ServeArgs) -> Result<()> {
     let mut config = load_config(args.config.as_deref())?;
-    if let Some(namespace) = args.namespace {
-        config.namespace = namespace;
+    if let Some(namespace) = &args.namespace {
+        config.namespace = namespace.clone();
         config.check()?;
     }
-    let tokens = match &args.token_file {
-        Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
-        None => {
-            if !args.listen.ip().is_loopback() {
-                anyhow::bail!(
-                    "without --token-file the server only listens on loopback, not {}: give it a token file or listen on 127.0.0.1",
-                    args.listen
-                );
-            }
-            tracing::warn!(
-                "no token file: every caller may act as any user; listening on loopback only"
-            );
-            None
-        }
+    let hosts = Hosts::from_urls(&args.public_url)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::server_config(cert, key)?),
+        _ => None,
     };
+    if args.token_file.is_none() && !args.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "without --token-file the server only listens on loopback, not {}: give it a token file (rest-lite token USER --file F) or listen on 127.0.0.1",
+            args.listen
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        let (access, machine) = match &args.token_file {
+            Some(path) => (Access::Tokens(TokenTable::watch_file(path)?), None),
+            None => {
+                let state_dir = args
+                    .local
+                    .state_dir
+                    .clone()
+                    .unwrap_or_else(rest_lite::local::default_state_dir);
+                let (access, token) = machine_access(&state_dir)?;
+                (access, Some((token, machine_token::path(&state_dir))))
+            }
+        };
         let backend = backend(
             args.listen,
             args.backend,
@@ -148,23 +199,56 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let describe = backend.describe();
         let state = AppState {
             body_limit: args.max_body_bytes,
-            tokens,
-            ..AppState::new(backend, config)
+            hosts: Arc::new(hosts),
+            tls: tls.is_some(),
+            metrics_elsewhere: args.metrics_listen.is_some(),
+            ..AppState::new(backend, config, access)
         };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
         let bound = listener.local_addr().context("reading the bound address")?;
-        tracing::info!(url = %format!("http://{bound}"), backend = %describe, "rest-lite serving");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{bound}");
+        if let Some(metrics) = args.metrics_listen {
+            let metrics_listener = tokio::net::TcpListener::bind(metrics)
+                .await
+                .with_context(|| format!("listening for /metrics on {metrics}"))?;
+            let app = metrics_router(state.clone());
+            tracing::info!(address = %metrics, "serving /metrics without a token");
+            tokio::spawn(async move { axum::serve(metrics_listener, app).await });
+        }
+        tracing::info!(url = %url, backend = %describe, "rest-lite serving");
+        if let Some((token, path)) = &machine {
+            // As Jupyter does: the one link that signs this user's browser in. Only this
+            // user reads this output and the token file.
+            tracing::info!(
+                token_file = %path.display(),
+                "pages: {url}/ui/sign-in?token={token} (the command line of this user finds the token itself)"
+            );
+        }
         // Requests in flight finish; open streams (watches, followed logs) get a few
         // seconds, then the server leaves anyway.
         let (begun, shutting_down) = tokio::sync::oneshot::channel();
-        let graceful = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        let stop = async move {
             shutdown().await;
             let _ = begun.send(());
-        });
+        };
+        let app = router(state);
+        let serving = async move {
+            match tls {
+                Some(config) => {
+                    tls::serve(listener, config, app, stop).await;
+                    Ok(())
+                }
+                None => axum::serve(listener, app)
+                    .with_graceful_shutdown(stop)
+                    .await
+                    .context("serving"),
+            }
+        };
         tokio::select! {
-            result = graceful => result.context("serving"),
+            result = serving => result,
             () = async {
                 if shutting_down.await.is_err() {
                     std::future::pending::<()>().await;

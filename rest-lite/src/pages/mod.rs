@@ -22,9 +22,8 @@ use serde::{Deserialize, Serialize};
 use crate::server::AppState;
 use crate::server::auth::{self, Caller};
 use crate::server::error::ApiError;
+use crate::server::extract::Job;
 use crate::server::jobs;
-use crate::spec::names::framework_name;
-use crate::spec::{JobName, UserName};
 use crate::status::{JobState, job_view};
 use view::{Frame, Tail};
 
@@ -178,9 +177,9 @@ fn signed_in(state: &AppState, headers: &HeaderMap, here: &str) -> Result<Caller
     })
 }
 
-/// Shown in the header: who is signed in (only with a token file; else nobody signs in).
+/// Shown in the header: who is signed in (nobody signs in to an open server).
 fn who(state: &AppState, caller: &Caller) -> Option<String> {
-    state.tokens.as_ref().map(|_| caller.user.clone())
+    state.access.signs_in().then(|| caller.user.clone())
 }
 
 fn now_ms() -> i64 {
@@ -218,7 +217,8 @@ impl IntoResponse for Refused {
     }
 }
 
-/// The caller of a job's page (at `here`) and the job, if they may see it.
+/// The caller of a job's page (at `here`) and the job, if they may see it: the API's
+/// own rule ([`Job::find`]), so a page of someone else's job is the API's 404.
 async fn caller_and_job(
     state: &AppState,
     headers: &HeaderMap,
@@ -227,30 +227,15 @@ async fn caller_and_job(
     job: &str,
 ) -> Result<(Caller, pai_contract::Framework), Refused> {
     let caller = signed_in(state, headers, here).map_err(Refused::SignIn)?;
-    match visible_job(state, &caller, user, job).await {
-        Ok(framework) => Ok((caller, framework)),
+    match Job::find(state, &caller, user, job).await {
+        Ok(found) => Ok((caller, found.framework)),
+        // A malformed name in a page's path is a page that does not exist.
+        Err(e) if e.status == StatusCode::BAD_REQUEST => Err(Refused::Error(
+            ApiError::no_job(user, job),
+            who(state, &caller),
+        )),
         Err(e) => Err(Refused::Error(e, who(state, &caller))),
     }
-}
-
-/// The job a page's path names, if the caller may see it; else the 404 the API gives.
-async fn visible_job(
-    state: &AppState,
-    caller: &Caller,
-    user: &str,
-    job: &str,
-) -> Result<pai_contract::Framework, ApiError> {
-    let not_found = || ApiError::no_job(user, job);
-    let user = UserName::parse(user).map_err(|_| not_found())?;
-    let name = JobName::parse(job).map_err(|_| not_found())?;
-    if !caller.may_act_for(user.as_str()) {
-        return Err(not_found());
-    }
-    state
-        .backend
-        .get(&framework_name(&user, &name))
-        .await?
-        .ok_or_else(not_found)
 }
 
 async fn job_page(
@@ -361,11 +346,6 @@ struct SignInPage {
     error: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct NextQuery {
-    next: Option<String>,
-}
-
 fn sign_in_page(status: StatusCode, next: String, error: Option<String>) -> Response {
     page(
         status,
@@ -381,13 +361,23 @@ fn sign_in_page(status: StatusCode, next: String, error: Option<String>) -> Resp
     )
 }
 
-async fn sign_in_form(State(state): State<AppState>, Query(query): Query<NextQuery>) -> Response {
+#[derive(Deserialize)]
+struct SignInQuery {
+    next: Option<String>,
+    /// The sign-in link `rest-lite serve` prints carries the token, as Jupyter's does.
+    token: Option<String>,
+}
+
+async fn sign_in_form(State(state): State<AppState>, Query(query): Query<SignInQuery>) -> Response {
     let next = safe_next(query.next.as_deref());
-    if state.tokens.is_none() {
+    if !state.access.signs_in() {
         // Nothing to sign in to: every caller of this server may do everything.
         return see_other(&next);
     }
-    sign_in_page(StatusCode::OK, next, None)
+    match query.token {
+        Some(token) => signed_in_as(&state, token.trim(), next),
+        None => sign_in_page(StatusCode::OK, next, None),
+    }
 }
 
 #[derive(Deserialize)]
@@ -398,11 +388,16 @@ struct SignInForm {
 
 async fn sign_in(State(state): State<AppState>, Form(form): Form<SignInForm>) -> Response {
     let next = safe_next(form.next.as_deref());
-    let Some(tokens) = &state.tokens else {
+    if !state.access.signs_in() {
         return see_other(&next);
-    };
-    let token = form.token.trim();
-    if tokens.caller(token).is_none() {
+    }
+    signed_in_as(&state, form.token.trim(), next)
+}
+
+/// Keeps `token` in the sign-in cookie and goes on to `next` (a page of ours, without
+/// the token in its address); an unknown token gets the form again, with a 401.
+fn signed_in_as(state: &AppState, token: &str, next: String) -> Response {
+    if state.access.caller(Some(token)).is_none() {
         return sign_in_page(
             StatusCode::UNAUTHORIZED,
             next,
@@ -410,15 +405,15 @@ async fn sign_in(State(state): State<AppState>, Form(form): Form<SignInForm>) ->
         );
     }
     let mut response = see_other(&next);
-    if let Ok(cookie) = HeaderValue::from_str(&auth::session_cookie(Some(token))) {
+    if let Ok(cookie) = HeaderValue::from_str(&auth::session_cookie(Some(token), state.tls)) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response
 }
 
-async fn sign_out() -> Response {
+async fn sign_out(State(state): State<AppState>) -> Response {
     let mut response = see_other("/ui/sign-in");
-    if let Ok(cookie) = HeaderValue::from_str(&auth::session_cookie(None)) {
+    if let Ok(cookie) = HeaderValue::from_str(&auth::session_cookie(None, state.tls)) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response

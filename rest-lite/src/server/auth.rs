@@ -12,8 +12,9 @@
 //! ```
 //! (`printf %s "$TOKEN" | sha256sum` gives the hash.)
 
-use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -32,7 +33,7 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// Everything is allowed: the server runs without a token file (loopback only).
+    /// Everything is allowed: a server embedded with [`Access::Open`].
     pub fn anonymous_admin() -> Self {
         Self {
             user: String::new(),
@@ -40,7 +41,6 @@ impl Caller {
         }
     }
 
-    /// May this caller act on `user`'s jobs?
     /// No rights at all (a request that never passed the authentication middleware).
     pub fn nobody() -> Self {
         Self {
@@ -49,8 +49,34 @@ impl Caller {
         }
     }
 
+    /// May this caller act on `user`'s jobs?
     pub fn may_act_for(&self, user: &str) -> bool {
         self.admin || self.user == user
+    }
+}
+
+/// Who may call the server.
+#[derive(Clone)]
+pub enum Access {
+    /// Every caller may do everything. For a server embedded in a program or a test that
+    /// alone decides who reaches it; `rest-lite serve` and `rest-lite run` never use it.
+    Open,
+    /// Only holders of a token of the table.
+    Tokens(Arc<TokenTable>),
+}
+
+impl Access {
+    /// The caller holding `token`, if the server knows it.
+    pub fn caller(&self, token: Option<&str>) -> Option<Caller> {
+        match self {
+            Self::Open => Some(Caller::anonymous_admin()),
+            Self::Tokens(table) => table.caller(token?),
+        }
+    }
+
+    /// Whether callers sign in (and so have a name to show).
+    pub fn signs_in(&self) -> bool {
+        matches!(self, Self::Tokens(_))
     }
 }
 
@@ -69,10 +95,10 @@ struct TokenEntry {
     admin: bool,
 }
 
-/// The token table: SHA-256 (hex) → caller.
+/// A set of tokens, each kept only as its SHA-256, with the caller it stands for.
 #[derive(Clone, Debug, Default)]
 pub struct Tokens {
-    by_hash: HashMap<String, Caller>,
+    entries: Vec<([u8; 32], Caller)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,11 +114,41 @@ pub enum TokenFileError {
 
 /// SHA-256 of `token`, lower-case hex.
 pub fn hash(token: &str) -> String {
+    digest(token).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn digest(token: &str) -> [u8; 32] {
     let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+/// Equal, in a time that depends only on the length (which is always 32 here).
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(difference) == 0
+}
+
+fn from_hex(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 impl Tokens {
+    /// One token, standing for `caller`.
+    pub fn single(token: &str, caller: Caller) -> Self {
+        Self {
+            entries: vec![(digest(token), caller)],
+        }
+    }
+
     pub fn load(path: &Path) -> Result<Self, TokenFileError> {
         let display = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
@@ -104,31 +160,120 @@ impl Tokens {
             message,
         };
         let file: TokenFile = serde_saphyr::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-        let mut by_hash = HashMap::new();
+        let mut entries: Vec<([u8; 32], Caller)> = Vec::new();
         for (i, entry) in file.users.into_iter().enumerate() {
-            let digest = entry.token_sha256.trim().to_ascii_lowercase();
-            if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(invalid(format!(
-                    "users[{i}].tokenSha256 is not a SHA-256 in hex"
-                )));
-            }
+            let digest = from_hex(entry.token_sha256.trim()).ok_or_else(|| {
+                invalid(format!("users[{i}].tokenSha256 is not a SHA-256 in hex"))
+            })?;
             crate::spec::UserName::parse(&entry.name)
                 .map_err(|rule| invalid(format!("users[{i}].name: {rule}")))?;
+            if entries.iter().any(|(d, _)| same(d, &digest)) {
+                return Err(invalid(format!("users[{i}].tokenSha256 appears twice")));
+            }
             let caller = Caller {
                 user: entry.name,
                 admin: entry.admin,
             };
-            if by_hash.insert(digest, caller).is_some() {
-                return Err(invalid(format!("users[{i}].tokenSha256 appears twice")));
-            }
+            entries.push((digest, caller));
         }
-        Ok(Self { by_hash })
+        Ok(Self { entries })
     }
 
-    /// Who holds `token`, if anyone.
+    /// Who holds `token`, if anyone. Every entry is compared, each in constant time.
     pub fn caller(&self, token: &str) -> Option<Caller> {
-        self.by_hash.get(&hash(token)).cloned()
+        let presented = digest(token);
+        let mut found = None;
+        for (digest, caller) in &self.entries {
+            if same(digest, &presented) && found.is_none() {
+                found = Some(caller);
+            }
+        }
+        found.cloned()
     }
+
+    /// How many tokens there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// How often a token file is looked at for changes.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The tokens a server accepts now: fixed, or a token file read again whenever it
+/// changes (a removed token stops working within [`RELOAD_INTERVAL`], no restart).
+pub struct TokenTable {
+    current: RwLock<Arc<Tokens>>,
+}
+
+impl TokenTable {
+    /// Tokens that never change.
+    pub fn fixed(tokens: Tokens) -> Arc<Self> {
+        Arc::new(Self {
+            current: RwLock::new(Arc::new(tokens)),
+        })
+    }
+
+    /// The tokens of `path`, and a task that reads it again when it changes. A file
+    /// that cannot be read or is invalid afterwards admits nobody until it is mended
+    /// (a revocation never fails open); the log says why.
+    pub fn watch_file(path: &Path) -> Result<Arc<Self>, TokenFileError> {
+        let table = Self::fixed(Tokens::load(path)?);
+        let weak = Arc::downgrade(&table);
+        let path = path.to_path_buf();
+        let mut seen = file_stamp(&path);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RELOAD_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(table) = weak.upgrade() else { return };
+                let stamp = file_stamp(&path);
+                if stamp == seen {
+                    continue;
+                }
+                seen = stamp;
+                match Tokens::load(&path) {
+                    Ok(tokens) => {
+                        tracing::info!(file = %path.display(), users = tokens.len(), "token file read again");
+                        table.replace(tokens);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the token file changed and is unusable: no token is accepted until it is mended");
+                        table.replace(Tokens::default());
+                    }
+                }
+            }
+        });
+        Ok(table)
+    }
+
+    fn replace(&self, tokens: Tokens) {
+        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        *current = Arc::new(tokens);
+    }
+
+    /// Who holds `token` now, if anyone.
+    pub fn caller(&self, token: &str) -> Option<Caller> {
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        current.caller(token)
+    }
+}
+
+/// What tells that a file changed: its inode, size and modification time (a Secret
+/// volume's update swaps a symbolic link, which changes the inode).
+fn file_stamp(path: &Path) -> Option<(u64, u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
 /// The cookie the pages' sign-in sets: the token itself, HttpOnly (no script reads it)
@@ -150,13 +295,15 @@ pub fn token_from_cookies(headers: &axum::http::HeaderMap) -> Option<String> {
 
 /// The `Set-Cookie` value keeping `token` for the pages (percent-encoded: a cookie value
 /// may hold no `;`, `,`, space or quote, and a token may); `None` removes it.
-pub fn session_cookie(token: Option<&str>) -> String {
+/// Over TLS the cookie is also `Secure`: a browser never sends it over plain HTTP.
+pub fn session_cookie(token: Option<&str>, tls: bool) -> String {
+    let secure = if tls { "; Secure" } else { "" };
     match token {
         Some(token) => format!(
-            "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=2592000",
+            "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=2592000{secure}",
             crate::client::percent_encode(token, b"")
         ),
-        None => format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+        None => format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
     }
 }
 
@@ -177,20 +324,21 @@ fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// The caller of a page: the bearer token or the sign-in cookie; `None` when the server
-/// has a token file and the request carries no known token.
+/// The caller of a page: the bearer token or the sign-in cookie; `None` when the
+/// request carries no token the server knows.
 pub fn page_caller(state: &AppState, headers: &axum::http::HeaderMap) -> Option<Caller> {
-    let Some(tokens) = &state.tokens else {
-        return Some(Caller::anonymous_admin());
-    };
-    let bearer = headers
+    let token = bearer(headers)
+        .map(str::to_string)
+        .or_else(|| token_from_cookies(headers));
+    state.access.caller(token.as_deref())
+}
+
+/// The bearer token of a request's `Authorization` header.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token)
-        .map(str::to_string);
-    bearer
-        .or_else(|| token_from_cookies(headers))
-        .and_then(|t| tokens.caller(&t))
 }
 
 /// The token of an `Authorization` value: the scheme is case-insensitive (RFC 9110
@@ -209,24 +357,11 @@ pub async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let caller = match &state.tokens {
-        None => Caller::anonymous_admin(),
-        Some(tokens) => {
-            let token = request
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(bearer_token);
-            match token.and_then(|t| tokens.caller(t)) {
-                Some(caller) => caller,
-                None => {
-                    return ApiError::unauthorized(
-                        "a valid bearer token is required (Authorization: Bearer <token>)",
-                    )
-                    .into_response();
-                }
-            }
-        }
+    let Some(caller) = state.access.caller(bearer(request.headers())) else {
+        return ApiError::unauthorized(
+            "a valid bearer token is required (Authorization: Bearer <token>)",
+        )
+        .into_response();
     };
     request.extensions_mut().insert(caller);
     next.run(request).await
@@ -239,7 +374,7 @@ mod tests {
     #[test]
     fn a_cookie_carries_any_token_back_unchanged() {
         for token in ["plain", "with space; and=semi,comma\"quote", "ünï", "%41"] {
-            let set = session_cookie(Some(token));
+            let set = session_cookie(Some(token), false);
             let value = set.split(';').next().expect("pair");
             let mut headers = axum::http::HeaderMap::new();
             let cookie = format!("other=1; {value}; last=2");
@@ -250,7 +385,24 @@ mod tests {
                 "{set}"
             );
         }
-        assert!(session_cookie(None).contains("Max-Age=0"));
+        assert!(session_cookie(None, false).contains("Max-Age=0"));
+        assert!(session_cookie(Some("t"), true).ends_with("; Secure"));
+        assert!(!session_cookie(Some("t"), false).contains("Secure"));
+    }
+
+    #[test]
+    fn a_token_is_found_only_by_its_exact_value() {
+        let alice = Caller {
+            user: "alice".to_string(),
+            admin: false,
+        };
+        let tokens = Tokens::single("s3cret", alice.clone());
+        assert_eq!(tokens.caller("s3cret"), Some(alice));
+        for other in ["", "s3cre", "s3cret ", "S3CRET", "s3crett"] {
+            assert_eq!(tokens.caller(other), None, "{other:?}");
+        }
+        assert_eq!(from_hex(&hash("x")), Some(digest("x")));
+        assert_eq!(from_hex("zz"), None);
     }
 
     #[test]

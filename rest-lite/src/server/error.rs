@@ -85,7 +85,31 @@ impl ApiError {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaTypeError",
-            format!("content type {content_type:?} is not JSON or YAML"),
+            format!(
+                "content type {content_type:?} is not JSON or YAML: send the spec with Content-Type: application/json or application/yaml (curl: -H 'Content-Type: application/yaml' --data-binary @job.yaml)"
+            ),
+        )
+    }
+
+    /// A `Host` this server does not answer to (DNS rebinding).
+    pub fn forbidden_host(host: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenHostError",
+            format!(
+                "this server does not answer to host {host:?}: use its address, localhost, or a name its operator gave with --public-url"
+            ),
+        )
+    }
+
+    /// A state-changing request from another site's page.
+    pub fn forbidden_origin(origin: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenOriginError",
+            format!(
+                "a request from {origin:?} may not change anything here: only this server's own pages (or programs, which send no Origin) may"
+            ),
         )
     }
 

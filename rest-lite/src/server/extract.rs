@@ -145,44 +145,57 @@ impl Job {
     }
 }
 
-impl FromRequestParts<AppState> for Job {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let ApiPath(JobPath { user, job }) = ApiPath::from_request_parts(parts, state).await?;
-        let user = user_name(&user)?;
-        let not_found = || ApiError::no_job(user.as_str(), &job);
-        if !caller(parts).may_act_for(user.as_str()) {
+impl Job {
+    /// The job `user`/`job` if `caller` may see it and it is really that user's job of
+    /// that name; any other case is the same 404. The one rule of the API and the pages.
+    pub async fn find(
+        state: &AppState,
+        caller: &Caller,
+        user: &str,
+        job: &str,
+    ) -> Result<Self, ApiError> {
+        let user = user_name(user)?;
+        let not_found = || ApiError::no_job(user.as_str(), job);
+        if !caller.may_act_for(user.as_str()) {
             return Err(not_found());
         }
         // A name no job can have names no job.
-        let job_name = JobName::parse(&job).map_err(|_| not_found())?;
+        let job_name = JobName::parse(job).map_err(|_| not_found())?;
         let framework = state
             .backend
             .get(&framework_name(&user, &job_name))
             .await?
             .ok_or_else(not_found)?;
         // The name is a digest: the annotations say whose job it really is.
-        if framework.user_name() != Some(user.as_str()) || framework.job_name() != Some(&job) {
+        if framework.user_name() != Some(user.as_str()) || framework.job_name() != Some(job) {
             return Err(not_found());
         }
         Ok(Self {
             user,
-            job,
+            job: job.to_string(),
             framework,
         })
     }
 }
 
-/// A job spec in the body: its text (UTF-8, within the body limit) and format (from the
-/// media type; guessed only when none is given).
+impl FromRequestParts<AppState> for Job {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let ApiPath(JobPath { user, job }) = ApiPath::from_request_parts(parts, state).await?;
+        Self::find(state, &caller(parts), &user, &job).await
+    }
+}
+
+/// A job spec in the body: its text (UTF-8, within the body limit) and format, from its
+/// media type, which must be JSON's or YAML's (415 otherwise, before the body is read).
 pub struct SpecBody {
     pub text: String,
     pub format: SpecFormat,
 }
 
 /// The format a media type names; `None` for types that are no spec format.
-fn format_of(content_type: &str, text: &str) -> Option<SpecFormat> {
+fn format_of(content_type: &str) -> Option<SpecFormat> {
     let essence = content_type
         .split(';')
         .next()
@@ -194,7 +207,8 @@ fn format_of(content_type: &str, text: &str) -> Option<SpecFormat> {
         "application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml" => {
             Some(SpecFormat::Yaml)
         }
-        "" | "text/plain" | "application/octet-stream" => Some(SpecFormat::detect(text)),
+        // Anything else, no type included: a page of any site may send text/plain or a
+        // form without asking, so a spec must say it is one.
         _ => None,
     }
 }
@@ -208,6 +222,8 @@ impl FromRequest<AppState> for SpecBody {
             .get(header::CONTENT_TYPE)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .unwrap_or_default();
+        let format =
+            format_of(&content_type).ok_or_else(|| ApiError::unsupported_type(&content_type))?;
         let bytes =
             Bytes::from_request(request, state)
                 .await
@@ -217,8 +233,6 @@ impl FromRequest<AppState> for SpecBody {
                 })?;
         let text = String::from_utf8(bytes.to_vec())
             .map_err(|_| ApiError::bad_request("the job spec is not UTF-8 text"))?;
-        let format = format_of(&content_type, &text)
-            .ok_or_else(|| ApiError::unsupported_type(&content_type))?;
         Ok(Self { text, format })
     }
 }

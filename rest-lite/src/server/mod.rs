@@ -4,13 +4,16 @@ pub mod auth;
 pub mod backend;
 pub mod error;
 pub mod extract;
+pub mod guard;
 pub mod jobs;
 pub mod kube_backend;
+pub mod machine_token;
 pub mod metrics;
 pub mod openapi;
 pub mod publisher;
 pub mod routes;
 pub mod ssh;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -28,21 +31,34 @@ pub struct AppState {
     pub backend: Arc<dyn backend::Backend>,
     pub transformer: Arc<Transformer>,
     pub body_limit: usize,
-    /// `None`: no token file, every caller may do everything (the server then listens
-    /// on loopback only).
-    pub tokens: Option<Arc<auth::Tokens>>,
+    /// Who may call.
+    pub access: auth::Access,
+    /// The host names it answers to besides addresses and `localhost`.
+    pub hosts: Arc<guard::Hosts>,
+    /// Whether it is served over TLS (the sign-in cookie is then `Secure`).
+    pub tls: bool,
+    /// Whether `/metrics` is served on its own listener (`--metrics-listen`) and so not
+    /// on this one.
+    pub metrics_elsewhere: bool,
     pub metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
-    /// A server over `backend` making Frameworks by `config`: the default body limit, no
-    /// token file, fresh metrics.
-    pub fn new(backend: Arc<dyn backend::Backend>, config: crate::config::ClusterConfig) -> Self {
+    /// A server over `backend` making Frameworks by `config`, callers admitted by
+    /// `access`: the default body limit, no other host names, plain HTTP, fresh metrics.
+    pub fn new(
+        backend: Arc<dyn backend::Backend>,
+        config: crate::config::ClusterConfig,
+        access: auth::Access,
+    ) -> Self {
         Self {
             backend,
             transformer: Arc::new(Transformer::new(config)),
             body_limit: DEFAULT_BODY_LIMIT,
-            tokens: None,
+            access,
+            hosts: Default::default(),
+            tls: false,
+            metrics_elsewhere: false,
             metrics: Default::default(),
         }
     }
@@ -76,7 +92,14 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/v1/user/{user}/jobs/{job}/executionType",
             put(routes::set_execution),
-        )
+        );
+    // Job counts by state are no one's business but the server's callers'.
+    let api = if state.metrics_elsewhere {
+        api
+    } else {
+        api.route("/metrics", get(routes::metrics))
+    };
+    let api = api
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,
@@ -85,7 +108,6 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
-        .route("/metrics", get(routes::metrics))
         .route(openapi::DOCUMENT_PATH, get(openapi::openapi_json))
         .merge(api)
         .merge(crate::pages::router())
@@ -94,6 +116,24 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::count,
+        ))
+        // Before anything else: a request a browser was tricked into sending runs nothing.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::check,
+        ))
+        .with_state(state)
+}
+
+/// `/metrics` alone, for its own listener (`--metrics-listen`): no token, as Prometheus
+/// scrapes an internal port; the job counts it shows name no job or user.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(routes::metrics))
+        .fallback(routes::no_route)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::check,
         ))
         .with_state(state)
 }

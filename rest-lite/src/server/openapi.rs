@@ -38,8 +38,8 @@ use super::routes;
 )]
 pub struct ApiDoc;
 
-/// Bearer tokens on every `/api/v1/…` route but this document; the probes and metrics
-/// are open.
+/// Bearer tokens on every `/api/v1/…` route but this document, and on `/metrics`; the
+/// probes are open.
 struct BearerTokens;
 
 const SCHEME: &str = "bearer";
@@ -53,13 +53,13 @@ impl Modify for BearerTokens {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "A token from the server's token file. Without a token file the server listens on loopback only and needs none.",
+                        "A token from the server's token file; without one, this machine's token (<state dir>/token, readable by the server's user alone).",
                     ))
                     .build(),
             ),
         );
         for (path, item) in openapi.paths.paths.iter_mut() {
-            if !path.starts_with("/api/v1/") || path == DOCUMENT_PATH {
+            if !(path.starts_with("/api/v1/") || path == "/metrics") || path == DOCUMENT_PATH {
                 continue;
             }
             for operation in [

@@ -515,7 +515,16 @@ pub async fn readyz(State(state): State<AppState>) -> ApiResult {
 }
 
 /// `GET /metrics`: Prometheus text format.
-#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    description = "Needs a token, unless the server serves it on a listener of its own (`--metrics-listen`).",
+    responses(
+        (status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
+        (status = 401, description = "no valid token", body = ErrorBody)
+    )
+)]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.metrics.render();
     // The jobs as they are now; a backend that cannot list them leaves these out and

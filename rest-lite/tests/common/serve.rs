@@ -14,6 +14,8 @@ pub const DEADLINE: Duration = Duration::from_secs(120);
 pub struct Server {
     child: Child,
     pub url: String,
+    /// This machine's token, which a server without a token file accepts alone.
+    pub token: Option<String>,
 }
 
 impl Server {
@@ -26,6 +28,14 @@ impl Server {
                 &state.display().to_string(),
             ],
         )
+        .with_machine_token(state)
+    }
+
+    /// Reads the token a server without a token file made in its state directory.
+    pub fn with_machine_token(mut self, state: &Path) -> Self {
+        self.token = rest_lite::server::machine_token::read(state);
+        assert!(self.token.is_some(), "no token in {}", state.display());
+        self
     }
 
     /// `rest-lite serve` on this machine with bearer tokens from `tokens`.
@@ -106,10 +116,13 @@ impl Server {
             .and_then(|rest| rest.split_whitespace().next())
             .expect("url")
             .to_string();
-        Self { child, url }
+        Self {
+            child,
+            url,
+            token: None,
+        }
     }
 
-    /// A client without a token.
     /// The server's process id.
     #[allow(dead_code)]
     pub fn pid(&self) -> u32 {
@@ -117,7 +130,7 @@ impl Server {
     }
 
     pub fn client(&self) -> Client {
-        Client::new(&self.url, None)
+        Client::new(&self.url, self.token.clone())
     }
 
     /// SIGKILL: no chance to clean up.

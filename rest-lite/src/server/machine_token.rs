@@ -1,0 +1,161 @@
+//! The token of this machine's own server: without a token file, `rest-lite serve` and
+//! `rest-lite run` accept only the token kept in `<state dir>/token` (made at the first
+//! start: 32 random bytes in hex, a file only the server's user can read, in a directory
+//! only that user can enter). The command line of the same user reads it from there, so
+//! nothing has to be typed; another account of the machine, or a web page, has no way to
+//! learn it and is refused.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use ring::rand::SecureRandom;
+
+/// The token's file in the state directory.
+pub const FILE: &str = "token";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MachineTokenError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not private: it belongs to uid {owner} with mode {mode:o}, and must belong to this user (uid {me}) with no access for others (chmod {want:o} {path})"
+    )]
+    NotPrivate {
+        path: String,
+        owner: u32,
+        mode: u32,
+        me: u32,
+        want: u32,
+    },
+    #[error("{path} does not hold a token (64 hex digits); remove it to get a new one")]
+    Malformed { path: String },
+    #[error("the system gave no random bytes for a token")]
+    NoRandomness,
+}
+
+/// Where the token of the server with state in `state_dir` is kept.
+pub fn path(state_dir: &Path) -> PathBuf {
+    state_dir.join(FILE)
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> MachineTokenError + '_ {
+    move |source| MachineTokenError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Refuses `path` unless it is this user's and no one else may `forbidden` it (mode bits).
+fn check_private(path: &Path, forbidden: u32, want: u32) -> Result<(), MachineTokenError> {
+    let meta = std::fs::metadata(path).map_err(io(path))?;
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.permissions().mode() & 0o7777;
+    if meta.uid() != me || mode & forbidden != 0 {
+        return Err(MachineTokenError::NotPrivate {
+            path: path.display().to_string(),
+            owner: meta.uid(),
+            mode,
+            me,
+            want,
+        });
+    }
+    Ok(())
+}
+
+/// The token of the server with state in `state_dir`, made now if there is none. The
+/// directory is created 0700 when missing; an existing one, or token file, that another
+/// user owns or may write (or, for the file, read) is refused, naming the fix.
+pub fn load_or_create(state_dir: &Path) -> Result<String, MachineTokenError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state_dir)
+        .map_err(io(state_dir))?;
+    check_private(state_dir, 0o022, 0o700)?;
+    let file = path(state_dir);
+    let mut random = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut random)
+        .map_err(|_| MachineTokenError::NoRandomness)?;
+    let token: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&file)
+    {
+        Ok(mut new) => {
+            new.write_all(format!("{token}\n").as_bytes())
+                .and_then(|()| new.sync_all())
+                .map_err(io(&file))?;
+            Ok(token)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            check_private(&file, 0o077, 0o600)?;
+            read_file(&file)
+        }
+        Err(e) => Err(io(&file)(e)),
+    }
+}
+
+fn read_file(file: &Path) -> Result<String, MachineTokenError> {
+    let text = std::fs::read_to_string(file).map_err(io(file))?;
+    let token = text.trim();
+    if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(MachineTokenError::Malformed {
+            path: file.display().to_string(),
+        });
+    }
+    Ok(token.to_string())
+}
+
+/// The token of the server with state in `state_dir`, for its command line; `None` when
+/// there is none this user may read.
+pub fn read(state_dir: &Path) -> Option<String> {
+    read_file(&path(state_dir)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "rest-lite-machine-token-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn made_once_private_and_read_back() {
+        let dir = scratch("once");
+        let token = load_or_create(&dir).expect("made");
+        assert_eq!(token.len(), 64);
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&path(&dir)), 0o600);
+        assert_eq!(load_or_create(&dir).expect("again"), token);
+        assert_eq!(read(&dir).as_deref(), Some(token.as_str()));
+        std::fs::remove_dir_all(&dir).expect("clean");
+    }
+
+    #[test]
+    fn a_file_others_may_read_is_refused() {
+        let dir = scratch("open");
+        load_or_create(&dir).expect("made");
+        std::fs::set_permissions(path(&dir), std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
+        let err = load_or_create(&dir).expect_err("refused");
+        assert!(err.to_string().contains("chmod 600"), "{err}");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let err = load_or_create(&dir).expect_err("refused");
+        assert!(err.to_string().contains("chmod 700"), "{err}");
+        std::fs::remove_dir_all(&dir).expect("clean");
+    }
+}
