@@ -142,7 +142,7 @@ impl Client {
             .await
             .map_err(|e| ClientError::Transport {
                 url: self.base.clone(),
-                message: format!("{e:#}"),
+                message: causes(&e),
             })?;
         if response.status().is_success() {
             return Ok(response);
@@ -338,6 +338,22 @@ impl Client {
         let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
         Ok(chunks(response))
     }
+}
+
+/// An error and its causes, outermost first ("client error (Connect): invalid peer
+/// certificate: UnknownIssuer").
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// A body chunk by chunk.

@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,6 +12,7 @@ use rest_lite::spec::SpecFormat;
 use serde_json::json;
 
 use common::fifo::{events, final_view, next_event};
+use common::request;
 use common::serve::Server;
 
 fn scratch(name: &str) -> PathBuf {
@@ -202,53 +201,6 @@ async fn a_person_sees_the_job_its_tasks_and_their_logs_in_chromium() {
     );
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
-}
-
-/// A response: status, headers (lower-case names), body.
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// One HTTP/1.1 request over a fresh connection.
-fn request(url: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-    let address = url.trim_start_matches("http://");
-    let mut stream = TcpStream::connect(address).expect("connect");
-    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    text.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    stream.write_all(text.as_bytes()).expect("send");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("receive");
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a head");
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("status");
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Answer {
-        status,
-        headers,
-        body: body.to_string(),
-    }
 }
 
 const ALICE: &str = "alice's token; with a space";

@@ -73,10 +73,15 @@ impl Server {
     /// `rest-lite serve` on a free loopback port with state in `state`, other options to
     /// be added.
     pub fn command(state: &Path) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+        let mut command = Self::command_with_default_state();
+        command.arg("--state-dir").arg(state);
         command
-            .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
-            .arg(state);
+    }
+
+    /// `rest-lite serve` on a free loopback port, its state where it finds it by default.
+    pub fn command_with_default_state() -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+        command.args(["serve", "--listen", "127.0.0.1:0"]);
         Self::quiet(&mut command);
         command
     }
