@@ -103,7 +103,7 @@ async fn watch_published(
     progress: &mut String,
 ) -> Result<Passed, BarrierError> {
     let api: Api<ConfigMap> = Api::namespaced(client, &config.namespace);
-    let name = published::object_name(&config.name, attempt.id);
+    let name = published::object_name(&config.name);
     let params = WatchParams::default()
         .fields(&format!("metadata.name={name}"))
         .timeout(watch_seconds(config))

@@ -1,5 +1,6 @@
-//! The published peer table: one ConfigMap per Framework attempt,
-//! `<framework>-peers-<attempt>`, holding the [`PeerTable`] as `data.peers.json`, or, once
+//! The published peer table: one ConfigMap per Framework, `<framework>-peers`, holding
+//! the running attempt's [`PeerTable`] (each attempt's replaces the last: one name, so the
+//! job's Role names it once for every attempt) as `data.peers.json`, or, once
 //! that JSON passes [`INLINE_MAX_BYTES`], gzipped as `binaryData.peers.json.gz` (as
 //! FrameworkController compresses large statuses: fewer bytes to every task). rest-lite
 //! writes it once every task of the attempt has an address; each task's barrier reads it
@@ -31,9 +32,9 @@ pub const LABEL_FRAMEWORK: &str = "rest-lite.openpai.io/framework";
 /// Label: the Framework attempt the table belongs to.
 pub const LABEL_ATTEMPT: &str = "rest-lite.openpai.io/attempt";
 
-/// The name of attempt `attempt`'s table of Framework `framework`.
-pub fn object_name(framework: &str, attempt: i32) -> String {
-    format!("{framework}-peers-{attempt}")
+/// The name of Framework `framework`'s table, every attempt's.
+pub fn object_name(framework: &str) -> String {
+    pai_contract::access::peer_table(framework)
 }
 
 /// The ConfigMap that publishes `table`, owned by `owner` (the Framework it describes).
@@ -53,7 +54,7 @@ pub fn config_map(table: &PeerTable, owner: &Framework) -> ConfigMap {
     let owner_reference = owner.owner_reference();
     ConfigMap {
         metadata: ObjectMeta {
-            name: Some(object_name(&table.framework, table.attempt)),
+            name: Some(object_name(&table.framework)),
             namespace: owner.metadata.namespace.clone(),
             labels: Some(BTreeMap::from([
                 (

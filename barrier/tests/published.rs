@@ -65,7 +65,7 @@ fn table_of(framework: &Framework) -> PeerTable {
 fn publish(server: &ApiServer, framework: &Framework, table: &PeerTable) {
     let map = published::config_map(table, framework);
     let value = serde_json::to_value(&map).expect("json");
-    let name = published::object_name(&table.framework, table.attempt);
+    let name = published::object_name(&table.framework);
     if server.get("configmaps", NAMESPACE, &name).is_some() {
         server.modify("configmaps", NAMESPACE, &name, |m| *m = value);
     } else {
@@ -114,7 +114,7 @@ async fn a_table_published_before_the_task_starts_is_read_at_once_by_one_watch()
     assert!(
         requests[0]
             .uri
-            .contains("fieldSelector=metadata.name%3Dbobjob-peers-0"),
+            .contains("fieldSelector=metadata.name%3Dbobjob-peers"),
         "{}",
         requests[0].uri
     );
@@ -219,8 +219,5 @@ async fn a_table_never_published_times_out_as_a_transient_conflict_naming_it() {
         .await
         .expect_err("times out");
     assert_eq!(err.exit_code(), ExitCode::TransientConflict);
-    assert!(
-        err.to_string().contains("configmap bobjob-peers-0"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("configmap bobjob-peers"), "{err}");
 }

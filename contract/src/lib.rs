@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod env;
 pub mod exit;
 pub mod framework;

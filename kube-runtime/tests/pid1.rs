@@ -325,3 +325,46 @@ fn a_missing_env_file_is_one_clear_line() {
         out.stderr
     );
 }
+
+#[test]
+fn a_container_log_that_is_a_file_and_daemon_logs_stay_within_the_cap() {
+    // The embedded default gives the runtime a plain file as stdout and stderr (its
+    // container.log); on a cluster they are pipes, which the kubelet rotates.
+    let task = TaskDir::new("capped");
+    task.daemon(
+        "10-chatty.sh",
+        "head -c 50000 /dev/zero | tr '\\0' d; echo; sleep 60",
+    );
+    task.main("head -c 50000 /dev/zero | tr '\\0' x; echo; echo last-line");
+    let container_log = task.root().join("container.log");
+    let file = std::fs::File::create(&container_log).expect("container.log");
+    let mut command = task.subreaper();
+    command
+        .env("PAI_LOG_MAX_BYTES", "1000")
+        .stdout(file.try_clone().expect("dup"))
+        .stderr(file);
+    let out = finish(command.spawn().expect("spawn"));
+    assert_eq!(out.code, Some(0));
+    let log = std::fs::read_to_string(&container_log).expect("read");
+    let xs = log.bytes().filter(|&b| b == b'x').count();
+    assert_eq!(xs, 1000, "the user's output echoed up to the cap");
+    assert!(log.contains("reached its cap of 1000 bytes"), "{log}");
+    assert!(!log.contains("last-line"), "nothing echoed past the cap");
+    // The user log keeps the latest output, the cap's worth twice at most.
+    let dir = task.log_dir();
+    let user = std::fs::read_to_string(dir.join("user.log")).expect("user.log");
+    assert!(user.contains("last-line"), "{user}");
+    for name in [
+        "user.log",
+        "user.log.1",
+        "init-10-chatty.sh.log",
+        "init-10-chatty.sh.log.1",
+    ] {
+        let size = std::fs::metadata(dir.join(name)).map_or(0, |m| m.len());
+        assert!(size <= 1000, "{name}: {size} bytes");
+    }
+    assert!(
+        dir.join("init-10-chatty.sh.log.1").exists(),
+        "the daemon's log rotated"
+    );
+}

@@ -117,7 +117,7 @@ async fn run(tasks: u32, way: &str) -> Outcome {
     server
         .watches_started(tasks as usize + usize::from(publishing))
         .await;
-    let table = published::object_name(NAME, 0);
+    let table = published::object_name(NAME);
     let publication = {
         let waiter = server.wait_for("configmaps", NAMESPACE, &table, |_| true);
         async move {

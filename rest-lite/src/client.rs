@@ -221,17 +221,65 @@ impl Client {
     }
 
     /// The job's status now and after every change, until a final state or its deletion.
+    /// A watch the server ends before that (it ends every watch after a while) is opened
+    /// again; the view it starts with is left out when it is the last one already given.
     pub async fn watch(
         &self,
         user: &str,
         job: &str,
     ) -> Result<BoxStream<'static, Result<JobView, ClientError>>, ClientError> {
+        let first = self.watch_once(user, job).await?;
+        let this = self.clone();
+        let (user, job) = (user.to_string(), job.to_string());
+        // (the open watch, the last line given, done)
+        let views = futures::stream::unfold(
+            (Some(first), None::<Vec<u8>>, false),
+            move |(mut open, mut last, done)| {
+                let (this, user, job) = (this.clone(), user.clone(), job.clone());
+                async move {
+                    if done {
+                        return None;
+                    }
+                    loop {
+                        let lines = match open.as_mut() {
+                            Some(lines) => lines,
+                            None => match this.watch_once(&user, &job).await {
+                                Ok(lines) => open.insert(lines),
+                                // Deleted meanwhile: the stream ends as it would have.
+                                Err(ClientError::Api { status: 404, .. }) => return None,
+                                Err(e) => return Some((Err(e), (None, last, true))),
+                            },
+                        };
+                        match lines.next().await {
+                            Some(Ok(line)) if last.as_ref() == Some(&line) => continue,
+                            Some(Ok(line)) => {
+                                let view: Result<JobView, _> = serde_json::from_slice(&line)
+                                    .map_err(|e| ClientError::Answer(e.to_string()));
+                                let final_state =
+                                    view.as_ref().is_ok_and(|v| v.job_status.state.is_final());
+                                last = Some(line);
+                                return Some((view, (open, last, final_state)));
+                            }
+                            Some(Err(e)) => return Some((Err(e), (None, last, true))),
+                            // The server ended the watch: open it again.
+                            None => open = None,
+                        }
+                    }
+                }
+            },
+        );
+        Ok(views.boxed())
+    }
+
+    /// One watch of the job, as the server streams it: one JSON line per view.
+    async fn watch_once(
+        &self,
+        user: &str,
+        job: &str,
+    ) -> Result<BoxStream<'static, Result<Vec<u8>, ClientError>>, ClientError> {
         let path = format!("{}?watch=true", Self::job_path(user, job));
         let response = self.send(Method::GET, &path, None, Bytes::new()).await?;
-        let views = lines(chunks(response)).map(|line| {
-            serde_json::from_slice(&line?).map_err(|e| ClientError::Answer(e.to_string()))
-        });
-        Ok(views.boxed())
+        Ok(lines(chunks(response)))
     }
 
     /// The jobs of `user`, or every job the caller may see.

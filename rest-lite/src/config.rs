@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::ports::PortRange;
-use pai_contract::names::{is_dns_label, is_dns_subdomain};
+use pai_contract::names::is_dns_label;
 
 /// Cluster settings. See `deploy/rest-lite/config.yaml` for an annotated example.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,8 +19,6 @@ pub struct ClusterConfig {
     pub runtime_image: String,
     /// `Always`, `IfNotPresent` or `Never`; unset lets Kubernetes choose.
     pub runtime_image_pull_policy: Option<String>,
-    /// Service account of job pods: the barrier reads the Framework with it.
-    pub service_account_name: String,
     /// Run tasks in the node's network namespace; ports then become host ports.
     pub host_network: bool,
     /// Secrets for pulling user and runtime images.
@@ -57,7 +55,6 @@ impl Default for ClusterConfig {
             namespace: "default".to_string(),
             runtime_image: "kube-runtime:0.1.0".to_string(),
             runtime_image_pull_policy: Some("IfNotPresent".to_string()),
-            service_account_name: "rest-lite-job".to_string(),
             host_network: false,
             image_pull_secrets: Vec::new(),
             log_host_path: None,
@@ -135,12 +132,6 @@ impl ClusterConfig {
             return invalid(
                 "runtimeImagePullPolicy",
                 format!("{policy:?} is not Always, IfNotPresent or Never"),
-            );
-        }
-        if !is_dns_subdomain(&self.service_account_name) {
-            return invalid(
-                "serviceAccountName",
-                format!("{:?} is not a Kubernetes name", self.service_account_name),
             );
         }
         if let Some(cap) = self

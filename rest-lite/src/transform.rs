@@ -7,9 +7,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource,
-    LocalObjectReference, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource, KeyToPath,
+    LocalObjectReference, ObjectFieldSelector, PodSpec, PodTemplateSpec, ProjectedVolumeSource,
+    ResourceRequirements, SecretVolumeSource, SecurityContext, ServiceAccountTokenProjection,
+    Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -20,7 +22,7 @@ use pai_contract::framework::{
     CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, GPU_RESOURCE, INIT_CONTAINER,
     MAIN_CONTAINER, RetryPolicySpec, TaskRoleSpec, TaskSpec,
 };
-use pai_contract::{PortPlan, meta, paths, training};
+use pai_contract::{PortPlan, access, meta, paths, training};
 
 use crate::config::ClusterConfig;
 use crate::env::{job_env, role_env};
@@ -32,6 +34,7 @@ const RUNTIME_VOLUME: &str = "pai-runtime";
 const LOGS_VOLUME: &str = "pai-logs";
 const SHM_VOLUME: &str = "dshm";
 const JOB_SSH_VOLUME: &str = "job-ssh";
+const TOKEN_VOLUME: &str = "job-token";
 
 /// One job submission: who, what, and the text exactly as submitted.
 #[derive(Clone, Copy, Debug)]
@@ -200,6 +203,11 @@ impl Transformer {
                     read_only: Some(true),
                     ..mount(JOB_SSH_VOLUME, training::JOB_SSH_MOUNT)
                 });
+                // The barrier's token: in this container only.
+                init_mounts.push(VolumeMount {
+                    read_only: Some(true),
+                    ..mount(TOKEN_VOLUME, access::TOKEN_MOUNT)
+                });
                 init_mounts
             }),
             ..Container::default()
@@ -289,7 +297,10 @@ impl Transformer {
             }),
             spec: Some(PodSpec {
                 restart_policy: Some("Never".to_string()),
-                service_account_name: Some(cfg.service_account_name.clone()),
+                // The job's own account, which may read the job's Framework and peer
+                // table and nothing else; no token is mounted into the user's container.
+                service_account_name: Some(access::job_account(job.name)),
+                automount_service_account_token: Some(false),
                 host_network: cfg.host_network.then_some(true),
                 image_pull_secrets: (!cfg.image_pull_secrets.is_empty()).then(|| {
                     cfg.image_pull_secrets
@@ -319,10 +330,59 @@ impl Transformer {
                         }),
                         ..Volume::default()
                     },
+                    token_volume(),
                 ]),
                 ..PodSpec::default()
             }),
         }
+    }
+}
+
+/// The init container's ServiceAccount token, short-lived and renewed by the kubelet,
+/// with the cluster's CA and the namespace: what Kubernetes' automount would give every
+/// container, given to one.
+fn token_volume() -> Volume {
+    Volume {
+        name: TOKEN_VOLUME.to_string(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o444),
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".to_string(),
+                        expiration_seconds: Some(access::TOKEN_EXPIRATION_SECONDS),
+                        audience: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: access::ROOT_CA_CONFIG_MAP.to_string(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_string(),
+                            path: "ca.crt".to_string(),
+                            mode: None,
+                        }]),
+                        optional: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".to_string(),
+                            field_ref: Some(ObjectFieldSelector {
+                                api_version: Some("v1".to_string()),
+                                field_path: "metadata.namespace".to_string(),
+                            }),
+                            ..DownwardAPIVolumeFile::default()
+                        }]),
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+        }),
+        ..Volume::default()
     }
 }
 

@@ -85,22 +85,6 @@ fn kubectl() -> Option<std::path::PathBuf> {
 }
 
 #[test]
-fn job_pod_rbac_renders_into_any_namespace() {
-    let Some(kubectl) = kubectl() else { return };
-    let objects = render(&kubectl, "rbac", "team-a");
-    let names: Vec<String> = objects.iter().map(kind_and_name).collect();
-    assert_eq!(
-        names,
-        [
-            "ServiceAccount/rest-lite-job",
-            "Role/rest-lite-job-barrier",
-            "RoleBinding/rest-lite-job-barrier"
-        ]
-    );
-    assert_all_in(&objects, "team-a");
-}
-
-#[test]
 fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only() {
     let Some(kubectl) = kubectl() else { return };
     let objects = render(&kubectl, "rest-lite", "team-b");
@@ -113,12 +97,9 @@ fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only(
             "ConfigMap/rest-lite-config",
             "Deployment/rest-lite",
             "Role/rest-lite",
-            "Role/rest-lite-job-barrier",
             "RoleBinding/rest-lite",
-            "RoleBinding/rest-lite-job-barrier",
             "Service/rest-lite",
             "ServiceAccount/rest-lite",
-            "ServiceAccount/rest-lite-job",
         ]
     );
     let deployment = objects

@@ -186,7 +186,12 @@ fn the_pod_has_the_runtime_contract_shape() {
 
     let pod = worker.task.pod.spec.as_ref().expect("pod");
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
-    assert_eq!(pod.service_account_name.as_deref(), Some("rest-lite-job"));
+    // The job's own account; no token in the user's container.
+    assert_eq!(
+        pod.service_account_name,
+        Some(format!("{}-job", meta.name.as_deref().expect("name")))
+    );
+    assert_eq!(pod.automount_service_account_token, Some(false));
     assert_eq!(pod.host_network, None);
     let init = &pod.init_containers.as_ref().expect("init")[0];
     assert_eq!(init.image.as_deref(), Some("kube-runtime:0.1.0"));

@@ -337,7 +337,7 @@ async fn a_job_larger_than_the_machine_takes_is_refused_naming_the_limit() {
             SpecFormat::Json,
         )
         .await;
-    match refused.err().expect("refused") {
+    match refused.expect_err("refused") {
         ClientError::Api {
             status,
             code,

@@ -98,14 +98,22 @@ fn table_now(server: &ApiServer, name: &str) -> PeerTable {
     }
 }
 
+/// The job's table once it is attempt `attempt`'s (the one object holds each attempt's
+/// in turn).
 async fn published_table(server: &ApiServer, name: &str, attempt: i32) -> PeerTable {
-    let object = published::object_name(name, attempt);
-    let map = server
-        .wait_for("configmaps", NAMESPACE, &object, |_| true)
-        .await;
-    let map = serde_json::from_value(map).expect("configmap");
+    let object = published::object_name(name);
     let instance = format!("{attempt}_cm-{name}-{attempt}");
-    published::read(&map, &instance).expect("this attempt's table")
+    let of_attempt = |map: &serde_json::Value| {
+        serde_json::from_value(map.clone())
+            .ok()
+            .and_then(|map| published::read(&map, &instance).ok())
+    };
+    let map = server
+        .wait_for("configmaps", NAMESPACE, &object, |m| {
+            of_attempt(m).is_some()
+        })
+        .await;
+    of_attempt(&map).expect("this attempt's table")
 }
 
 /// Returns once the publisher has handled every change made so far: a fresh Framework
@@ -123,10 +131,13 @@ fn start_publisher(server: &ApiServer) -> tokio::task::JoinHandle<()> {
     tokio::spawn(Publisher::new(client, NAMESPACE).run())
 }
 
+/// The job's tables there are (its one object, if published), by name.
 fn config_maps(server: &ApiServer, framework: &str) -> Vec<String> {
-    (0..4)
-        .map(|a| published::object_name(framework, a))
-        .filter(|n| server.get("configmaps", NAMESPACE, n).is_some())
+    let name = published::object_name(framework);
+    server
+        .get("configmaps", NAMESPACE, &name)
+        .map(|_| name)
+        .into_iter()
         .collect()
 }
 
@@ -161,7 +172,7 @@ async fn publishes_once_every_address_is_known_and_not_before() {
         Some("3")
     );
     let map = server
-        .get("configmaps", NAMESPACE, &published::object_name(&name, 0))
+        .get("configmaps", NAMESPACE, &published::object_name(&name))
         .expect("published");
     let framework_uid =
         server.get("frameworks", NAMESPACE, &name).expect("fw")["metadata"]["uid"].clone();
@@ -170,7 +181,7 @@ async fn publishes_once_every_address_is_known_and_not_before() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_object_per_attempt_written_once() {
+async fn one_object_per_job_written_once() {
     let server = ApiServer::start().await;
     let _publisher = start_publisher(&server);
     let name = create(&server, "once");
@@ -188,7 +199,7 @@ async fn one_object_per_attempt_written_once() {
     settle(&server, "marker-two").await;
     assert_eq!(
         config_maps(&server, &name),
-        vec![published::object_name(&name, 0)]
+        vec![published::object_name(&name)]
     );
     let writes = server
         .requests()
@@ -206,7 +217,7 @@ async fn one_object_per_attempt_written_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_attempt_gets_its_own_table_and_a_finished_one_none() {
+async fn a_new_attempt_replaces_the_table_and_a_finished_one_changes_nothing() {
     let server = ApiServer::start().await;
     let _publisher = start_publisher(&server);
     let name = create(&server, "retried");
@@ -223,8 +234,12 @@ async fn a_new_attempt_gets_its_own_table_and_a_finished_one_none() {
     assert_eq!(second.attempt, 1);
     assert_ne!(second.roles[1].addresses, first.roles[1].addresses);
     assert!(second.roles[1].addresses[0].to_string().starts_with("172."));
-    let untouched = published_table(&server, &name, 0).await;
-    assert_eq!(untouched, first, "attempt 0's table stays as it was");
+    // One object for every attempt (the job's Role names it once): attempt 1's table
+    // replaced attempt 0's.
+    assert_eq!(
+        config_maps(&server, &name),
+        vec![published::object_name(&name)]
+    );
 
     // A completed attempt publishes nothing, even with every address.
     let done = create(&server, "done");
@@ -244,7 +259,7 @@ async fn a_new_attempt_gets_its_own_table_and_a_finished_one_none() {
     settle(&server, "marker-three").await;
     assert_eq!(
         config_maps(&server, &done),
-        vec![published::object_name(&done, 0)]
+        vec![published::object_name(&done)]
     );
 }
 
@@ -285,7 +300,7 @@ async fn a_restarted_publisher_writes_what_is_missing_and_replaces_what_is_stale
         published_table(&server, &missing, 0).await,
         table_now(&server, &missing)
     );
-    let object = published::object_name(&stale, 0);
+    let object = published::object_name(&stale);
     let instance = "0_cm-".to_string() + &stale + "-0";
     let replaced = server
         .wait_for("configmaps", NAMESPACE, &object, |m: &Value| {

@@ -36,6 +36,13 @@ async fn start() -> Setup {
 }
 
 async fn start_with(tokens: Option<rest_lite::server::auth::Tokens>) -> Setup {
+    start_with_watch_limit(tokens, std::time::Duration::from_secs(1800)).await
+}
+
+async fn start_with_watch_limit(
+    tokens: Option<rest_lite::server::auth::Tokens>,
+    watch_limit: std::time::Duration,
+) -> Setup {
     use rest_lite::server::auth::{Access, TokenTable};
     let access = match tokens {
         Some(tokens) => Access::Tokens(TokenTable::fixed(tokens)),
@@ -46,6 +53,7 @@ async fn start_with(tokens: Option<rest_lite::server::auth::Tokens>) -> Setup {
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
     let state = AppState {
         body_limit: LIMIT,
+        watch_limit,
         ..AppState::new(
             Arc::new(KubeBackend::new(client, NS, &api.url())),
             ClusterConfig {
@@ -104,7 +112,7 @@ async fn request_as(
 ) -> Reply {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: rest-lite\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     if let Some(token) = token {
@@ -344,9 +352,24 @@ async fn yaml_and_the_named_put_are_accepted() {
     );
 
     let named = yaml.replace("yjob", "other");
-    let reply = request(s.addr, "PUT", "/api/v1/user/alice/jobs/other", None, &named).await;
+    let yaml_type = Some("application/yaml");
+    let reply = request(
+        s.addr,
+        "PUT",
+        "/api/v1/user/alice/jobs/other",
+        yaml_type,
+        &named,
+    )
+    .await;
     assert_eq!(reply.status, 202, "{}", reply.body);
-    let mismatch = request(s.addr, "PUT", "/api/v1/user/alice/jobs/third", None, &named).await;
+    let mismatch = request(
+        s.addr,
+        "PUT",
+        "/api/v1/user/alice/jobs/third",
+        yaml_type,
+        &named,
+    )
+    .await;
     assert_eq!(mismatch.status, 400);
     assert!(
         mismatch.json()["message"]
@@ -697,6 +720,8 @@ async fn the_serve_command_serves_and_stops_on_sigterm() {
             "--kubeconfig",
         ])
         .arg(&kubeconfig)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stderr(std::process::Stdio::piped())
@@ -728,15 +753,23 @@ async fn the_serve_command_serves_and_stops_on_sigterm() {
             .await
             .expect("join");
     assert!(
-        lines.iter().any(|l| l.contains("no token file")),
-        "{lines:?}"
-    );
-    assert!(
         lines.iter().any(|l| l.contains("backend=kubernetes at")),
         "{lines:?}"
     );
+    // Without a token file: this machine's token only, kept in the state directory.
+    let token = rest_lite::server::machine_token::read(&dir.join("state")).expect("a token");
     let addr: SocketAddr = url.parse().expect("addr");
     let reply = submit(addr, "alice", &common::base_job().to_string()).await;
+    assert_eq!(reply.status, 401, "{}", reply.body);
+    let reply = request_as(
+        addr,
+        Some(&token),
+        "POST",
+        "/api/v1/user/alice/jobs",
+        Some("application/json"),
+        &common::base_job().to_string(),
+    )
+    .await;
     assert_eq!(reply.status, 202, "{}", reply.body);
     assert!(api.get("frameworks", NS, &fw()).is_some());
     nix_kill(child.id());
@@ -951,8 +984,8 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
         let secured = operation["security"].is_array();
         assert_eq!(
             secured,
-            path.starts_with("/api/v1/user") || path == "/api/v1/jobs",
-            "{method} {path}: bearer tokens are required exactly on the jobs routes"
+            path.starts_with("/api/v1/user") || path == "/api/v1/jobs" || path == "/metrics",
+            "{method} {path}: bearer tokens are required exactly on the jobs routes and /metrics"
         );
     }
     assert!(
@@ -1064,6 +1097,37 @@ async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
     )
     .await;
     assert_eq!(missing.error(), (404, "NoJobError".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_watches_again_when_the_server_ends_a_watch_and_repeats_nothing() {
+    use futures::StreamExt;
+    // Every watch ends after a second on this server.
+    let s = start_with_watch_limit(None, std::time::Duration::from_secs(1)).await;
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    let client = rest_lite::client::Client::new(&format!("http://{}", s.addr), None);
+    let mut views = client.watch("alice", "job").await.expect("watch");
+    let first = views.next().await.expect("a view").expect("valid");
+    assert_eq!(first.job_status.state.to_string(), "WAITING");
+    // The server ended the first watch and the client opened another (each is a watch of
+    // the API server): the change made now reaches it, once.
+    let rest = tokio::spawn(async move {
+        views
+            .map(|v| v.expect("valid").job_status.state.to_string())
+            .collect::<Vec<String>>()
+            .await
+    });
+    s.api.watches_started(2).await;
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
+            "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}}}});
+    });
+    let rest = rest.await.expect("join");
+    assert_eq!(
+        rest,
+        ["SUCCEEDED"],
+        "no view twice, the final one once, then the end"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,7 @@
 pub mod apiserver;
 pub mod frameworks;
 pub mod needs;
+pub mod rbac;
 pub mod validation;
 
 pub use apiserver::ApiServer;

@@ -21,7 +21,6 @@ pub mod signals;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,7 +31,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::{Pid, getpid};
 use tracing::{info, warn};
 
-use crate::logs::{CappedLog, Echo, tee};
+use crate::logs::{CappedLog, Echo, EchoBudget, tee};
 pub use procs::Ended;
 use procs::{reap, signal_group, signal_rest};
 use signals::{Signals, forwarded};
@@ -115,13 +114,14 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         })?;
     let user_pid = Pid::from_raw(user.id() as i32);
     info!(pid = user.id(), "user command started");
+    let budget = EchoBudget::for_stdout(plan.log_cap);
     let copiers: Vec<_> = [
         user.stdout
             .take()
-            .map(|s| tee(s, Echo::Stdout, user_log.clone())),
+            .map(|s| tee(s, Echo::Stdout, user_log.clone(), budget.clone())),
         user.stderr
             .take()
-            .map(|s| tee(s, Echo::Stderr, user_log.clone())),
+            .map(|s| tee(s, Echo::Stderr, user_log.clone(), budget.clone())),
     ]
     .into_iter()
     .flatten()
@@ -210,15 +210,26 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     Ok(status.unwrap_or(Ended::Exited(0)))
 }
 
+/// Starts a daemon, its output (both streams) into `init-<name>.log`, capped and rotated
+/// as the user log is.
 fn start_daemon(name: &str, script: &Path, plan: &Plan) -> std::io::Result<Child> {
-    let log = File::create(plan.log_dir.join(format!("init-{name}.log")))?;
-    signals::unblock_in_child(&mut Command::new("/bin/sh"))
+    let log = CappedLog::create(&plan.log_dir.join(format!("init-{name}.log")), plan.log_cap)?;
+    let (reader, writer) = std::io::pipe()?;
+    let child = signals::unblock_in_child(&mut Command::new("/bin/sh"))
         .arg(script)
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
         .process_group(0)
         .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .spawn()?;
+    // Ends when the daemon and everything it started have closed the pipe.
+    drop(tee(
+        reader,
+        Echo::Nowhere,
+        Some(Arc::new(Mutex::new(log))),
+        EchoBudget::unbounded(),
+    ));
+    Ok(child)
 }

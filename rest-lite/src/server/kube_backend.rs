@@ -4,22 +4,29 @@
 use futures::future::BoxFuture;
 use futures::{AsyncReadExt, FutureExt, StreamExt};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
 use pai_contract::{Framework, meta, training};
 
 use super::backend::{Backend, BackendError, FrameworkStream, LogStream};
+use super::job_access::JobAccess;
 use pai_contract::framework::MAIN_CONTAINER;
 
 pub struct KubeBackend {
     api: Api<Framework>,
     pods: Api<Pod>,
     secrets: Api<Secret>,
+    accounts: Api<ServiceAccount>,
+    roles: Api<Role>,
+    bindings: Api<RoleBinding>,
     namespace: String,
     address: String,
 }
@@ -29,6 +36,9 @@ impl KubeBackend {
         Self {
             pods: Api::namespaced(client.clone(), namespace),
             secrets: Api::namespaced(client.clone(), namespace),
+            accounts: Api::namespaced(client.clone(), namespace),
+            roles: Api::namespaced(client.clone(), namespace),
+            bindings: Api::namespaced(client.clone(), namespace),
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             address: address.to_string(),
@@ -67,6 +77,65 @@ impl KubeBackend {
     }
 }
 
+impl KubeBackend {
+    /// Creates `object`, one of the access objects of Framework `framework`. One that
+    /// exists already is the same (the names and contents follow from the Framework's
+    /// name): kept when no owner has it (left by an interrupted submission) or its owner
+    /// still exists (the submission then fails on the Framework's 409); made again when
+    /// its owner is gone and the garbage collector has yet to remove it.
+    async fn ensure<K>(&self, api: &Api<K>, object: &K, framework: &str) -> Result<(), BackendError>
+    where
+        K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+    {
+        let name = object.name_any();
+        match api.create(&PostParams::default(), object).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => {
+                return Err(self.error(e));
+            }
+        }
+        let existing = api.get(&name).await.map_err(|e| self.error(e))?;
+        if existing.owner_references().is_empty()
+            || self
+                .api
+                .get_opt(framework)
+                .await
+                .map_err(|e| self.error(e))?
+                .is_some()
+        {
+            return Ok(());
+        }
+        api.delete(&name, &DeleteParams::background())
+            .await
+            .map_err(|e| self.error(e))?;
+        api.create(&PostParams::default(), object)
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e))
+    }
+
+    /// Removes the access objects of a Framework that was not created.
+    async fn remove_access(&self, access: &JobAccess) {
+        let name = access.account.name_any();
+        let params = DeleteParams::background();
+        let removed = futures::join!(
+            self.accounts.delete(&name, &params),
+            self.roles.delete(&name, &params),
+            self.bindings.delete(&name, &params),
+        );
+        for result in [
+            removed.0.map(drop),
+            removed.1.map(drop),
+            removed.2.map(drop),
+        ] {
+            if let Err(e) = result {
+                tracing::warn!(object = %name, error = %self.error(e), "cannot remove an access object of a job that was not created");
+            }
+        }
+    }
+}
+
 impl Backend for KubeBackend {
     /// The image's user, which the server cannot see: root, as in the images of
     /// TensorFlow, PyTorch and Horovod.
@@ -83,11 +152,41 @@ impl Backend for KubeBackend {
 
     fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>> {
         async move {
-            let created = self
-                .api
-                .create(&PostParams::default(), &framework)
-                .await
-                .map_err(|e| self.error(e))?;
+            // The job's own account and grant come first: FrameworkController creates
+            // the pods as soon as the Framework exists, and they name the account.
+            let access = JobAccess::of(&framework);
+            self.ensure(&self.accounts, &access.account, framework.name())
+                .await?;
+            self.ensure(&self.roles, &access.role, framework.name())
+                .await?;
+            self.ensure(&self.bindings, &access.binding, framework.name())
+                .await?;
+            let created = match self.api.create(&PostParams::default(), &framework).await {
+                Ok(created) => created,
+                Err(e) => {
+                    let error = self.error(e);
+                    if !matches!(error, BackendError::Conflict(_)) {
+                        // No job of that name: what was made for it goes.
+                        self.remove_access(&access).await;
+                    }
+                    return Err(error);
+                }
+            };
+            // From now on the garbage collector removes them with the Framework.
+            let owner = serde_json::json!({"metadata": {"ownerReferences": [created.owner_reference()]}});
+            let patch = Patch::Merge(&owner);
+            let name = pai_contract::access::job_account(created.name());
+            let params = PatchParams::default();
+            let owned = futures::join!(
+                self.accounts.patch(&name, &params, &patch),
+                self.roles.patch(&name, &params, &patch),
+                self.bindings.patch(&name, &params, &patch),
+            );
+            for result in [owned.0.map(drop), owned.1.map(drop), owned.2.map(drop)] {
+                if let Err(e) = result {
+                    tracing::warn!(framework = %created.name(), error = %self.error(e), "cannot make the Framework own its access objects; they stay when it is deleted");
+                }
+            }
             // The Secret names its owner by UID, which only the created Framework has;
             // the garbage collector deletes it with the Framework. Until it exists the
             // kubelet holds the pods (their volume waits for it).

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod error;
 pub mod extract;
 pub mod guard;
+pub mod job_access;
 pub mod jobs;
 pub mod kube_backend;
 pub mod machine_token;
@@ -40,6 +41,8 @@ pub struct AppState {
     /// Whether `/metrics` is served on its own listener (`--metrics-listen`) and so not
     /// on this one.
     pub metrics_elsewhere: bool,
+    /// How long a job watch lasts when the client gives no `timeoutSeconds`.
+    pub watch_limit: std::time::Duration,
     pub metrics: Arc<metrics::Metrics>,
 }
 
@@ -59,6 +62,7 @@ impl AppState {
             hosts: Default::default(),
             tls: false,
             metrics_elsewhere: false,
+            watch_limit: std::time::Duration::from_secs(u64::from(routes::DEFAULT_WATCH_SECONDS)),
             metrics: Default::default(),
         }
     }

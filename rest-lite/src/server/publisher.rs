@@ -110,7 +110,7 @@ impl Publisher {
     /// Creates the table's ConfigMap, or replaces one that says something else.
     async fn write(&self, framework: &Framework, table: &PeerTable) -> Result<(), kube::Error> {
         let map = published::config_map(table, framework);
-        let object = published::object_name(&table.framework, table.attempt);
+        let object = published::object_name(&table.framework);
         match self.maps.create(&PostParams::default(), &map).await {
             Ok(_) => {
                 info!(configmap = %object, tasks = table.task_count(), "peer table published");

@@ -24,7 +24,7 @@ use crate::status::{JobView, job_view};
 type ApiResult = Result<Response, ApiError>;
 
 /// The body of a 202.
-#[derive(Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Message {
     /// What was done.
     pub message: String,
@@ -192,6 +192,12 @@ pub async fn submit_named(
 
 /// Longest watch a client may ask for with `timeoutSeconds`.
 const MAX_WATCH_SECONDS: u32 = 86_400;
+/// How long a watch lasts without `timeoutSeconds` (as the Kubernetes API server ends
+/// its watches after a while): the client watches again to go on.
+pub const DEFAULT_WATCH_SECONDS: u32 = 1800;
+/// How long a followed log streams at most; a task that still runs then is followed
+/// again by asking again.
+pub const MAX_FOLLOW: Duration = Duration::from_secs(86_400);
 
 #[derive(Deserialize, Default, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
@@ -201,7 +207,7 @@ pub struct GetQuery {
     #[serde(default)]
     watch: bool,
     /// With `watch`: end the stream after this many seconds even if the job has not
-    /// completed (as Kubernetes' watches do); watch again to go on.
+    /// completed (as Kubernetes' watches do; 1800 when not given); watch again to go on.
     #[param(minimum = 1, maximum = 86400)]
     timeout_seconds: Option<u32>,
 }
@@ -234,13 +240,10 @@ pub async fn get_job(
     }
     let changes = state.backend.watch(job.name()).await?;
     let lines = jobs::watch_lines(changes, job.url());
-    let body = match query.timeout_seconds {
-        Some(seconds) => {
-            let limit = Duration::from_secs(u64::from(seconds));
-            axum::body::Body::from_stream(lines.take_until(tokio::time::sleep(limit)))
-        }
-        None => axum::body::Body::from_stream(lines),
-    };
+    let limit = query
+        .timeout_seconds
+        .map_or(state.watch_limit, |s| Duration::from_secs(u64::from(s)));
+    let body = axum::body::Body::from_stream(lines.take_until(tokio::time::sleep(limit)));
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 
@@ -423,7 +426,7 @@ pub struct LogQuery {
     #[serde(default)]
     #[param(minimum = 0, maximum = 9999)]
     index: u32,
-    /// Keep streaming while the task runs.
+    /// Keep streaming while the task runs (for a day at most; ask again to go on).
     #[serde(default)]
     follow: bool,
     /// The log of this attempt of the job (from 0) instead of the current one's, where
@@ -494,7 +497,7 @@ pub async fn get_logs(
         })?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        axum::body::Body::from_stream(logs),
+        axum::body::Body::from_stream(logs.take_until(tokio::time::sleep(MAX_FOLLOW))),
     )
         .into_response())
 }

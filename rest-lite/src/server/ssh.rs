@@ -23,6 +23,9 @@ use crate::status::{JobState, job_view};
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Tasks probed at once.
 const PROBES_IN_FLIGHT: usize = 64;
+/// How long one `GET …/ssh` probes in all: tasks not reached by then are listed as not
+/// probed, so a large job's answer (and the connections it opens) stays bounded.
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A task whose sshd answers.
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -112,9 +115,17 @@ pub async fn ssh_info(state: &AppState, job: &Job) -> Result<SshInfo, ApiError> 
             }
         }
     }
+    let deadline = tokio::time::Instant::now() + PROBE_DEADLINE;
     let probed: Vec<(SshContainer, Result<(), String>)> = futures::stream::iter(candidates)
         .map(|c| async move {
-            let result = probe(&c.ssh_ip, &c.ssh_port).await;
+            let result = tokio::time::timeout_at(deadline, probe(&c.ssh_ip, &c.ssh_port))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "not probed: the request's {} s for probing ran out (the job has many tasks); ask again, or log in to it by its alias from another task",
+                        PROBE_DEADLINE.as_secs()
+                    ))
+                });
             (c, result)
         })
         .buffered(PROBES_IN_FLIGHT)

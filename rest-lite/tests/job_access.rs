@@ -1,0 +1,288 @@
+//! A job's pods can read their own job and nothing else (#22), on the in-process API
+//! server (which checks the RBAC objects' shape as Kubernetes' validation does) and its
+//! RBAC authorizer (`pai_test_support::rbac`): the objects a submission creates, what
+//! the pod template mounts, every request a barrier makes allowed by its job's Role and
+//! another job's objects refused, every request the server makes allowed by the Role in
+//! `deploy/rest-lite/rbac.yaml`, which also holds everything it grants (RBAC's
+//! escalation rule), and the garbage collector's part.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pai_barrier::{Attempt, BarrierConfig, Source, kube_source, published};
+use pai_contract::access;
+use pai_test_support::ApiServer;
+use pai_test_support::frameworks::{set_all_addresses, set_attempt};
+use pai_test_support::rbac::{Attributes, allows, covers};
+use rest_lite::client::Client;
+use rest_lite::config::ClusterConfig;
+use rest_lite::server::auth::Access;
+use rest_lite::server::kube_backend::KubeBackend;
+use rest_lite::server::publisher::Publisher;
+use rest_lite::server::{AppState, router};
+use rest_lite::spec::SpecFormat;
+use serde_json::{Value, json};
+
+const NS: &str = "jobs";
+const ROLES: &[(&str, u32)] = &[("ps", 1), ("worker", 2)];
+
+fn spec(name: &str) -> String {
+    json!({
+        "jobName": name,
+        "image": "busybox",
+        "taskRoles": [
+            {"name": "ps", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 128, "command": "true"},
+            {"name": "worker", "taskNumber": 2, "cpuNumber": 1, "memoryMB": 128, "command": "true"},
+        ],
+        "jobEnvs": {"API_KEY": "alice's secret"},
+    })
+    .to_string()
+}
+
+fn kube_client(api: &ApiServer) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client")
+}
+
+async fn serve(api: &ApiServer) -> Client {
+    let state = AppState::new(
+        Arc::new(KubeBackend::new(kube_client(api), NS, &api.url())),
+        ClusterConfig {
+            namespace: NS.into(),
+            ..ClusterConfig::default()
+        },
+        Access::Open,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    Client::new(&url, None)
+}
+
+/// The rules of the Role named `name` in the multi-document YAML `text`.
+fn role_rules(text: &str, name: &str) -> Vec<Value> {
+    text.split("\n---\n")
+        .map(|doc| serde_saphyr::from_str::<Value>(doc).expect("a YAML document"))
+        .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == name)
+        .and_then(|role| role["rules"].as_array().cloned())
+        .expect("the Role and its rules")
+}
+
+fn attributes(request: &pai_test_support::apiserver::Request) -> Attributes {
+    Attributes::of(&request.method, &request.uri)
+        .unwrap_or_else(|| panic!("not a namespaced request: {request:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
+    let api = ApiServer::start().await;
+    let client = serve(&api).await;
+    for (user, job) in [("alice", "train"), ("bob", "other")] {
+        client
+            .submit(user, &spec(job), SpecFormat::Json)
+            .await
+            .expect("submitted");
+    }
+    let fw = pai_contract::names::framework_name("alice", "train");
+    let bob = pai_contract::names::framework_name("bob", "other");
+    let account = access::job_account(&fw);
+    let framework = api.get("frameworks", NS, &fw).expect("alice's Framework");
+    let uid = framework["metadata"]["uid"].clone();
+
+    // Its own account, Role and binding, each owned by the Framework.
+    let sa = api.get("serviceaccounts", NS, &account).expect("account");
+    let role = api.get("roles", NS, &account).expect("role");
+    let binding = api.get("rolebindings", NS, &account).expect("binding");
+    for object in [&sa, &role, &binding] {
+        let owners = object["metadata"]["ownerReferences"]
+            .as_array()
+            .expect("owned");
+        assert_eq!(owners.len(), 1, "{object:#}");
+        assert_eq!(owners[0]["uid"], uid);
+        assert_eq!(owners[0]["kind"], "Framework");
+    }
+    assert_eq!(sa["automountServiceAccountToken"], false);
+    let rules = role["rules"].as_array().expect("rules").clone();
+    assert_eq!(
+        Value::Array(rules.clone()),
+        json!([
+            {"apiGroups": ["frameworkcontroller.microsoft.com"], "resources": ["frameworks"],
+             "resourceNames": [fw], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["configmaps"],
+             "resourceNames": [access::peer_table(&fw)], "verbs": ["get", "list", "watch"]},
+        ])
+    );
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": account, "namespace": NS}])
+    );
+
+    // The pods: that account, no token in the user's container, a short-lived one in the
+    // init container.
+    for role in framework["spec"]["taskRoles"].as_array().expect("roles") {
+        let pod = &role["task"]["pod"]["spec"];
+        assert_eq!(pod["serviceAccountName"], account.as_str());
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        let mounts = |container: &Value| -> Vec<String> {
+            container["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["mountPath"].as_str().map(str::to_string))
+                .collect()
+        };
+        assert!(
+            !mounts(&pod["containers"][0])
+                .iter()
+                .any(|p| p.starts_with("/var/run/secrets"))
+        );
+        assert!(mounts(&pod["initContainers"][0]).contains(&access::TOKEN_MOUNT.to_string()));
+        let token = pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .find_map(|v| v["projected"]["sources"][0]["serviceAccountToken"].as_object())
+            .expect("a projected token");
+        assert_eq!(token["expirationSeconds"], access::TOKEN_EXPIRATION_SECONDS);
+    }
+
+    // Everything the server did so far, and everything it grants, it holds.
+    let server_rules = role_rules(
+        &std::fs::read_to_string(common::repo_root().join("deploy/rest-lite/rbac.yaml"))
+            .expect("deploy/rest-lite/rbac.yaml"),
+        "rest-lite",
+    );
+    assert!(
+        covers(&server_rules, &rules),
+        "RBAC would refuse to create the job's Role"
+    );
+    let publisher = tokio::spawn(Publisher::new(kube_client(&api), NS).run());
+    // FrameworkController starts the attempt and the pods get addresses; the publisher
+    // writes the table.
+    let instance = "0_uid-train";
+    api.modify("frameworks", NS, &fw, |f| {
+        set_attempt(f, 0, instance);
+        set_all_addresses(f, ROLES);
+    });
+    api.wait_for("configmaps", NS, &published::object_name(&fw), |_| true)
+        .await;
+    client.stop("bob", "other").await.expect("stopped");
+    for request in api.requests() {
+        assert!(
+            allows(&server_rules, &attributes(&request)),
+            "deploy/rest-lite/rbac.yaml does not allow the server's {request:?}"
+        );
+    }
+    publisher.abort();
+
+    // A barrier of the job, as its init container runs it: every request allowed.
+    let before = api.requests().len();
+    let config = BarrierConfig {
+        namespace: NS.into(),
+        name: fw.clone(),
+        timeout: Duration::from_secs(120),
+        reread: None,
+        source: Source::Published(Attempt {
+            id: 0,
+            instance_uid: instance.into(),
+        }),
+    };
+    let passed = kube_source::wait(kube_client(&api), &config)
+        .await
+        .expect("the barrier passes");
+    assert_eq!(passed.peers.task_count(), 3);
+    let barrier = &api.requests()[before..];
+    assert!(!barrier.is_empty());
+    for request in barrier {
+        assert!(
+            allows(&rules, &attributes(request)),
+            "the job's Role does not allow its barrier's {request:?}"
+        );
+    }
+    // What a job's token must not reach: another job's Framework (its jobEnvs, its
+    // commands), its table, its key, the list of every job, and writes to its own.
+    let jobs = "/apis/frameworkcontroller.microsoft.com/v1/namespaces/jobs/frameworks";
+    let maps = "/api/v1/namespaces/jobs/configmaps";
+    for (method, uri) in [
+        ("GET", format!("{jobs}/{bob}")),
+        ("GET", jobs.to_string()),
+        ("GET", format!("{jobs}?watch=true")),
+        (
+            "GET",
+            format!("{jobs}?fieldSelector=metadata.name%3D{bob}&watch=true"),
+        ),
+        ("PATCH", format!("{jobs}/{fw}")),
+        ("DELETE", format!("{jobs}/{fw}")),
+        ("GET", format!("{maps}/{}", access::peer_table(&bob))),
+        ("GET", maps.to_string()),
+        ("GET", format!("/api/v1/namespaces/jobs/secrets/{fw}-ssh")),
+        ("GET", format!("/api/v1/namespaces/jobs/pods/{fw}-ps-0/log")),
+        ("POST", maps.to_string()),
+    ] {
+        let request = Attributes::of(method, &uri).expect("namespaced");
+        assert!(
+            !allows(&rules, &request),
+            "a job's token may {method} {uri}"
+        );
+    }
+
+    // Deleting the job deletes its grant.
+    client.delete("alice", "train").await.expect("deleted");
+    for resource in ["serviceaccounts", "roles", "rolebindings"] {
+        assert!(
+            api.get(resource, NS, &account).is_none(),
+            "{resource} left behind"
+        );
+    }
+    assert!(
+        api.get("roles", NS, &access::job_account(&bob)).is_some(),
+        "bob's stays"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_is_not_created_leaves_no_grant_and_a_second_one_takes_none() {
+    let api = ApiServer::start().await;
+    let client = serve(&api).await;
+    let fw = pai_contract::names::framework_name("alice", "train");
+    let account = access::job_account(&fw);
+
+    api.reject_creates_of("frameworks", "denied by a webhook");
+    client
+        .submit("alice", &spec("train"), SpecFormat::Json)
+        .await
+        .expect_err("refused");
+    for resource in ["serviceaccounts", "roles", "rolebindings"] {
+        assert!(
+            api.get(resource, NS, &account).is_none(),
+            "{resource} left behind"
+        );
+    }
+
+    // Accepted; the same job again is a conflict and leaves the first job's grant as is.
+    let api = ApiServer::start().await;
+    let client = serve(&api).await;
+    client
+        .submit("alice", &spec("train"), SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let role = api.get("roles", NS, &account).expect("role");
+    let again = client
+        .submit("alice", &spec("train"), SpecFormat::Json)
+        .await;
+    assert!(
+        matches!(
+            again,
+            Err(rest_lite::client::ClientError::Api { status: 409, .. })
+        ),
+        "{again:?}"
+    );
+    assert_eq!(api.get("roles", NS, &account), Some(role));
+}
