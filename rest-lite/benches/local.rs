@@ -71,7 +71,10 @@ async fn main() {
     let url = rx
         .recv_timeout(Duration::from_secs(30))
         .expect("start-up line");
-    let client = Client::new(&url, None);
+    // The server's own token, from its state directory, as the CLI finds it.
+    let token =
+        rest_lite::server::machine_token::read(&dir.join("state")).expect("the server's token");
+    let client = Client::new(&url, Some(token.clone()));
 
     let (mut running, mut done) = (Vec::new(), Vec::new());
     let (mut health, mut gets) = (Vec::new(), Vec::new());
@@ -104,7 +107,11 @@ async fn main() {
             .await
             .expect("submitted");
         let (stop_sampling, sampling) = tokio::sync::watch::channel(false);
-        let sampler = tokio::spawn(sample(Client::new(&url, None), name.clone(), sampling));
+        let sampler = tokio::spawn(sample(
+            Client::new(&url, Some(token.clone())),
+            name.clone(),
+            sampling,
+        ));
         let mut changes = client.watch("bench", &name).await.expect("watch");
         let waited = tokio::task::spawn_blocking(move || {
             for _ in 0..tasks {

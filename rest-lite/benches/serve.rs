@@ -107,6 +107,8 @@ async fn main() {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rest-lite"))
         .args(["serve", "--listen", "127.0.0.1:0", "--kubeconfig"])
         .arg(&kubeconfig)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("serve");

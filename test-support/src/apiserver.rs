@@ -17,8 +17,11 @@
 //! Deleting an object deletes what it owns (`metadata.ownerReferences`), at once where
 //! the real garbage collector takes a moment.
 //!
-//! It does not prove: admission webhooks, other resources' schemas, authentication and
-//! RBAC other than a blanket denial, server-side apply, strategic merge semantics for
+//! ServiceAccounts, Roles and RoleBindings are checked as Kubernetes' RBAC validation
+//! checks them; whether a request is allowed is [`crate::rbac`]'s, which tests call.
+//!
+//! It does not prove: admission webhooks, other resources' schemas, authentication, and
+//! authorization other than a blanket denial (it does not enforce RBAC itself), server-side apply, strategic merge semantics for
 //! lists, bookmarks, pagination (everything fits one page), or the timing of a real
 //! API server and etcd.
 
