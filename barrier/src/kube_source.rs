@@ -249,9 +249,9 @@ fn not_found(config: &BarrierConfig, what: &'static str) -> BarrierError {
 }
 
 /// What a Framework watch needs: named when the answer is 403.
-const FRAMEWORK_RULE: &str = "get, list and watch on frameworks";
+const FRAMEWORK_RULE: &str = "get, list and watch on this Framework";
 /// What the wait for a published table needs: named when the answer is 403.
-const TABLE_RULE: &str = "get and watch on configmaps";
+const TABLE_RULE: &str = "get, list and watch on this job's peer table";
 
 /// 401 and 403 never heal by waiting: fail at once, naming what is missing.
 fn check_error(error: &watcher::Error, config: &BarrierConfig) -> Result<(), BarrierError> {
@@ -283,7 +283,7 @@ fn forbidden(
         ))),
         403 => Err(BarrierError::Forbidden(format!(
             "the pod's service account may not {verb} {resource} in namespace {ns} (403 Forbidden: {msg}); \
-             grant it {rule} (deploy/rbac/job-pods.yaml)",
+             grant it {rule} (rest-lite gives every job a Role <framework>-job that does; a Framework written by hand needs one like it)",
             ns = config.namespace,
             msg = status.message
         ))),

@@ -214,7 +214,7 @@ async fn forbidden_fails_at_once_naming_the_rbac_rule() {
         "{message}"
     );
     assert!(
-        message.contains("get, list and watch on frameworks"),
+        message.contains("get, list and watch on this Framework"),
         "{message}"
     );
     assert_eq!(err.exit_code(), ExitCode::Unknown);

@@ -209,7 +209,10 @@ async fn forbidden_names_the_configmap_rule() {
         message.contains("may not watch configmaps in namespace jobs"),
         "{message}"
     );
-    assert!(message.contains("get and watch on configmaps"), "{message}");
+    assert!(
+        message.contains("get, list and watch on this job's peer table"),
+        "{message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

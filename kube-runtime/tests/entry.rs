@@ -260,7 +260,7 @@ fn a_task_the_api_server_refuses_fails_for_good_naming_the_rule() {
     let out = finish(child);
     assert_eq!(out.code, Some(210), "{}", out.stderr);
     assert!(
-        out.stderr.contains("get, list and watch on frameworks"),
+        out.stderr.contains("get, list and watch on this Framework"),
         "{}",
         out.stderr
     );

@@ -52,7 +52,7 @@ impl KubeBackend {
                 409 => BackendError::Conflict(status.message),
                 400 | 422 => BackendError::Invalid(status.message),
                 401 | 403 => BackendError::Other(format!(
-                    "rest-lite's service account may not manage frameworks in namespace {} ({} {}): see deploy/rbac",
+                    "rest-lite's service account may not do this in namespace {} ({} {}): see its Role in deploy/rest-lite/rbac.yaml",
                     self.namespace, status.code, status.message
                 )),
                 500..=599 => BackendError::Unavailable {
