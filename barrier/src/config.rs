@@ -2,31 +2,31 @@
 
 use std::time::Duration;
 
-use crate::BarrierError;
+use crate::outcome::BarrierError;
 
 /// `BARRIER_CHECK_TIMEOUT_SEC`: how long to wait for every address.
-pub const TIMEOUT_VAR: &str = "BARRIER_CHECK_TIMEOUT_SEC";
+pub const TIMEOUT_VAR: &str = pai_contract::env::barrier::TIMEOUT;
 /// `BARRIER_CHECK_INTERVAL_SEC`: here only a safety re-read period; the barrier reacts to
 /// watch events, not to this clock.
-pub const INTERVAL_VAR: &str = "BARRIER_CHECK_INTERVAL_SEC";
+pub const INTERVAL_VAR: &str = pai_contract::env::barrier::INTERVAL;
 /// Injected by FrameworkController into every container: the Framework's namespace.
 pub const NAMESPACE_VAR: &str = pai_contract::env::fc::FRAMEWORK_NAMESPACE;
 /// Injected by FrameworkController into every container: the Framework's name.
 pub const NAME_VAR: &str = pai_contract::env::fc::FRAMEWORK_NAME;
 
 /// Set by the embedded executor: wait on this Framework file instead of the API server.
-pub const FRAMEWORK_FILE_VAR: &str = "BARRIER_FRAMEWORK_FILE";
+pub const FRAMEWORK_FILE_VAR: &str = pai_contract::env::barrier::FRAMEWORK_FILE;
 /// Set by the embedded executor: wait on this peer-table file (the attempt's published
 /// table on this machine) instead of the API server.
-pub const PEERS_FILE_VAR: &str = "BARRIER_PEERS_FILE";
+pub const PEERS_FILE_VAR: &str = pai_contract::env::barrier::PEERS_FILE;
 /// `BARRIER_PEERS_SOURCE`: `published` (rest-lite publishes each attempt's peer table;
 /// wait for it) or `framework` (watch the Framework itself, as for a Framework nobody
 /// publishes for). Unset: `framework`.
-pub const PEERS_SOURCE_VAR: &str = "BARRIER_PEERS_SOURCE";
+pub const PEERS_SOURCE_VAR: &str = pai_contract::env::barrier::PEERS_SOURCE;
 /// [`PEERS_SOURCE_VAR`]'s value for [`Source::Published`].
-pub const SOURCE_PUBLISHED: &str = "published";
+pub const SOURCE_PUBLISHED: &str = pai_contract::env::barrier::SOURCE_PUBLISHED;
 /// [`PEERS_SOURCE_VAR`]'s value for [`Source::Framework`].
-pub const SOURCE_FRAMEWORK: &str = "framework";
+pub const SOURCE_FRAMEWORK: &str = pai_contract::env::barrier::SOURCE_FRAMEWORK;
 /// Injected by FrameworkController into every container: the Framework attempt's id.
 pub const ATTEMPT_ID_VAR: &str = pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID;
 /// Injected by FrameworkController into every container: the attempt's instance UID.

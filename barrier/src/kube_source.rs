@@ -21,10 +21,11 @@ use tracing::{debug, info, warn};
 use pai_contract::Framework;
 use pai_contract::framework::{GROUP, PLURAL};
 
+use crate::config::BarrierConfig;
 use crate::config::{Attempt, Source};
+use crate::outcome::{BarrierError, Passed};
 use crate::published;
 use crate::readiness::{Readiness, readiness};
-use crate::{BarrierConfig, BarrierError, Passed};
 
 /// Longest watch request: the API server's own limit for a watch is about this.
 const MAX_WATCH_SECONDS: u64 = 290;

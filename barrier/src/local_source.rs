@@ -18,8 +18,9 @@ use tracing::{debug, info};
 
 use pai_contract::Framework;
 
+use crate::outcome::{BarrierError, Passed};
+use crate::peers::PeerTable;
 use crate::readiness::{Readiness, readiness};
-use crate::{BarrierError, Passed, PeerTable};
 
 /// Waits until every task of the Framework in `path` has an address.
 pub fn wait(path: &Path, timeout: Duration) -> Result<Passed, BarrierError> {

@@ -6,7 +6,7 @@ use std::path::Path;
 use pai_contract::Framework;
 use pai_contract::paths::files;
 
-use crate::PeerTable;
+use crate::peers::PeerTable;
 
 /// Writes `peers.json` and, given the Framework, `framework.json` into `dir`.
 pub fn write(dir: &Path, framework: Option<&Framework>, peers: &PeerTable) -> std::io::Result<()> {

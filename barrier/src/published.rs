@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use pai_contract::Framework;
 use pai_contract::meta;
 
-use crate::PeerTable;
+use crate::peers::PeerTable;
 
 /// The key of the table in the ConfigMap's `data`.
 pub const DATA_KEY: &str = "peers.json";

@@ -77,6 +77,35 @@ pub const KUBE_APISERVER_ADDRESS: &str = "KUBE_APISERVER_ADDRESS";
 /// may run as another user than the init container and whose volume is the pod's own.
 pub const ENV_FILE_MODE: &str = "PAI_ENV_FILE_MODE";
 
+/// The runtime's own variables, set by rest-lite or the runtime for the task's processes.
+pub mod runtime {
+    /// Where the runtime's files of this task are (`--root` wins; default `/usr/local/pai`).
+    pub const ROOT: &str = "PAI_RUNTIME_ROOT";
+    /// The directory of the task's logs, for the `init/` daemons' scripts.
+    pub const LOG_DIR: &str = "PAI_LOG_DIR";
+    /// The directory with `prep/` and `init/` (default: the runtime binary's).
+    pub const ASSETS: &str = "PAI_RUNTIME_ASSETS";
+}
+
+/// The barrier's settings (frameworkbarrier's names, and ours for the peer table).
+pub mod barrier {
+    /// How long to wait for every address, in seconds.
+    pub const TIMEOUT: &str = "BARRIER_CHECK_TIMEOUT_SEC";
+    /// frameworkbarrier's polling period; here only a safety re-read period.
+    pub const INTERVAL: &str = "BARRIER_CHECK_INTERVAL_SEC";
+    /// Set by the embedded executor: wait on this Framework file, not the API server.
+    pub const FRAMEWORK_FILE: &str = "BARRIER_FRAMEWORK_FILE";
+    /// Set by the embedded executor: wait on this peer-table file, not the API server.
+    pub const PEERS_FILE: &str = "BARRIER_PEERS_FILE";
+    /// `published` (rest-lite publishes each attempt's peer table; wait for it) or
+    /// `framework` (watch the Framework itself). Unset: `framework`.
+    pub const PEERS_SOURCE: &str = "BARRIER_PEERS_SOURCE";
+    /// [`PEERS_SOURCE`]'s value when rest-lite publishes the peer table.
+    pub const SOURCE_PUBLISHED: &str = "published";
+    /// [`PEERS_SOURCE`]'s value when the barrier watches the Framework.
+    pub const SOURCE_FRAMEWORK: &str = "framework";
+}
+
 /// Prefix reserved for the variables FrameworkController injects.
 pub const FC_PREFIX: &str = "FC_";
 

@@ -185,6 +185,19 @@ pub struct RetryPolicyStatus {
     pub retry_delay_sec: Option<i64>,
 }
 
+/// The ConfigMap FrameworkController makes for a Framework's attempts:
+/// `<framework>-attempt` (its name never changes between attempts).
+pub fn attempt_config_map(framework: &str) -> String {
+    format!("{framework}-attempt")
+}
+
+/// An attempt's instance UID as FrameworkController writes it: `<attempt id>_<uid>`,
+/// the uid being the attempt ConfigMap's (a Framework attempt) or the pod's (a task
+/// attempt).
+pub fn instance_uid(attempt: impl std::fmt::Display, uid: &str) -> String {
+    format!("{attempt}_{uid}")
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 /// The current attempt of a Framework.

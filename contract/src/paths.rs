@@ -2,12 +2,29 @@
 //! runtime (tests and the embedded default run it elsewhere); these are the defaults a
 //! pod uses, and the paths the Framework refers to.
 
+// Each name written once: the absolute paths are made of these at compile time.
+macro_rules! root {
+    () => {
+        "/usr/local/pai"
+    };
+}
+macro_rules! run {
+    () => {
+        "run"
+    };
+}
+macro_rules! logs {
+    () => {
+        "logs"
+    };
+}
+
 /// The volume shared by the init and main containers.
-pub const RUNTIME_ROOT: &str = "/usr/local/pai";
+pub const RUNTIME_ROOT: &str = root!();
 /// The main container's command: the runtime installed by the init container.
-pub const RUN: &str = "/usr/local/pai/run";
+pub const RUN: &str = concat!(root!(), "/", run!());
 /// Where the logs volume is mounted.
-pub const LOGS: &str = "/usr/local/pai/logs";
+pub const LOGS: &str = concat!(root!(), "/", logs!());
 /// The runtime binary inside the runtime image.
 pub const RUNTIME_BINARY_IN_IMAGE: &str = "/opt/pai/kube-runtime";
 /// The memory-backed `/dev/shm` every task gets.
@@ -23,6 +40,14 @@ pub mod files {
     pub const PEERS_JSON: &str = "peers.json";
     /// The user's command.
     pub const MAIN_SH: &str = "main.sh";
+    /// The installed runtime, the main container's command ([`super::RUN`] in a pod).
+    pub const RUN: &str = run!();
+    /// The logs directory ([`super::LOGS`] in a pod).
+    pub const LOGS: &str = logs!();
+    /// The `init/` daemons' scripts, copied by the init container.
+    pub const INIT: &str = "init";
+    /// The task's whole environment, for ssh sessions (`init/10-sshd.sh` sources it).
+    pub const ENV_ALL: &str = "env-all.sh";
 }
 
 /// Log directory of one task attempt, relative to the logs root:

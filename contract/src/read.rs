@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::Container;
 use crate::framework::{
     Framework, GPU_RESOURCE, MAIN_CONTAINER, TaskRoleSpec, TaskRoleStatus, pod_name,
 };
-use crate::{PortPlan, env, meta};
+use crate::ports::PortPlan;
+use crate::{env, meta};
 
 /// How a job spec is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -255,7 +255,7 @@ fn run_prep(layout: &Layout, assets: &Path, log_dir: &Path) -> Result<(), EntryE
         let status = Command::new("/bin/sh")
             .arg(&script)
             .env(layout::ROOT_VAR, layout.root())
-            .env("PAI_LOG_DIR", log_dir)
+            .env(pai_contract::env::runtime::LOG_DIR, log_dir)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err_log)

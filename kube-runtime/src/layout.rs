@@ -6,10 +6,10 @@ use pai_contract::env::fc;
 use pai_contract::paths::{self, files};
 
 /// Environment variable that moves the runtime root (tests and the embedded default).
-pub const ROOT_VAR: &str = "PAI_RUNTIME_ROOT";
+pub const ROOT_VAR: &str = pai_contract::env::runtime::ROOT;
 /// Environment variable naming the directory with `prep/` and `init/` (default: the
 /// directory of the runtime binary).
-pub const ASSETS_VAR: &str = "PAI_RUNTIME_ASSETS";
+pub const ASSETS_VAR: &str = pai_contract::env::runtime::ASSETS;
 
 /// The files under the runtime root shared by the init and main containers.
 #[derive(Clone, Debug)]
@@ -35,10 +35,10 @@ impl Layout {
     }
     /// The installed runtime, the main container's command.
     pub fn run(&self) -> PathBuf {
-        self.root.join("run")
+        self.root.join(files::RUN)
     }
     pub fn init_dir(&self) -> PathBuf {
-        self.root.join("init")
+        self.root.join(files::INIT)
     }
     /// Dynamic variables, written by `entry`, read by `run`.
     pub fn env_file(&self) -> PathBuf {
@@ -46,13 +46,13 @@ impl Layout {
     }
     /// The whole environment of the task, written by `run` for ssh sessions.
     pub fn env_all_file(&self) -> PathBuf {
-        self.root.join("env-all.sh")
+        self.root.join(files::ENV_ALL)
     }
     pub fn main_sh(&self) -> PathBuf {
         self.root.join(files::MAIN_SH)
     }
     pub fn logs(&self) -> PathBuf {
-        self.root.join("logs")
+        self.root.join(files::LOGS)
     }
 }
 
@@ -115,4 +115,33 @@ pub fn scripts(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
     }
     scripts.sort();
     Ok(scripts)
+}
+
+#[cfg(test)]
+mod tests {
+    use pai_contract::env::runtime;
+    use pai_contract::paths::{self, files};
+
+    /// The shipped scripts cannot read the contract's constants: this reads the scripts,
+    /// so a renamed file or variable fails here rather than in a task.
+    #[test]
+    fn the_shipped_scripts_name_the_contracts_files_and_variables() {
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let read = |path: &str| {
+            std::fs::read_to_string(repo.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        let root = format!("${{{}:-{}}}", runtime::ROOT, paths::RUNTIME_ROOT);
+        for script in ["init/10-sshd.sh", "prep/10-ssh-host-keys.sh"] {
+            assert!(
+                read(script).contains(&root),
+                "{script} finds the root as {root}"
+            );
+        }
+        let sshd = read("init/10-sshd.sh");
+        assert!(
+            sshd.contains(&format!(". \"$root/{}\"", files::ENV_ALL)),
+            "ssh sessions source {}",
+            files::ENV_ALL
+        );
+    }
 }

@@ -7,21 +7,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 
-use pai_contract::framework::{Framework, FrameworkAttemptStatus, FrameworkState, TaskStatus};
+use pai_contract::framework::{Framework, FrameworkAttemptStatus};
 use pai_contract::meta;
 
 use super::lifecycle::{self, Effect, Event, Placement};
 use super::procs::{self, ProcessId};
 use super::task::{self, Identity, Launch, Progress, StopRequest};
-use super::{Command, Inner, Job, ports, uid};
+use crate::job::{Command, Inner, Job, uid};
+use crate::ports;
 use pai_kube_runtime::layout::{Layout, Task as RuntimeTask};
 use pai_kube_runtime::logs::USER_LOG;
 
-use crate::{Error, LogStream};
+use crate::error::Error;
 use pai_contract::framework::INIT_CONTAINER;
 
 /// Where tasks of this machine are.
@@ -29,20 +28,6 @@ const LOCAL_ADDRESS: &str = "127.0.0.1";
 
 fn now() -> String {
     jiff::Timestamp::now().to_string()
-}
-
-fn task_status<'a>(framework: &'a Framework, role: &str, index: u32) -> Option<&'a TaskStatus> {
-    framework
-        .status
-        .as_ref()?
-        .attempt_status
-        .task_role_statuses
-        .as_ref()?
-        .iter()
-        .find(|r| r.name == role)?
-        .task_statuses
-        .iter()
-        .find(|t| t.index == index as i32)
 }
 
 /// What the embedded default adds to every attempt's diagnostics.
@@ -119,21 +104,6 @@ pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
     }
 }
 
-fn task_root(
-    inner: &Inner,
-    name: &str,
-    attempt: i32,
-    role: &str,
-    index: u32,
-) -> std::path::PathBuf {
-    inner
-        .store
-        .job_dir(name)
-        .join("attempts")
-        .join(attempt.to_string())
-        .join(format!("{role}-{index}"))
-}
-
 /// The init container's environment for this machine: the files holding the
 /// environment are private to the server's user (a pod's template asks for 644, for a
 /// main container that may run as another user), and the job's key pair is read from
@@ -172,6 +142,8 @@ pub(super) async fn drive(
         started: None,
     };
     let mut events = vec![Event::Resumed];
+    // Deletions asked for in this batch of events, answered once it is carried out.
+    let mut deletions: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
     loop {
         let effects: Vec<Effect> = {
             let mut framework = job.framework();
@@ -187,7 +159,15 @@ pub(super) async fn drive(
                 .flat_map(|event| lifecycle::step(&mut framework, event, &mut cx))
                 .collect()
         };
-        match driver.carry_out(effects).await {
+        let next = driver.carry_out(effects).await;
+        if !deletions.is_empty() {
+            // Saved (and invisible) now: tell watchers, then the callers.
+            job.changed.send_modify(|v| *v += 1);
+            for saved in deletions.drain(..) {
+                let _ = saved.send(());
+            }
+        }
+        match next {
             Next::Events(more) if !more.is_empty() => {
                 events = more;
                 continue;
@@ -215,7 +195,11 @@ pub(super) async fn drive(
                     tracing::info!(job = %name, "stop requested");
                     Event::Stop
                 }
-                Some(Command::Delete) | None => Event::Delete,
+                Some(Command::Delete(saved)) => {
+                    deletions.push(saved);
+                    Event::Delete
+                }
+                None => Event::Delete,
             }),
             () = timer => {
                 driver.timer = None;
@@ -352,7 +336,12 @@ impl Driver<'_> {
                 Effect::Schedule(delay) => {
                     self.timer = Some(Box::pin(tokio::time::sleep(delay)));
                 }
-                Effect::Remove => return Next::Removed,
+                Effect::Remove => {
+                    if let Err(e) = self.save(unsaved.take()).await {
+                        tracing::error!(job = %name, error = %e, "cannot save the deletion");
+                    }
+                    return Next::Removed;
+                }
             }
         }
         if let Err(e) = self.save(unsaved).await {
@@ -436,15 +425,20 @@ fn not_started(message: String) -> Event {
 type Placed = (Vec<Placement>, Vec<(String, u32, Launch)>);
 
 fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
-    let mut framework = job.framework();
+    // A copy: binding a port per task takes a while for a large job, and the job's
+    // readers (its status, the job list) must not wait for it. Only this driver changes
+    // the attempt and its tasks, so what is read from the copy stays current.
+    let framework = job.framework().clone();
     let own_ports =
         ports::allocate(&framework).map_err(|e| format!("no free ports on this machine: {e}"))?;
-    let ports_json = own_ports.to_annotation();
-    framework
+    job.framework()
         .metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(meta::ANNOTATION_TASK_PORTS.to_string(), ports_json);
+        .insert(
+            meta::ANNOTATION_TASK_PORTS.to_string(),
+            own_ports.to_annotation(),
+        );
 
     let name = framework.metadata.name.clone().unwrap_or_default();
     let namespace = framework.metadata.namespace.clone().unwrap_or_default();
@@ -492,12 +486,12 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                 role_uid: role_uid.clone(),
                 index,
                 task_uid: uid(),
-                task_attempt_uid: format!("0_{pod_uid}"),
+                task_attempt_uid: pai_contract::framework::instance_uid(0, &pod_uid),
                 pod_name: pai_contract::framework::pod_name(&name, &role.name, index),
                 pod_uid: pod_uid.clone(),
             };
             let fc = identity.fc_env();
-            let root = task_root(inner, &name, attempt, &role.name, index);
+            let root = inner.store.task_root(&name, attempt, &role.name, index);
             // Where the runtime will put it: the same rule, from the same code.
             let user_log = RuntimeTask {
                 framework_attempt: u32::try_from(attempt).unwrap_or(0),
@@ -531,126 +525,4 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
         }
     }
     Ok((pods, launches))
-}
-
-/// The container log of task `index` of `role` in the job's current attempt; with
-/// `follow`, it goes on until the task completes.
-/// The job's name and its current attempt (`NotFound` before it has one).
-fn current_attempt(job: &Job) -> Result<(String, i32), Error> {
-    let framework = job.framework();
-    let attempt = framework
-        .status
-        .as_ref()
-        .map(|s| s.attempt_status.id)
-        .ok_or(Error::NotFound)?;
-    Ok((framework.metadata.name.clone().unwrap_or_default(), attempt))
-}
-
-/// The last `max_bytes` of a task's log in the current attempt (read from the end of
-/// the file: a long log costs nothing more).
-pub(super) fn log_end(
-    inner: &Arc<Inner>,
-    job: &Job,
-    role: &str,
-    index: u32,
-    max_bytes: u64,
-) -> Result<Vec<u8>, Error> {
-    use std::io::{Read, Seek, SeekFrom};
-    let (name, attempt) = current_attempt(job)?;
-    let path = task::container_log(&task_root(inner, &name, attempt, role, index));
-    let mut file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;
-    let length = file
-        .metadata()
-        .map_err(|e| Error::Other(e.to_string()))?
-        .len();
-    file.seek(SeekFrom::Start(length.saturating_sub(max_bytes)))
-        .map_err(|e| Error::Other(e.to_string()))?;
-    let mut end = Vec::new();
-    file.take(max_bytes)
-        .read_to_end(&mut end)
-        .map_err(|e| Error::Other(e.to_string()))?;
-    Ok(end)
-}
-
-pub(super) fn log_stream(
-    inner: &Arc<Inner>,
-    job: Arc<Job>,
-    role: String,
-    index: u32,
-    follow: bool,
-    earlier: Option<i32>,
-) -> Result<LogStream, Error> {
-    let (name, current) = current_attempt(&job)?;
-    let (attempt, follow) = match earlier {
-        // An earlier attempt's log is complete: nothing to follow.
-        Some(attempt) if attempt < current => (attempt, false),
-        _ => (current, follow),
-    };
-    let path = task::container_log(&task_root(inner, &name, attempt, &role, index));
-    let file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;
-    struct Tail {
-        file: tokio::fs::File,
-        changed: watch::Receiver<u64>,
-        job: Arc<Job>,
-        role: String,
-        index: u32,
-        attempt: i32,
-        follow: bool,
-        finished: bool,
-    }
-    let ended = |t: &Tail| {
-        let framework = t.job.framework();
-        let same_attempt = framework
-            .status
-            .as_ref()
-            .is_some_and(|s| s.attempt_status.id == t.attempt);
-        !same_attempt
-            || t.job.is_deleting()
-            || task_status(&framework, &t.role, t.index)
-                .is_none_or(|task| task.state == FrameworkState::Completed)
-    };
-    let tail = Tail {
-        file: tokio::fs::File::from_std(file),
-        changed: job.changed.subscribe(),
-        job: job.clone(),
-        role,
-        index,
-        attempt,
-        follow,
-        finished: false,
-    };
-    let stream = futures::stream::unfold(tail, move |mut t| async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match t.file.read(&mut buf).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    buf.truncate(n);
-                    return Some((Ok(Bytes::from(buf)), t));
-                }
-                Err(e) => {
-                    return Some((
-                        Err(e),
-                        Tail {
-                            finished: true,
-                            ..t
-                        },
-                    ));
-                }
-            }
-            if !t.follow || t.finished {
-                return None;
-            }
-            if ended(&t) {
-                // One more read: what the task wrote before it ended.
-                t.finished = true;
-                continue;
-            }
-            tokio::select! {
-                _ = t.changed.changed() => {}
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-        }
-    });
-    Ok(Box::pin(stream))
 }

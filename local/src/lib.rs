@@ -9,7 +9,10 @@
 
 pub mod assets;
 mod controller;
+mod error;
+mod job;
 pub mod lifecycle;
+mod logs;
 pub mod metrics;
 /// Tests that fork hold this, and so does the one that checks the ports it was given are
 /// free: a child holds its parent's sockets between fork and exec.
@@ -18,225 +21,29 @@ static FORKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 pub mod policy;
 pub mod ports;
 pub mod procs;
+mod settings;
 pub mod store;
 pub mod task;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use futures::stream::BoxStream;
 use tokio::sync::{mpsc, watch};
 
 use pai_contract::Framework;
 use pai_contract::framework::{ExecutionType, pod_name};
 use pai_contract::ssh_key::JobKey;
 
+use job::{Command, Inner, Job, uid};
 use store::Store;
-use task::Runtime;
 
-/// Why an operation of the embedded default failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The name is taken (or still being freed).
-    #[error("{0}")]
-    Conflict(String),
-    /// No such job (or task).
-    #[error("not found")]
-    NotFound,
-    /// The job cannot run here (too large for this machine, …): the message says why.
-    #[error("{0}")]
-    Refused(String),
-    /// Anything else (I/O on the state directory, …).
-    #[error("{0}")]
-    Other(String),
-}
-
-/// A task's container log, as it grows.
-pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
-
-/// A Framework as it changes: its state now, then after every change; `None` once it
-/// is deleted, and then the stream ends.
-pub type FrameworkStream = BoxStream<'static, Result<Option<Framework>, Error>>;
-
-/// How the embedded default runs tasks.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// The state directory: jobs, their Frameworks, task roots and logs.
-    pub state_dir: PathBuf,
-    pub runtime: Runtime,
-    /// Where tasks find `prep/` and `init/`.
-    pub assets: Assets,
-    /// Between a task's TERM and KILL when it is stopped (its pod's
-    /// `terminationGracePeriodSeconds` when it has one).
-    pub default_grace: Duration,
-    /// Delay before retrying an attempt that failed with a transient conflict.
-    pub conflict_delay: Duration,
-    /// The most tasks one job may have here ([`default_max_tasks`] unless set).
-    pub max_tasks: u32,
-}
-
-/// How many tasks a job may have on this machine unless configured: 500 per CPU core,
-/// and no more than one per 8 MiB of memory (a task is at least the runtime, a shell
-/// and the user's command). 1,000 on a machine of 2 cores and 8 GiB or more.
-pub fn default_max_tasks() -> u32 {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let memory = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .map_or(u64::MAX, |kib| kib / (8 * 1024));
-    u32::try_from((500 * cores).min(memory).max(1)).unwrap_or(u32::MAX)
-}
-
-/// The `prep/` and `init/` scripts tasks run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Assets {
-    /// The ones this binary carries, written to `<state dir>/assets` once the state
-    /// directory is this server's ([`assets::unpack`]).
-    Embedded,
-    /// A directory with `prep/` and `init/`.
-    Dir(PathBuf),
-}
-
-/// `rest-lite runtime entry|run`: the runtime this binary carries.
-pub const RUNTIME_COMMAND: &str = "runtime";
-
-impl Runtime {
-    /// The runtime carried by this very binary.
-    pub fn embedded() -> std::io::Result<Self> {
-        Ok(Self {
-            program: std::env::current_exe()?,
-            args: vec![RUNTIME_COMMAND.into()],
-        })
-    }
-
-    /// A `kube-runtime` binary.
-    pub fn binary(path: &Path) -> Self {
-        Self {
-            program: path.to_path_buf(),
-            args: Vec::new(),
-        }
-    }
-}
-
-/// `$XDG_STATE_HOME/rest-lite`, else `~/.local/state/rest-lite`.
-pub fn default_state_dir() -> PathBuf {
-    std::env::var_os("XDG_STATE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(std::env::temp_dir)
-        .join("rest-lite")
-}
+pub use error::{Error, FrameworkStream, LogStream};
+pub use settings::{Assets, RUNTIME_COMMAND, Settings, default_max_tasks, default_state_dir};
 
 /// Variables of the server's environment every task gets (a pod gets its image's).
 const HOST_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "RUST_LOG",
 ];
-
-pub(crate) enum Command {
-    Stop,
-    Delete,
-}
-
-struct Job {
-    framework: Mutex<Framework>,
-    /// Held while a snapshot is written, so saves land in order.
-    save: tokio::sync::Mutex<()>,
-    /// Bumped after every save.
-    changed: watch::Sender<u64>,
-    commands: mpsc::UnboundedSender<Command>,
-    /// Deleted: invisible, its name still taken until its processes and files are gone.
-    deleting: std::sync::atomic::AtomicBool,
-    /// Its processes and files are gone and its name is free.
-    gone: std::sync::atomic::AtomicBool,
-}
-
-impl Job {
-    fn framework(&self) -> MutexGuard<'_, Framework> {
-        self.framework.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn name(&self) -> String {
-        self.framework().metadata.name.clone().unwrap_or_default()
-    }
-
-    fn is_deleting(&self) -> bool {
-        self.deleting.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn is_gone(&self) -> bool {
-        self.gone.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-pub(crate) struct Inner {
-    store: Store,
-    settings: Settings,
-    /// The directory with `prep/` and `init/` tasks get.
-    assets: PathBuf,
-    /// Task start and barrier times, for `/metrics`.
-    observed: metrics::Observed,
-    host_env: Vec<(String, String)>,
-    /// Where tasks' processes are started.
-    spawner: procs::Spawner,
-    jobs: Mutex<BTreeMap<String, Arc<Job>>>,
-    /// Job directories that could not be read at start, by name, with the reason: their
-    /// names stay taken (a new job would overwrite what may still be recovered).
-    unreadable: Mutex<BTreeMap<String, String>>,
-}
-
-impl Inner {
-    fn unreadable(&self) -> MutexGuard<'_, BTreeMap<String, String>> {
-        self.unreadable.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn jobs(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Job>>> {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn visible(&self, name: &str) -> Option<Arc<Job>> {
-        self.jobs().get(name).filter(|j| !j.is_deleting()).cloned()
-    }
-
-    /// Every job not being deleted.
-    fn visible_jobs(&self) -> Vec<Arc<Job>> {
-        self.jobs()
-            .values()
-            .filter(|j| !j.is_deleting())
-            .cloned()
-            .collect()
-    }
-
-    /// Writes the job's Framework as it is now, durably (synced); returns once it is on
-    /// disk. For every decision: acceptance, an attempt's start, completion, stop.
-    async fn persist(&self, job: &Job) -> Result<(), Error> {
-        self.save(job, true).await
-    }
-
-    /// Writes the job's Framework as it is now, atomically but not synced: for task
-    /// progress, which a restart re-derives (the attempt is then failed and retried).
-    async fn record(&self, job: &Job) -> Result<(), Error> {
-        self.save(job, false).await
-    }
-
-    async fn save(&self, job: &Job, durable: bool) -> Result<(), Error> {
-        let _order = job.save.lock().await;
-        let snapshot = job.framework().clone();
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.save(&snapshot, durable))
-            .await
-            .map_err(|e| Error::Other(format!("saving the job: {e}")))?
-            .map_err(|e| Error::Other(e.to_string()))?;
-        job.changed.send_modify(|v| *v += 1);
-        Ok(())
-    }
-}
 
 /// The Frameworks of this machine and the controllers running them.
 pub struct Machine {
@@ -337,7 +144,6 @@ fn insert(
         save: tokio::sync::Mutex::new(()),
         changed: watch::channel(0).0,
         commands,
-        deleting: false.into(),
         gone: false.into(),
     });
     jobs.insert(name, job.clone());
@@ -346,23 +152,6 @@ fn insert(
 
 fn spawn_controller(inner: &Arc<Inner>, job: Arc<Job>, commands: mpsc::UnboundedReceiver<Command>) {
     tokio::spawn(controller::drive(inner.clone(), job, commands));
-}
-
-/// A random UID in the form Kubernetes gives objects.
-pub(crate) fn uid() -> String {
-    let mut bytes = [0u8; 16];
-    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 /// The task of job `framework` that pod `pod` names: its role and index.
@@ -486,7 +275,7 @@ impl Machine {
     /// until the job is deleted.
     pub fn logs(&self, pod: &str, follow: bool, earlier: Option<i32>) -> Result<LogStream, Error> {
         let (job, role, index) = self.task_of(pod)?;
-        controller::log_stream(&self.inner, job, role, index, follow, earlier)
+        logs::log_stream(&self.inner, job, role, index, follow, earlier)
     }
 
     /// The visible job, role and index pod `pod` is a task of.
@@ -509,7 +298,7 @@ impl Machine {
     /// The last `max_bytes` of pod `pod`'s log in the current attempt.
     pub fn log_end(&self, pod: &str, max_bytes: u64) -> Result<Vec<u8>, Error> {
         let (job, role, index) = self.task_of(pod)?;
-        controller::log_end(&self.inner, &job, &role, index, max_bytes)
+        logs::log_end(&self.inner, &job, &role, index, max_bytes)
     }
 
     /// The Framework `name` now and after every change, until it is deleted.
@@ -535,8 +324,15 @@ impl Machine {
                         if job.is_gone() {
                             return Some((Ok(None), (job, changed, true, false)));
                         }
-                        if !job.is_deleting() {
-                            let framework = job.framework().clone();
+                        let visible = {
+                            let framework = job.framework();
+                            framework
+                                .metadata
+                                .deletion_timestamp
+                                .is_none()
+                                .then(|| framework.clone())
+                        };
+                        if let Some(framework) = visible {
                             return Some((Ok(Some(framework)), (job, changed, false, false)));
                         }
                     }
@@ -546,15 +342,18 @@ impl Machine {
         }
     }
 
-    /// Deletes the job: its tasks are ended, then its files go, then its name is free.
-    pub fn delete(&self, name: &str) -> Result<(), Error> {
-        {
-            let job = self.inner.visible(name).ok_or(Error::NotFound)?;
-            job.deleting
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            let _ = job.commands.send(Command::Delete);
-            job.changed.send_modify(|v| *v += 1);
-            Ok(())
+    /// Deletes the job: returns once the deletion is saved (a server killed after that
+    /// finishes it when it starts again); then its tasks are ended, its files go and its
+    /// name is free.
+    pub async fn delete(&self, name: &str) -> Result<(), Error> {
+        let job = self.inner.visible(name).ok_or(Error::NotFound)?;
+        let (saved, answer) = tokio::sync::oneshot::channel();
+        if job.commands.send(Command::Delete(saved)).is_err() {
+            // Its controller has ended: it is being removed already.
+            return Ok(());
         }
+        // No answer: the controller ended first, the job is gone.
+        let _ = answer.await;
+        Ok(())
     }
 }

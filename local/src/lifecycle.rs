@@ -13,6 +13,7 @@ use pai_contract::exit::{ExitCode, codes};
 use pai_contract::framework::{
     CompletionStatus, ExecutionType, Framework, FrameworkAttemptStatus, FrameworkState,
     FrameworkStatus, RetryPolicyStatus, TaskAttemptStatus, TaskRoleStatus, TaskStatus,
+    attempt_config_map, instance_uid,
 };
 
 use crate::policy;
@@ -328,8 +329,8 @@ fn new_attempt(framework: &Framework, id: i32, cx: &mut Context<'_>) -> Framewor
     FrameworkAttemptStatus {
         id,
         start_time: Some(cx.now.clone()),
-        instance_uid: Some(format!("{id}_{}", (cx.uid)())),
-        config_map_name: Some(format!("{name}-attempt")),
+        instance_uid: Some(instance_uid(id, &(cx.uid)())),
+        config_map_name: Some(attempt_config_map(&name)),
         task_role_statuses: Some(roles),
         ..FrameworkAttemptStatus::default()
     }
@@ -337,6 +338,12 @@ fn new_attempt(framework: &Framework, id: i32, cx: &mut Context<'_>) -> Framewor
 
 /// The start of the controller: a first attempt, or what a restart leaves to do.
 fn resume(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Effect>) {
+    if deleting(framework) {
+        // Deleted before the restart: the previous server's tasks were ended; what is
+        // left is to remove it.
+        effects.push(Effect::Remove);
+        return;
+    }
     match state(framework) {
         None => {
             let attempt = new_attempt(framework, 0, cx);
@@ -405,7 +412,7 @@ fn begin_attempt(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut 
 fn place(framework: &mut Framework, placements: &[Placement], now: &str) {
     for p in placements {
         if let Some(task) = task_mut(framework, &p.role, p.index) {
-            task.attempt_status.instance_uid = Some(format!("0_{}", p.pod_uid));
+            task.attempt_status.instance_uid = Some(instance_uid(0, &p.pod_uid));
             task.attempt_status.pod_uid = Some(p.pod_uid.clone());
             task.attempt_status.pod_ip = Some(p.address.clone());
             task.attempt_status.pod_host_ip = Some(p.address.clone());
@@ -558,6 +565,9 @@ fn delete(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Eff
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             cx.now.parse().unwrap_or(jiff::Timestamp::UNIX_EPOCH),
         ));
+    // Saved before anything is done about it: a server killed from here on finishes the
+    // deletion when it starts again, and never shows the job again.
+    effects.push(Effect::Persist { durable: true });
     let running = tasks_started(framework)
         && tasks(framework).any(|(_, t)| t.state != FrameworkState::Completed);
     if running {
@@ -1038,12 +1048,17 @@ mod tests {
     fn delete_during_start_removes_at_once_and_while_running_after_every_task() {
         let mut sim = Sim::new(&[("worker", 2, 1, -1)], true, -1);
         sim.step(Event::Resumed);
-        assert_eq!(sim.step(Event::Delete), [Effect::Remove]);
+        assert_eq!(sim.step(Event::Delete), [SAVED, Effect::Remove]);
 
         let mut sim = Sim::new(&[("worker", 2, 1, -1)], true, -1);
         sim.started();
         sim.running();
         let effects = sim.step(Event::Delete);
+        assert_eq!(
+            effects.first(),
+            Some(&SAVED),
+            "saved before the tasks are told"
+        );
         assert!(effects.iter().any(signal(
             &[("worker", 0), ("worker", 1)],
             codes::DELETE_TASK_REQUESTED
@@ -1064,8 +1079,11 @@ mod tests {
         let mut sim = Sim::new(&[("worker", 1, 1, -1)], true, -1);
         sim.started();
         sim.exit("worker", 0, codes::CONTAINER_TRANSIENT_CONFLICT_FAILED);
-        assert_eq!(sim.step(Event::Delete), [Effect::Remove]);
+        assert_eq!(sim.step(Event::Delete), [SAVED, Effect::Remove]);
     }
+
+    /// The deletion's record, saved and synced.
+    const SAVED: Effect = Effect::Persist { durable: true };
 
     #[test]
     fn a_restart_in_every_state_resumes_as_the_controller_would() {
@@ -1138,6 +1156,29 @@ mod tests {
                     s.exit("worker", 1, 0);
                 },
                 &[],
+                0,
+                FrameworkState::Completed,
+            ),
+            (
+                "deleted while its tasks ran",
+                |s| {
+                    s.started();
+                    s.running();
+                    s.step(Event::Delete);
+                },
+                &[Effect::Remove],
+                0,
+                FrameworkState::AttemptDeletionPending,
+            ),
+            (
+                "deleted after it completed",
+                |s| {
+                    s.started();
+                    s.exit("worker", 0, 0);
+                    s.exit("worker", 1, 0);
+                    s.step(Event::Delete);
+                },
+                &[Effect::Remove],
                 0,
                 FrameworkState::Completed,
             ),

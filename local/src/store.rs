@@ -134,6 +134,15 @@ impl Store {
         self.root.join("jobs").join(name)
     }
 
+    /// The runtime root of task `index` of `role` in attempt `attempt` of job `name`:
+    /// its files and logs, kept until the job is deleted.
+    pub fn task_root(&self, name: &str, attempt: i32, role: &str, index: u32) -> PathBuf {
+        self.job_dir(name)
+            .join("attempts")
+            .join(attempt.to_string())
+            .join(format!("{role}-{index}"))
+    }
+
     /// Where attempt `attempt`'s peer table of job `name` is published.
     pub fn peers_file(&self, name: &str, attempt: i32) -> PathBuf {
         self.job_dir(name).join(format!("peers-{attempt}.json"))

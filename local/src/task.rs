@@ -38,7 +38,7 @@ pub struct Identity {
 
 impl Identity {
     pub fn fc_env(&self) -> Vec<(String, String)> {
-        let configmap = format!("{}-attempt", self.framework);
+        let configmap = pai_contract::framework::attempt_config_map(&self.framework);
         use pai_contract::env::fc;
         [
             (fc::FRAMEWORK_NAMESPACE, self.namespace.clone()),
@@ -177,7 +177,7 @@ pub async fn run(
         ));
     }
     // The main container.
-    let run = tokio::process::Command::new(launch.root.join("run"));
+    let run = tokio::process::Command::new(launch.root.join(pai_contract::paths::files::RUN));
     let started = {
         let report = &report;
         move || report(Progress::Running)

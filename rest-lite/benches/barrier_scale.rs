@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use pai_barrier::config::{Attempt, Source};
 use pai_barrier::{BarrierConfig, kube_source, published};
 use pai_contract::meta;
+use pai_server::publisher::Publisher;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_attempt, to_value};
-use rest_lite::server::publisher::Publisher;
 use serde_json::{Value, json};
 
 const NAME: &str = "scale";

@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use rest_lite::client::Client;
+use pai_client::Client;
 use serde_json::json;
 
 /// Tasks of the job unless `BENCH_TASKS` says otherwise (at least 5: four of one role,
@@ -72,8 +72,7 @@ async fn main() {
         .recv_timeout(Duration::from_secs(30))
         .expect("start-up line");
     // The server's own token, from its state directory, as the CLI finds it.
-    let token =
-        rest_lite::server::machine_token::read(&dir.join("state")).expect("the server's token");
+    let token = pai_server::machine_token::read(&dir.join("state")).expect("the server's token");
     let client = Client::new(&url, Some(token.clone()));
 
     let (mut running, mut done) = (Vec::new(), Vec::new());
@@ -103,7 +102,7 @@ async fn main() {
         .to_string();
         let started = Instant::now();
         client
-            .submit("bench", &spec, rest_lite::spec::SpecFormat::Json)
+            .submit("bench", &spec, pai_translate::spec::SpecFormat::Json)
             .await
             .expect("submitted");
         let (stop_sampling, sampling) = tokio::sync::watch::channel(false);
@@ -132,7 +131,7 @@ async fn main() {
         health.extend(h);
         gets.extend(g);
         let state = last.map(|v| v.job_status.state);
-        assert_eq!(state, Some(rest_lite::status::JobState::Succeeded));
+        assert_eq!(state, Some(pai_api::status::JobState::Succeeded));
         client.delete("bench", &name).await.expect("delete");
     }
     let _ = server.kill();

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use pai_server::auth::{Access, Caller, TokenTable, Tokens};
+use pai_server::kube_backend::KubeBackend;
+use pai_server::{AppState, router};
 use pai_test_support::ApiServer;
-use rest_lite::config::ClusterConfig;
-use rest_lite::server::auth::{Access, Caller, TokenTable, Tokens};
-use rest_lite::server::kube_backend::KubeBackend;
-use rest_lite::server::{AppState, router};
+use pai_translate::config::ClusterConfig;
 
 const CONNECTIONS: usize = 64;
 const TOKEN: &str = "4f1c8e2d0b7a95e3c6d1f08a2b4e7c9d5a3f6e1b8c0d2a4f7e9b1c3d5a7f9e0b";

@@ -12,13 +12,13 @@ use std::process::Command;
 use futures::StreamExt;
 use serde_json::json;
 
+use pai_api::jobs::Execution;
+use pai_api::status::{JobState, JobView};
+use pai_client::{Client, ClientError};
 use pai_contract::framework::CompletionStatus;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{address, set_pod_ip};
-use rest_lite::client::{Client, ClientError};
-use rest_lite::server::jobs::Execution;
-use rest_lite::spec::SpecFormat;
-use rest_lite::status::{JobState, JobView};
+use pai_translate::spec::SpecFormat;
 
 use common::serve::{DEADLINE, Server};
 
@@ -43,7 +43,7 @@ struct Harness {
 }
 
 fn token_file(dir: &Path) -> PathBuf {
-    use rest_lite::server::auth::hash;
+    use pai_server::auth::hash;
     let path = dir.join("tokens.yaml");
     std::fs::write(
         &path,
@@ -239,7 +239,7 @@ async fn lists_show_each_user_their_own(h: &Harness) {
     h.submit(OPS, "bob", "his")
         .await
         .expect("an admin submits for bob");
-    let names = |list: Vec<rest_lite::server::jobs::JobSummary>| {
+    let names = |list: Vec<pai_api::jobs::JobSummary>| {
         let mut names: Vec<String> = list.into_iter().map(|j| j.name).collect();
         names.sort();
         names

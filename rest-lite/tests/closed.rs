@@ -321,7 +321,7 @@ fn the_owner_needs_no_flag_and_everyone_else_is_refused() {
 
 #[test]
 fn a_token_removed_from_the_file_stops_working_while_the_server_runs() {
-    use rest_lite::server::auth::hash;
+    use pai_server::auth::hash;
     let dir = scratch("revoke");
     let file = dir.join("tokens.yaml");
     let entry =

@@ -12,17 +12,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pai_barrier::{Attempt, BarrierConfig, Source, kube_source, published};
+use pai_client::Client;
 use pai_contract::access;
+use pai_server::auth::Access;
+use pai_server::kube_backend::KubeBackend;
+use pai_server::publisher::Publisher;
+use pai_server::{AppState, router};
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{set_all_addresses, set_attempt};
 use pai_test_support::rbac::{Attributes, allows, covers};
-use rest_lite::client::Client;
-use rest_lite::config::ClusterConfig;
-use rest_lite::server::auth::Access;
-use rest_lite::server::kube_backend::KubeBackend;
-use rest_lite::server::publisher::Publisher;
-use rest_lite::server::{AppState, router};
-use rest_lite::spec::SpecFormat;
+use pai_translate::config::ClusterConfig;
+use pai_translate::spec::SpecFormat;
 use serde_json::{Value, json};
 
 const NS: &str = "jobs";
@@ -278,10 +278,7 @@ async fn a_job_that_is_not_created_leaves_no_grant_and_a_second_one_takes_none()
         .submit("alice", &spec("train"), SpecFormat::Json)
         .await;
     assert!(
-        matches!(
-            again,
-            Err(rest_lite::client::ClientError::Api { status: 409, .. })
-        ),
+        matches!(again, Err(pai_client::ClientError::Api { status: 409, .. })),
         "{again:?}"
     );
     assert_eq!(api.get("roles", NS, &account), Some(role));

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
-use rest_lite::client::Client;
-use rest_lite::spec::SpecFormat;
-use rest_lite::status::JobState;
+use pai_api::status::JobState;
+use pai_client::Client;
+use pai_translate::spec::SpecFormat;
 use serde_json::{Value, json};
 
 use common::fifo::{events, final_view, next_event};
@@ -204,7 +204,7 @@ async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
         assert!(!text.contains("run 3"), "attempt {attempt}: {text}");
     }
     match client.attempt_logs("alice", "flaky", "worker", 0, 3).await {
-        Err(rest_lite::client::ClientError::Api {
+        Err(pai_client::ClientError::Api {
             status: 404,
             message,
             ..
@@ -284,7 +284,7 @@ async fn delete_ends_every_task_and_frees_the_name() {
     client.delete("alice", "doomed").await.expect("deleted");
     assert!(matches!(
         client.job("alice", "doomed").await,
-        Err(rest_lite::client::ClientError::Api { status: 404, .. })
+        Err(pai_client::ClientError::Api { status: 404, .. })
     ));
     let seen = until_none_left(&rx);
     assert_eq!(seen.len(), 2, "{seen:?}");
@@ -682,10 +682,7 @@ fn a_token_made_by_the_command_lets_its_user_in() {
     assert_eq!(code, Some(0), "{stderr}");
     let text = std::fs::read_to_string(&file).expect("token file");
     assert!(!text.contains(&token), "the file holds hashes only: {text}");
-    assert!(
-        text.contains(&rest_lite::server::auth::hash(&token)),
-        "{text}"
-    );
+    assert!(text.contains(&pai_server::auth::hash(&token)), "{text}");
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&file).expect("meta").permissions().mode();
     assert_eq!(mode & 0o777, 0o600);

@@ -10,8 +10,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use rest_lite::client::ClientError;
-use rest_lite::spec::SpecFormat;
+use pai_client::ClientError;
+use pai_translate::spec::SpecFormat;
 use serde_json::{Value, json};
 
 use common::fifo::{events, final_view, next_event};

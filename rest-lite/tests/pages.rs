@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rest_lite::spec::SpecFormat;
+use pai_translate::spec::SpecFormat;
 use serde_json::json;
 
 use common::fifo::{events, final_view, next_event};
@@ -208,7 +208,7 @@ const BOB: &str = "bob-token";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_sign_in_with_a_cookie_and_show_each_user_only_their_jobs() {
-    use rest_lite::server::auth::hash;
+    use pai_server::auth::hash;
     let dir = scratch("sign-in");
     let tokens = dir.join("tokens.yaml");
     std::fs::write(
@@ -223,7 +223,7 @@ async fn pages_sign_in_with_a_cookie_and_show_each_user_only_their_jobs() {
     let (events_path, events) = events(&dir);
     let server = Server::start_with_tokens(&dir.join("state"), &tokens);
     let url = server.url.clone();
-    let alice = rest_lite::client::Client::new(&url, Some(ALICE.to_string()));
+    let alice = pai_client::Client::new(&url, Some(ALICE.to_string()));
     let (spec, go) = job(&dir, "mine", &events_path);
     alice
         .submit("alice", &spec, SpecFormat::Json)

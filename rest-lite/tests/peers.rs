@@ -12,9 +12,9 @@ mod common;
 
 use pai_barrier::{PeerTable, Readiness, published, readiness};
 use pai_contract::Framework;
+use pai_server::publisher::Publisher;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, set_attempt, set_pod_ip};
-use rest_lite::server::publisher::Publisher;
 use serde_json::Value;
 
 const SPEC: &str = r#"

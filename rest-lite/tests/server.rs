@@ -6,10 +6,10 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use pai_server::kube_backend::KubeBackend;
+use pai_server::{AppState, router};
 use pai_test_support::ApiServer;
-use rest_lite::config::ClusterConfig;
-use rest_lite::server::kube_backend::KubeBackend;
-use rest_lite::server::{AppState, router};
+use pai_translate::config::ClusterConfig;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -35,15 +35,15 @@ async fn start() -> Setup {
     start_with(None).await
 }
 
-async fn start_with(tokens: Option<rest_lite::server::auth::Tokens>) -> Setup {
+async fn start_with(tokens: Option<pai_server::auth::Tokens>) -> Setup {
     start_with_watch_limit(tokens, std::time::Duration::from_secs(1800)).await
 }
 
 async fn start_with_watch_limit(
-    tokens: Option<rest_lite::server::auth::Tokens>,
+    tokens: Option<pai_server::auth::Tokens>,
     watch_limit: std::time::Duration,
 ) -> Setup {
-    use rest_lite::server::auth::{Access, TokenTable};
+    use pai_server::auth::{Access, TokenTable};
     let access = match tokens {
         Some(tokens) => Access::Tokens(TokenTable::fixed(tokens)),
         None => Access::Open,
@@ -597,8 +597,8 @@ async fn an_unreachable_cluster_is_503_naming_the_address() {
     );
 }
 
-fn tokens() -> rest_lite::server::auth::Tokens {
-    use rest_lite::server::auth::hash;
+fn tokens() -> pai_server::auth::Tokens {
+    use pai_server::auth::hash;
     let dir = std::env::temp_dir().join(format!("rest-lite-tokens-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let path = dir.join("tokens.yaml");
@@ -610,7 +610,7 @@ fn tokens() -> rest_lite::server::auth::Tokens {
     );
     std::fs::write(&path, &file).expect("write");
     assert!(!file.contains("alice-secret"), "tokens are stored hashed");
-    let tokens = rest_lite::server::auth::Tokens::load(&path).expect("loads");
+    let tokens = pai_server::auth::Tokens::load(&path).expect("loads");
     std::fs::remove_dir_all(&dir).ok();
     tokens
 }
@@ -757,7 +757,7 @@ async fn the_serve_command_serves_and_stops_on_sigterm() {
         "{lines:?}"
     );
     // Without a token file: this machine's token only, kept in the state directory.
-    let token = rest_lite::server::machine_token::read(&dir.join("state")).expect("a token");
+    let token = pai_server::machine_token::read(&dir.join("state")).expect("a token");
     let addr: SocketAddr = url.parse().expect("addr");
     let reply = submit(addr, "alice", &common::base_job().to_string()).await;
     assert_eq!(reply.status, 401, "{}", reply.body);
@@ -1105,7 +1105,7 @@ async fn the_client_watches_again_when_the_server_ends_a_watch_and_repeats_nothi
     // Every watch ends after a second on this server.
     let s = start_with_watch_limit(None, std::time::Duration::from_secs(1)).await;
     submit(s.addr, "alice", &common::base_job().to_string()).await;
-    let client = rest_lite::client::Client::new(&format!("http://{}", s.addr), None);
+    let client = pai_client::Client::new(&format!("http://{}", s.addr), None);
     let mut views = client.watch("alice", "job").await.expect("watch");
     let first = views.next().await.expect("a view").expect("valid");
     assert_eq!(first.job_status.state.to_string(), "WAITING");

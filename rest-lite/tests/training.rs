@@ -10,8 +10,8 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use rest_lite::client::ClientError;
-use rest_lite::spec::SpecFormat;
+use pai_client::ClientError;
+use pai_translate::spec::SpecFormat;
 use serde_json::json;
 
 use common::fifo::{events, final_view, next_event};

@@ -9,8 +9,8 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use serde::Serialize;
 
-use rest_lite::client::{Client, ClientError};
-use rest_lite::server::routes::Message;
+use pai_api::jobs::Message;
+use pai_client::{Client, ClientError};
 
 /// Where the server is and who is asking.
 #[derive(clap::Args, Debug, Clone)]
@@ -52,8 +52,8 @@ impl Connection {
             let state_dir = self
                 .state_dir
                 .clone()
-                .unwrap_or_else(rest_lite::local::default_state_dir);
-            rest_lite::server::machine_token::read(&state_dir)
+                .unwrap_or_else(pai_server::local::default_state_dir);
+            pai_server::machine_token::read(&state_dir)
         })
     }
 
@@ -210,15 +210,15 @@ pub fn warn(message: &Message) {
 }
 
 pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
-    let text = super::read_spec(&args.spec)?;
-    let format = super::format_of(&args.spec, &text);
+    let text = super::spec_file::read(&args.spec)?;
+    let format = super::spec_file::format_of(&args.spec, &text);
     let user = args.connection.user();
     let client = args.connection.client()?;
     if !args.follow && !args.wait {
         return block_on(async { Ok(client.submit(&user, &text, format).await?) })
             .and_then(|m| message(&m));
     }
-    let spec = rest_lite::spec::JobSpec::parse(&text, format)?;
+    let spec = pai_translate::spec::JobSpec::parse(&text, format)?;
     let job = spec.name().as_str().to_string();
     block_on(async {
         let submitted = client.submit(&user, &text, format).await?;

@@ -11,8 +11,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
 
-use rest_lite::client::{Client, ClientError};
-use rest_lite::status::{JobState, JobView};
+use pai_api::status::{JobState, JobView};
+use pai_client::{Client, ClientError};
 
 /// Follows `job` to its end: every task's output, line by line with its name in front,
 /// then the job's state on standard error. Ctrl-C stops the job. Returns the exit code
@@ -148,7 +148,7 @@ async fn print_task(
 }
 
 async fn print_lines(stream: BoxStream<'static, Result<Bytes, ClientError>>, prefix: &str) {
-    let mut lines = rest_lite::client::lines(stream);
+    let mut lines = pai_client::lines(stream);
     while let Some(Ok(line)) = lines.next().await {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(prefix.as_bytes());

@@ -1,6 +1,6 @@
 //! What to do next, after an error: one line under it, for the errors people meet first.
 
-use rest_lite::client::ClientError;
+use pai_client::ClientError;
 
 /// The next step for `error`, when there is an obvious one.
 pub fn next_step(error: &anyhow::Error) -> Option<String> {

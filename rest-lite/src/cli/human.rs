@@ -4,9 +4,9 @@
 
 use std::fmt::Write;
 
-use rest_lite::pages::view::{age, readable};
-use rest_lite::server::jobs::JobSummary;
-use rest_lite::status::{JobState, JobView};
+use pai_api::jobs::JobSummary;
+use pai_api::status::{JobState, JobView};
+use pai_api::time::{age, readable};
 
 /// Columns padded to their widest cell, two spaces apart; the last one unpadded.
 fn table(rows: &[Vec<String>]) -> String {

@@ -6,22 +6,23 @@ mod hints;
 mod human;
 mod run;
 mod serve;
+mod spec_file;
 mod token;
 mod wait;
 
-pub use rest_lite::local::RUNTIME_COMMAND;
+pub use pai_server::local::RUNTIME_COMMAND;
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
-use rest_lite::config::ClusterConfig;
-use rest_lite::ports::Seed;
-use rest_lite::spec::{JobSpec, SpecFormat, UserName};
-use rest_lite::transform::{Submission, Transformer};
+use pai_translate::config::ClusterConfig;
+use pai_translate::ports::Seed;
+use pai_translate::spec::{JobSpec, UserName};
+use pai_translate::transform::{Submission, Transformer};
 
 /// Exit code for bad input: an invalid spec, config or argument.
 const EXIT_BAD_INPUT: u8 = 2;
@@ -159,8 +160,8 @@ fn transform(args: TransformArgs) -> Result<()> {
         .unwrap_or_else(|| "default".to_string());
     let user = UserName::parse(&user_name)
         .map_err(|rule| anyhow::anyhow!("user name {user_name:?}: {rule}"))?;
-    let text = read_spec(&args.spec)?;
-    let format = format_of(&args.spec, &text);
+    let text = spec_file::read(&args.spec)?;
+    let format = spec_file::format_of(&args.spec, &text);
     let spec = JobSpec::parse(&text, format)?;
     let seed = args.seed.map_or(Seed::Random, Seed::Fixed);
     let framework = Transformer::new(config).transform(
@@ -183,24 +184,4 @@ fn transform(args: TransformArgs) -> Result<()> {
     std::io::stdout()
         .write_all(rendered.as_bytes())
         .context("writing to standard output")
-}
-
-pub(crate) fn read_spec(path: &Path) -> Result<String> {
-    if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading the spec from standard input")?;
-        return Ok(text);
-    }
-    std::fs::read_to_string(path).with_context(|| format!("reading spec {}", path.display()))
-}
-
-/// By extension, else by content.
-pub(crate) fn format_of(path: &Path, text: &str) -> SpecFormat {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("json") => SpecFormat::Json,
-        Some("yaml" | "yml") => SpecFormat::Yaml,
-        _ => SpecFormat::detect(text),
-    }
 }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use rest_lite::client::Client;
-use rest_lite::local::LocalBackend;
-use rest_lite::server::{AppState, router};
-use rest_lite::spec::{JobSpec, UserName};
+use pai_client::Client;
+use pai_server::local::LocalBackend;
+use pai_server::{AppState, router};
+use pai_translate::spec::{JobSpec, UserName};
 
 use super::serve::{LocalArgs, load_config, machine_access};
 
@@ -36,8 +36,8 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let text = super::read_spec(&args.spec)?;
-    let format = super::format_of(&args.spec, &text);
+    let text = super::spec_file::read(&args.spec)?;
+    let format = super::spec_file::format_of(&args.spec, &text);
     let spec = JobSpec::parse(&text, format)?;
     let job = spec.name().as_str().to_string();
     let user_name = args

@@ -7,15 +7,15 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 
-use rest_lite::config::ClusterConfig;
-use rest_lite::local::Runtime;
-use rest_lite::local::{Assets, LocalBackend, Settings};
-use rest_lite::server::auth::{Access, Caller, TokenTable, Tokens};
-use rest_lite::server::backend::Backend;
-use rest_lite::server::guard::Hosts;
-use rest_lite::server::kube_backend::KubeBackend;
-use rest_lite::server::publisher::Publisher;
-use rest_lite::server::{AppState, machine_token, metrics_router, router, tls};
+use pai_server::auth::{Access, Caller, TokenTable, Tokens};
+use pai_server::backend::Backend;
+use pai_server::guard::Hosts;
+use pai_server::kube_backend::KubeBackend;
+use pai_server::local::Runtime;
+use pai_server::local::{Assets, LocalBackend, Settings};
+use pai_server::publisher::Publisher;
+use pai_server::{AppState, machine_token, metrics_router, router, tls};
+use pai_translate::config::ClusterConfig;
 
 /// How long open streams may delay the end of a server asked to stop.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -70,7 +70,7 @@ pub struct ServeArgs {
     #[arg(long, short, env = "REST_LITE_NAMESPACE")]
     namespace: Option<String>,
     /// Largest request body, in bytes.
-    #[arg(long, default_value_t = rest_lite::server::DEFAULT_BODY_LIMIT)]
+    #[arg(long, default_value_t = pai_server::DEFAULT_BODY_LIMIT)]
     max_body_bytes: usize,
     #[command(flatten)]
     local: LocalArgs,
@@ -118,7 +118,7 @@ impl LocalArgs {
             conflict_delay: std::time::Duration::from_secs(5),
             max_tasks: self
                 .max_tasks
-                .unwrap_or_else(rest_lite::local::default_max_tasks),
+                .unwrap_or_else(pai_server::local::default_max_tasks),
         })
     }
 }
@@ -137,7 +137,7 @@ pub fn unix_user() -> String {
         .flatten()
         .map(|u| u.name)
         .or_else(|| std::env::var("USER").ok())
-        .filter(|name| rest_lite::spec::UserName::parse(name).is_ok())
+        .filter(|name| pai_translate::spec::UserName::parse(name).is_ok())
         .unwrap_or_else(|| "default".to_string())
 }
 
@@ -183,7 +183,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     .local
                     .state_dir
                     .clone()
-                    .unwrap_or_else(rest_lite::local::default_state_dir);
+                    .unwrap_or_else(pai_server::local::default_state_dir);
                 let (access, token) = machine_access(&state_dir)?;
                 (access, Some((token, machine_token::path(&state_dir))))
             }
@@ -300,7 +300,7 @@ async fn backend(
             let state_dir = local
                 .state_dir
                 .clone()
-                .unwrap_or_else(rest_lite::local::default_state_dir);
+                .unwrap_or_else(pai_server::local::default_state_dir);
             let backend = LocalBackend::open(local.settings(state_dir.clone())?)
                 .await
                 .with_context(|| format!("opening the state directory {}", state_dir.display()))?;

@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use ring::rand::SecureRandom;
 
-use rest_lite::server::auth;
-use rest_lite::spec::UserName;
+use pai_server::auth;
+use pai_translate::spec::UserName;
 
 #[derive(clap::Args, Debug)]
 pub struct TokenArgs {

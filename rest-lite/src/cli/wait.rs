@@ -8,7 +8,7 @@ use anyhow::Result;
 use futures::StreamExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use rest_lite::client::Client;
+use pai_client::Client;
 
 use super::human::{RoleProgress, progress};
 

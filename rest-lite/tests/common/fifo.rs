@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::mpsc;
 
 use futures::StreamExt;
-use rest_lite::client::Client;
+use pai_client::Client;
 use serde_json::Value;
 
 use super::serve::DEADLINE;

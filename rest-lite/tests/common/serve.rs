@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use rest_lite::client::Client;
+use pai_client::Client;
 
 /// Long enough for a slow machine, short enough to fail rather than hang.
 pub const DEADLINE: Duration = Duration::from_secs(120);
@@ -33,7 +33,7 @@ impl Server {
 
     /// Reads the token a server without a token file made in its state directory.
     pub fn with_machine_token(mut self, state: &Path) -> Self {
-        self.token = rest_lite::server::machine_token::read(state);
+        self.token = pai_server::machine_token::read(state);
         assert!(self.token.is_some(), "no token in {}", state.display());
         self
     }

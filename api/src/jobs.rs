@@ -1,0 +1,46 @@
+//! What the job routes answer besides the job view: a list's rows, a 202's message, the
+//! execution type a `PUT …/executionType` sets.
+
+use serde::{Deserialize, Serialize};
+
+use crate::status::JobStatus;
+
+/// `START` or `STOP`, the values of `PUT …/executionType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+pub enum Execution {
+    /// Keep (or let) the job run; a completed or stopping job cannot start again.
+    #[serde(rename = "START")]
+    Start,
+    /// Stop every task: TERM, then KILL after the grace period; the job ends STOPPED.
+    #[serde(rename = "STOP")]
+    Stop,
+}
+
+/// One job in a list.
+#[derive(Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobSummary {
+    /// The job's name as given.
+    pub name: String,
+    /// Its status.
+    #[serde(flatten)]
+    pub status: JobStatus,
+}
+
+/// The body of a 202.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Message {
+    /// What was done.
+    pub message: String,
+    /// What the user should know before the job runs (a submission's only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl Message {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            warnings: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The job status users see, from hand-built Framework statuses.
+
+mod common;
+
+use pai_api::status::{JobState, job_view};
+use pai_contract::Framework;
+use pai_test_support::frameworks::set_pod_ip;
+use serde_json::{Value, json};
+
+const BASE: &str = "/api/v1/user/alice/jobs/job";
+
+/// The base job's Framework (ps ×2, worker ×2) with `change` applied to its JSON.
+fn framework(change: impl FnOnce(&mut Value)) -> Framework {
+    let framework = common::transform(&common::base_job().to_string(), 1).expect("transforms");
+    let mut value = serde_json::to_value(&framework).expect("json");
+    value["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    change(&mut value);
+    serde_json::from_value(value).expect("framework")
+}
+
+fn completed(value: &mut Value, code: i32, trigger: Option<(&str, i32)>) {
+    value["status"]["state"] = json!("Completed");
+    value["status"]["completionTime"] = json!("2026-01-01T00:10:00Z");
+    let mut completion = json!({"code": code, "phrase": "x", "type": {"name": if code == 0 { "Succeeded" } else { "Failed" }, "attributes": []},
+        "diagnostics": format!("exit code {code}")});
+    if let Some((role, index)) = trigger {
+        completion["trigger"] =
+            json!({"message": "task completed", "taskRoleName": role, "taskIndex": index});
+    }
+    value["status"]["attemptStatus"]["completionStatus"] = completion;
+}
+
+fn condition<'a>(view: &'a pai_api::status::JobView, kind: &str) -> &'a pai_api::status::Condition {
+    view.conditions
+        .iter()
+        .find(|c| c.kind == kind)
+        .expect("condition")
+}
+
+#[test]
+fn a_new_job_is_waiting() {
+    let view = job_view(&framework(|_| {}), BASE);
+    assert_eq!(view.name, "job");
+    assert_eq!(view.job_status.username, "alice");
+    assert_eq!(view.job_status.state, JobState::Waiting);
+    assert_eq!(view.job_status.created_time, Some(1_767_225_600_000));
+    assert_eq!(view.job_status.total_task_number, 4);
+    assert!(
+        view.task_roles["ps"]
+            .task_statuses
+            .iter()
+            .all(|t| t.task_state == JobState::Waiting)
+    );
+    assert_eq!(condition(&view, "Submitted").status, "True");
+    assert_eq!(condition(&view, "Running").status, "False");
+}
+
+#[test]
+fn a_running_job_shows_its_tasks() {
+    let view = job_view(
+        &framework(|v| {
+            v["status"]["state"] = json!("AttemptRunning");
+            v["status"]["attemptStatus"]["runTime"] = json!("2026-01-01T00:01:00Z");
+            set_pod_ip(v, "worker", 1, "10.0.0.7");
+        }),
+        BASE,
+    );
+    assert_eq!(view.job_status.state, JobState::Running);
+    assert_eq!(view.job_status.sub_state, "AttemptRunning");
+    let task = &view.task_roles["worker"].task_statuses[1];
+    assert_eq!(task.task_state, JobState::Running);
+    assert_eq!(task.container_ip.as_deref(), Some("10.0.0.7"));
+    assert_eq!(
+        task.container_log,
+        "/api/v1/user/alice/jobs/job/logs?role=worker&index=1"
+    );
+    assert_eq!(
+        task.container_ports.keys().collect::<Vec<_>>(),
+        ["http", "main", "ssh"]
+    );
+    let running = condition(&view, "Running");
+    assert_eq!(
+        (
+            running.status.as_str(),
+            running.last_transition_time.as_str()
+        ),
+        ("True", "2026-01-01T00:01:00Z")
+    );
+}
+
+/// Every condition's time, by type, in the view's order.
+fn transition_times(view: &pai_api::status::JobView) -> Vec<(&str, &str, &str)> {
+    view.conditions
+        .iter()
+        .map(|c| {
+            (
+                c.kind.as_str(),
+                c.status.as_str(),
+                c.last_transition_time.as_str(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_condition_has_a_transition_time() {
+    const CREATED: &str = "2026-01-01T00:00:00Z";
+    const RAN: &str = "2026-01-01T00:01:00Z";
+    const ENDED: &str = "2026-01-01T00:10:00Z";
+    let waiting = job_view(&framework(|_| {}), BASE);
+    assert_eq!(
+        transition_times(&waiting),
+        [
+            ("Submitted", "True", CREATED),
+            ("Running", "False", CREATED),
+            ("Succeeded", "False", CREATED),
+            ("Failed", "False", CREATED),
+            ("Stopped", "False", CREATED),
+        ]
+    );
+    let failed_after_running = job_view(
+        &framework(|v| {
+            v["status"]["attemptStatus"]["runTime"] = json!(RAN);
+            completed(v, 3, Some(("worker", 1)));
+        }),
+        BASE,
+    );
+    assert_eq!(
+        transition_times(&failed_after_running),
+        [
+            ("Submitted", "True", CREATED),
+            ("Running", "False", ENDED),
+            ("Succeeded", "False", CREATED),
+            ("Failed", "True", ENDED),
+            ("Stopped", "False", CREATED),
+        ]
+    );
+    let stopped_before_running = job_view(
+        &framework(|v| {
+            v["spec"]["executionType"] = json!("Stop");
+            completed(v, -210, None);
+        }),
+        BASE,
+    );
+    assert_eq!(
+        transition_times(&stopped_before_running),
+        [
+            ("Submitted", "True", CREATED),
+            ("Running", "False", CREATED),
+            ("Succeeded", "False", CREATED),
+            ("Failed", "False", CREATED),
+            ("Stopped", "True", ENDED),
+        ]
+    );
+}
+
+#[test]
+fn completion_codes_decide_the_final_state() {
+    let view = job_view(&framework(|v| completed(v, 0, None)), BASE);
+    assert_eq!(view.job_status.state, JobState::Succeeded);
+    assert_eq!(view.job_status.completed_time, Some(1_767_226_200_000));
+    assert_eq!(view.job_status.app_exit_code, Some(0));
+    assert_eq!(condition(&view, "Succeeded").status, "True");
+
+    let view = job_view(&framework(|v| completed(v, 3, Some(("worker", 1)))), BASE);
+    assert_eq!(view.job_status.state, JobState::Failed);
+    assert_eq!(view.job_status.app_exit_code, Some(3));
+    assert_eq!(
+        view.job_status.app_exit_trigger_task_role_name.as_deref(),
+        Some("worker")
+    );
+    assert_eq!(view.job_status.app_exit_trigger_task_index, Some(1));
+    assert_eq!(
+        view.job_status.app_exit_diagnostics.as_deref(),
+        Some("exit code 3")
+    );
+    let failed = condition(&view, "Failed");
+    assert_eq!(
+        (failed.status.as_str(), failed.reason.as_str()),
+        ("True", "ExitCode3")
+    );
+
+    let view = job_view(
+        &framework(|v| {
+            v["spec"]["executionType"] = json!("Stop");
+            completed(v, -210, None);
+        }),
+        BASE,
+    );
+    assert_eq!(view.job_status.state, JobState::Stopped);
+    assert_eq!(view.job_status.execution_type, "STOP");
+    assert_eq!(condition(&view, "Stopped").status, "True");
+
+    let view = job_view(
+        &framework(|v| v["status"]["state"] = json!("Completed")),
+        BASE,
+    );
+    assert_eq!(
+        view.job_status.state,
+        JobState::Unknown,
+        "completed without a completion status"
+    );
+}
+
+#[test]
+fn retries_are_counted() {
+    let view = job_view(
+        &framework(|v| {
+            v["status"]["state"] = json!("AttemptRunning");
+            v["status"]["retryPolicyStatus"] =
+                json!({"totalRetriedCount": 2, "accountableRetriedCount": 1});
+        }),
+        BASE,
+    );
+    assert_eq!(view.job_status.retries, 2);
+}
+
+#[test]
+fn the_view_serialises_in_openpai_shape() {
+    let view = job_view(&framework(|v| completed(v, 0, None)), BASE);
+    let json = serde_json::to_value(&view).expect("json");
+    assert_eq!(json["jobStatus"]["state"], "SUCCEEDED");
+    assert_eq!(json["jobStatus"]["executionType"], "START");
+    assert_eq!(json["taskRoles"]["ps"]["taskRoleStatus"]["name"], "ps");
+    assert!(json["taskRoles"]["ps"]["taskStatuses"][0]["containerPorts"]["http"].is_string());
+    assert_eq!(json["conditions"][0]["type"], "Submitted");
+}

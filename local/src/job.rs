@@ -1,0 +1,132 @@
+//! One job of this machine (its Framework, saves and commands) and the registry of all
+//! of them that the server's requests and the controllers share.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pai_contract::Framework;
+use tokio::sync::{mpsc, watch};
+
+use crate::error::Error;
+use crate::settings::Settings;
+use crate::store::Store;
+use crate::{metrics, procs};
+
+/// What the server asks a job's controller.
+pub(crate) enum Command {
+    Stop,
+    /// Answered once the deletion is saved.
+    Delete(tokio::sync::oneshot::Sender<()>),
+}
+
+pub(crate) struct Job {
+    pub(crate) framework: Mutex<Framework>,
+    /// Held while a snapshot is written, so saves land in order.
+    pub(crate) save: tokio::sync::Mutex<()>,
+    /// Bumped after every save.
+    pub(crate) changed: watch::Sender<u64>,
+    pub(crate) commands: mpsc::UnboundedSender<Command>,
+    /// Its processes and files are gone and its name is free.
+    pub(crate) gone: std::sync::atomic::AtomicBool,
+}
+
+impl Job {
+    pub(crate) fn framework(&self) -> MutexGuard<'_, Framework> {
+        self.framework.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn name(&self) -> String {
+        self.framework().metadata.name.clone().unwrap_or_default()
+    }
+
+    /// Deleted (the state machine's record, `deletionTimestamp`): invisible, its name
+    /// still taken until its processes and files are gone.
+    pub(crate) fn is_deleting(&self) -> bool {
+        self.framework().metadata.deletion_timestamp.is_some()
+    }
+
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Store,
+    pub(crate) settings: Settings,
+    /// The directory with `prep/` and `init/` tasks get.
+    pub(crate) assets: PathBuf,
+    /// Task start and barrier times, for `/metrics`.
+    pub(crate) observed: metrics::Observed,
+    pub(crate) host_env: Vec<(String, String)>,
+    /// Where tasks' processes are started.
+    pub(crate) spawner: procs::Spawner,
+    pub(crate) jobs: Mutex<BTreeMap<String, Arc<Job>>>,
+    /// Job directories that could not be read at start, by name, with the reason: their
+    /// names stay taken (a new job would overwrite what may still be recovered).
+    pub(crate) unreadable: Mutex<BTreeMap<String, String>>,
+}
+
+impl Inner {
+    pub(crate) fn unreadable(&self) -> MutexGuard<'_, BTreeMap<String, String>> {
+        self.unreadable.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn jobs(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Job>>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn visible(&self, name: &str) -> Option<Arc<Job>> {
+        self.jobs().get(name).filter(|j| !j.is_deleting()).cloned()
+    }
+
+    /// Every job not being deleted.
+    pub(crate) fn visible_jobs(&self) -> Vec<Arc<Job>> {
+        self.jobs()
+            .values()
+            .filter(|j| !j.is_deleting())
+            .cloned()
+            .collect()
+    }
+
+    /// Writes the job's Framework as it is now, durably (synced); returns once it is on
+    /// disk. For every decision: acceptance, an attempt's start, completion, stop.
+    pub(crate) async fn persist(&self, job: &Job) -> Result<(), Error> {
+        self.save(job, true).await
+    }
+
+    /// Writes the job's Framework as it is now, atomically but not synced: for task
+    /// progress, which a restart re-derives (the attempt is then failed and retried).
+    pub(crate) async fn record(&self, job: &Job) -> Result<(), Error> {
+        self.save(job, false).await
+    }
+
+    pub(crate) async fn save(&self, job: &Job, durable: bool) -> Result<(), Error> {
+        let _order = job.save.lock().await;
+        let snapshot = job.framework().clone();
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.save(&snapshot, durable))
+            .await
+            .map_err(|e| Error::Other(format!("saving the job: {e}")))?
+            .map_err(|e| Error::Other(e.to_string()))?;
+        job.changed.send_modify(|v| *v += 1);
+        Ok(())
+    }
+}
+
+/// A random UID in the form Kubernetes gives objects.
+pub(crate) fn uid() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}

@@ -1,0 +1,79 @@
+//! How the embedded default runs tasks: its state directory, runtime, scripts and limits.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::task::Runtime;
+
+/// How the embedded default runs tasks.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The state directory: jobs, their Frameworks, task roots and logs.
+    pub state_dir: PathBuf,
+    pub runtime: Runtime,
+    /// Where tasks find `prep/` and `init/`.
+    pub assets: Assets,
+    /// Between a task's TERM and KILL when it is stopped (its pod's
+    /// `terminationGracePeriodSeconds` when it has one).
+    pub default_grace: Duration,
+    /// Delay before retrying an attempt that failed with a transient conflict.
+    pub conflict_delay: Duration,
+    /// The most tasks one job may have here ([`default_max_tasks`] unless set).
+    pub max_tasks: u32,
+}
+
+/// How many tasks a job may have on this machine unless configured: 500 per CPU core,
+/// and no more than one per 8 MiB of memory (a task is at least the runtime, a shell
+/// and the user's command). 1,000 on a machine of 2 cores and 8 GiB or more.
+pub fn default_max_tasks() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(u64::MAX, |kib| kib / (8 * 1024));
+    u32::try_from((500 * cores).min(memory).max(1)).unwrap_or(u32::MAX)
+}
+
+/// The `prep/` and `init/` scripts tasks run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Assets {
+    /// The ones this binary carries, written to `<state dir>/assets` once the state
+    /// directory is this server's ([`assets::unpack`]).
+    Embedded,
+    /// A directory with `prep/` and `init/`.
+    Dir(PathBuf),
+}
+
+/// `rest-lite runtime entry|run`: the runtime this binary carries.
+pub const RUNTIME_COMMAND: &str = "runtime";
+
+impl Runtime {
+    /// The runtime carried by this very binary.
+    pub fn embedded() -> std::io::Result<Self> {
+        Ok(Self {
+            program: std::env::current_exe()?,
+            args: vec![RUNTIME_COMMAND.into()],
+        })
+    }
+
+    /// A `kube-runtime` binary.
+    pub fn binary(path: &Path) -> Self {
+        Self {
+            program: path.to_path_buf(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// `$XDG_STATE_HOME/rest-lite`, else `~/.local/state/rest-lite`.
+pub fn default_state_dir() -> PathBuf {
+    std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("rest-lite")
+}

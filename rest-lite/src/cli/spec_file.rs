@@ -1,0 +1,28 @@
+//! A spec file from the command line: its text and its format.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use pai_translate::spec::SpecFormat;
+
+/// The spec at `path`, or standard input for `-`.
+pub(crate) fn read(path: &Path) -> Result<String> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the spec from standard input")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading spec {}", path.display()))
+}
+
+/// By extension, else by content.
+pub(crate) fn format_of(path: &Path, text: &str) -> SpecFormat {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => SpecFormat::Json,
+        Some("yaml" | "yml") => SpecFormat::Yaml,
+        _ => SpecFormat::detect(text),
+    }
+}

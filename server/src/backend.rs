@@ -1,0 +1,134 @@
+//! Where Frameworks live: a Kubernetes cluster (FrameworkController runs them), or this
+//! machine (the embedded default). The server holds no state of its own.
+
+use axum::body::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+
+use pai_contract::Framework;
+use pai_contract::framework::ExecutionType;
+use pai_contract::ssh_key::JobKey;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BackendError {
+    #[error("{0}")]
+    Conflict(String),
+    #[error("not found")]
+    NotFound,
+    /// It existed and is no longer kept (an earlier attempt's pod on a cluster): the
+    /// message says why.
+    #[error("{0}")]
+    Gone(String),
+    #[error("the cluster rejected the Framework: {0}")]
+    Invalid(String),
+    /// The backend will not run the job (too large for this machine, …): the message
+    /// names the limit and the setting.
+    #[error("{0}")]
+    Refused(String),
+    #[error("the cluster at {address} cannot be reached: {message}")]
+    Unavailable { address: String, message: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A task's log, chunk by chunk.
+pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
+
+/// A Framework as it changes: its state now, then after every change; `None` once it
+/// is deleted, and then the stream ends.
+pub type FrameworkStream = BoxStream<'static, Result<Option<Framework>, BackendError>>;
+
+/// The operations the jobs API needs of a place that runs Frameworks.
+pub trait Backend: Send + Sync + 'static {
+    /// A short description for the start-up line: which backend, where.
+    fn describe(&self) -> String;
+    /// What the backend measured of the tasks it started (this machine's only; on a
+    /// cluster FrameworkController and the kubelet start them).
+    fn observed(&self) -> Option<&pai_local::metrics::Observed> {
+        None
+    }
+    /// The user tasks run as, the one to log in to them as over ssh.
+    fn task_user(&self) -> String;
+    /// What a user submitting `spec` here should know (see [`pai_translate::warnings`]).
+    fn warnings(&self, _spec: &pai_translate::spec::JobSpec) -> Vec<String> {
+        Vec::new()
+    }
+    /// Creates the Framework and keeps its ssh key pair where its pods find it (a Secret
+    /// owned by the Framework, a private file of the job); both or neither.
+    fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>>;
+    /// The private half of the job's key pair (`None`: the job has none).
+    fn ssh_key<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, BackendError>>;
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>>;
+    /// Every Framework rest-lite made, of one (normalised) user or of all.
+    fn list<'a>(
+        &'a self,
+        user: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>>;
+    fn set_execution<'a>(
+        &'a self,
+        name: &'a str,
+        execution: ExecutionType,
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
+    /// The main container's log of pod `pod`; with `follow`, it goes on as the task writes.
+    /// `earlier`: the log of that earlier attempt of the task instead of the current
+    /// one's (complete: there is nothing to follow), or [`BackendError::Gone`] where
+    /// the backend no longer has it.
+    fn logs<'a>(
+        &'a self,
+        pod: &'a str,
+        follow: bool,
+        earlier: Option<i32>,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
+    /// The end of pod `pod`'s current log: its last `lines` lines, of its last
+    /// `max_bytes` bytes at most (a page shows these; the whole log is `logs`). This
+    /// default reads the log through and keeps only its end.
+    fn log_tail<'a>(
+        &'a self,
+        pod: &'a str,
+        lines: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<String, BackendError>> {
+        Box::pin(async move {
+            use futures::StreamExt;
+            let mut stream = self.logs(pod, false, None).await?;
+            let mut end: Vec<u8> = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| BackendError::Other(e.to_string()))?;
+                end.extend_from_slice(&chunk);
+                if end.len() > 2 * max_bytes {
+                    end.drain(..end.len() - max_bytes);
+                }
+            }
+            Ok(last_lines(&end, lines, max_bytes))
+        })
+    }
+    /// Watches Framework `name` (which exists when the watch starts).
+    fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;
+    /// Deletes the Framework (and so its pods); `NotFound` when there is none.
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
+}
+
+/// The last `lines` lines of `bytes` (of its last `max_bytes` at most), as text.
+pub fn last_lines(bytes: &[u8], lines: usize, max_bytes: usize) -> String {
+    let bytes = &bytes[bytes.len().saturating_sub(max_bytes)..];
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let start = text
+        .rmatch_indices('\n')
+        .nth(lines.saturating_sub(1))
+        .map_or(0, |(i, _)| i + 1);
+    text[start..].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_lines;
+
+    #[test]
+    fn the_tail_is_the_last_lines_of_the_last_bytes() {
+        assert_eq!(last_lines(b"a\nb\nc\n", 2, 100), "b\nc");
+        assert_eq!(last_lines(b"a\nb\nc", 5, 100), "a\nb\nc");
+        assert_eq!(last_lines(b"0123456789\nxy\n", 5, 5), "9\nxy");
+        assert_eq!(last_lines(b"", 3, 10), "");
+    }
+}

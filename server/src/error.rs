@@ -1,0 +1,185 @@
+//! The one error type of the HTTP API: it owns the status code and the
+//! `{"code": "<Name>Error", "message": …}` body. No handler builds an error body itself.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::backend::BackendError;
+use pai_translate::spec::SpecErrors;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// The body of every error response.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// `<Name>Error`, e.g. `NoJobError`.
+    #[schema(example = "NoJobError")]
+    code: &'static str,
+    /// What went wrong, naming the field and the rule where there is one.
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The same error with another message.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
+    }
+
+    pub fn bad_spec(errors: &SpecErrors) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidParametersError",
+            errors.to_string(),
+        )
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "InvalidParametersError", message)
+    }
+
+    pub fn no_job(user: &str, job: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NoJobError",
+            format!("job {user}~{job} was not found"),
+        )
+    }
+
+    pub fn no_ssh(user: &str, job: &str, why: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NoJobSshInfoError",
+            format!("job {user}~{job} has no ssh information: {why}"),
+        )
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "ConflictJobError", message)
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PayloadTooLargeError",
+            format!("the request body is larger than {limit} bytes"),
+        )
+    }
+
+    pub fn unsupported_type(content_type: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaTypeError",
+            format!(
+                "content type {content_type:?} is not JSON or YAML: send the spec with Content-Type: application/json or application/yaml (curl: -H 'Content-Type: application/yaml' --data-binary @job.yaml)"
+            ),
+        )
+    }
+
+    /// A `Host` this server does not answer to (DNS rebinding).
+    pub fn forbidden_host(host: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenHostError",
+            format!(
+                "this server does not answer to host {host:?}: use its address, localhost, or a name its operator gave with --public-url"
+            ),
+        )
+    }
+
+    /// A state-changing request from another site's page.
+    pub fn forbidden_origin(origin: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenOriginError",
+            format!(
+                "a request from {origin:?} may not change anything here: only this server's own pages (or programs, which send no Origin) may"
+            ),
+        )
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "UnauthorizedUserError", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "ForbiddenUserError", message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailableError",
+            message,
+        )
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "UnknownError", message)
+    }
+
+    /// No route at this path.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NotFoundError",
+            format!("no route {path:?}: the API is under /api/v1 (see /api/v1/openapi.json)"),
+        )
+    }
+
+    /// The route does not take this method.
+    pub fn method_not_allowed(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowedError",
+            format!("{path:?} does not take {method} (see /api/v1/openapi.json)"),
+        )
+    }
+}
+
+/// What a backend said, as the API says it. The job's names are not known here; where a
+/// message should name them, the caller words it (see `jobs::submit`).
+impl From<BackendError> for ApiError {
+    fn from(error: BackendError) -> Self {
+        match error {
+            BackendError::NotFound => Self::new(
+                StatusCode::NOT_FOUND,
+                "NoJobError",
+                "the job was not found (deleted meanwhile?)",
+            ),
+            BackendError::Gone(message) => Self::new(StatusCode::NOT_FOUND, "NoLogError", message),
+            BackendError::Conflict(message) => Self::conflict(message),
+            BackendError::Invalid(reason) => {
+                Self::bad_request(format!("the cluster rejected the job: {reason}"))
+            }
+            BackendError::Refused(reason) => Self::bad_request(reason),
+            e @ BackendError::Unavailable { .. } => Self::unavailable(e.to_string()),
+            BackendError::Other(message) => Self::internal(message),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            code: self.code,
+            message: self.message,
+        };
+        (self.status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,201 @@
+//! The jobs service behind the handlers: submission, the stop/start rules, the watch's
+//! framing, list visibility and ssh info. Handlers extract, call one of these, and map the
+//! result; nothing here knows HTTP beyond the error type.
+
+use axum::body::Bytes;
+use futures::{Stream, StreamExt};
+
+use pai_api::jobs::{Execution, JobSummary};
+use pai_contract::Framework;
+use pai_contract::framework::{ExecutionType, FrameworkState};
+use pai_contract::ssh_key::JobKey;
+
+use super::auth::Caller;
+use super::backend::{BackendError, FrameworkStream};
+use super::error::ApiError;
+use super::extract::{Job, SpecBody, user_name};
+use crate::state::AppState;
+use pai_api::status::job_view;
+use pai_translate::ports::Seed;
+use pai_translate::spec::{JobSpec, UserName};
+use pai_translate::transform::Submission;
+
+/// What a submission did.
+pub enum Submitted {
+    /// The Framework was created.
+    Created { job: String, warnings: Vec<String> },
+    /// A dry run: the Framework that would have been.
+    DryRun(Box<Framework>),
+}
+
+/// Validates, transforms and (unless `dry_run`) creates the job. `path_job` is the PUT
+/// form's job name, which must be the spec's.
+pub async fn submit(
+    state: &AppState,
+    caller: &Caller,
+    user: &UserName,
+    path_job: Option<&str>,
+    dry_run: bool,
+    body: &SpecBody,
+) -> Result<Submitted, ApiError> {
+    if !caller.may_act_for(user.as_str()) {
+        return Err(ApiError::forbidden(format!(
+            "user {:?} may not submit jobs as {user:?}",
+            caller.user
+        )));
+    }
+    let spec = JobSpec::parse(&body.text, body.format).map_err(|e| ApiError::bad_spec(&e))?;
+    let job = spec.name().as_str().to_string();
+    if let Some(path_job) = path_job
+        && path_job != job
+    {
+        return Err(ApiError::bad_request(format!(
+            "the job name in the path ({path_job:?}) is not the spec's jobName ({job:?})"
+        )));
+    }
+    let submission = Submission {
+        user,
+        spec: &spec,
+        spec_text: &body.text,
+        format: body.format,
+    };
+    let framework = state
+        .transformer
+        .transform(submission, Seed::Random)
+        .map_err(|e| ApiError::bad_spec(&e))?;
+    if dry_run {
+        return Ok(Submitted::DryRun(Box::new(framework)));
+    }
+    let key = JobKey::generate(&format!("{user}~{job}"))
+        .map_err(|e| ApiError::from(BackendError::Other(e.to_string())))?;
+    state
+        .backend
+        .create(framework, key)
+        .await
+        .map_err(|e| match e {
+            BackendError::Conflict(_) => {
+                ApiError::conflict(format!("job {user}~{job} already exists"))
+            }
+            other => other.into(),
+        })?;
+    tracing::info!(user = %user, job = %job, "job submitted");
+    let mut warnings = pai_translate::warnings::spec_warnings(&spec);
+    warnings.extend(state.backend.warnings(&spec));
+    Ok(Submitted::Created { job, warnings })
+}
+
+/// The stop/start rules: STOP on a running job asks the backend to stop it (on a completed
+/// one it changes nothing); START is accepted while the job runs and refused (409) once
+/// it completed or is stopping.
+pub async fn set_execution(state: &AppState, job: &Job, value: Execution) -> Result<(), ApiError> {
+    let completed = job
+        .framework
+        .status
+        .as_ref()
+        .is_some_and(|s| s.state == FrameworkState::Completed);
+    let who = format!("job {}~{}", job.user, job.job);
+    match value {
+        Execution::Stop if completed => Ok(()),
+        Execution::Stop => {
+            state
+                .backend
+                .set_execution(job.name(), ExecutionType::Stop)
+                .await?;
+            tracing::info!(user = %job.user, job = %job.job, "stop requested");
+            Ok(())
+        }
+        Execution::Start if completed => Err(ApiError::conflict(format!(
+            "{who} has completed and cannot be started again: submit it anew"
+        ))),
+        Execution::Start if job.framework.spec.execution_type == ExecutionType::Stop => {
+            Err(ApiError::conflict(format!(
+                "{who} is stopping and cannot be started again: submit it anew once it stopped"
+            )))
+        }
+        Execution::Start => Ok(()),
+    }
+}
+
+/// A watch as NDJSON: one line (the job view) per change; the line of a final state is
+/// the last, and the stream ends right after it (not at the next change, which may never
+/// come), or when the job is deleted or cannot be read.
+pub fn watch_lines(
+    changes: FrameworkStream,
+    url: String,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    changes
+        .flat_map(move |change| {
+            let line = change.ok().flatten().and_then(|framework| {
+                let view = job_view(&framework, &url);
+                let last = view.job_status.state.is_final();
+                let mut line = serde_json::to_vec(&view).ok()?;
+                line.push(b'\n');
+                Some((line, last))
+            });
+            // `None` ends the stream: deleted, unreadable, or after a final state.
+            let items = match line {
+                Some((line, true)) => vec![Some(Bytes::from(line)), None],
+                Some((line, false)) => vec![Some(Bytes::from(line))],
+                None => vec![None],
+            };
+            futures::stream::iter(items)
+        })
+        .take_while(|item| futures::future::ready(item.is_some()))
+        .filter_map(|item| futures::future::ready(item.map(Ok)))
+}
+
+/// Whose jobs a caller sees when asking for `requested`'s (or everyone's).
+enum Visible {
+    /// One user's (a non-admin: only their own).
+    User(String),
+    /// Everyone's (an admin not naming a user).
+    All,
+    /// Nobody's: a non-admin asking for another user's.
+    Nothing,
+}
+
+fn visible(caller: &Caller, requested: Option<&str>) -> Visible {
+    match requested {
+        Some(user) if caller.may_act_for(user) => Visible::User(user.to_string()),
+        Some(_) => Visible::Nothing,
+        None if caller.admin => Visible::All,
+        None => Visible::User(caller.user.clone()),
+    }
+}
+
+/// The jobs `caller` may see of `requested` (a user name) or of everyone, newest first.
+pub async fn list(
+    state: &AppState,
+    caller: &Caller,
+    requested: Option<&str>,
+) -> Result<Vec<JobSummary>, ApiError> {
+    if let Some(user) = requested {
+        user_name(user)?;
+    }
+    let user = match visible(caller, requested) {
+        Visible::Nothing => return Ok(Vec::new()),
+        Visible::All => None,
+        Visible::User(user) => Some(user),
+    };
+    let label = user.as_deref().map(pai_contract::names::label_value);
+    let frameworks = state.backend.list(label.as_deref()).await?;
+    let mut jobs: Vec<JobSummary> = frameworks
+        .iter()
+        // The label is lossy (alice and Alice share one): the annotation decides.
+        .filter(|f| user.as_deref().is_none_or(|u| f.user_name() == Some(u)))
+        .map(|f| {
+            let view = job_view(f, "");
+            JobSummary {
+                name: view.name,
+                status: view.job_status,
+            }
+        })
+        .collect();
+    jobs.sort_by(|a, b| {
+        b.status
+            .created_time
+            .cmp(&a.status.created_time)
+            .then(a.name.cmp(&b.name))
+    });
+    Ok(jobs)
+}

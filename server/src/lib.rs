@@ -1,0 +1,25 @@
+//! `rest-lite serve`: the OpenPAI v1 jobs API over a [`backend::Backend`] (a cluster's
+//! API server, or this machine's embedded default), its pages and its metrics.
+
+pub mod auth;
+pub mod backend;
+pub mod error;
+pub mod extract;
+pub mod guard;
+pub mod job_access;
+pub mod jobs;
+pub mod kube_backend;
+pub mod local;
+pub mod machine_token;
+pub mod metrics;
+pub mod openapi;
+pub mod pages;
+pub mod publisher;
+pub mod router;
+pub mod routes;
+pub mod ssh;
+pub mod state;
+pub mod tls;
+
+pub use router::{metrics_router, router};
+pub use state::{AppState, DEFAULT_BODY_LIMIT};

@@ -1,0 +1,128 @@
+//! The embedded default behind the jobs API: [`pai_local::Machine`] (its own crate, which
+//! knows nothing of HTTP) as a [`Backend`].
+
+use futures::future::BoxFuture;
+
+use pai_contract::Framework;
+use pai_contract::framework::ExecutionType;
+use pai_contract::ssh_key::JobKey;
+pub use pai_local::task::Runtime;
+pub use pai_local::{
+    Assets, RUNTIME_COMMAND, Settings, assets, default_max_tasks, default_state_dir,
+};
+
+use crate::backend::{Backend, BackendError, FrameworkStream, LogStream};
+
+/// Runs Frameworks on this machine.
+pub struct LocalBackend(pai_local::Machine);
+
+impl LocalBackend {
+    /// Opens the state directory (see [`pai_local::Machine::open`]).
+    pub async fn open(settings: Settings) -> Result<Self, anyhow::Error> {
+        Ok(Self(pai_local::Machine::open(settings).await?))
+    }
+}
+
+impl From<pai_local::Error> for BackendError {
+    fn from(error: pai_local::Error) -> Self {
+        match error {
+            pai_local::Error::Conflict(message) => Self::Conflict(message),
+            pai_local::Error::NotFound => Self::NotFound,
+            pai_local::Error::Refused(message) => Self::Refused(message),
+            pai_local::Error::Other(message) => Self::Other(message),
+        }
+    }
+}
+
+impl Backend for LocalBackend {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn warnings(&self, spec: &pai_translate::spec::JobSpec) -> Vec<String> {
+        let mut out = vec![format!(
+            "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used)",
+            self.task_user(),
+            spec.image()
+        )];
+        out.extend(pai_translate::warnings::missing_programs(
+            spec,
+            &std::env::var("PATH").unwrap_or_default(),
+        ));
+        out
+    }
+
+    fn observed(&self) -> Option<&pai_local::metrics::Observed> {
+        Some(self.0.observed())
+    }
+
+    /// Tasks run as the server's own user.
+    fn task_user(&self) -> String {
+        nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| nix::unistd::getuid().to_string())
+    }
+
+    fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move { Ok(self.0.create(framework, key).await?) })
+    }
+
+    fn ssh_key<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, BackendError>> {
+        Box::pin(async move { Ok(self.0.ssh_key(name)) })
+    }
+
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {
+        Box::pin(async move { Ok(self.0.get(name)) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        user: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>> {
+        Box::pin(async move { Ok(self.0.list(user)) })
+    }
+
+    fn set_execution<'a>(
+        &'a self,
+        name: &'a str,
+        execution: ExecutionType,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move { Ok(self.0.set_execution(name, execution).await?) })
+    }
+
+    fn logs<'a>(
+        &'a self,
+        pod: &'a str,
+        follow: bool,
+        earlier: Option<i32>,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        Box::pin(async move { Ok(self.0.logs(pod, follow, earlier)?) })
+    }
+
+    fn log_tail<'a>(
+        &'a self,
+        pod: &'a str,
+        lines: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<String, BackendError>> {
+        Box::pin(async move {
+            let end = self.0.log_end(pod, max_bytes as u64)?;
+            Ok(crate::backend::last_lines(&end, lines, max_bytes))
+        })
+    }
+
+    fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
+        Box::pin(async move {
+            use futures::StreamExt;
+            let stream = self.0.watch(name)?;
+            Ok(stream.map(|item| item.map_err(BackendError::from)).boxed())
+        })
+    }
+
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move { Ok(self.0.delete(name).await?) })
+    }
+}

@@ -1,0 +1,471 @@
+//! Pages for people: the job list, a job's page, a task's whole log, the API's routes,
+//! and a sign-in. Rendered on the server with handlebars from the templates in
+//! `server/templates/` (carried in the binary), readable without JavaScript; a page
+//! of something still running refreshes itself. Pages follow the API's rule: a user sees
+//! only their own jobs (another's is "not found"), an admin every job; with a token
+//! file, the token comes from the sign-in's HttpOnly cookie or a bearer header.
+
+pub mod view;
+
+use std::sync::LazyLock;
+
+use axum::Form;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use handlebars::Handlebars;
+use serde::{Deserialize, Serialize};
+
+use crate::auth::{self, Caller};
+use crate::error::ApiError;
+use crate::extract::Job;
+use crate::jobs;
+use crate::state::AppState;
+use pai_api::status::{JobState, job_view};
+use view::{Frame, Tail};
+
+/// How many tasks' last lines a job page reads (the rest: their log links).
+pub const TAILS_PER_PAGE: usize = 16;
+/// Lines, and bytes at most, of a task's log on its job's page.
+const TAIL_LINES: usize = 12;
+const TAIL_BYTES: usize = 4096;
+
+static TEMPLATES: LazyLock<Handlebars<'static>> = LazyLock::new(|| {
+    let mut registry = Handlebars::new();
+    registry.set_strict_mode(false);
+    let templates = [
+        ("layout", include_str!("../../templates/layout.hbs")),
+        ("jobs", include_str!("../../templates/jobs.hbs")),
+        ("job", include_str!("../../templates/job.hbs")),
+        ("sign_in", include_str!("../../templates/sign_in.hbs")),
+        ("error", include_str!("../../templates/error.hbs")),
+        ("docs", include_str!("../../templates/docs.hbs")),
+    ];
+    for (name, text) in templates {
+        // The templates are part of the binary and rendered in tests: a broken one
+        // fails every test that renders a page, not a user's request.
+        if let Err(e) = registry.register_template_string(name, text) {
+            tracing::error!(template = name, error = %e, "a page template does not parse");
+        }
+    }
+    registry
+});
+
+/// Every page's route.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(to_jobs))
+        .route("/ui", get(to_jobs))
+        .route("/ui/jobs", get(job_list))
+        .route("/ui/jobs/{user}/{job}", get(job_page))
+        .route("/ui/jobs/{user}/{job}/logs/{role}/{index}", get(task_log))
+        .route("/ui/sign-in", get(sign_in_form).post(sign_in))
+        .route("/ui/sign-out", post(sign_out))
+        .route("/docs", get(docs))
+}
+
+/// A rendered page with the headers every page gets: no caching (it shows live state),
+/// no framing, no script and no resource from elsewhere.
+fn page(status: StatusCode, template: &str, data: &impl Serialize) -> Response {
+    let body = match TEMPLATES.render(template, data) {
+        Ok(body) => body,
+        Err(e) => {
+            tracing::error!(template, error = %e, "rendering a page failed");
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "this page could not be rendered",
+            )
+                .into_response();
+        }
+    };
+    with_headers((status, body).into_response(), "text/html; charset=utf-8")
+}
+
+/// `response` as `content_type`, with the headers every page gets.
+fn with_headers(mut response: Response, content_type: &'static str) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    secure(headers);
+    response
+}
+
+fn secure(headers: &mut HeaderMap) {
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+}
+
+#[derive(Serialize)]
+struct ErrorPage {
+    #[serde(flatten)]
+    frame: Frame,
+    heading: String,
+    message: String,
+}
+
+fn error_page(error: &ApiError, signed_in: Option<String>) -> Response {
+    let heading = match error.status {
+        StatusCode::NOT_FOUND => "Not found",
+        StatusCode::SERVICE_UNAVAILABLE => "The cluster cannot be reached",
+        _ => "Something went wrong",
+    };
+    page(
+        error.status,
+        "error",
+        &ErrorPage {
+            frame: Frame {
+                title: heading.to_string(),
+                refresh: None,
+                signed_in,
+            },
+            heading: heading.to_string(),
+            message: error.message.clone(),
+        },
+    )
+}
+
+fn see_other(location: &str) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+}
+
+async fn to_jobs() -> Response {
+    see_other("/ui/jobs")
+}
+
+/// A place to go back to after signing in: one of our own pages, never another site.
+fn safe_next(next: Option<&str>) -> String {
+    next.filter(|n| {
+        n.starts_with("/ui/") && !n.starts_with("//") && !n.contains(['\\', '\r', '\n'])
+    })
+    .unwrap_or("/ui/jobs")
+    .to_string()
+}
+
+/// The way to the sign-in page, coming back to a page afterwards.
+struct ToSignIn(String);
+
+impl IntoResponse for ToSignIn {
+    fn into_response(self) -> Response {
+        see_other(&self.0)
+    }
+}
+
+/// The page's caller, or the way to the sign-in (coming back to `here`).
+fn signed_in(state: &AppState, headers: &HeaderMap, here: &str) -> Result<Caller, ToSignIn> {
+    auth::page_caller(&state.access, headers).ok_or_else(|| {
+        let next = pai_api::path::percent_encode(here, b"/");
+        ToSignIn(format!("/ui/sign-in?next={next}"))
+    })
+}
+
+/// Shown in the header: who is signed in (nobody signs in to an open server).
+fn who(state: &AppState, caller: &Caller) -> Option<String> {
+    state.access.signs_in().then(|| caller.user.clone())
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+async fn job_list(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let caller = match signed_in(&state, &headers, "/ui/jobs") {
+        Ok(caller) => caller,
+        Err(to_sign_in) => return to_sign_in.into_response(),
+    };
+    match jobs::list(&state, &caller, None).await {
+        Ok(list) => {
+            let whose = (!caller.admin).then(|| caller.user.clone());
+            let mut data = view::jobs_page(&list, whose, now_ms());
+            data.frame.signed_in = who(&state, &caller);
+            page(StatusCode::OK, "jobs", &data)
+        }
+        Err(e) => error_page(&e, who(&state, &caller)),
+    }
+}
+
+/// Why a page of a job is not shown: no sign-in yet, or the API's error.
+enum Refused {
+    SignIn(ToSignIn),
+    Error(ApiError, Option<String>),
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Self::SignIn(to_sign_in) => to_sign_in.into_response(),
+            Self::Error(error, signed_in) => error_page(&error, signed_in),
+        }
+    }
+}
+
+/// The caller of a job's page (at `here`) and the job, if they may see it: the API's
+/// own rule ([`Job::find`]), so a page of someone else's job is the API's 404.
+async fn caller_and_job(
+    state: &AppState,
+    headers: &HeaderMap,
+    here: &str,
+    user: &str,
+    job: &str,
+) -> Result<(Caller, pai_contract::Framework), Refused> {
+    let caller = signed_in(state, headers, here).map_err(Refused::SignIn)?;
+    match Job::find(state, &caller, user, job).await {
+        Ok(found) => Ok((caller, found.framework)),
+        // A malformed name in a page's path is a page that does not exist.
+        Err(e) if e.status == StatusCode::BAD_REQUEST => Err(Refused::Error(
+            ApiError::no_job(user, job),
+            who(state, &caller),
+        )),
+        Err(e) => Err(Refused::Error(e, who(state, &caller))),
+    }
+}
+
+async fn job_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((user, job)): Path<(String, String)>,
+) -> Response {
+    let here = view::job_url(&user, &job);
+    let (caller, framework) = match caller_and_job(&state, &headers, &here, &user, &job).await {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    let job_view = job_view(&framework, &format!("/api/v1/user/{user}/jobs/{job}"));
+    // The last lines of the first tasks that started, read side by side.
+    let started: Vec<(String, u32)> = job_view
+        .task_roles
+        .iter()
+        .flat_map(|(role, r)| {
+            r.task_statuses
+                .iter()
+                .filter(|t| t.task_state != JobState::Waiting)
+                .map(move |t| (role.clone(), t.task_index))
+        })
+        .take(TAILS_PER_PAGE)
+        .collect();
+    let reads = started.iter().map(|(role, index)| {
+        let backend = state.backend.clone();
+        let pod = framework
+            .role(role)
+            .map(|r| framework.pod_name(r, *index))
+            .unwrap_or_default();
+        async move { backend.log_tail(&pod, TAIL_LINES, TAIL_BYTES).await }
+    });
+    let read = futures::future::join_all(reads).await;
+    let mut tails: std::collections::HashMap<(String, u32), Tail> = started
+        .into_iter()
+        .zip(read)
+        .map(|(key, result)| {
+            let tail = match result {
+                Ok(lines) => Tail::Lines(lines),
+                Err(crate::backend::BackendError::NotFound) => {
+                    Tail::Missing("no log yet".to_string())
+                }
+                Err(e) => Tail::Missing(format!("log not available: {e}")),
+            };
+            (key, tail)
+        })
+        .collect();
+    let mut tail_of = |role: &str, index: u32| {
+        tails.remove(&(role.to_string(), index)).unwrap_or_else(|| {
+            let waiting = job_view
+                .task_roles
+                .get(role)
+                .and_then(|r| r.task_statuses.get(index as usize))
+                .is_some_and(|t| t.task_state == JobState::Waiting);
+            if waiting {
+                Tail::Missing("not started".to_string())
+            } else {
+                Tail::NotRead
+            }
+        })
+    };
+    let mut data = view::job_page(&job_view, &mut tail_of, &caller.user, now_ms());
+    data.frame.signed_in = who(&state, &caller);
+    page(StatusCode::OK, "job", &data)
+}
+
+/// A task's whole log in the current attempt, as plain text (never HTML: a task writes
+/// what it likes).
+async fn task_log(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((user, job, role, index)): Path<(String, String, String, String)>,
+) -> Response {
+    let here = format!("{}/logs/{role}/{index}", view::job_url(&user, &job));
+    let (caller, framework) = match caller_and_job(&state, &headers, &here, &user, &job).await {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    let no_task = || {
+        ApiError::no_job(&user, &job)
+            .with_message(format!("job {user}~{job} has no task {role}-{index}"))
+    };
+    let pod = match (framework.role(&role), index.parse::<u32>()) {
+        (Some(r), Ok(i)) if i < r.tasks() => framework.pod_name(r, i),
+        _ => return error_page(&no_task(), who(&state, &caller)),
+    };
+    match state.backend.logs(&pod, false, None).await {
+        Ok(stream) => with_headers(
+            Body::from_stream(stream).into_response(),
+            "text/plain; charset=utf-8",
+        ),
+        Err(crate::backend::BackendError::NotFound) => error_page(
+            &ApiError::no_job(&user, &job).with_message(format!(
+                "task {role}-{index} of job {user}~{job} has no log yet"
+            )),
+            who(&state, &caller),
+        ),
+        Err(e) => error_page(&e.into(), who(&state, &caller)),
+    }
+}
+
+#[derive(Serialize)]
+struct SignInPage {
+    #[serde(flatten)]
+    frame: Frame,
+    next: String,
+    error: Option<String>,
+}
+
+fn sign_in_page(status: StatusCode, next: String, error: Option<String>) -> Response {
+    page(
+        status,
+        "sign_in",
+        &SignInPage {
+            frame: Frame {
+                title: "Sign in".to_string(),
+                ..Frame::default()
+            },
+            next,
+            error,
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct SignInQuery {
+    next: Option<String>,
+    /// The sign-in link `rest-lite serve` prints carries the token, as Jupyter's does.
+    token: Option<String>,
+}
+
+async fn sign_in_form(State(state): State<AppState>, Query(query): Query<SignInQuery>) -> Response {
+    let next = safe_next(query.next.as_deref());
+    if !state.access.signs_in() {
+        // Nothing to sign in to: every caller of this server may do everything.
+        return see_other(&next);
+    }
+    match query.token {
+        Some(token) => signed_in_as(&state, token.trim(), next),
+        None => sign_in_page(StatusCode::OK, next, None),
+    }
+}
+
+#[derive(Deserialize)]
+struct SignInForm {
+    token: String,
+    next: Option<String>,
+}
+
+async fn sign_in(State(state): State<AppState>, Form(form): Form<SignInForm>) -> Response {
+    let next = safe_next(form.next.as_deref());
+    if !state.access.signs_in() {
+        return see_other(&next);
+    }
+    signed_in_as(&state, form.token.trim(), next)
+}
+
+/// Keeps `token` in the sign-in cookie and goes on to `next` (a page of ours, without
+/// the token in its address); an unknown token gets the form again, with a 401.
+fn signed_in_as(state: &AppState, token: &str, next: String) -> Response {
+    if state.access.caller(Some(token)).is_none() {
+        return sign_in_page(
+            StatusCode::UNAUTHORIZED,
+            next,
+            Some("This token is not known to this server. Check it with the server's operator (rest-lite token makes one).".to_string()),
+        );
+    }
+    let mut response = see_other(&next);
+    if let Ok(cookie) = HeaderValue::from_str(&auth::session_cookie(Some(token), state.tls)) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+async fn sign_out(State(state): State<AppState>) -> Response {
+    let mut response = see_other("/ui/sign-in");
+    if let Ok(cookie) = HeaderValue::from_str(&auth::session_cookie(None, state.tls)) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+#[derive(Serialize)]
+struct DocsPage {
+    #[serde(flatten)]
+    frame: Frame,
+    document: &'static str,
+    routes: Vec<RouteLine>,
+}
+
+#[derive(Serialize)]
+struct RouteLine {
+    method: String,
+    path: String,
+    summary: String,
+}
+
+/// The API's routes, from the same OpenAPI document the server serves.
+async fn docs() -> Response {
+    let document = crate::openapi::document();
+    let mut routes = Vec::new();
+    if let Some(paths) = document["paths"].as_object() {
+        for (path, item) in paths {
+            for method in ["get", "post", "put", "patch", "delete"] {
+                let Some(operation) = item.get(method) else {
+                    continue;
+                };
+                let summary = operation["summary"]
+                    .as_str()
+                    .or_else(|| operation["description"].as_str())
+                    .unwrap_or_default();
+                routes.push(RouteLine {
+                    method: method.to_ascii_uppercase(),
+                    path: path.clone(),
+                    summary: summary.lines().next().unwrap_or_default().to_string(),
+                });
+            }
+        }
+    }
+    page(
+        StatusCode::OK,
+        "docs",
+        &DocsPage {
+            frame: Frame {
+                title: "API".to_string(),
+                ..Frame::default()
+            },
+            document: crate::openapi::DOCUMENT_PATH,
+            routes,
+        },
+    )
+}

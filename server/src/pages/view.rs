@@ -1,0 +1,281 @@
+//! What the templates show, computed from the API's own views: times as text, counts,
+//! the state as a word. Nothing here reads a request or the backend.
+
+use serde::Serialize;
+
+use pai_api::jobs::JobSummary;
+use pai_api::status::{JobState, JobView};
+use pai_api::time::{age, iso, readable};
+
+/// Seconds between refreshes of a page that shows something still running.
+pub const REFRESH_SECONDS: u32 = 5;
+
+/// What every page's layout needs.
+#[derive(Serialize, Default)]
+pub struct Frame {
+    pub title: String,
+    /// Seconds between refreshes; none once nothing changes.
+    pub refresh: Option<u32>,
+    /// The signed-in user's name (with a token file only).
+    pub signed_in: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct JobsPage {
+    #[serde(flatten)]
+    pub frame: Frame,
+    /// Whose jobs (none: every user's).
+    pub user: Option<String>,
+    pub rows: Vec<JobRow>,
+}
+
+#[derive(Serialize)]
+pub struct JobRow {
+    pub user: String,
+    pub job: String,
+    pub url: String,
+    pub state: String,
+    pub running: u32,
+    pub total: u32,
+    pub retries: i32,
+    pub age: String,
+    pub created_iso: String,
+}
+
+/// The job list: `jobs` newest first, as the API lists them.
+pub fn jobs_page(jobs: &[JobSummary], user: Option<String>, now_ms: i64) -> JobsPage {
+    let rows: Vec<JobRow> = jobs
+        .iter()
+        .map(|job| JobRow {
+            user: job.status.username.clone(),
+            job: job.name.clone(),
+            url: job_url(&job.status.username, &job.name),
+            state: job.status.state.to_string(),
+            running: job.status.running_task_number,
+            total: job.status.total_task_number,
+            retries: job.status.retries,
+            age: job
+                .status
+                .created_time
+                .map_or_else(String::new, |t| format!("{} ago", age(now_ms - t))),
+            created_iso: job.status.created_time.map_or_else(String::new, iso),
+        })
+        .collect();
+    let running = jobs.iter().any(|j| !j.status.state.is_final());
+    JobsPage {
+        frame: Frame {
+            title: "Jobs".to_string(),
+            refresh: running.then_some(REFRESH_SECONDS),
+            signed_in: None,
+        },
+        user,
+        rows,
+    }
+}
+
+/// A job's page.
+pub fn job_url(user: &str, job: &str) -> String {
+    format!("/ui/jobs/{user}/{job}")
+}
+
+#[derive(Serialize)]
+pub struct JobPage {
+    #[serde(flatten)]
+    pub frame: Frame,
+    pub user: String,
+    pub job: String,
+    pub state: String,
+    pub sub_state: String,
+    pub stopping: bool,
+    pub retries: i32,
+    pub one_retry: bool,
+    pub running: u32,
+    pub total: u32,
+    pub role_count: usize,
+    pub created: String,
+    pub created_iso: String,
+    pub age: String,
+    pub completed: Option<String>,
+    pub exit_code_known: bool,
+    pub exit_code: Option<i32>,
+    pub trigger: Option<String>,
+    pub diagnostics: Option<String>,
+    pub roles: Vec<RoleSection>,
+    pub conditions: Vec<ConditionLine>,
+    pub tails_shown: usize,
+    pub tails_omitted: bool,
+    pub first_role: String,
+    /// ` -u USER` when the page's viewer is not the job's user (an admin).
+    pub user_flag: String,
+}
+
+#[derive(Serialize)]
+pub struct RoleSection {
+    pub name: String,
+    pub running: usize,
+    pub total: usize,
+    pub tasks: Vec<TaskRow>,
+}
+
+#[derive(Serialize)]
+pub struct TaskRow {
+    pub id: String,
+    pub state: String,
+    pub ip: Option<String>,
+    pub ports: String,
+    pub exit_code_known: bool,
+    pub exit_code: Option<i32>,
+    pub retries: i32,
+    pub log_url: String,
+    /// The last lines of its log (`None`: not read for this page).
+    pub tail: Option<String>,
+    /// Why there is no tail to show.
+    pub tail_note: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct ConditionLine {
+    pub time: String,
+    pub kind: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// What was read of a task's log for the page.
+pub enum Tail {
+    Lines(String),
+    /// Nothing read: why (not started, no log yet, the backend's error).
+    Missing(String),
+    /// Not read for this page (beyond the first tasks).
+    NotRead,
+}
+
+/// The job page of `view`; `tail(role, index)` is what was read of that task's log;
+/// `viewer` is who looks (their own jobs need no `-u` in the commands shown).
+pub fn job_page(
+    view: &JobView,
+    tail: &mut dyn FnMut(&str, u32) -> Tail,
+    viewer: &str,
+    now_ms: i64,
+) -> JobPage {
+    let status = &view.job_status;
+    let user = status.username.clone();
+    let mut tails_shown = 0;
+    let mut tails_omitted = false;
+    let roles: Vec<RoleSection> = view
+        .task_roles
+        .iter()
+        .map(|(name, role)| {
+            let tasks: Vec<TaskRow> = role
+                .task_statuses
+                .iter()
+                .map(|task| {
+                    let (tail, tail_note) = match tail(name, task.task_index) {
+                        Tail::Lines(lines) => {
+                            tails_shown += 1;
+                            let note = lines.is_empty().then(|| "no output yet".to_string());
+                            (Some(lines).filter(|l| !l.is_empty()), note)
+                        }
+                        Tail::Missing(why) => (None, Some(why)),
+                        Tail::NotRead => {
+                            tails_omitted = true;
+                            (None, None)
+                        }
+                    };
+                    TaskRow {
+                        id: format!("{name}-{}", task.task_index),
+                        state: task.task_state.to_string(),
+                        ip: task.container_ip.clone(),
+                        ports: task
+                            .container_ports
+                            .iter()
+                            .map(|(label, ports)| format!("{label}:{ports}"))
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                        exit_code_known: task.container_exit_code.is_some(),
+                        exit_code: task.container_exit_code,
+                        retries: task.retries,
+                        log_url: format!(
+                            "{}/logs/{name}/{}",
+                            job_url(&user, &view.name),
+                            task.task_index
+                        ),
+                        tail,
+                        tail_note,
+                    }
+                })
+                .collect();
+            RoleSection {
+                name: name.clone(),
+                running: tasks.iter().filter(|t| t.state == "RUNNING").count(),
+                total: tasks.len(),
+                tasks,
+            }
+        })
+        .collect();
+    let conditions = view
+        .conditions
+        .iter()
+        .map(|c| ConditionLine {
+            time: c
+                .last_transition_time
+                .parse::<jiff::Timestamp>()
+                .map_or_else(
+                    |_| c.last_transition_time.clone(),
+                    |t| readable(t.as_millisecond()),
+                ),
+            kind: c.kind.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        })
+        .collect();
+    let trigger = match (
+        &status.app_exit_trigger_task_role_name,
+        status.app_exit_trigger_task_index,
+    ) {
+        (Some(role), Some(index)) => Some(format!("{role}-{index}")),
+        _ => None,
+    };
+    JobPage {
+        frame: Frame {
+            title: view.name.clone(),
+            refresh: (!status.state.is_final()).then_some(REFRESH_SECONDS),
+            signed_in: None,
+        },
+        job: view.name.clone(),
+        state: status.state.to_string(),
+        sub_state: status.sub_state.clone(),
+        stopping: status.execution_type == "STOP" && !status.state.is_final(),
+        retries: status.retries,
+        one_retry: status.retries == 1,
+        running: status.running_task_number,
+        total: status.total_task_number,
+        role_count: view.task_roles.len(),
+        created: status.created_time.map_or_else(String::new, readable),
+        created_iso: status.created_time.map_or_else(String::new, iso),
+        age: status
+            .created_time
+            .map_or_else(String::new, |t| age(now_ms - t)),
+        completed: status.completed_time.map(readable),
+        exit_code_known: status.app_exit_code.is_some() && status.state != JobState::Running,
+        exit_code: status.app_exit_code,
+        trigger,
+        diagnostics: status
+            .app_exit_diagnostics
+            .clone()
+            .filter(|d| !d.is_empty()),
+        roles,
+        conditions,
+        tails_shown,
+        tails_omitted,
+        first_role: view.task_roles.keys().next().cloned().unwrap_or_default(),
+        user_flag: if viewer == user {
+            String::new()
+        } else {
+            format!(" -u {user}")
+        },
+        user,
+    }
+}

@@ -1,0 +1,535 @@
+//! The jobs API handlers: extract (`extract`), call the service (`jobs`), map the
+//! result. Every error is an [`ApiError`]; the documented responses are shared sets.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+
+use super::auth::Caller;
+use super::backend::BackendError;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ApiJson, ApiPath, ApiQuery, Job, JobPath, Owner, SpecBody, UserPath};
+use super::jobs::{self, Submitted};
+use super::ssh;
+use crate::state::AppState;
+use pai_api::jobs::{Execution, JobSummary, Message};
+use pai_api::ssh::SshInfo;
+use pai_api::status::{JobView, job_view};
+use pai_translate::spec::SpecFormat;
+use pai_translate::spec::schema::JobSpecDocument;
+
+type ApiResult = Result<Response, ApiError>;
+
+fn accepted(message: String) -> Response {
+    (StatusCode::ACCEPTED, Json(Message::new(message))).into_response()
+}
+
+/// The errors of a route that lists jobs.
+#[derive(utoipa::IntoResponses)]
+pub enum ListErrors {
+    /// A malformed query, or a user name that breaks `^[A-Za-z0-9\-._~]+$`: the message
+    /// names the parameter and the rule.
+    #[response(status = 400)]
+    BadRequest(#[to_schema] ErrorBody),
+    /// No or unknown bearer token.
+    #[response(status = 401)]
+    Unauthorized(#[to_schema] ErrorBody),
+    /// The cluster cannot be reached.
+    #[response(status = 503)]
+    Unavailable(#[to_schema] ErrorBody),
+}
+
+/// The errors of a route of one job.
+#[derive(utoipa::IntoResponses)]
+pub enum JobErrors {
+    /// A malformed path or query, or a user name that breaks `^[A-Za-z0-9\-._~]+$`: the
+    /// message names the parameter and the rule.
+    #[response(status = 400)]
+    BadRequest(#[to_schema] ErrorBody),
+    /// No or unknown bearer token.
+    #[response(status = 401)]
+    Unauthorized(#[to_schema] ErrorBody),
+    /// No such job, or not the caller's (`NoJobError`).
+    #[response(status = 404)]
+    NotFound(#[to_schema] ErrorBody),
+    /// The cluster cannot be reached.
+    #[response(status = 503)]
+    Unavailable(#[to_schema] ErrorBody),
+}
+
+/// The errors of a submission.
+#[derive(utoipa::IntoResponses)]
+pub enum SubmitErrors {
+    /// A bad spec or parameter: the message names every broken rule with its field.
+    #[response(status = 400)]
+    BadRequest(#[to_schema] ErrorBody),
+    /// No or unknown bearer token.
+    #[response(status = 401)]
+    Unauthorized(#[to_schema] ErrorBody),
+    /// The caller may not act for this user.
+    #[response(status = 403)]
+    Forbidden(#[to_schema] ErrorBody),
+    /// A job of that name exists (`ConflictJobError`).
+    #[response(status = 409)]
+    Conflict(#[to_schema] ErrorBody),
+    /// The body is larger than the server's limit.
+    #[response(status = 413)]
+    TooLarge(#[to_schema] ErrorBody),
+    /// The body is not JSON or YAML.
+    #[response(status = 415)]
+    UnsupportedType(#[to_schema] ErrorBody),
+    /// The cluster cannot be reached.
+    #[response(status = 503)]
+    Unavailable(#[to_schema] ErrorBody),
+}
+
+#[derive(Deserialize, Default, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct SubmitQuery {
+    /// Validate and transform only: answer with the Framework, create nothing.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+fn submitted(result: Submitted) -> Response {
+    match result {
+        Submitted::Created { job, warnings } => (
+            StatusCode::ACCEPTED,
+            Json(Message {
+                message: format!("job {job} submitted"),
+                warnings,
+            }),
+        )
+            .into_response(),
+        Submitted::DryRun(framework) => Json(framework).into_response(),
+    }
+}
+
+/// `POST /api/v1/user/{user}/jobs`: the job's name comes from the spec.
+#[utoipa::path(
+    post,
+    path = "/api/v1/user/{user}/jobs",
+    tag = "jobs",
+    params(UserPath, SubmitQuery),
+    request_body(description = "the job spec, JSON or YAML (contracts §1); what a schema cannot say is checked by the server, which answers 400 naming every broken rule", content((JobSpecDocument = "application/json"), (JobSpecDocument = "application/yaml"))),
+    responses(
+        (status = 202, description = "accepted", body = Message),
+        (status = 200, description = "dry run: the Framework that would be created", body = Object),
+        SubmitErrors
+    )
+)]
+pub async fn submit(
+    State(state): State<AppState>,
+    owner: Owner,
+    ApiQuery(query): ApiQuery<SubmitQuery>,
+    body: SpecBody,
+) -> ApiResult {
+    let result = jobs::submit(
+        &state,
+        &owner.caller,
+        &owner.user,
+        None,
+        query.dry_run,
+        &body,
+    );
+    Ok(submitted(result.await?))
+}
+
+/// `PUT /api/v1/user/{user}/jobs/{job}`: the proof of concept's form; the path's job name
+/// must be the spec's.
+#[utoipa::path(
+    put,
+    path = "/api/v1/user/{user}/jobs/{job}",
+    tag = "jobs",
+    params(JobPath, SubmitQuery),
+    request_body(description = "the job spec; its jobName must be the path's", content((JobSpecDocument = "application/json"), (JobSpecDocument = "application/yaml"))),
+    responses(
+        (status = 202, description = "accepted", body = Message),
+        (status = 200, description = "dry run: the Framework that would be created", body = Object),
+        SubmitErrors
+    )
+)]
+pub async fn submit_named(
+    State(state): State<AppState>,
+    owner: Owner,
+    ApiPath(JobPath { job, .. }): ApiPath<JobPath>,
+    ApiQuery(query): ApiQuery<SubmitQuery>,
+    body: SpecBody,
+) -> ApiResult {
+    let result = jobs::submit(
+        &state,
+        &owner.caller,
+        &owner.user,
+        Some(&job),
+        query.dry_run,
+        &body,
+    );
+    Ok(submitted(result.await?))
+}
+
+/// Longest watch a client may ask for with `timeoutSeconds`.
+const MAX_WATCH_SECONDS: u32 = 86_400;
+/// How long a followed log streams at most; a task that still runs then is followed
+/// again by asking again.
+pub const MAX_FOLLOW: Duration = Duration::from_secs(86_400);
+
+#[derive(Deserialize, Default, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct GetQuery {
+    /// Stream the job's status on every change until it completes.
+    #[serde(default)]
+    watch: bool,
+    /// With `watch`: end the stream after this many seconds even if the job has not
+    /// completed (as Kubernetes' watches do; 1800 when not given); watch again to go on.
+    #[param(minimum = 1, maximum = 86400)]
+    timeout_seconds: Option<u32>,
+}
+
+/// `GET /api/v1/user/{user}/jobs/{job}`, or its changes with `watch=true`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}",
+    tag = "jobs",
+    params(JobPath, GetQuery),
+    responses(
+        (status = 200, description = "the job's status; with watch=true one JSON line per change (application/x-ndjson), ending after a final state or the deletion", content((JobView = "application/json"), (JobView = "application/x-ndjson"))),
+        JobErrors
+    )
+)]
+pub async fn get_job(
+    State(state): State<AppState>,
+    job: Job,
+    ApiQuery(query): ApiQuery<GetQuery>,
+) -> ApiResult {
+    if let Some(seconds) = query.timeout_seconds
+        && !(1..=MAX_WATCH_SECONDS).contains(&seconds)
+    {
+        return Err(ApiError::bad_request(format!(
+            "timeoutSeconds: {seconds} is not from 1 to {MAX_WATCH_SECONDS}"
+        )));
+    }
+    if !query.watch {
+        return Ok(Json(job_view(&job.framework, &job.url())).into_response());
+    }
+    let changes = state.backend.watch(job.name()).await?;
+    let lines = jobs::watch_lines(changes, job.url());
+    let limit = query
+        .timeout_seconds
+        .map_or(state.watch_limit, |s| Duration::from_secs(u64::from(s)));
+    let body = axum::body::Body::from_stream(lines.take_until(tokio::time::sleep(limit)));
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+}
+
+/// `GET …/config`: the spec exactly as submitted.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}/config",
+    tag = "jobs",
+    params(JobPath),
+    responses(
+        (status = 200, description = "the spec exactly as submitted, in its media type", content((JobSpecDocument = "application/json"), (JobSpecDocument = "application/yaml"))),
+        JobErrors
+    )
+)]
+pub async fn get_config(job: Job) -> ApiResult {
+    let (text, format) = job.framework.spec_text().unwrap_or(("", SpecFormat::Json));
+    Ok((
+        [(header::CONTENT_TYPE, format.media_type())],
+        text.to_string(),
+    )
+        .into_response())
+}
+
+/// `GET …/ssh`: the tasks whose sshd answers now, and why each other task cannot be
+/// logged in to (404 when no task can).
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}/ssh",
+    tag = "jobs",
+    params(JobPath),
+    responses(
+        (status = 200, description = "the tasks one can log in to, and the others with the reason", body = SshInfo),
+        JobErrors
+    )
+)]
+pub async fn get_ssh(State(state): State<AppState>, job: Job) -> ApiResult {
+    Ok(Json(ssh::ssh_info(&state, &job).await?).into_response())
+}
+
+/// `GET …/ssh/key`: the private half of the job's key pair (OpenSSH format), which
+/// every task of the job accepts; for the job's owner and operators only.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}/ssh/key",
+    tag = "jobs",
+    params(JobPath),
+    responses(
+        (status = 200, description = "the job's private key", content_type = "application/x-pem-file", body = String),
+        JobErrors
+    )
+)]
+pub async fn get_ssh_key(State(state): State<AppState>, job: Job) -> ApiResult {
+    let key = ssh::private_key(&state, &job).await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-pem-file"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        key,
+    )
+        .into_response())
+}
+
+/// The body of `PUT …/executionType`.
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct ExecutionBody {
+    /// `START` or `STOP`.
+    value: Execution,
+}
+
+/// `PUT …/executionType` `{"value": "START" | "STOP"}`.
+#[utoipa::path(
+    put,
+    path = "/api/v1/user/{user}/jobs/{job}/executionType",
+    tag = "jobs",
+    params(JobPath),
+    request_body = ExecutionBody,
+    responses(
+        (status = 202, description = "accepted", body = Message),
+        (status = 409, description = "the job completed or is stopping and cannot be started again (`ConflictJobError`)", body = ErrorBody),
+        (status = 413, description = "the body is larger than the server's limit", body = ErrorBody),
+        (status = 415, description = "the body is not application/json", body = ErrorBody),
+        JobErrors
+    )
+)]
+pub async fn set_execution(
+    State(state): State<AppState>,
+    job: Job,
+    ApiJson(body): ApiJson<ExecutionBody>,
+) -> ApiResult {
+    jobs::set_execution(&state, &job, body.value).await?;
+    let doing = match body.value {
+        Execution::Start => "starting",
+        Execution::Stop => "stopping",
+    };
+    Ok(accepted(format!("job {} is {doing}", job.job)))
+}
+
+/// `DELETE /api/v1/user/{user}/jobs/{job}`: the Framework and, with it, its pods.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/user/{user}/jobs/{job}",
+    tag = "jobs",
+    params(JobPath),
+    responses(
+        (status = 202, description = "the job and its tasks are being removed", body = Message),
+        JobErrors
+    )
+)]
+pub async fn delete_job(State(state): State<AppState>, job: Job) -> ApiResult {
+    state
+        .backend
+        .delete(job.name())
+        .await
+        .map_err(|e| match e {
+            BackendError::NotFound => job.not_found(),
+            other => other.into(),
+        })?;
+    tracing::info!(user = %job.user, job = %job.job, "job deleted");
+    Ok(accepted(format!("job {} is being deleted", job.job)))
+}
+
+/// `GET /api/v1/user/{user}/jobs`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs",
+    tag = "jobs",
+    params(UserPath),
+    responses(
+        (status = 200, description = "the user's jobs, newest first", body = [JobSummary]),
+        ListErrors
+    )
+)]
+pub async fn list_user_jobs(State(state): State<AppState>, owner: Owner) -> ApiResult {
+    let listed = jobs::list(&state, &owner.caller, Some(owner.user.as_str())).await?;
+    Ok(Json(listed).into_response())
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only this user's jobs (OpenPAI's user name rule).
+    username: Option<String>,
+}
+
+/// `GET /api/v1/jobs?username=`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs",
+    tag = "jobs",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "jobs, newest first (a non-admin sees only their own)", body = [JobSummary]),
+        ListErrors
+    )
+)]
+pub async fn list_jobs(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> ApiResult {
+    let listed = jobs::list(&state, &caller, query.username.as_deref()).await?;
+    Ok(Json(listed).into_response())
+}
+
+/// `GET /healthz`.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "the process serves", body = String)))]
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogQuery {
+    /// The task role's name as in the spec.
+    role: String,
+    /// The task's index in its role.
+    #[serde(default)]
+    index: u32,
+    /// Keep streaming while the task runs (for a day at most; ask again to go on).
+    #[serde(default)]
+    follow: bool,
+    /// The log of this attempt of the job (from 0) instead of the current one's, where
+    /// it is still kept: on this machine until the job is deleted; on a cluster an
+    /// earlier attempt's pod, and so its log, is gone (404 saying so).
+    #[param(minimum = 0)]
+    attempt: Option<u32>,
+}
+
+/// `GET …/logs?role=&index=&follow=&attempt=`: one task's output, streamed while it
+/// runs when following; an earlier attempt's with `attempt`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user/{user}/jobs/{job}/logs",
+    tag = "jobs",
+    params(JobPath, LogQuery),
+    responses(
+        (status = 200, description = "the task's output; streamed while it runs with follow=true", content_type = "text/plain", body = String),
+        JobErrors
+    )
+)]
+pub async fn get_logs(
+    State(state): State<AppState>,
+    job: Job,
+    ApiQuery(query): ApiQuery<LogQuery>,
+) -> ApiResult {
+    let task = format!("{}-{}", query.role, query.index);
+    let no_task = || {
+        job.not_found()
+            .with_message(format!("job {}~{} has no task {task}", job.user, job.job))
+    };
+    let role = job.framework.role(&query.role).ok_or_else(no_task)?;
+    if query.index >= role.tasks() {
+        return Err(no_task());
+    }
+    let pod = job.framework.pod_name(role, query.index);
+    let current = job
+        .framework
+        .status
+        .as_ref()
+        .map_or(0, |s| s.attempt_status.id);
+    let earlier = match query.attempt.map(|a| i32::try_from(a).unwrap_or(i32::MAX)) {
+        Some(attempt) if attempt > current => {
+            return Err(job.not_found().with_message(format!(
+                "job {}~{} has no attempt {attempt}: its current attempt is {current} (attempts count from 0)",
+                job.user, job.job
+            )));
+        }
+        Some(attempt) if attempt < current => Some(attempt),
+        _ => None,
+    };
+    let logs = state
+        .backend
+        .logs(&pod, query.follow, earlier)
+        .await
+        .map_err(|e| match e {
+            BackendError::NotFound => job.not_found().with_message(match earlier {
+                Some(attempt) => format!(
+                    "task {task} of job {}~{} left no log in attempt {attempt}",
+                    job.user, job.job
+                ),
+                None => format!(
+                    "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
+                    job.user, job.job
+                ),
+            }),
+            other => other.into(),
+        })?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        axum::body::Body::from_stream(logs.take_until(tokio::time::sleep(MAX_FOLLOW))),
+    )
+        .into_response())
+}
+
+/// `GET /readyz`: ready when the backend answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "the backend answers", body = String),
+        (status = 503, description = "the cluster cannot be reached", body = ErrorBody)
+    )
+)]
+pub async fn readyz(State(state): State<AppState>) -> ApiResult {
+    state.backend.get("rest-lite-readiness-probe").await?;
+    Ok("ok".into_response())
+}
+
+/// `GET /metrics`: Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    description = "Needs a token, unless the server serves it on a listener of its own (`--metrics-listen`).",
+    responses(
+        (status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
+        (status = 401, description = "no valid token", body = ErrorBody)
+    )
+)]
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let mut text = state.metrics.render();
+    // The jobs as they are now; a backend that cannot list them leaves these out and
+    // says so, the request counts still answer.
+    match state.backend.list(None).await {
+        Ok(frameworks) => text.push_str(&super::metrics::render_jobs(&frameworks)),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: cannot list the jobs");
+            text.push_str(
+                "# the jobs could not be listed: rest_lite_jobs and rest_lite_tasks are left out\n",
+            );
+        }
+    }
+    if let Some(observed) = state.backend.observed() {
+        text.push_str(&super::metrics::render_observed(observed));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// Any other path: the JSON 404.
+pub async fn no_route(uri: axum::http::Uri) -> ApiError {
+    ApiError::no_route(uri.path())
+}
+
+/// A known path with another method: the JSON 405.
+pub async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
+}

@@ -1,0 +1,53 @@
+//! What every handler shares: the backend, the transformer, who may call, the limits.
+
+use std::sync::Arc;
+
+use pai_translate::transform::Transformer;
+
+/// Default limit of a request body: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// How long a watch lasts without `timeoutSeconds` (as the Kubernetes API server ends
+/// its watches after a while): the client watches again to go on.
+pub const DEFAULT_WATCH_SECONDS: u32 = 1800;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub backend: Arc<dyn crate::backend::Backend>,
+    pub transformer: Arc<Transformer>,
+    pub body_limit: usize,
+    /// Who may call.
+    pub access: crate::auth::Access,
+    /// The host names it answers to besides addresses and `localhost`.
+    pub hosts: Arc<crate::guard::Hosts>,
+    /// Whether it is served over TLS (the sign-in cookie is then `Secure`).
+    pub tls: bool,
+    /// Whether `/metrics` is served on its own listener (`--metrics-listen`) and so not
+    /// on this one.
+    pub metrics_elsewhere: bool,
+    /// How long a job watch lasts when the client gives no `timeoutSeconds`.
+    pub watch_limit: std::time::Duration,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl AppState {
+    /// A server over `backend` making Frameworks by `config`, callers admitted by
+    /// `access`: the default body limit, no other host names, plain HTTP, fresh metrics.
+    pub fn new(
+        backend: Arc<dyn crate::backend::Backend>,
+        config: pai_translate::config::ClusterConfig,
+        access: crate::auth::Access,
+    ) -> Self {
+        Self {
+            backend,
+            transformer: Arc::new(Transformer::new(config)),
+            body_limit: DEFAULT_BODY_LIMIT,
+            access,
+            hosts: Default::default(),
+            tls: false,
+            metrics_elsewhere: false,
+            watch_limit: std::time::Duration::from_secs(u64::from(DEFAULT_WATCH_SECONDS)),
+            metrics: Default::default(),
+        }
+    }
+}

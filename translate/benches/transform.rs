@@ -1,0 +1,175 @@
+//! `cargo bench -p rest-lite --bench transform`: time of spec text → Framework
+//! (parse, validate, allocate ports, build the Framework) and of rendering it as JSON.
+//! Each case runs a warm-up, then times every iteration on its own and reports
+//! percentiles, as a Markdown table for BENCHMARKS.md.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use pai_translate::config::ClusterConfig;
+use pai_translate::ports::Seed;
+use pai_translate::spec::{JobSpec, SpecFormat, UserName};
+use pai_translate::transform::{Submission, Transformer};
+
+fn job(roles: usize, tasks_per_role: usize) -> String {
+    let roles: Vec<serde_json::Value> = (0..roles)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("role{i}"), "taskNumber": tasks_per_role, "cpuNumber": 4,
+                "memoryMB": 8192, "gpuNumber": 1,
+                "portList": [{"label": "main", "beginAt": 0, "portNumber": 2}],
+                "command": "python train.py --rank $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
+            })
+        })
+        .collect();
+    serde_json::json!({"jobName": "bench", "image": "pytorch/pytorch", "taskRoles": roles,
+                       "jobEnvs": {"EPOCHS": 3}})
+    .to_string()
+}
+
+fn measure(name: &str, iterations: usize, mut f: impl FnMut()) {
+    for _ in 0..iterations / 10 + 1 {
+        f();
+    }
+    let mut times: Vec<Duration> = (0..iterations)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+    println!(
+        "| {name} | {iterations} | {:.1} | {:.1} | {:.1} | {:.1} |",
+        micros(times[0]),
+        micros(pct(0.5)),
+        micros(pct(0.9)),
+        micros(pct(0.99)),
+    );
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not: run once, quickly.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let n = |full: usize| if quick { 3 } else { full };
+    let tf = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/tensorflow-ps-worker.json"
+    ))
+    .expect("example");
+    let cases = [
+        ("TensorFlow example (2 roles, 4 tasks)", tf, n(20_000)),
+        ("1,000 tasks in 2 roles", job(2, 500), n(20_000)),
+        ("1,000 tasks in 50 roles", job(50, 20), n(2_000)),
+    ];
+    let user = UserName::parse("alice").expect("user");
+    let transformer = Transformer::new(ClusterConfig::default());
+
+    println!("| case | iterations | min µs | median µs | p90 µs | p99 µs |");
+    println!("|---|---|---|---|---|---|");
+    for (name, text, iterations) in &cases {
+        let transform = || {
+            let format = SpecFormat::detect(text);
+            let spec = JobSpec::parse(text, format).expect("valid");
+            transformer
+                .transform(
+                    Submission {
+                        user: &user,
+                        spec: &spec,
+                        spec_text: text,
+                        format,
+                    },
+                    Seed::Fixed(1),
+                )
+                .expect("transforms")
+        };
+        measure(&format!("{name}: text → Framework"), *iterations, || {
+            black_box(transform());
+        });
+        let framework = transform();
+        measure(&format!("{name}: Framework → JSON"), *iterations, || {
+            black_box(serde_json::to_vec(&framework).expect("json"));
+        });
+        println!(
+            "| {name}: Framework JSON size | | {} bytes | | | |",
+            serde_json::to_vec(&framework).expect("json").len()
+        );
+    }
+
+    // The job view (GET of a job, each watch line, each listed job) of the largest
+    // Framework FrameworkController takes: 10,000 tasks, every one running with its
+    // address, as its status would say.
+    let text = job(2, 5_000);
+    let spec = JobSpec::parse(&text, SpecFormat::Json).expect("valid");
+    let framework = transformer
+        .transform(
+            Submission {
+                user: &user,
+                spec: &spec,
+                spec_text: &text,
+                format: SpecFormat::Json,
+            },
+            Seed::Fixed(1),
+        )
+        .expect("transforms");
+    let framework = running(framework);
+    let name = "10,000 tasks in 2 roles, all running";
+    measure(&format!("{name}: job view"), n(200), || {
+        black_box(pai_api::status::job_view(
+            &framework,
+            "/api/v1/user/alice/jobs/bench",
+        ));
+    });
+    measure(&format!("{name}: job view → JSON"), n(200), || {
+        let view = pai_api::status::job_view(&framework, "/api/v1/user/alice/jobs/bench");
+        black_box(serde_json::to_vec(&view).expect("json"));
+    });
+}
+
+/// `framework` with the status FrameworkController gives it once every task runs.
+fn running(framework: pai_contract::framework::Framework) -> pai_contract::framework::Framework {
+    let mut value = serde_json::to_value(&framework).expect("json");
+    let roles: Vec<serde_json::Value> = framework
+        .spec
+        .task_roles
+        .iter()
+        .map(|role| {
+            let tasks: Vec<serde_json::Value> = (0..role.task_number)
+                .map(|i| {
+                    serde_json::json!({
+                        "index": i, "state": "AttemptRunning",
+                        "startTime": "2026-11-22T10:00:00Z",
+                        "transitionTime": "2026-11-22T10:00:01Z",
+                        "attemptStatus": {
+                            "id": 0, "startTime": "2026-11-22T10:00:00Z",
+                            "runTime": "2026-11-22T10:00:05Z",
+                            "instanceUID": format!("0_{i:08x}-0000-4000-8000-{i:012x}"),
+                            "podName": format!("bench-{}-{i}", role.name),
+                            "podUID": format!("{i:08x}-0000-4000-8000-{i:012x}"),
+                            "podIP": format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+                            "podHostIP": format!("192.0.2.{}", i % 200),
+                            "podNodeName": format!("node-{}", i % 200),
+                        }
+                    })
+                })
+                .collect();
+            serde_json::json!({"name": role.name, "instanceUID": "role-uid", "taskStatuses": tasks})
+        })
+        .collect();
+    value["status"] = serde_json::json!({
+        "startTime": "2026-11-22T10:00:00Z", "runTime": "2026-11-22T10:00:05Z",
+        "state": "AttemptRunning", "transitionTime": "2026-11-22T10:00:05Z",
+        "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0},
+        "attemptStatus": {
+            "id": 0, "startTime": "2026-11-22T10:00:00Z", "runTime": "2026-11-22T10:00:05Z",
+            "instanceUID": "0_attempt", "configMapName": "bench-attempt",
+            "taskRoleStatuses": roles,
+        }
+    });
+    serde_json::from_value(value).expect("a Framework with its status")
+}

@@ -1,0 +1,13 @@
+//! OpenPAI v1 job specs in, FrameworkController Frameworks out: no HTTP, no Kubernetes
+//! client, so other tools can embed the translation.
+//!
+//! The data path: spec text → [`spec::JobSpec`] (valid by construction) →
+//! [`ports::allocate`] → [`transform::Transformer`] builds the [`pai_contract::Framework`],
+//! whose pod templates carry the static environment of [`env`].
+
+pub mod config;
+pub mod env;
+pub mod ports;
+pub mod spec;
+pub mod transform;
+pub mod warnings;

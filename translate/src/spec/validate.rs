@@ -1,0 +1,681 @@
+//! Every rule of the job spec (contracts §1), checked in one pass over the document.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use pai_contract::env;
+use pai_contract::names::{
+    FRAMEWORK_NAME_LEN, MAX_POD_NAME, MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE,
+    max_task_role_name,
+};
+use pai_contract::ports::{HTTP_LABEL, SSH_LABEL};
+use pai_contract::training::{self, MASTER_PORT_LABEL, Part, Selection};
+
+use super::error::{Errors, FieldPath, SpecErrors};
+use super::names::{JobName, PortLabel, RoleName};
+use super::reader::{self, Object, kind};
+use super::{
+    CompletionPolicy, DEFAULT_SHM_MB, JobSpec, LegacyDirs, MAX_SPEC_BYTES, PortRequest, PortStart,
+    Resources, SpecFormat, TaskRole,
+};
+
+impl JobSpec {
+    /// Parses and validates `text`. Fails with every broken rule.
+    pub fn parse(text: &str, format: SpecFormat) -> Result<Self, SpecErrors> {
+        let root = FieldPath::root();
+        if text.len() > MAX_SPEC_BYTES {
+            return Err(SpecErrors::single(
+                &root,
+                format!(
+                    "the spec is {} bytes; at most {MAX_SPEC_BYTES} fit in the Framework's annotations",
+                    text.len()
+                ),
+            ));
+        }
+        let value: serde_json::Value = match format {
+            SpecFormat::Json => serde_json::from_str(text)
+                .map_err(|e| SpecErrors::single(&root, format!("not valid JSON: {e}")))?,
+            SpecFormat::Yaml => serde_saphyr::from_str(text)
+                .map_err(|e| SpecErrors::single(&root, format!("not valid YAML: {e}")))?,
+        };
+        job(&value)
+    }
+}
+
+const JOB_FIELDS: &[&str] = &[
+    "jobName",
+    "image",
+    "taskRoles",
+    "jobEnvs",
+    "retryCount",
+    "frameworkEnv",
+    // Legacy fields of OpenPAI v1, accepted; the directories reach the environment.
+    "dataDir",
+    "outputDir",
+    "codeDir",
+    "virtualCluster",
+    "gpuType",
+    "authFile",
+    "extras",
+];
+
+const ROLE_FIELDS: &[&str] = &[
+    "name",
+    "taskNumber",
+    "cpuNumber",
+    "memoryMB",
+    "shmMB",
+    "gpuNumber",
+    "portList",
+    "command",
+    "minFailedTaskCount",
+    "minSucceededTaskCount",
+];
+
+const PORT_FIELDS: &[&str] = &["label", "beginAt", "portNumber"];
+
+const I32_MAX: i64 = i32::MAX as i64;
+/// Ports below this are never handed out.
+const FIRST_USER_PORT: i64 = 1024;
+
+pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
+    let mut errors = Errors::default();
+    let Some(obj) = Object::new(value, FieldPath::root(), JOB_FIELDS, &mut errors) else {
+        return Err(errors.into_spec_errors());
+    };
+
+    let name = obj
+        .required("jobName", &mut errors)
+        .and_then(|(v, p)| reader::string(v, &p, &mut errors).map(|s| (s, p)))
+        .and_then(|(s, p)| JobName::parse(s).map_err(|rule| errors.push(&p, rule)).ok());
+
+    let image = obj
+        .required("image", &mut errors)
+        .and_then(|(v, p)| image(v, &p, &mut errors));
+
+    let roles = obj
+        .required("taskRoles", &mut errors)
+        .and_then(|(v, p)| roles(v, &p, &mut errors));
+
+    let job_envs = match obj.optional("jobEnvs") {
+        Some((v, p)) => job_envs(v, &p, &mut errors),
+        None => Some(Vec::new()),
+    };
+
+    let selection = match obj.optional("frameworkEnv") {
+        Some((v, p)) => framework_env(v, &p, &mut errors),
+        None => Some(Selection::all()),
+    };
+
+    let retry_count = match obj.optional("retryCount") {
+        Some((v, p)) => reader::integer(v, &p, 0, I32_MAX, &mut errors).map(|n| n as u32),
+        None => Some(0),
+    };
+
+    let mut legacy = LegacyDirs::default();
+    for (key, slot) in [
+        ("dataDir", &mut legacy.data_dir),
+        ("outputDir", &mut legacy.output_dir),
+        ("codeDir", &mut legacy.code_dir),
+    ] {
+        if let Some((v, p)) = obj.optional(key)
+            && let Some(s) = env_text(v, &p, &mut errors)
+        {
+            *slot = s.to_string();
+        }
+    }
+    for key in ["virtualCluster", "gpuType", "authFile"] {
+        if let Some((v, p)) = obj.optional(key) {
+            reader::string(v, &p, &mut errors);
+        }
+    }
+    if let Some((v, p)) = obj.optional("extras")
+        && !v.is_object()
+    {
+        errors.push(&p, format!("must be an object, got {}", kind(v)));
+    }
+    obj.finish(&mut errors);
+
+    if !errors.is_empty() {
+        return Err(errors.into_spec_errors());
+    }
+    match (name, image, roles, job_envs, retry_count, selection) {
+        (
+            Some(name),
+            Some(image),
+            Some(mut roles),
+            Some(job_envs),
+            Some(retry_count),
+            Some(selection),
+        ) => {
+            let path = FieldPath::root().field("frameworkEnv");
+            training_ports(&mut roles, &selection, &path, &mut errors);
+            if !errors.is_empty() {
+                return Err(errors.into_spec_errors());
+            }
+            Ok(JobSpec {
+                name,
+                image: image.to_string(),
+                roles,
+                job_envs,
+                retry_count,
+                legacy,
+                framework_env: selection,
+            })
+        }
+        // Every reader that returns None has recorded why.
+        _ => Err(SpecErrors::single(&FieldPath::root(), "is not a valid job")),
+    }
+}
+
+/// `frameworkEnv`: a list of `tensorflow`, `pytorch`, `mpi`, each at most once, where
+/// `tensorflow` may be `{tensorflow: {portLabel: <label>}}`.
+fn framework_env(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Selection> {
+    let items = reader::list(value, path, errors)?;
+    let before = errors.len();
+    let mut selection = Selection::none();
+    let mut seen = Vec::new();
+    let names: Vec<&'static str> = Part::ALL.iter().map(|p| p.as_str()).collect();
+    for (i, item) in items.iter().enumerate() {
+        let p = path.index(i);
+        let (name, options) = match item {
+            Value::String(s) => (s.as_str(), None),
+            Value::Object(map) if map.len() == 1 => {
+                let (k, v) = map.iter().next().expect("one entry");
+                (k.as_str(), Some((v, p.field(k))))
+            }
+            other => {
+                errors.push(
+                    &p,
+                    format!(
+                        "must be one of {} or {{tensorflow: {{portLabel: <label>}}}}, got {}",
+                        names.join(", "),
+                        kind(other)
+                    ),
+                );
+                continue;
+            }
+        };
+        let Some(part) = Part::parse(name) else {
+            let hint = reader::suggest(name, &names)
+                .map(|n| format!(" (did you mean {n:?}?)"))
+                .unwrap_or_default();
+            errors.push(
+                &p,
+                format!("{name:?} is not one of {}{hint}", names.join(", ")),
+            );
+            continue;
+        };
+        if seen.contains(&part) {
+            errors.push(&p, format!("{name:?} is listed twice"));
+            continue;
+        }
+        seen.push(part);
+        match part {
+            Part::Tensorflow => {
+                let mut label = HTTP_LABEL.to_string();
+                if let Some((v, op)) = options {
+                    let Some(obj) = Object::new(v, op, &["portLabel"], errors) else {
+                        continue;
+                    };
+                    if let Some((v, lp)) = obj.optional("portLabel")
+                        && let Some(s) = reader::string(v, &lp, errors)
+                    {
+                        match PortLabel::parse(s) {
+                            Ok(l) => label = l.as_str().to_string(),
+                            Err(rule) => errors.push(&lp, rule),
+                        }
+                    }
+                    obj.finish(errors);
+                }
+                selection.tensorflow = Some(label);
+            }
+            Part::Pytorch | Part::Mpi => {
+                if let Some((_, op)) = options {
+                    errors.push(
+                        &op,
+                        format!("{name} takes no options: write it as a plain string"),
+                    );
+                    continue;
+                }
+                if part == Part::Pytorch {
+                    selection.pytorch = true;
+                } else {
+                    selection.mpi = true;
+                }
+            }
+        }
+    }
+    (errors.len() == before).then_some(selection)
+}
+
+/// The ports the parts need: PyTorch's master role gets a `master` port unless it has
+/// one; TensorFlow's label must be a port of every role in its cluster.
+fn training_ports(
+    roles: &mut [TaskRole],
+    selection: &Selection,
+    path: &FieldPath,
+    errors: &mut Errors,
+) {
+    if let Some(label) = &selection.tensorflow {
+        for role in roles.iter() {
+            if training::is_tf_evaluator(role.name.as_str())
+                || role.ports.iter().any(|p| p.label.as_str() == label)
+            {
+                continue;
+            }
+            errors.push(
+                path,
+                format!(
+                    "TF_CONFIG addresses every task by its port {label:?}, and role {:?} has none: add it to the role's portList or name another label",
+                    role.name.as_str()
+                ),
+            );
+        }
+    }
+    if selection.pytorch {
+        let master = training::master_role(roles.iter().map(|r| r.name.as_str()));
+        let role = &mut roles[master];
+        if !role
+            .ports
+            .iter()
+            .any(|p| p.label.as_str() == MASTER_PORT_LABEL)
+            && let Ok(label) = PortLabel::parse(MASTER_PORT_LABEL)
+        {
+            role.ports.push(PortRequest {
+                label,
+                count: 1,
+                start: PortStart::Any,
+            });
+        }
+    }
+}
+
+fn image<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Option<&'a str> {
+    let s = reader::text(value, path, errors)?;
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        errors.push(
+            path,
+            format!("{s:?} is not an image reference: it contains white space"),
+        );
+        return None;
+    }
+    Some(s)
+}
+
+/// A string that can be an environment value: anything but NUL.
+fn env_text<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Option<&'a str> {
+    let s = reader::string(value, path, errors)?;
+    if s.contains('\0') {
+        errors.push(path, "must not contain a NUL character");
+        return None;
+    }
+    Some(s)
+}
+
+fn roles(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<TaskRole>> {
+    let items = reader::list(value, path, errors)?;
+    if items.is_empty() {
+        errors.push(path, "must list at least one role");
+        return None;
+    }
+    let before = errors.len();
+    let parsed: Vec<Option<TaskRole>> = items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| role(v, &path.index(i), errors))
+        .collect();
+
+    // Names must stay distinct as given and as task-role names. Checked on every
+    // well-formed name, also of roles with other errors: every broken rule at once.
+    let names: Vec<Option<RoleName>> = items
+        .iter()
+        .map(|v| v.get("name").and_then(Value::as_str))
+        .map(|name| name.and_then(|n| RoleName::parse(n).ok()))
+        .collect();
+    let mut given: HashMap<&str, usize> = HashMap::new();
+    let mut kube: HashMap<&str, usize> = HashMap::new();
+    for (i, name) in names.iter().enumerate() {
+        let Some(name) = name else { continue };
+        let name_path = path.index(i).field("name");
+        if let Some(first) = given.insert(name.as_str(), i) {
+            errors.push(
+                &name_path,
+                format!(
+                    "duplicate role name {:?} (also taskRoles[{first}])",
+                    name.as_str()
+                ),
+            );
+        } else if let Some(&first) = kube.get(name.task_role()) {
+            let other = names[first]
+                .as_ref()
+                .map(|r| r.as_str())
+                .unwrap_or_default();
+            errors.push(
+                &name_path,
+                format!(
+                    "{:?} and taskRoles[{first}].name {other:?} both become the task-role name {:?} (lower-case, without '_')",
+                    name.as_str(),
+                    name.task_role()
+                ),
+            );
+        }
+        kube.entry(name.task_role()).or_insert(i);
+    }
+
+    let total: u64 = parsed
+        .iter()
+        .flatten()
+        .map(|r| u64::from(r.task_number))
+        .sum();
+    if total > u64::from(MAX_TASKS_PER_FRAMEWORK) {
+        errors.push(
+            path,
+            format!(
+                "the job has {total} tasks; FrameworkController runs at most {MAX_TASKS_PER_FRAMEWORK} in one Framework"
+            ),
+        );
+    }
+    if errors.len() > before {
+        return None;
+    }
+    parsed.into_iter().collect()
+}
+
+fn role(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<TaskRole> {
+    let obj = Object::new(value, path.clone(), ROLE_FIELDS, errors)?;
+    let before = errors.len();
+
+    let name = obj
+        .required("name", errors)
+        .and_then(|(v, p)| reader::string(v, &p, errors).map(|s| (s, p)))
+        .and_then(|(s, p)| {
+            RoleName::parse(s)
+                .map_err(|rule| errors.push(&p, rule))
+                .ok()
+        });
+    let task_number = obj
+        .required("taskNumber", errors)
+        .and_then(|(v, p)| reader::integer(v, &p, 1, i64::from(MAX_TASKS_PER_ROLE), errors));
+    if let (Some(name), Some(tasks)) = (&name, task_number) {
+        pod_names_fit(name, tasks, &path.field("name"), errors);
+    }
+    let cpu = obj
+        .required("cpuNumber", errors)
+        .and_then(|(v, p)| reader::integer(v, &p, 1, I32_MAX, errors));
+    let memory_mb = obj
+        .required("memoryMB", errors)
+        .and_then(|(v, p)| reader::integer(v, &p, 100, I32_MAX, errors));
+    let shm_mb = match obj.optional("shmMB") {
+        Some((v, p)) => {
+            reader::integer(v, &p, 1, I32_MAX, errors).and_then(|shm| match memory_mb {
+                Some(mem) if shm > mem => {
+                    errors.push(&p, format!("must be at most memoryMB ({mem}), got {shm}"));
+                    None
+                }
+                _ => Some(shm),
+            })
+        }
+        None => Some(i64::from(DEFAULT_SHM_MB).min(memory_mb.unwrap_or(i64::MAX))),
+    };
+    let gpu = match obj.optional("gpuNumber") {
+        Some((v, p)) => reader::integer(v, &p, 0, I32_MAX, errors),
+        None => Some(0),
+    };
+    let ports = match obj.optional("portList") {
+        Some((v, p)) => port_list(v, &p, errors),
+        None => Some(Vec::new()),
+    }
+    .map(with_implicit_ports);
+    let command = obj
+        .required("command", errors)
+        .and_then(|(v, p)| reader::text(v, &p, errors));
+    let min_failed = min_count(&obj, "minFailedTaskCount", task_number, errors);
+    let min_succeeded = min_count(&obj, "minSucceededTaskCount", task_number, errors);
+    obj.finish(errors);
+
+    if errors.len() > before {
+        return None;
+    }
+    Some(TaskRole {
+        name: name?,
+        task_number: task_number? as u32,
+        resources: Resources {
+            cpu: cpu? as u32,
+            memory_mb: memory_mb? as u32,
+            shm_mb: shm_mb? as u32,
+            gpu: gpu? as u32,
+        },
+        ports: ports?,
+        command: command?.to_string(),
+        completion: CompletionPolicy {
+            // null means 1: a role whose tasks all fail must fail the job.
+            min_failed: min_failed?.unwrap_or(1),
+            min_succeeded: min_succeeded?,
+        },
+    })
+}
+
+/// `Some(None)` for null or absent, `Some(Some(n))` for `1 ≤ n ≤ taskNumber`, `None` on error.
+fn min_count(
+    obj: &Object<'_>,
+    key: &str,
+    task_number: Option<i64>,
+    errors: &mut Errors,
+) -> Option<Option<u32>> {
+    let Some((v, p)) = obj.optional(key) else {
+        return Some(None);
+    };
+    let n = reader::integer(v, &p, 1, I32_MAX, errors)?;
+    match task_number {
+        Some(tasks) if n > tasks => {
+            errors.push(&p, format!("must be at most taskNumber ({tasks}), got {n}"));
+            None
+        }
+        _ => Some(Some(n as u32)),
+    }
+}
+
+fn port_list(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<PortRequest>> {
+    let items = reader::list(value, path, errors)?;
+    let before = errors.len();
+    let mut out: Vec<(usize, PortRequest)> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let item_path = path.index(i);
+        let Some(request) = port_request(item, &item_path, errors) else {
+            continue;
+        };
+        if out.iter().any(|(_, r)| r.label == request.label) {
+            errors.push(
+                &item_path.field("label"),
+                format!("duplicate label {:?}", request.label.as_str()),
+            );
+            continue;
+        }
+        if let Some((range, (_, other))) = explicit_range(&request).and_then(|range| {
+            out.iter()
+                .find(|(_, o)| explicit_range(o).is_some_and(|r| overlaps(range, r)))
+                .map(|found| (range, found))
+        }) {
+            let theirs = explicit_range(other).unwrap_or(range);
+            errors.push(
+                &item_path.field("beginAt"),
+                format!(
+                    "ports {}–{} overlap those of label {:?} ({}–{})",
+                    range.0,
+                    range.1,
+                    other.label.as_str(),
+                    theirs.0,
+                    theirs.1
+                ),
+            );
+            continue;
+        }
+        out.push((i, request));
+    }
+    (errors.len() == before).then(|| out.into_iter().map(|(_, r)| r).collect())
+}
+
+fn port_request(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<PortRequest> {
+    let obj = Object::new(value, path.clone(), PORT_FIELDS, errors)?;
+    let before = errors.len();
+    let label = obj
+        .required("label", errors)
+        .and_then(|(v, p)| reader::string(v, &p, errors).map(|s| (s, p)))
+        .and_then(|(s, p)| {
+            PortLabel::parse(s)
+                .map_err(|rule| errors.push(&p, rule))
+                .ok()
+        });
+    let count = match obj.optional("portNumber") {
+        Some((v, p)) => reader::integer(v, &p, 1, 65535 - FIRST_USER_PORT + 1, errors),
+        None => Some(1),
+    };
+    let start = match obj.optional("beginAt") {
+        Some((v, p)) => match v.as_i64() {
+            Some(0) => Some(PortStart::Any),
+            Some(n) if (FIRST_USER_PORT..=65535).contains(&n) => match count {
+                Some(c) if n + c - 1 > 65535 => {
+                    errors.push(
+                        &obj.path("portNumber"),
+                        format!("ports {n}–{} run past 65535", n + c - 1),
+                    );
+                    None
+                }
+                _ => Some(PortStart::At(n as u16)),
+            },
+            _ => {
+                let got = match v {
+                    Value::Number(n) => n.to_string(),
+                    other => kind(other).to_string(),
+                };
+                errors.push(
+                    &p,
+                    format!(
+                        "must be 0 (any port) or a port from {FIRST_USER_PORT} to 65535, got {got}"
+                    ),
+                );
+                None
+            }
+        },
+        None => Some(PortStart::Any),
+    };
+    obj.finish(errors);
+    if errors.len() > before {
+        return None;
+    }
+    Some(PortRequest {
+        label: label?,
+        count: count? as u16,
+        start: start?,
+    })
+}
+
+fn explicit_range(request: &PortRequest) -> Option<(u32, u32)> {
+    match request.start {
+        PortStart::At(first) => {
+            let first = u32::from(first);
+            Some((first, first + u32::from(request.count) - 1))
+        }
+        PortStart::Any => None,
+    }
+}
+
+fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
+    a.0 <= b.1 && b.0 <= a.1
+}
+
+/// Every role gets one `http` and one `ssh` port unless it asks for them itself.
+fn with_implicit_ports(mut ports: Vec<PortRequest>) -> Vec<PortRequest> {
+    for label in [HTTP_LABEL, SSH_LABEL] {
+        if !ports.iter().any(|p| p.label.as_str() == label)
+            && let Ok(label) = PortLabel::parse(label)
+        {
+            ports.push(PortRequest {
+                label,
+                count: 1,
+                start: PortStart::Any,
+            });
+        }
+    }
+    ports
+}
+
+fn job_envs(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<(String, String)>> {
+    let Value::Object(map) = value else {
+        errors.push(
+            path,
+            format!("must be an object of names to values, got {}", kind(value)),
+        );
+        return None;
+    };
+    let before = errors.len();
+    let mut out = Vec::with_capacity(map.len());
+    for (name, v) in map {
+        let p = path.field(name);
+        if !env::is_shell_identifier(name) {
+            errors.push(
+                &p,
+                "the name must be a shell identifier: ^[A-Za-z_][A-Za-z0-9_]*$",
+            );
+            continue;
+        }
+        if is_reserved(name) {
+            errors.push(
+                &p,
+                format!(
+                    "the name is reserved: the platform sets {}* and {}* variables, USER_CMD and KUBE_APISERVER_ADDRESS (only {} may be given)",
+                    env::PAI_PREFIX,
+                    env::FC_PREFIX,
+                    env::SSH_PUB_KEY
+                ),
+            );
+            continue;
+        }
+        let rendered = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            other => {
+                errors.push(
+                    &p,
+                    format!("must be a string, number or boolean, got {}", kind(other)),
+                );
+                continue;
+            }
+        };
+        if rendered.contains('\0') {
+            errors.push(&p, "must not contain a NUL character");
+            continue;
+        }
+        out.push((name.clone(), rendered));
+    }
+    out.sort();
+    (errors.len() == before).then_some(out)
+}
+
+fn is_reserved(name: &str) -> bool {
+    name != env::SSH_PUB_KEY
+        && (name.starts_with(env::PAI_PREFIX)
+            || name.starts_with(env::FC_PREFIX)
+            || name == env::USER_CMD
+            || name == env::KUBE_APISERVER_ADDRESS)
+}
+
+/// Pods are named `<framework>-<task role>-<index>` and must fit a DNS label; the
+/// Framework's name has a fixed length, so the room left is the role's.
+fn pod_names_fit(name: &RoleName, task_number: i64, path: &FieldPath, errors: &mut Errors) {
+    let tasks = u32::try_from(task_number).unwrap_or(MAX_TASKS_PER_ROLE);
+    let room = max_task_role_name(tasks);
+    let kube = name.task_role();
+    if kube.len() > room {
+        errors.push(
+            path,
+            format!(
+                "its task-role name {kube:?} is {} characters; with taskNumber {tasks} at most {room} fit, since pod names (<{FRAMEWORK_NAME_LEN}-character job id>-<role>-<index>) are at most {MAX_POD_NAME}: shorten the role name",
+                kube.len()
+            ),
+        );
+    }
+}

@@ -1,0 +1,415 @@
+//! A valid job → the FrameworkController `Framework` that runs it.
+//!
+//! The Framework grows with the number of roles, never with the number of tasks: every
+//! per-task value is derived by the runtime from role-level data (see
+//! [`pai_contract::env`]).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource, KeyToPath,
+    LocalObjectReference, ObjectFieldSelector, PodSpec, PodTemplateSpec, ProjectedVolumeSource,
+    ResourceRequirements, SecretVolumeSource, SecurityContext, ServiceAccountTokenProjection,
+    Volume, VolumeMount, VolumeProjection,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use pai_contract::env as names;
+use pai_contract::env::barrier;
+use pai_contract::framework::{
+    CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, GPU_RESOURCE, INIT_CONTAINER,
+    MAIN_CONTAINER, RetryPolicySpec, TaskRoleSpec, TaskSpec,
+};
+use pai_contract::{PortPlan, access, meta, paths, training};
+
+use crate::config::ClusterConfig;
+use crate::env::{job_env, role_env};
+use crate::ports::{Seed, allocate};
+use crate::spec::names::framework_name;
+use crate::spec::{JobSpec, SpecErrors, SpecFormat, TaskRole, UserName};
+
+const RUNTIME_VOLUME: &str = "pai-runtime";
+const LOGS_VOLUME: &str = "pai-logs";
+const SHM_VOLUME: &str = "dshm";
+const JOB_SSH_VOLUME: &str = "job-ssh";
+const TOKEN_VOLUME: &str = "job-token";
+
+/// One job submission: who, what, and the text exactly as submitted.
+#[derive(Clone, Copy, Debug)]
+pub struct Submission<'a> {
+    pub user: &'a UserName,
+    pub spec: &'a JobSpec,
+    /// Kept verbatim in an annotation, so `config` returns what the user sent.
+    pub spec_text: &'a str,
+    /// The text's format, kept beside it.
+    pub format: SpecFormat,
+}
+
+/// What every role of one job shares.
+struct JobParts<'a> {
+    image: &'a str,
+    /// The Framework's name.
+    name: &'a str,
+    selection: String,
+    env: Vec<(String, String)>,
+    labels: BTreeMap<String, String>,
+}
+
+/// Builds Frameworks for one cluster configuration.
+#[derive(Clone, Debug)]
+pub struct Transformer {
+    config: ClusterConfig,
+}
+
+impl Transformer {
+    pub fn new(config: ClusterConfig) -> Self {
+        Self { config }
+    }
+
+    /// The Framework that runs `submission`. Fails when the ports cannot be allocated
+    /// (a valid spec's names always fit FrameworkController's rules).
+    pub fn transform(
+        &self,
+        submission: Submission<'_>,
+        seed: Seed,
+    ) -> Result<Framework, SpecErrors> {
+        let Submission {
+            user,
+            spec,
+            spec_text,
+            format,
+        } = submission;
+        let name = framework_name(user, spec.name());
+        let plans = allocate(spec, self.config.port_range, seed)?;
+
+        let job = JobParts {
+            image: spec.image(),
+            name: &name,
+            selection: spec.framework_env().to_string(),
+            env: job_env(user, spec, &self.config.default_fs_uri),
+            labels: BTreeMap::from([
+                (meta::LABEL_USER.to_string(), user.label().to_string()),
+                (meta::LABEL_JOB.to_string(), spec.name().label().to_string()),
+                (
+                    meta::LABEL_MANAGED_BY.to_string(),
+                    meta::MANAGED_BY.to_string(),
+                ),
+            ]),
+        };
+        let task_roles = spec
+            .roles()
+            .iter()
+            .zip(&plans)
+            .map(|(role, plan)| self.task_role(role, plan, &job))
+            .collect();
+
+        let mut framework = Framework::new(
+            &name,
+            FrameworkSpec {
+                description: Some(format!("{}~{}", user.as_str(), spec.name().as_str())),
+                execution_type: ExecutionType::Start,
+                retry_policy: RetryPolicySpec {
+                    // Permanent failures (210) are never retried, conflicts (201) are
+                    // retried without counting; other failures count against retryCount.
+                    fancy_retry_policy: true,
+                    max_retry_count: i32::try_from(spec.retry_count()).unwrap_or(i32::MAX),
+                },
+                task_roles,
+            },
+        );
+        framework.metadata = ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(self.config.namespace.clone()),
+            labels: Some(job.labels),
+            annotations: Some(BTreeMap::from([
+                (meta::ANNOTATION_USER.to_string(), user.as_str().to_string()),
+                (
+                    meta::ANNOTATION_JOB.to_string(),
+                    spec.name().as_str().to_string(),
+                ),
+                (meta::ANNOTATION_SPEC.to_string(), spec_text.to_string()),
+                (
+                    meta::ANNOTATION_SPEC_FORMAT.to_string(),
+                    format.as_str().to_string(),
+                ),
+            ])),
+            ..ObjectMeta::default()
+        };
+        Ok(framework)
+    }
+
+    fn task_role(&self, role: &TaskRole, plan: &PortPlan, job: &JobParts<'_>) -> TaskRoleSpec {
+        let completion = role.completion();
+        TaskRoleSpec {
+            name: role.name().task_role().to_string(),
+            task_number: i32::try_from(role.task_number()).unwrap_or(i32::MAX),
+            framework_attempt_completion_policy: CompletionPolicySpec {
+                min_failed_task_count: i32::try_from(completion.min_failed).unwrap_or(i32::MAX),
+                min_succeeded_task_count: completion
+                    .min_succeeded
+                    .map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX)),
+            },
+            task: TaskSpec {
+                // The whole attempt is retried, never a single task: peers found at the
+                // barrier must stay the peers of the run.
+                retry_policy: RetryPolicySpec::default(),
+                pod_graceful_deletion_timeout_sec: self.config.pod_graceful_deletion_timeout_sec,
+                pod: self.pod(role, plan, job),
+            },
+        }
+    }
+
+    fn pod(&self, role: &TaskRole, plan: &PortPlan, job: &JobParts<'_>) -> PodTemplateSpec {
+        let cfg = &self.config;
+        let mounts = vec![
+            mount(RUNTIME_VOLUME, paths::RUNTIME_ROOT),
+            mount(LOGS_VOLUME, paths::LOGS),
+        ];
+
+        let mut init_env = vec![
+            env_var(names::USER_CMD, role.command()),
+            env_var(names::KUBE_APISERVER_ADDRESS, &cfg.kube_apiserver_address),
+            // rest-lite publishes every attempt's peer table: the barrier waits for it
+            // instead of watching the whole Framework.
+            env_var(barrier::PEERS_SOURCE, barrier::SOURCE_PUBLISHED),
+            // The main container may run as another user (the image's); the volume
+            // holding these files is the pod's alone.
+            env_var(names::ENV_FILE_MODE, "644"),
+            env_var(training::FRAMEWORK_ENV_VAR, &job.selection),
+            // The job's key pair, a Secret rest-lite creates beside the Framework.
+            env_var(training::JOB_SSH_DIR_VAR, training::JOB_SSH_MOUNT),
+        ];
+        // The prep scripts make ssh host keys only for jobs that can log in.
+        if let Some((_, key)) = job.env.iter().find(|(k, _)| k == names::SSH_PUB_KEY) {
+            init_env.push(env_var(names::SSH_PUB_KEY, key));
+        }
+        if let Some(timeout) = cfg.barrier_timeout_sec {
+            init_env.push(env_var(barrier::TIMEOUT, &timeout.to_string()));
+        }
+        let init = Container {
+            name: INIT_CONTAINER.to_string(),
+            image: Some(cfg.runtime_image.clone()),
+            image_pull_policy: cfg.runtime_image_pull_policy.clone(),
+            command: Some(vec![
+                paths::RUNTIME_BINARY_IN_IMAGE.to_string(),
+                "entry".to_string(),
+            ]),
+            env: Some(init_env),
+            volume_mounts: Some({
+                let mut init_mounts = mounts.clone();
+                init_mounts.push(VolumeMount {
+                    read_only: Some(true),
+                    ..mount(JOB_SSH_VOLUME, training::JOB_SSH_MOUNT)
+                });
+                // The barrier's token: in this container only.
+                init_mounts.push(VolumeMount {
+                    read_only: Some(true),
+                    ..mount(TOKEN_VOLUME, access::TOKEN_MOUNT)
+                });
+                init_mounts
+            }),
+            ..Container::default()
+        };
+
+        let role_vars = role_env(role, plan);
+        let runtime_vars = [
+            (
+                names::KILL_GRACE_SEC.to_string(),
+                cfg.kill_grace().to_string(),
+            ),
+            (
+                names::LOG_MAX_BYTES.to_string(),
+                cfg.user_log_max_bytes.to_string(),
+            ),
+        ];
+        let env = job
+            .env
+            .iter()
+            .chain(&role_vars)
+            .chain(&runtime_vars)
+            .map(|(k, v)| env_var(k, v))
+            .collect();
+        let res = role.resources();
+        let mut amounts = BTreeMap::from([
+            ("cpu".to_string(), Quantity(res.cpu.to_string())),
+            (
+                "memory".to_string(),
+                Quantity(format!("{}Mi", res.memory_mb)),
+            ),
+        ]);
+        if res.gpu > 0 {
+            amounts.insert(GPU_RESOURCE.to_string(), Quantity(res.gpu.to_string()));
+        }
+        let ports = plan
+            .all_ports()
+            .map(|p| ContainerPort {
+                container_port: i32::from(p),
+                host_port: cfg.host_network.then_some(i32::from(p)),
+                protocol: Some("TCP".to_string()),
+                ..ContainerPort::default()
+            })
+            .collect();
+        let mut main_mounts = mounts;
+        main_mounts.push(mount(SHM_VOLUME, paths::DEV_SHM));
+        let main = Container {
+            name: MAIN_CONTAINER.to_string(),
+            image: Some(job.image.to_string()),
+            command: Some(vec![paths::RUN.to_string()]),
+            env: Some(env),
+            resources: Some(ResourceRequirements {
+                requests: Some(amounts.clone()),
+                limits: Some(amounts),
+                ..ResourceRequirements::default()
+            }),
+            ports: Some(ports),
+            volume_mounts: Some(main_mounts),
+            security_context: (!cfg.extra_capabilities.is_empty()).then(|| SecurityContext {
+                capabilities: Some(Capabilities {
+                    add: Some(cfg.extra_capabilities.clone()),
+                    drop: None,
+                }),
+                ..SecurityContext::default()
+            }),
+            ..Container::default()
+        };
+
+        let logs = match &cfg.log_host_path {
+            Some(path) => Volume {
+                name: LOGS_VOLUME.to_string(),
+                host_path: Some(HostPathVolumeSource {
+                    path: path.clone(),
+                    type_: Some("DirectoryOrCreate".to_string()),
+                }),
+                ..Volume::default()
+            },
+            None => empty_dir(LOGS_VOLUME, None, None),
+        };
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(job.labels.clone()),
+                annotations: Some(BTreeMap::from([(
+                    meta::ANNOTATION_ROLE.to_string(),
+                    role.name().as_str().to_string(),
+                )])),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                restart_policy: Some("Never".to_string()),
+                // The job's own account, which may read the job's Framework and peer
+                // table and nothing else; no token is mounted into the user's container.
+                service_account_name: Some(access::job_account(job.name)),
+                automount_service_account_token: Some(false),
+                host_network: cfg.host_network.then_some(true),
+                image_pull_secrets: (!cfg.image_pull_secrets.is_empty()).then(|| {
+                    cfg.image_pull_secrets
+                        .iter()
+                        .map(|name| LocalObjectReference { name: name.clone() })
+                        .collect()
+                }),
+                termination_grace_period_seconds: Some(cfg.termination_grace_period_sec),
+                init_containers: Some(vec![init]),
+                containers: vec![main],
+                volumes: Some(vec![
+                    empty_dir(RUNTIME_VOLUME, None, None),
+                    logs,
+                    empty_dir(
+                        SHM_VOLUME,
+                        Some("Memory"),
+                        Some(Quantity(format!("{}Mi", res.shm_mb))),
+                    ),
+                    Volume {
+                        name: JOB_SSH_VOLUME.to_string(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(training::job_ssh_secret(job.name)),
+                            // Read by the init container's user alone; it copies the
+                            // key for the task's user.
+                            default_mode: Some(0o400),
+                            ..SecretVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    },
+                    token_volume(),
+                ]),
+                ..PodSpec::default()
+            }),
+        }
+    }
+}
+
+/// The init container's ServiceAccount token, short-lived and renewed by the kubelet,
+/// with the cluster's CA and the namespace: what Kubernetes' automount would give every
+/// container, given to one.
+fn token_volume() -> Volume {
+    Volume {
+        name: TOKEN_VOLUME.to_string(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o444),
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".to_string(),
+                        expiration_seconds: Some(access::TOKEN_EXPIRATION_SECONDS),
+                        audience: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: access::ROOT_CA_CONFIG_MAP.to_string(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_string(),
+                            path: "ca.crt".to_string(),
+                            mode: None,
+                        }]),
+                        optional: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".to_string(),
+                            field_ref: Some(ObjectFieldSelector {
+                                api_version: Some("v1".to_string()),
+                                field_path: "metadata.namespace".to_string(),
+                            }),
+                            ..DownwardAPIVolumeFile::default()
+                        }]),
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+        }),
+        ..Volume::default()
+    }
+}
+
+/// A container env entry whose value the kubelet leaves exactly as written.
+fn env_var(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(names::kubelet_escape(value)),
+        value_from: None,
+    }
+}
+
+fn mount(volume: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_string(),
+        mount_path: path.to_string(),
+        ..VolumeMount::default()
+    }
+}
+
+fn empty_dir(name: &str, medium: Option<&str>, size: Option<Quantity>) -> Volume {
+    Volume {
+        name: name.to_string(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: medium.map(str::to_string),
+            size_limit: size,
+        }),
+        ..Volume::default()
+    }
+}
