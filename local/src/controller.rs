@@ -207,7 +207,12 @@ pub(super) async fn drive(
             }
         }
     }
-    // Deleted: every task has ended; the files go, then the name.
+    remove(&inner, &job).await;
+}
+
+/// A deleted job whose tasks have all ended: its files go, then its name.
+pub(super) async fn remove(inner: &Arc<Inner>, job: &Job) {
+    let name = job.name();
     let store = inner.store.clone();
     let dir_name = name.clone();
     match tokio::task::spawn_blocking(move || store.remove(&dir_name)).await {

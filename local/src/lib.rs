@@ -93,9 +93,16 @@ impl Machine {
             .unreadable()
             .extend(unreadable.into_iter().map(|u| (u.name, u.reason)));
         for framework in frameworks {
+            let deleted = framework.metadata.deletion_timestamp.is_some();
             let (job, commands) = insert(&inner, framework)?;
             controller::end_leftovers(&inner, &job).await;
-            spawn_controller(&inner, job, commands);
+            if deleted {
+                // Deleted before the restart (the deletion is saved before it is
+                // answered): finished before anyone can ask, so the name is free.
+                controller::remove(&inner, &job).await;
+            } else {
+                spawn_controller(&inner, job, commands);
+            }
         }
         Ok(Self { inner })
     }

@@ -295,6 +295,53 @@ async fn delete_ends_every_task_and_frees_the_name() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_once_answered_survives_a_server_killed_right_after() {
+    let dir = scratch("delete-kill");
+    let state = dir.join("state");
+    let server = Server::start(&state);
+    let client = server.client();
+    let (events, rx) = events(&dir);
+    let spec = job(
+        "doomed",
+        json!([role("worker", 2, WAIT_FOR_TERM)]),
+        json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
+    );
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
+    next_event(&rx).expect("up");
+    next_event(&rx).expect("up");
+    client.delete("alice", "doomed").await.expect("deleted");
+    // Killed at once: the tasks may not even have had their TERM from the deletion.
+    server.kill();
+    until_none_left(&rx);
+
+    let server = Server::start(&state);
+    let client = server.client();
+    assert!(
+        client.jobs(Some("alice")).await.expect("list").is_empty(),
+        "a deleted job came back"
+    );
+    assert!(matches!(
+        client.job("alice", "doomed").await,
+        Err(pai_client::ClientError::Api { status: 404, .. })
+    ));
+    // Finished, not only hidden: the name is free again.
+    let again = job("doomed", json!([role("worker", 1, "true")]), json!({}));
+    client
+        .submit("alice", &again, SpecFormat::Json)
+        .await
+        .expect("the name is free");
+    assert_eq!(
+        final_view(&client, "alice", "doomed").await["jobStatus"]["state"],
+        "SUCCEEDED"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running_one() {
     let dir = scratch("restart");
     let state = dir.join("state");
