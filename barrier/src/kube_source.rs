@@ -8,8 +8,6 @@
 //!   and re-listing after 410 Gone; release on the event that completes the addresses.
 //!   Every task then receives every change of the whole Framework: O(N²) bytes per task.
 
-use std::time::Duration;
-
 use futures::{StreamExt, TryStreamExt, pin_mut};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{WatchEvent, WatchParams};
@@ -26,6 +24,7 @@ use crate::config::{Attempt, Source};
 use crate::outcome::{BarrierError, Passed};
 use crate::published;
 use crate::readiness::{Readiness, readiness};
+use crate::retry::{Retry, Verdict};
 
 /// Longest watch request: the API server's own limit for a watch is about this.
 const MAX_WATCH_SECONDS: u64 = 290;
@@ -111,14 +110,20 @@ async fn watch_published(
         .disable_bookmarks();
     *progress = format!("waiting for configmap {name}, the attempt's peer table");
     let mut version = "0".to_string();
-    let mut backoff = Backoff::default();
+    let mut retry = Retry::default();
+    let outlast = |retry: &mut Retry, error: &kube::Error| match retry.classify(error) {
+        Verdict::Refused { .. } => Err(refused(error, config, "watch", "configmaps", TABLE_RULE)),
+        Verdict::Retry { at_least, .. } => Ok(at_least),
+    };
     loop {
         let events = match api.watch(&params, &version).await {
-            Ok(events) => events,
+            Ok(events) => {
+                retry.allowed();
+                events
+            }
             Err(error) => {
-                forbidden(&error, config, "watch", "configmaps", TABLE_RULE)?;
-                warn!(%error, "cannot watch the peer table; retrying");
-                backoff.wait().await;
+                let at_least = outlast(&mut retry, &error)?;
+                retry.wait(at_least).await;
                 continue;
             }
         };
@@ -128,9 +133,8 @@ async fn watch_published(
                 Ok(Some(event)) => event,
                 Ok(None) => break,
                 Err(error) => {
-                    forbidden(&error, config, "watch", "configmaps", TABLE_RULE)?;
-                    warn!(%error, "watching the peer table failed; resuming");
-                    backoff.wait().await;
+                    let at_least = outlast(&mut retry, &error)?;
+                    retry.wait(at_least).await;
                     break;
                 }
             };
@@ -149,13 +153,12 @@ async fn watch_published(
                     break;
                 }
                 WatchEvent::Error(status) => {
-                    let error = kube::Error::Api(status);
-                    forbidden(&error, config, "watch", "configmaps", TABLE_RULE)?;
-                    warn!(%error, "the peer table's watch reported an error; resuming");
+                    let at_least = outlast(&mut retry, &kube::Error::Api(status))?;
+                    retry.wait(at_least).await;
                     break;
                 }
             };
-            backoff = Backoff::default();
+            retry.answered();
             if let Some(v) = map.metadata.resource_version.clone() {
                 version = v;
             }
@@ -188,7 +191,12 @@ async fn watch_framework(
     let events = watcher::watcher(api, watch_config).default_backoff();
     pin_mut!(events);
     let mut seen = false;
+    let mut retry = Retry::default();
     while let Some(event) = events.next().await {
+        // `Init` comes before the list is asked for: only what follows is an answer.
+        if matches!(&event, Ok(e) if !matches!(e, Event::Init)) {
+            retry.answered();
+        }
         let framework = match event {
             Ok(Event::Init) => {
                 seen = false;
@@ -202,8 +210,8 @@ async fn watch_framework(
                 framework
             }
             Err(error) => {
-                check_error(&error, config)?;
-                warn!(%error, "watching the Framework failed; resuming");
+                // kube's watcher waits (with back-off) before it asks again.
+                outlast_watcher(&mut retry, &error, config)?;
                 continue;
             }
         };
@@ -229,18 +237,6 @@ async fn watch_framework(
     ))
 }
 
-/// Waits between retries of a failing request: 0.1 s, doubling up to 10 s.
-#[derive(Default)]
-struct Backoff(u32);
-
-impl Backoff {
-    async fn wait(&mut self) {
-        let millis = 100u64.saturating_mul(1 << self.0.min(7)).min(10_000);
-        self.0 += 1;
-        tokio::time::sleep(Duration::from_millis(millis)).await;
-    }
-}
-
 fn not_found(config: &BarrierConfig, what: &'static str) -> BarrierError {
     BarrierError::NotFound {
         namespace: config.namespace.clone(),
@@ -254,40 +250,58 @@ const FRAMEWORK_RULE: &str = "get, list and watch on this Framework";
 /// What the wait for a published table needs: named when the answer is 403.
 const TABLE_RULE: &str = "get, list and watch on this job's peer table";
 
-/// 401 and 403 never heal by waiting: fail at once, naming what is missing.
-fn check_error(error: &watcher::Error, config: &BarrierConfig) -> Result<(), BarrierError> {
-    let resource = format!("{PLURAL}.{GROUP}");
-    let fail = |e: &kube::Error, verb| forbidden(e, config, verb, &resource, FRAMEWORK_RULE);
-    match error {
-        watcher::Error::InitialListFailed(e) => fail(e, "list"),
-        watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => fail(e, "watch"),
-        watcher::Error::WatchError(status) => fail(&kube::Error::Api(status.clone()), "watch"),
-        _ => Ok(()),
+/// A failure of kube's watcher: the wait ends on a refusal before any answer (see
+/// [`crate::retry`]); anything else the watcher outlasts with its own back-off.
+fn outlast_watcher(
+    retry: &mut Retry,
+    error: &watcher::Error,
+    config: &BarrierConfig,
+) -> Result<(), BarrierError> {
+    let (error, verb) = match error {
+        watcher::Error::InitialListFailed(e) => (e, "list"),
+        watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => (e, "watch"),
+        watcher::Error::WatchError(status) => {
+            return outlast_watcher(
+                retry,
+                &watcher::Error::WatchFailed(kube::Error::Api(status.clone())),
+                config,
+            );
+        }
+        watcher::Error::NoResourceVersion => return Ok(()),
+    };
+    match retry.classify(error) {
+        Verdict::Refused { .. } => Err(refused(
+            error,
+            config,
+            verb,
+            &format!("{PLURAL}.{GROUP}"),
+            FRAMEWORK_RULE,
+        )),
+        Verdict::Retry { .. } => Ok(()),
     }
 }
 
-/// A 401 or 403 answer as the error that ends the wait, naming the rule to grant.
-fn forbidden(
+/// A 401 or 403 on the wait's first answer, as the error that ends it, naming the rule
+/// to grant.
+fn refused(
     error: &kube::Error,
     config: &BarrierConfig,
     verb: &str,
     resource: &str,
     rule: &str,
-) -> Result<(), BarrierError> {
-    let kube::Error::Api(status) = error else {
-        return Ok(());
-    };
-    match status.code {
-        401 => Err(BarrierError::Forbidden(format!(
+) -> BarrierError {
+    match error {
+        kube::Error::Api(status) if status.code == 401 => BarrierError::Forbidden(format!(
             "the API server rejected the pod's credentials (401 Unauthorized: {}); check the service account token",
             status.message
-        ))),
-        403 => Err(BarrierError::Forbidden(format!(
-            "the pod's service account may not {verb} {resource} in namespace {ns} (403 Forbidden: {msg}); \
+        )),
+        kube::Error::Api(status) => BarrierError::Forbidden(format!(
+            "the pod's service account may not {verb} {resource} in namespace {ns} ({code} Forbidden: {msg}); \
              grant it {rule} (rest-lite gives every job a Role <framework>-job that does; a Framework written by hand needs one like it)",
             ns = config.namespace,
+            code = status.code,
             msg = status.message
-        ))),
-        _ => Ok(()),
+        )),
+        other => BarrierError::Other(other.to_string()),
     }
 }

@@ -17,6 +17,7 @@ pub mod output;
 pub mod peers;
 pub mod published;
 pub mod readiness;
+pub mod retry;
 
 pub use config::{Attempt, BarrierConfig, Source};
 pub use outcome::{BarrierError, Passed};

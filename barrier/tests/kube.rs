@@ -1,13 +1,13 @@
 //! The Kubernetes source against an in-process API server: addresses arriving one by
 //! one, cut watches, 410 Gone, deletion, a compressed 2,000-task status, 401/403, an API
-//! server restart, and the timeout.
+//! server restart (with 403s while its caches fill), and the timeout.
 
 use std::time::Duration;
 
 use pai_barrier::{BarrierConfig, BarrierError, Source, kube_source};
 use pai_contract::exit::ExitCode;
-use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_pod_ip, to_value};
+use pai_test_support::{ApiServer, Fault};
 
 const FW: &str = "alicejob";
 
@@ -243,6 +243,28 @@ async fn survives_an_api_server_restart() {
         .await
         .expect("join")
         .expect("passes after the restart");
+    assert_eq!(
+        passed.peers.roles[0].addresses[1].to_string(),
+        address(0, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_api_server_refusing_for_a_while_does_not_end_the_wait() {
+    let mut server = start_with_job(&[("worker", 2)]).await;
+    let mut waiting = spawn_wait(&server, LONG);
+    server.watches_started(1).await;
+    give_address(&server, 0, "worker", 0);
+    server.stop().await;
+    server.fault(Some(Fault::Deny(403)));
+    server.restart().await;
+    tokio::select! {
+        () = server.faulted(2) => {}
+        ended = &mut waiting => panic!("the wait ended on the restart's 403: {ended:?}"),
+    }
+    server.fault(None);
+    give_address(&server, 0, "worker", 1);
+    let passed = waiting.await.expect("join").expect("released");
     assert_eq!(
         passed.peers.roles[0].addresses[1].to_string(),
         address(0, 1)

@@ -1,6 +1,8 @@
 //! Waiting for the attempt's published peer table against the in-process API server: a
 //! table published before the task starts, one published while it waits, a table of
-//! another attempt instance, a later attempt, a cut watch, 410 Gone, 403 and the timeout.
+//! another attempt instance, a later attempt, a cut watch, 410 Gone, 403 and the timeout,
+//! and the API server's faults after the wait was answered (401/403 while a restarted
+//! API server's caches fill, 429, 5xx, a restart dropping every connection).
 //! The barrier never reads the Framework here.
 
 use std::time::Duration;
@@ -9,10 +11,10 @@ use pai_barrier::{Attempt, BarrierConfig, BarrierError, PeerTable, Readiness, So
 use pai_barrier::{kube_source, published, readiness};
 use pai_contract::Framework;
 use pai_contract::exit::ExitCode;
-use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{
     NAMESPACE, address, framework, set_all_addresses, set_attempt, to_value,
 };
+use pai_test_support::{ApiServer, Fault};
 
 const FW: &str = "bobjob";
 const ROLES: &[(&str, u32)] = &[("ps", 1), ("worker", 3)];
@@ -193,6 +195,62 @@ async fn a_cut_watch_and_410_gone_resume_the_wait() {
     server.watches_started(3).await;
     publish(&server, &framework, &table_of(&framework));
     let passed = waiting.await.expect("join").expect("passes");
+    assert_eq!(passed.peers.task_count(), 4);
+}
+
+/// A watch was accepted, then the API server answers `fault` for a while (the watch cut
+/// as by its restart): the wait outlasts it and passes once the table is published.
+async fn outlasts_after_an_answer(fault: Fault) {
+    let server = ApiServer::start().await;
+    let framework = ready_framework(&server, 0);
+    let mut waiting = spawn_wait(&server, config(attempt(0), LONG));
+    server.watches_started(1).await;
+    server.fault(Some(fault));
+    server.cut_watches();
+    // Answered with the fault three times: the wait did not end at the first.
+    tokio::select! {
+        () = server.faulted(3) => {}
+        ended = &mut waiting => panic!("the wait ended on {fault:?}: {ended:?}"),
+    }
+    server.fault(None);
+    publish(&server, &framework, &table_of(&framework));
+    let passed = waiting
+        .await
+        .expect("join")
+        .unwrap_or_else(|e| panic!("after {fault:?}: {e}"));
+    assert_eq!(passed.peers.task_count(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_403_or_401_window_after_the_watch_was_accepted_is_outlasted() {
+    outlasts_after_an_answer(Fault::Deny(403)).await;
+    outlasts_after_an_answer(Fault::Deny(401)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_and_too_many_requests_are_outlasted() {
+    outlasts_after_an_answer(Fault::ServerError(500)).await;
+    outlasts_after_an_answer(Fault::TooManyRequests { retry_after: 0 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_restart_that_refuses_at_first_releases_the_wait() {
+    // The measured failure: the API server killed and started again, its first answers
+    // 403 while its authorizer's caches fill.
+    let mut server = ApiServer::start().await;
+    let framework = ready_framework(&server, 0);
+    let mut waiting = spawn_wait(&server, config(attempt(0), LONG));
+    server.watches_started(1).await;
+    server.stop().await;
+    server.fault(Some(Fault::Deny(403)));
+    server.restart().await;
+    tokio::select! {
+        () = server.faulted(2) => {}
+        ended = &mut waiting => panic!("the wait ended on the restart's 403: {ended:?}"),
+    }
+    server.fault(None);
+    publish(&server, &framework, &table_of(&framework));
+    let passed = waiting.await.expect("join").expect("released");
     assert_eq!(passed.peers.task_count(), 4);
 }
 

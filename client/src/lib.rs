@@ -33,8 +33,31 @@ pub enum ClientError {
     Transport { url: String, message: String },
     #[error("the server's answer is not what the API says: {0}")]
     Answer(String),
+    #[error("the server's answer was cut off: {0}")]
+    Cut(String),
     #[error("TLS: {0}")]
     Tls(String),
+}
+
+impl ClientError {
+    /// An error that asking again may mend: the server unreachable or cut off, or
+    /// answering 502/503/504 (restarting, or its cluster's API server is).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Transport { .. } | ClientError::Cut(_) => true,
+            ClientError::Api { status, .. } => matches!(status, 502..=504),
+            ClientError::Answer(_) | ClientError::Tls(_) => false,
+        }
+    }
+}
+
+/// How many times in a row a watch is opened again after transient failures before it
+/// gives up: with [`retry_delay`], about five minutes.
+const WATCH_RETRIES: u32 = 40;
+
+/// 0.25 s doubling to 8 s.
+fn retry_delay(failures: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(250u64 << failures.saturating_sub(1).min(5))
 }
 
 /// A client of one server, acting with one token (or none).
@@ -216,10 +239,10 @@ impl Client {
         let first = self.watch_once(user, job).await?;
         let this = self.clone();
         let (user, job) = (user.to_string(), job.to_string());
-        // (the open watch, the last line given, done)
+        // (the open watch, the last line given, done, failures in a row)
         let views = futures::stream::unfold(
-            (Some(first), None::<Vec<u8>>, false),
-            move |(mut open, mut last, done)| {
+            (Some(first), None::<Vec<u8>>, false, 0u32),
+            move |(mut open, mut last, done, mut failures)| {
                 let (this, user, job) = (this.clone(), user.clone(), job.clone());
                 async move {
                     if done {
@@ -232,20 +255,33 @@ impl Client {
                                 Ok(lines) => open.insert(lines),
                                 // Deleted meanwhile: the stream ends as it would have.
                                 Err(ClientError::Api { status: 404, .. }) => return None,
-                                Err(e) => return Some((Err(e), (None, last, true))),
+                                Err(e) if e.is_transient() && failures < WATCH_RETRIES => {
+                                    failures += 1;
+                                    tokio::time::sleep(retry_delay(failures)).await;
+                                    continue;
+                                }
+                                Err(e) => return Some((Err(e), (None, last, true, failures))),
                             },
                         };
                         match lines.next().await {
+                            // The same view again (a server that watched again after
+                            // the cluster's API server restarted): said once.
                             Some(Ok(line)) if last.as_ref() == Some(&line) => continue,
                             Some(Ok(line)) => {
+                                failures = 0;
                                 let view: Result<JobView, _> = serde_json::from_slice(&line)
                                     .map_err(|e| ClientError::Answer(e.to_string()));
                                 let final_state =
                                     view.as_ref().is_ok_and(|v| v.job_status.state.is_final());
                                 last = Some(line);
-                                return Some((view, (open, last, final_state)));
+                                return Some((view, (open, last, final_state, failures)));
                             }
-                            Some(Err(e)) => return Some((Err(e), (None, last, true))),
+                            // Cut mid-stream (the server restarted, a proxy dropped it):
+                            // watch again; the view resumes from the job as it is now.
+                            Some(Err(e)) if e.is_transient() && failures < WATCH_RETRIES => {
+                                open = None;
+                            }
+                            Some(Err(e)) => return Some((Err(e), (None, last, true, failures))),
                             // The server ended the watch: open it again.
                             None => open = None,
                         }
@@ -398,7 +434,7 @@ fn chunks(response: hyper::Response<hyper::body::Incoming>) -> Chunks {
         .filter_map(|frame| async move {
             match frame {
                 Ok(frame) => frame.into_data().ok().map(Ok),
-                Err(e) => Some(Err(ClientError::Answer(e.to_string()))),
+                Err(e) => Some(Err(ClientError::Cut(e.to_string()))),
             }
         })
         .boxed()

@@ -2,7 +2,8 @@
 //! status updates played by the test (an attempt's instance UID, then each task's
 //! address one by one): publication once every address is known and not before, one
 //! object per attempt, a new attempt, a restarted publisher, a stale table replaced, and
-//! the table going with its Framework.
+//! the table going with its Framework, and an API server that fails its writes for a
+//! while or restarts.
 //!
 //! "Not before" needs no clock: the publisher handles Frameworks in the order of its one
 //! watch, so once a Framework changed later has its table, every earlier change has been
@@ -13,8 +14,8 @@ mod common;
 use pai_barrier::{PeerTable, Readiness, published, readiness};
 use pai_contract::Framework;
 use pai_server::publisher::Publisher;
-use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, set_attempt, set_pod_ip};
+use pai_test_support::{ApiServer, Fault};
 use serde_json::Value;
 
 const SPEC: &str = r#"
@@ -318,6 +319,49 @@ async fn a_restarted_publisher_writes_what_is_missing_and_replaces_what_is_stale
         .iter()
         .any(|r| r.method == "PUT" && r.uri.contains(&right));
     assert!(!rewritten, "a table that is right is not rewritten");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_while_the_api_server_fails_is_made_once_it_answers() {
+    for fault in [
+        Fault::ServerError(500),
+        Fault::Deny(403),
+        Fault::TooManyRequests { retry_after: 0 },
+    ] {
+        let server = ApiServer::start().await;
+        let _publisher = start_publisher(&server);
+        server.watches_started(1).await;
+        let name = create(&server, "gang");
+        start_attempt(&server, &name, 0);
+        let before = server.faulted_count();
+        server.fault(Some(fault));
+        // The open watch still brings the change; the write it makes is refused.
+        give_every_address(&server, &name);
+        server.faulted(before + 1).await;
+        assert!(config_maps(&server, &name).is_empty());
+        server.fault(None);
+        let table = published_table(&server, &name, 0).await;
+        assert_eq!(table, table_now(&server, &name), "after {fault:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_restart_loses_no_table() {
+    let mut server = ApiServer::start().await;
+    let _publisher = start_publisher(&server);
+    server.watches_started(1).await;
+    let name = create(&server, "gang");
+    start_attempt(&server, &name, 0);
+    server.stop().await;
+    // Changed while the API server was down for the publisher, and refused at first
+    // after the restart, as a restarting API server does.
+    give_every_address(&server, &name);
+    server.fault(Some(Fault::Deny(403)));
+    server.restart().await;
+    server.faulted(1).await;
+    server.fault(None);
+    let table = published_table(&server, &name, 0).await;
+    assert_eq!(table, table_now(&server, &name));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,6 +74,7 @@ async fn start_with_watch_limit(
 struct Reply {
     status: u16,
     content_type: String,
+    retry_after: String,
     body: String,
 }
 
@@ -151,6 +152,7 @@ async fn request_as(
     Reply {
         status,
         content_type: header("content-type"),
+        retry_after: header("retry-after"),
         body,
     }
 }
@@ -594,6 +596,82 @@ async fn an_unreachable_cluster_is_503_naming_the_address() {
             .contains(&s.api.url()),
         "{}",
         reply.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_while_the_cluster_fails_are_503_with_retry_after_and_come_back() {
+    use pai_test_support::Fault;
+    let s = start().await;
+    // Answered once: rest-lite's identity is allowed.
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    let job = "/api/v1/user/alice/jobs/job";
+    // (429 is not among them: kube's client retries it by itself, up to 15 times over
+    // minutes, honouring Retry-After; it reaches rest-lite only after that.)
+    for fault in [Fault::Deny(403), Fault::Deny(401), Fault::ServerError(500)] {
+        s.api.fault(Some(fault));
+        let reply = request(s.addr, "GET", job, None, "").await;
+        assert_eq!(
+            reply.error(),
+            (503, "ServiceUnavailableError".to_string()),
+            "{fault:?}: {}",
+            reply.body
+        );
+        assert_eq!(reply.retry_after, "2", "{fault:?}");
+    }
+    s.api.fault(None);
+    assert_eq!(request(s.addr, "GET", job, None, "").await.status, 200);
+
+    // Refused before anything was ever answered: the grant is missing, and the message
+    // says where it is written.
+    let fresh = start().await;
+    fresh.api.deny(Some(403));
+    let reply = request(fresh.addr, "GET", job, None, "").await;
+    assert_eq!(reply.status, 500, "{}", reply.body);
+    assert!(
+        reply.body.contains("deploy/rest-lite/rbac.yaml"),
+        "{}",
+        reply.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_watch_outlasts_an_api_server_restart_with_no_gap_and_no_repeat() {
+    use futures::StreamExt;
+    use pai_test_support::Fault;
+    let mut s = start().await;
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    let client = pai_client::Client::new(&format!("http://{}", s.addr), None);
+    let mut views = client.watch("alice", "job").await.expect("watch");
+    let first = views.next().await.expect("a view").expect("valid");
+    assert_eq!(first.job_status.state.to_string(), "WAITING");
+    let rest = tokio::spawn(async move {
+        views
+            .map(|v| v.expect("valid").job_status.state.to_string())
+            .collect::<Vec<String>>()
+            .await
+    });
+    // Killed and started again; the job changed meanwhile, and the restarted API server
+    // refuses for a while.
+    s.api.stop().await;
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
+    });
+    s.api.fault(Some(Fault::Deny(403)));
+    s.api.restart().await;
+    s.api.faulted(1).await;
+    s.api.fault(None);
+    let watches = s.api.requests().iter().filter(|r| r.is_watch()).count();
+    s.api.watches_started(watches).await;
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
+            "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}}}});
+    });
+    let rest = rest.await.expect("join");
+    assert_eq!(
+        rest,
+        ["RUNNING", "SUCCEEDED"],
+        "the change made while the API server was away, then the final view, once each"
     );
 }
 

@@ -180,6 +180,17 @@ impl IntoResponse for ApiError {
             code: self.code,
             message: self.message,
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // The cluster (or this machine's store) is expected back: say when to ask.
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            );
+        }
+        response
     }
 }
+
+/// What a 503 asks the client to wait before it asks again.
+const RETRY_AFTER_SECONDS: &str = "2";

@@ -116,15 +116,17 @@ pub async fn set_execution(state: &AppState, job: &Job, value: Execution) -> Res
     }
 }
 
-/// A watch as NDJSON: one line (the job view) per change; the line of a final state is
-/// the last, and the stream ends right after it (not at the next change, which may never
-/// come), or when the job is deleted or cannot be read.
+/// A watch as NDJSON: one line (the job view) per change that changes it; the line of a
+/// final state is the last, and the stream ends right after it (not at the next change,
+/// which may never come), or when the job is deleted or cannot be read. A Framework seen
+/// again unchanged (the watch of the cluster re-listed after its API server restarted) is
+/// no new line.
 pub fn watch_lines(
     changes: FrameworkStream,
     url: String,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
     changes
-        .flat_map(move |change| {
+        .scan(None::<Vec<u8>>, move |previous, change| {
             let line = change.ok().flatten().and_then(|framework| {
                 let view = job_view(&framework, &url);
                 let last = view.job_status.state.is_final();
@@ -134,12 +136,20 @@ pub fn watch_lines(
             });
             // `None` ends the stream: deleted, unreadable, or after a final state.
             let items = match line {
-                Some((line, true)) => vec![Some(Bytes::from(line)), None],
-                Some((line, false)) => vec![Some(Bytes::from(line))],
+                Some((line, _)) if previous.as_ref() == Some(&line) => vec![],
+                Some((line, last)) => {
+                    *previous = Some(line.clone());
+                    let mut items = vec![Some(Bytes::from(line))];
+                    if last {
+                        items.push(None);
+                    }
+                    items
+                }
                 None => vec![None],
             };
-            futures::stream::iter(items)
+            futures::future::ready(Some(futures::stream::iter(items)))
         })
+        .flatten()
         .take_while(|item| futures::future::ready(item.is_some()))
         .filter_map(|item| futures::future::ready(item.map(Ok)))
 }

@@ -29,6 +29,9 @@ pub struct KubeBackend {
     bindings: Api<RoleBinding>,
     namespace: String,
     address: String,
+    /// Some request of this server was answered: a 401/403 now is the API server's
+    /// trouble (503, ask again), not a missing grant.
+    allowed: std::sync::atomic::AtomicBool,
 }
 
 impl KubeBackend {
@@ -42,6 +45,7 @@ impl KubeBackend {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             address: address.to_string(),
+            allowed: false.into(),
         }
     }
 
@@ -51,6 +55,18 @@ impl KubeBackend {
                 404 => BackendError::NotFound,
                 409 => BackendError::Conflict(status.message),
                 400 | 422 => BackendError::Invalid(status.message),
+                401 | 403 if self.allowed.load(std::sync::atomic::Ordering::Relaxed) => {
+                    // Allowed before: not its Role but the API server (restarting, its
+                    // caches filling). Ask again shortly.
+                    self.unavailable(format!(
+                        "{} {}: the API server refuses credentials it accepted before (is it restarting?)",
+                        status.code, status.reason
+                    ))
+                }
+                429 => self.unavailable(format!(
+                    "429 {}: the API server asks its clients to slow down",
+                    status.message
+                )),
                 401 | 403 => BackendError::Other(format!(
                     "rest-lite's service account may not do this in namespace {} ({} {}): see its Role in deploy/rest-lite/rbac.yaml",
                     self.namespace, status.code, status.message
@@ -67,6 +83,12 @@ impl KubeBackend {
             kube::Error::Service(e) => self.unavailable(e.to_string()),
             other => BackendError::Other(other.to_string()),
         }
+    }
+
+    /// The API server answered one of this server's requests: its identity is allowed.
+    fn answered(&self) {
+        self.allowed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn unavailable(&self, message: String) -> BackendError {
@@ -95,12 +117,17 @@ impl KubeBackend {
                 return Err(self.error(e));
             }
         }
-        let existing = api.get(&name).await.map_err(|e| self.error(e))?;
+        let existing = api
+            .get(&name)
+            .await
+            .inspect(|_| self.answered())
+            .map_err(|e| self.error(e))?;
         if existing.owner_references().is_empty()
             || self
                 .api
                 .get_opt(framework)
                 .await
+                .inspect(|_| self.answered())
                 .map_err(|e| self.error(e))?
                 .is_some()
         {
@@ -108,10 +135,12 @@ impl KubeBackend {
         }
         api.delete(&name, &DeleteParams::background())
             .await
+            .inspect(|_| self.answered())
             .map_err(|e| self.error(e))?;
         api.create(&PostParams::default(), object)
             .await
             .map(drop)
+            .inspect(|_| self.answered())
             .map_err(|e| self.error(e))
     }
 
@@ -162,7 +191,10 @@ impl Backend for KubeBackend {
             self.ensure(&self.bindings, &access.binding, framework.name())
                 .await?;
             let created = match self.api.create(&PostParams::default(), &framework).await {
-                Ok(created) => created,
+                Ok(created) => {
+                    self.answered();
+                    created
+                }
                 Err(e) => {
                     let error = self.error(e);
                     if !matches!(error, BackendError::Conflict(_)) {
@@ -219,6 +251,7 @@ impl Backend for KubeBackend {
                 .secrets
                 .get_opt(&training::job_ssh_secret(name))
                 .await
+                .inspect(|_| self.answered())
                 .map_err(|e| self.error(e))?;
             Ok(secret
                 .and_then(|s| s.data)
@@ -229,7 +262,14 @@ impl Backend for KubeBackend {
     }
 
     fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {
-        async move { self.api.get_opt(name).await.map_err(|e| self.error(e)) }.boxed()
+        async move {
+            self.api
+                .get_opt(name)
+                .await
+                .inspect(|_| self.answered())
+                .map_err(|e| self.error(e))
+        }
+        .boxed()
     }
 
     fn list<'a>(
@@ -245,6 +285,7 @@ impl Backend for KubeBackend {
                 .list(&ListParams::default().labels(&selector))
                 .await
                 .map(|list| list.items)
+                .inspect(|_| self.answered())
                 .map_err(|e| self.error(e))
         }
         .boxed()
@@ -261,6 +302,7 @@ impl Backend for KubeBackend {
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map(|_| ())
+                .inspect(|_| self.answered())
                 .map_err(|e| self.error(e))
         }
         .boxed()
@@ -287,6 +329,7 @@ impl Backend for KubeBackend {
                 .pods
                 .log_stream(pod, &params)
                 .await
+                .inspect(|_| self.answered())
                 .map_err(|e| self.error(e))?;
             let chunks = futures::stream::unfold(Box::pin(reader), |mut reader| async move {
                 let mut buf = vec![0u8; 16 * 1024];
@@ -322,6 +365,7 @@ impl Backend for KubeBackend {
                 .pods
                 .logs(pod, &params)
                 .await
+                .inspect(|_| self.answered())
                 .map_err(|e| self.error(e))?;
             Ok(super::backend::last_lines(
                 text.as_bytes(),
@@ -375,6 +419,7 @@ impl Backend for KubeBackend {
                 .delete(name, &DeleteParams::background())
                 .await
                 .map(|_| ())
+                .inspect(|_| self.answered())
                 .map_err(|e| self.error(e))
         }
         .boxed()

@@ -6,7 +6,9 @@
 //!
 //! Level-triggered: the wanted state is "every running attempt whose tasks all have
 //! addresses has its table, as the Framework says now". A restart re-lists every
-//! Framework and writes what is missing or stale; a write that fails is retried.
+//! Framework and writes what is missing or stale; a write that fails is retried with
+//! back-off (0.5 s doubling to 30 s, jittered) for as long as the Framework wants its
+//! table, the first failure of each logged and its recovery too, never every retry.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -23,8 +25,9 @@ use pai_barrier::{PeerTable, Readiness, published, readiness};
 use pai_contract::framework::FrameworkState;
 use pai_contract::{Framework, meta};
 
-/// How often writes that failed are tried again.
-const RETRY_EVERY: Duration = Duration::from_secs(5);
+/// The first wait before writes that failed are tried again, and the longest.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_CAP: Duration = Duration::from_secs(30);
 
 /// Publishes the peer tables of the Frameworks rest-lite manages in one namespace.
 pub struct Publisher {
@@ -34,6 +37,10 @@ pub struct Publisher {
     published: HashMap<String, PeerTable>,
     /// Frameworks whose table could not be written yet, as last seen.
     pending: HashMap<String, Framework>,
+    /// Failed rounds of writes in a row (the back-off's exponent).
+    failed_rounds: u32,
+    /// Frameworks whose failure to publish was logged, until it is published.
+    failing: std::collections::HashSet<String>,
 }
 
 impl Publisher {
@@ -43,6 +50,8 @@ impl Publisher {
             maps: Api::namespaced(client, namespace),
             published: HashMap::new(),
             pending: HashMap::new(),
+            failed_rounds: 0,
+            failing: Default::default(),
         }
     }
 
@@ -55,32 +64,76 @@ impl Publisher {
         )
         .default_backoff();
         futures::pin_mut!(events);
-        let mut retry = tokio::time::interval(RETRY_EVERY);
-        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let retry = tokio::time::sleep(Duration::ZERO);
+        futures::pin_mut!(retry);
+        // The watch's failures are logged when they start and when they end.
+        let mut watch_failing = false;
         loop {
             tokio::select! {
                 event = events.next() => match event {
-                    Some(Ok(Event::InitApply(framework) | Event::Apply(framework))) => {
-                        self.reconcile(framework).await;
+                    Some(Ok(event)) if watch_failing && !matches!(event, Event::Init) => {
+                        watch_failing = false;
+                        info!("watching Frameworks for the peer tables again");
+                        self.handle(event).await;
+                        retry.as_mut().reset(tokio::time::Instant::now() + self.retry_delay());
                     }
-                    Some(Ok(Event::Delete(framework))) => {
-                        let name = framework.name().to_string();
-                        self.published.remove(&name);
-                        self.pending.remove(&name);
+                    Some(Ok(event)) => {
+                        let had_pending = !self.pending.is_empty();
+                        self.handle(event).await;
+                        if !had_pending && !self.pending.is_empty() {
+                            retry.as_mut().reset(tokio::time::Instant::now() + self.retry_delay());
+                        }
                     }
-                    Some(Ok(Event::Init | Event::InitDone)) => {}
                     Some(Err(error)) => {
-                        warn!(%error, "watching Frameworks for the peer tables failed; resuming");
+                        if !watch_failing {
+                            watch_failing = true;
+                            warn!(%error, "watching Frameworks for the peer tables failed; resuming with back-off");
+                        }
                     }
                     None => return,
                 },
-                _ = retry.tick(), if !self.pending.is_empty() => {
+                () = &mut retry, if !self.pending.is_empty() => {
                     let pending = std::mem::take(&mut self.pending);
                     for framework in pending.into_values() {
                         self.reconcile(framework).await;
                     }
+                    self.failed_rounds = if self.pending.is_empty() {
+                        0
+                    } else {
+                        self.failed_rounds.saturating_add(1)
+                    };
+                    retry.as_mut().reset(tokio::time::Instant::now() + self.retry_delay());
                 }
             }
+        }
+    }
+
+    /// How long to wait before the pending writes are tried again: the back-off,
+    /// jittered between half and all of it so that replicas and namespaces do not
+    /// retry in step.
+    fn retry_delay(&self) -> Duration {
+        let ceiling = RETRY_FIRST
+            .saturating_mul(1 << self.failed_rounds.min(6))
+            .min(RETRY_CAP);
+        let random = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            std::time::Instant::now(),
+        );
+        ceiling / 2 + (ceiling / 2).mul_f64((random % 1_000) as f64 / 1_000.0)
+    }
+
+    async fn handle(&mut self, event: Event<Framework>) {
+        match event {
+            Event::InitApply(framework) | Event::Apply(framework) => {
+                self.reconcile(framework).await;
+            }
+            Event::Delete(framework) => {
+                let name = framework.name().to_string();
+                self.published.remove(&name);
+                self.pending.remove(&name);
+                self.failing.remove(&name);
+            }
+            Event::Init | Event::InitDone => {}
         }
     }
 
@@ -98,10 +151,17 @@ impl Publisher {
         match self.write(&framework, &table).await {
             Ok(()) => {
                 self.pending.remove(&name);
+                if self.failing.remove(&name) {
+                    info!(framework = %name, "peer table published after failed tries");
+                }
                 self.published.insert(name, table);
             }
             Err(error) => {
-                warn!(framework = %name, %error, "cannot publish the peer table; will retry");
+                if self.failing.insert(name.clone()) {
+                    warn!(framework = %name, %error, "cannot publish the peer table; retrying with back-off");
+                } else {
+                    debug!(framework = %name, %error, "the peer table still cannot be published");
+                }
                 self.pending.insert(name, framework);
             }
         }

@@ -5,8 +5,9 @@
 //! resourceVersion), JSON merge patch, and delete (404).
 //!
 //! Tests steer it: change objects as a controller would, cut every open watch, compact
-//! the history, answer everything with 401/403, stop and restart on the same port, and
-//! count requests.
+//! the history, inject faults ([`Fault`]: 401/403 for a while, 429 with Retry-After,
+//! 5xx, slow answers), stop and restart on the same port (every connection dropped),
+//! and count requests, and the faulted ones.
 //!
 //! Every object written over HTTP passes [`crate::validation::admit`] first, as a real API
 //! server with FrameworkController's CRD would check it: object metadata (names, labels,
@@ -109,7 +110,7 @@ struct Store {
     history: VecDeque<Event>,
     /// Watches from a resourceVersion below this get 410 Gone.
     compacted_below: u64,
-    deny: Option<u16>,
+    fault: Option<Fault>,
     /// Creates are refused as invalid (422) with this message, as validation against
     /// the CRD schema or an admission webhook would.
     invalid: Option<String>,
@@ -155,6 +156,8 @@ struct Shared {
     cut: watch::Sender<u64>,
     /// How many watches (and followed logs) have started streaming.
     watches: watch::Sender<usize>,
+    /// How many requests a fault has answered.
+    faulted: watch::Sender<usize>,
     /// Text appended to a pod's log; `None` ends its followers (the container exited).
     log_appends: broadcast::Sender<(Key, Option<String>)>,
 }
@@ -179,12 +182,14 @@ impl ApiServer {
         let events = Channels::default();
         let (cut, _) = watch::channel(0);
         let (watches, _) = watch::channel(0);
+        let (faulted, _) = watch::channel(0);
         let (log_appends, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::default()),
             events,
             cut,
             watches,
+            faulted,
             log_appends,
         });
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -387,7 +392,23 @@ impl ApiServer {
 
     /// Answers every request with this status (401 or 403), or serves normally (`None`).
     pub fn deny(&self, code: Option<u16>) {
-        self.shared.lock().deny = code;
+        self.fault(code.map(Fault::Deny));
+    }
+
+    /// Answers every request with `fault` from now on, or serves normally (`None`).
+    pub fn fault(&self, fault: Option<Fault>) {
+        self.shared.lock().fault = fault;
+    }
+
+    /// Returns once `n` requests in all have been answered by a fault (no clock).
+    pub async fn faulted(&self, n: usize) {
+        let mut count = self.shared.faulted.subscribe();
+        let _ = count.wait_for(|c| *c >= n).await;
+    }
+
+    /// How many requests a fault has answered so far.
+    pub fn faulted_count(&self) -> usize {
+        *self.shared.faulted.borrow()
     }
 
     /// Refuses every create as 422 Invalid with `message` (`None`: accept again).
@@ -572,7 +593,7 @@ async fn admit(
 ) -> Response {
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let sent = Arc::new(AtomicU64::new(0));
-    let denial = {
+    let fault = {
         let mut store = shared.lock();
         store.requests.push(Request {
             method: method.to_string(),
@@ -580,9 +601,17 @@ async fn admit(
             bytes_sent: 0,
         });
         store.sent.push(sent.clone());
-        store.deny
+        store.fault
     };
-    match denial {
+    let answer = |response: Response| {
+        shared.faulted.send_modify(|n| *n += 1);
+        response
+    };
+    match fault {
+        Some(Fault::Slow(delay)) => {
+            tokio::time::sleep(delay).await;
+            next.run(request).await
+        }
         None => {
             let response = next.run(request).await;
             response.map(|body| {
@@ -594,16 +623,54 @@ async fn admit(
                 Body::from_stream(counted)
             })
         }
-        Some(401) => status(401, "Unauthorized", "Unauthorized".to_string()),
-        Some(code) => status(
+        Some(Fault::Deny(401)) => answer(status(401, "Unauthorized", "Unauthorized".to_string())),
+        Some(Fault::Deny(code)) => answer(status(
             code,
             "Forbidden",
             format!(
                 "{method} {} is forbidden: User \"system:serviceaccount:test:job\" cannot do it",
                 uri.path()
             ),
-        ),
+        )),
+        Some(Fault::TooManyRequests { retry_after }) => {
+            // As the API server's priority and fairness answers: the header and the
+            // Status's details both say when to come back.
+            let body = json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": "Too many requests, please try again later.",
+                "reason": "TooManyRequests", "code": 429,
+                "details": {"retryAfterSeconds": retry_after},
+            });
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, retry_after.into());
+            answer(response)
+        }
+        Some(Fault::ServerError(code)) => answer(status(
+            code,
+            if code == 503 {
+                "ServiceUnavailable"
+            } else {
+                "InternalError"
+            },
+            "the server is not ready to answer (an etcd leader election, say)".to_string(),
+        )),
     }
+}
+
+/// What the server answers every request with while it is set ([`ApiServer::fault`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// 401 Unauthorized or 403 Forbidden (an API server whose authenticator or
+    /// authorizer caches are still filling after a restart answers so for a while).
+    Deny(u16),
+    /// 429 Too Many Requests with `Retry-After` (and the Status's `retryAfterSeconds`).
+    TooManyRequests { retry_after: u32 },
+    /// A 5xx Status (500, 503, …).
+    ServerError(u16),
+    /// Every answer comes this late.
+    Slow(Duration),
 }
 
 type Params = HashMap<String, String>;

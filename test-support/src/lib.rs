@@ -6,4 +6,4 @@ pub mod needs;
 pub mod rbac;
 pub mod validation;
 
-pub use apiserver::ApiServer;
+pub use apiserver::{ApiServer, Fault};
