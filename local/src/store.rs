@@ -82,6 +82,28 @@ fn create_private(dir: &Path) -> Result<(), StoreError> {
         .map_err(io("create", dir))
 }
 
+/// Takes the whole file's POSIX record lock (`fcntl(F_SETLK)`); false when another
+/// process holds it. A record lock belongs to the process alone: a child the server forks
+/// to start a task never holds it, so a server killed -9 frees it at once, and one
+/// started again right away is not refused. (`flock`'s lock belongs to the open file,
+/// which a child shares between its fork and its exec.) It is released when the server
+/// closes its one descriptor of the file, or ends.
+fn take_lock(file: &File) -> std::io::Result<bool> {
+    use nix::libc;
+    let whole = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    match nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_SETLK(&whole)) {
+        Ok(_) => Ok(true),
+        Err(nix::errno::Errno::EACCES | nix::errno::Errno::EAGAIN) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl Store {
     /// Opens (creating, private) the state directory and takes its lock: a second
     /// server on the same directory is refused, naming the first one's pid.
@@ -101,9 +123,9 @@ impl Store {
             .truncate(false)
             .open(&path)
             .map_err(io("open", &path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
+        match take_lock(&lock) {
+            Ok(true) => {}
+            Ok(false) => {
                 let mut holder = String::new();
                 let _ = lock.read_to_string(&mut holder);
                 let holder = holder.trim();
@@ -112,7 +134,7 @@ impl Store {
                     holder: if holder.is_empty() { "unknown" } else { holder }.to_string(),
                 });
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", &path)(e)),
+            Err(e) => return Err(io("lock", &path)(e)),
         }
         // Ours: say who holds it.
         lock.set_len(0)

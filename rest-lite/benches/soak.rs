@@ -86,23 +86,27 @@ fn start(state: &Path) -> Running {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut tx = Some(tx);
+        let mut said = Vec::new();
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if let Some(url) = line.split("url=").nth(1)
                 && let Some(tx) = tx.take()
             {
-                let _ = tx.send(
-                    url.split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                );
+                let url = url.split_whitespace().next().unwrap_or_default();
+                let _ = tx.send(Ok(url.to_string()));
+            }
+            if tx.is_some() {
+                said.push(line);
             }
         }
+        if let Some(tx) = tx {
+            let _ = tx.send(Err(said.join("\n")));
+        }
     });
-    let url = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the server's start-up line");
-    Running { child, url }
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Ok(url)) => Running { child, url },
+        Ok(Err(said)) => panic!("the server ended before it served:\n{said}"),
+        Err(e) => panic!("no start-up line from the server: {e}"),
+    }
 }
 
 /// A small random number source: the clock's nanoseconds through a hasher.

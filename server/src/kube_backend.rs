@@ -386,7 +386,11 @@ impl Backend for KubeBackend {
             // the watch was down: the raw watcher says so only by its absence.
             let events = watcher::watcher(self.api.clone(), config)
                 .default_backoff()
-                .scan(false, move |listed, event| {
+                .scan((false, false), move |(listed, failing), event| {
+                    if event.is_ok() && !matches!(event, Ok(Event::Init)) && *failing {
+                        *failing = false;
+                        tracing::info!(framework = %name, "watching again");
+                    }
                     let change = match event {
                         Ok(Event::Init) => {
                             *listed = false;
@@ -401,7 +405,11 @@ impl Backend for KubeBackend {
                         Ok(Event::Delete(_)) => Some(Ok(None)),
                         Err(e) => {
                             // The watcher re-lists after its back-off; the stream goes on.
-                            tracing::warn!(framework = %name, error = %e, "watch interrupted");
+                            // Said once per interruption, not at every retry.
+                            if !*failing {
+                                *failing = true;
+                                tracing::warn!(framework = %name, error = %e, "watch interrupted; resuming with back-off");
+                            }
                             None
                         }
                     };
