@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
@@ -264,12 +264,10 @@ async fn stop_terms_every_task_and_leaves_no_process() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_ends_every_task_and_frees_the_name() {
-    let dir = scratch("delete");
-    let server = Server::start(&dir.join("state"));
-    let client = server.client();
-    let (events, rx) = events(&dir);
+/// Alice's job "doomed" (two tasks that wait for TERM), running, then deleted (202);
+/// returns its tasks' events.
+async fn run_then_delete(client: &Client, dir: &Path) -> mpsc::Receiver<Option<String>> {
+    let (events, rx) = events(dir);
     let spec = job(
         "doomed",
         json!([role("worker", 2, WAIT_FOR_TERM)]),
@@ -282,6 +280,15 @@ async fn delete_ends_every_task_and_frees_the_name() {
     next_event(&rx).expect("up");
     next_event(&rx).expect("up");
     client.delete("alice", "doomed").await.expect("deleted");
+    rx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_ends_every_task_and_frees_the_name() {
+    let dir = scratch("delete");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let rx = run_then_delete(&client, &dir).await;
     assert!(matches!(
         client.job("alice", "doomed").await,
         Err(pai_client::ClientError::Api { status: 404, .. })
@@ -300,19 +307,7 @@ async fn a_deletion_once_answered_survives_a_server_killed_right_after() {
     let state = dir.join("state");
     let server = Server::start(&state);
     let client = server.client();
-    let (events, rx) = events(&dir);
-    let spec = job(
-        "doomed",
-        json!([role("worker", 2, WAIT_FOR_TERM)]),
-        json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
-    );
-    client
-        .submit("alice", &spec, SpecFormat::detect(&spec))
-        .await
-        .expect("submitted");
-    next_event(&rx).expect("up");
-    next_event(&rx).expect("up");
-    client.delete("alice", "doomed").await.expect("deleted");
+    let rx = run_then_delete(&client, &dir).await;
     // Killed at once: the tasks may not even have had their TERM from the deletion.
     server.kill();
     until_none_left(&rx);

@@ -637,20 +637,9 @@ async fn reads_while_the_cluster_fails_are_503_with_retry_after_and_come_back() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_watch_outlasts_an_api_server_restart_with_no_gap_and_no_repeat() {
-    use futures::StreamExt;
     use pai_test_support::Fault;
     let mut s = start().await;
-    submit(s.addr, "alice", &common::base_job().to_string()).await;
-    let client = pai_client::Client::new(&format!("http://{}", s.addr), None);
-    let mut views = client.watch("alice", "job").await.expect("watch");
-    let first = views.next().await.expect("a view").expect("valid");
-    assert_eq!(first.job_status.state.to_string(), "WAITING");
-    let rest = tokio::spawn(async move {
-        views
-            .map(|v| v.expect("valid").job_status.state.to_string())
-            .collect::<Vec<String>>()
-            .await
-    });
+    let rest = watch_after_the_first_view(&s).await;
     // Killed and started again; the job changed meanwhile, and the restarted API server
     // refuses for a while.
     s.api.stop().await;
@@ -1177,24 +1166,30 @@ async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
     assert_eq!(missing.error(), (404, "NoJobError".to_string()));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_client_watches_again_when_the_server_ends_a_watch_and_repeats_nothing() {
+/// Submits alice's job, watches it with the typed client, checks the first view
+/// (WAITING) and returns the states of every later view, collected until the watch ends.
+async fn watch_after_the_first_view(s: &Setup) -> tokio::task::JoinHandle<Vec<String>> {
     use futures::StreamExt;
-    // Every watch ends after a second on this server.
-    let s = start_with_watch_limit(None, std::time::Duration::from_secs(1)).await;
     submit(s.addr, "alice", &common::base_job().to_string()).await;
     let client = pai_client::Client::new(&format!("http://{}", s.addr), None);
     let mut views = client.watch("alice", "job").await.expect("watch");
     let first = views.next().await.expect("a view").expect("valid");
     assert_eq!(first.job_status.state.to_string(), "WAITING");
-    // The server ended the first watch and the client opened another (each is a watch of
-    // the API server): the change made now reaches it, once.
-    let rest = tokio::spawn(async move {
+    tokio::spawn(async move {
         views
             .map(|v| v.expect("valid").job_status.state.to_string())
             .collect::<Vec<String>>()
             .await
-    });
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_watches_again_when_the_server_ends_a_watch_and_repeats_nothing() {
+    // Every watch ends after a second on this server.
+    let s = start_with_watch_limit(None, std::time::Duration::from_secs(1)).await;
+    let rest = watch_after_the_first_view(&s).await;
+    // The server ended the first watch and the client opened another (each is a watch of
+    // the API server): the change made now reaches it, once.
     s.api.watches_started(2).await;
     s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
