@@ -196,6 +196,24 @@ pub fn resource_gpu_count(value: &str) -> Option<u32> {
 pub fn container_host_label_port_list(label: &str) -> String {
     format!("PAI_CONTAINER_HOST_{label}_PORT_LIST")
 }
+/// True for the dynamic variables about this task alone (its index, its role's index,
+/// its own ports): the runtime gives the `init/` daemons these and the container's own
+/// environment, never the per-peer variables, whose size grows with the job and which
+/// every exec copies.
+pub fn is_task_own(name: &str) -> bool {
+    matches!(
+        name,
+        CURRENT_TASK_ROLE_CURRENT_TASK_INDEX
+            | TASK_ROLE_INDEX
+            | CONTAINER_HOST_PORT_LIST
+            | CURRENT_CONTAINER_PORT
+            | CONTAINER_SSH_PORT
+    ) || name
+        .strip_prefix("PAI_CONTAINER_HOST_")
+        .and_then(|rest| rest.strip_suffix("_PORT_LIST"))
+        .is_some_and(|label| !label.is_empty())
+}
+
 /// `PAI_PORT_LIST_<role>_<index>_<label>`: the ports of `label` of a task.
 pub fn port_list(role: &str, index: u32, label: &str) -> String {
     format!("PAI_PORT_LIST_{role}_{index}_{label}")

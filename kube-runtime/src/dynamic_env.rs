@@ -199,6 +199,25 @@ mod tests {
         );
         let names: std::collections::HashSet<&String> = env.iter().map(|v| &v.name).collect();
         assert_eq!(names.len(), env.len(), "no variable twice");
+        // What the daemons get of it: this task's variables, nothing that grows with the
+        // job.
+        let own: Vec<&str> = env
+            .iter()
+            .filter(|v| names::is_task_own(&v.name))
+            .map(|v| v.name.as_str())
+            .collect();
+        assert!(own.contains(&"PAI_CONTAINER_SSH_PORT"), "{own:?}");
+        assert!(own.contains(&"PAI_CONTAINER_HOST_ssh_PORT_LIST"), "{own:?}");
+        assert!(own.contains(&"PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"));
+        for v in &env {
+            if v.class != Class::Own {
+                assert!(
+                    !names::is_task_own(&v.name),
+                    "{} grows with the job",
+                    v.name
+                );
+            }
+        }
     }
 
     #[test]

@@ -71,11 +71,13 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         tracing::warn!(error = %e, "cannot list the init scripts; no daemon starts");
         Vec::new()
     });
+    let daemon_env = daemon_environment(layout, &env);
     let plan = Plan {
         program: "/bin/sh".into(),
         args: vec![layout.main_sh().into_os_string()],
         daemons,
         env,
+        daemon_env,
         log_dir: task.log_dir(layout),
         log_cap,
         grace,
@@ -127,6 +129,41 @@ fn environment(layout: &Layout) -> Result<Vec<(OsString, OsString)>, RunError> {
         env.push(("PATH".into(), value));
     }
     Ok(env)
+}
+
+/// What the `init/` daemons get: the container's own environment (the pod template's,
+/// a few variables per role), the runtime root and this task's own dynamic variables
+/// (`PAI_CONTAINER_SSH_PORT`, its index, …). Not the per-peer variables and training
+/// files' contents: at 1,000 tasks those are 180 KB that each of the daemons' execs (a
+/// shell, sshd) would copy. An ssh session gets the whole environment from
+/// `env-all.sh`, as before.
+fn daemon_environment(layout: &Layout, env: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
+    let container: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != layout::ROOT_VAR)
+        .collect();
+    let own = env.iter().filter(|(k, _)| {
+        k.to_str().is_some_and(pai_contract::env::is_task_own)
+            && !container.iter().any(|(c, _)| c == k)
+    });
+    let mut lean: Vec<(OsString, OsString)> = container
+        .iter()
+        .map(|(k, v)| {
+            // This task's own value wins over the role's (the embedded default gives
+            // each task its own ports).
+            let value = env
+                .iter()
+                .rev()
+                .find(|(e, _)| e == k && k.to_str().is_some_and(pai_contract::env::is_task_own))
+                .map_or(v, |(_, own)| own);
+            (k.clone(), value.clone())
+        })
+        .collect();
+    lean.extend(own.cloned());
+    lean.push((
+        layout::ROOT_VAR.into(),
+        layout.root().as_os_str().to_owned(),
+    ));
+    lean
 }
 
 fn read_env_file(path: &Path) -> Result<Vec<(OsString, OsString)>, RunError> {

@@ -149,6 +149,67 @@ fn entry_prepares_everything_and_run_starts_the_command_with_its_peers() {
 }
 
 /// The in-process API server, with the runtime it serves on (kept alive by the caller).
+#[test]
+fn daemons_get_this_tasks_variables_and_not_the_peers() {
+    let task = TaskDir::new("entry-daemon-env");
+    let assets = Assets::new(&task, "exit 0\n");
+    // A daemon that writes its environment, then lets the user command end.
+    let done = task.root().join("daemon-done");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&done)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    std::fs::write(
+        assets.dir.join("init/10-noop.sh"),
+        format!(
+            "env > \"$PAI_RUNTIME_ROOT/daemon-env\"\necho done > '{}'\n",
+            done.display()
+        ),
+    )
+    .expect("init script");
+    let file = publish(&task, &ready_framework(30000));
+    let user = format!(
+        "read line < '{}'; echo \"$PAI_HOST_IP_worker_0\"",
+        done.display()
+    );
+    let out = finish(
+        local(&mut entry(&task, &assets, "worker", 1), &file)
+            .env("USER_CMD", &user)
+            .spawn()
+            .expect("entry"),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = run(&task, "worker", 1);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // The user command has every variable.
+    assert_eq!(out.stdout.trim(), address(1, 0));
+    let root = task.root().join("pai");
+    let daemon = std::fs::read_to_string(root.join("daemon-env")).expect("the daemon's env");
+    let has = |line: &str| daemon.lines().any(|l| l == line);
+    assert!(has("PAI_CONTAINER_SSH_PORT=31002"), "{daemon}");
+    assert!(
+        has("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX=1"),
+        "{daemon}"
+    );
+    assert!(
+        has(&format!("PAI_RUNTIME_ROOT={}", root.display())),
+        "{daemon}"
+    );
+    for peer in [
+        "PAI_HOST_IP_",
+        "PAI_PORT_LIST_",
+        "PAI_TASK_ROLE_worker_HOST_LIST",
+    ] {
+        assert!(
+            !daemon.lines().any(|l| l.starts_with(peer)),
+            "a daemon got {peer}…: {daemon}"
+        );
+    }
+}
+
 fn api_server() -> (tokio::runtime::Runtime, ApiServer) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -44,8 +44,11 @@ pub struct Plan {
     pub args: Vec<OsString>,
     /// Daemons (name, script), each run by `/bin/sh` with its own log.
     pub daemons: Vec<(String, PathBuf)>,
-    /// The complete environment of every process started.
+    /// The user command's complete environment.
     pub env: Vec<(OsString, OsString)>,
+    /// The daemons' environment: the container's own and this task's variables, not
+    /// the per-peer ones (which grow with the job, and every exec copies them).
+    pub daemon_env: Vec<(OsString, OsString)>,
     pub log_dir: PathBuf,
     pub log_cap: u64,
     /// Between TERM and KILL.
@@ -218,7 +221,7 @@ fn start_daemon(name: &str, script: &Path, plan: &Plan) -> std::io::Result<Child
     let child = signals::unblock_in_child(&mut Command::new("/bin/sh"))
         .arg(script)
         .env_clear()
-        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .envs(plan.daemon_env.iter().map(|(k, v)| (k, v)))
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(writer.try_clone()?)
