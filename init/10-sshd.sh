@@ -25,7 +25,11 @@ if [ -z "$sshd" ]; then
     exit 0
 fi
 
-mkdir -p "$dir" && chmod 700 "$dir" || exit 0
+# Every step here runs once per task: shell builtins where they do (the runtime made
+# "$dir" private already; umask makes every file below private), a program only where
+# it must (ssh-keygen when prep/ could not, and sshd).
+umask 077
+[ -d "$dir" ] || mkdir -p "$dir" || exit 0
 if [ ! -s "$dir/ssh_host_ed25519_key" ]; then
     if ! command -v ssh-keygen >/dev/null 2>&1; then
         echo "ssh: no host key and no ssh-keygen; sshd not started"
@@ -33,40 +37,39 @@ if [ ! -s "$dir/ssh_host_ed25519_key" ]; then
     fi
     ssh-keygen -q -t ed25519 -N '' -C "pai-task-host-key" -f "$dir/ssh_host_ed25519_key" || exit 0
 fi
-chmod 600 "$dir/ssh_host_ed25519_key"
 {
     [ -n "${PAI_SSH_PUB_KEY:-}" ] && printf '%s\n' "$PAI_SSH_PUB_KEY"
-    [ -s "$dir/job_key.pub" ] && cat "$dir/job_key.pub"
+    if [ -s "$dir/job_key.pub" ]; then
+        while IFS= read -r line || [ -n "$line" ]; do
+            printf '%s\n' "$line"
+        done < "$dir/job_key.pub"
+    fi
 } > "$dir/authorized_keys"
-chmod 600 "$dir/authorized_keys"
 
 # Sessions start here: the job's environment, then the requested command or a shell.
-cat > "$dir/session.sh" <<SESSION
-#!/bin/sh
-. "$root/env-all.sh"
-if [ -n "\${SSH_ORIGINAL_COMMAND:-}" ]; then
-    exec "\${SHELL:-/bin/sh}" -c "\$SSH_ORIGINAL_COMMAND"
-fi
-exec "\${SHELL:-/bin/sh}" -l
-SESSION
-chmod 755 "$dir/session.sh"
+printf '%s\n' \
+    '#!/bin/sh' \
+    ". \"$root/env-all.sh\"" \
+    'if [ -n "${SSH_ORIGINAL_COMMAND:-}" ]; then' \
+    '    exec "${SHELL:-/bin/sh}" -c "$SSH_ORIGINAL_COMMAND"' \
+    'fi' \
+    'exec "${SHELL:-/bin/sh}" -l' > "$dir/session.sh"
 
-cat > "$dir/sshd_config" <<CONFIG
-Port $PAI_CONTAINER_SSH_PORT
-HostKey $dir/ssh_host_ed25519_key
-AuthorizedKeysFile $dir/authorized_keys
-PidFile $dir/sshd.pid
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-StrictModes no
-UsePAM no
-ForceCommand $dir/session.sh
-PrintMotd no
-CONFIG
+printf '%s\n' \
+    "Port $PAI_CONTAINER_SSH_PORT" \
+    "HostKey $dir/ssh_host_ed25519_key" \
+    "AuthorizedKeysFile $dir/authorized_keys" \
+    "PidFile $dir/sshd.pid" \
+    "PubkeyAuthentication yes" \
+    "PasswordAuthentication no" \
+    "KbdInteractiveAuthentication no" \
+    "PermitRootLogin prohibit-password" \
+    "StrictModes no" \
+    "UsePAM no" \
+    "ForceCommand /bin/sh $dir/session.sh" \
+    "PrintMotd no" > "$dir/sshd_config"
 
 # Debian's sshd wants its privilege separation directory.
-mkdir -p /run/sshd 2>/dev/null || true
+[ -d /run/sshd ] || mkdir -p /run/sshd 2>/dev/null || true
 echo "ssh: starting $sshd on port $PAI_CONTAINER_SSH_PORT"
 exec "$sshd" -D -e -f "$dir/sshd_config"

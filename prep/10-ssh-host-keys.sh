@@ -9,11 +9,17 @@ if [ -z "${PAI_SSH_PUB_KEY:-}" ] && [ ! -s "$dir/job_key.pub" ]; then
     echo "ssh: the job has no key; no host key needed"
     exit 0
 fi
-mkdir -p "$dir" && chmod 700 "$dir"
+# Every step here runs once per task: shell builtins where they do (the runtime made
+# "$dir" private already), a program only where it must.
+umask 077
+[ -d "$dir" ] || mkdir -p "$dir" || exit 0
 if ! command -v ssh-keygen >/dev/null 2>&1; then
     echo "ssh: no ssh-keygen in the runtime image; host keys will be made in the main container"
     exit 0
 fi
-rm -f "$dir/ssh_host_ed25519_key" "$dir/ssh_host_ed25519_key.pub"
+# A retried task's old key (ssh-keygen will not overwrite one).
+if [ -e "$dir/ssh_host_ed25519_key" ] || [ -e "$dir/ssh_host_ed25519_key.pub" ]; then
+    rm -f "$dir/ssh_host_ed25519_key" "$dir/ssh_host_ed25519_key.pub"
+fi
 ssh-keygen -q -t ed25519 -N '' -C "pai-task-host-key" -f "$dir/ssh_host_ed25519_key" &&
     echo "ssh: host key made"

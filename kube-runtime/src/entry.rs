@@ -86,6 +86,9 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         std::fs::create_dir_all(&dir).map_err(|e| setup("cannot create", &dir, e))?;
     }
     install(layout, assets)?;
+    // The ssh scripts' directory, private: made here once, not by a mkdir and a chmod
+    // in each of them.
+    create_private_dir(&layout.root().join("ssh"))?;
     install_job_key(layout)?;
     run_prep(layout, assets, &log_dir)?;
 
