@@ -139,7 +139,7 @@ mod tests {
         }
         let sshd = read("init/10-sshd.sh");
         assert!(
-            sshd.contains(&format!(". \"$root/{}\"", files::ENV_ALL)),
+            sshd.contains(&format!(". \\\"$root/{}\\\"", files::ENV_ALL)),
             "ssh sessions source {}",
             files::ENV_ALL
         );
