@@ -279,7 +279,9 @@ impl Client {
                             // Cut mid-stream (the server restarted, a proxy dropped it):
                             // watch again; the view resumes from the job as it is now.
                             Some(Err(e)) if e.is_transient() && failures < WATCH_RETRIES => {
+                                failures += 1;
                                 open = None;
+                                tokio::time::sleep(retry_delay(failures)).await;
                             }
                             Some(Err(e)) => return Some((Err(e), (None, last, true, failures))),
                             // The server ended the watch: open it again.
