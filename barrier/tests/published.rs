@@ -234,6 +234,19 @@ async fn server_errors_and_too_many_requests_are_outlasted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_api_server_only_delays_the_release() {
+    let server = ApiServer::start().await;
+    let framework = ready_framework(&server, 0);
+    server.fault(Some(Fault::Slow(Duration::from_millis(300))));
+    let waiting = spawn_wait(&server, config(attempt(0), LONG));
+    server.watches_started(1).await;
+    publish(&server, &framework, &table_of(&framework));
+    let passed = waiting.await.expect("join").expect("released");
+    assert_eq!(passed.peers.task_count(), 4);
+    assert_eq!(server.faulted_count(), 0, "slow is not refused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_restart_that_refuses_at_first_releases_the_wait() {
     // The measured failure: the API server killed and started again, its first answers
     // 403 while its authorizer's caches fill.
