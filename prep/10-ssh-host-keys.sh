@@ -1,7 +1,8 @@
 #!/bin/sh
-# Runs in the init container (the runtime image): fresh ssh host keys for this task (when
-# the job can log in: it has its own key pair, or PAI_SSH_PUB_KEY is set), in the shared
-# volume, so the user image needs no ssh-keygen. Never fails the task: without
+# Runs in the init container (the runtime image): the task's ssh host key, when the job
+# can log in (it has its own key pair, or PAI_SSH_PUB_KEY is set) and has no host key of
+# its own (rest-lite gives every job one), in the shared volume, so the user image needs
+# no ssh-keygen. Never fails the task: without
 # ssh-keygen here, init/10-sshd.sh makes the keys in the main container if it can.
 set -u
 dir="${PAI_RUNTIME_ROOT:-/usr/local/pai}/ssh"
@@ -13,6 +14,12 @@ fi
 # "$dir" private already), a program only where it must.
 umask 077
 [ -d "$dir" ] || mkdir -p "$dir" || exit 0
+# The job's own host key, installed by the runtime with the job's key pair: every task
+# presents it and checks it (known_hosts); nothing to make.
+if [ -s "$dir/ssh_host_ed25519_key" ] && [ -s "$dir/known_hosts" ]; then
+    echo "ssh: the job's host key"
+    exit 0
+fi
 if ! command -v ssh-keygen >/dev/null 2>&1; then
     echo "ssh: no ssh-keygen in the runtime image; host keys will be made in the main container"
     exit 0

@@ -9,13 +9,18 @@ use ring::signature::{Ed25519KeyPair, KeyPair};
 
 const KEY_TYPE: &[u8] = b"ssh-ed25519";
 
-/// A job's key pair.
+/// A job's key pair, and the host key pair every task's sshd presents: made once for the
+/// job (no `ssh-keygen` per task), so its tasks can check each other's host key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct JobKey {
     /// `-----BEGIN OPENSSH PRIVATE KEY-----` …, unencrypted.
     pub private: String,
     /// `ssh-ed25519 AAAA… <comment>`.
     pub public: String,
+    /// The tasks' host key (private half), in the same form.
+    pub host_private: String,
+    /// The tasks' host key (public half), in the same form.
+    pub host_public: String,
 }
 
 impl std::fmt::Debug for JobKey {
@@ -32,18 +37,47 @@ impl std::fmt::Debug for JobKey {
 pub struct KeyError;
 
 impl JobKey {
-    /// A fresh key pair; `comment` names it in `authorized_keys` (e.g. `alice~mnist`).
-    pub fn generate(comment: &str) -> Result<Self, KeyError> {
-        let rng = SystemRandom::new();
-        let mut seed = [0u8; 32];
-        rng.fill(&mut seed).map_err(|_| KeyError)?;
-        let mut check = [0u8; 4];
-        rng.fill(&mut check).map_err(|_| KeyError)?;
-        Self::from_seed(&seed, u32::from_be_bytes(check), comment)
+    /// The files a task finds the keys in (a Secret's keys on a cluster, files of the
+    /// job's directory here), with the mode each is written with: the private halves
+    /// for their user alone.
+    pub fn files(&self) -> [(&'static str, &str, u32); 4] {
+        use crate::training::{
+            JOB_HOST_KEY_FILE, JOB_HOST_PUBLIC_KEY_FILE, JOB_KEY_FILE, JOB_PUBLIC_KEY_FILE,
+        };
+        [
+            (JOB_KEY_FILE, &self.private, 0o600),
+            (JOB_PUBLIC_KEY_FILE, &self.public, 0o644),
+            (JOB_HOST_KEY_FILE, &self.host_private, 0o600),
+            (JOB_HOST_PUBLIC_KEY_FILE, &self.host_public, 0o644),
+        ]
     }
 
-    /// The key pair of `seed`; `check` is the private section's check number.
-    fn from_seed(seed: &[u8; 32], check: u32, comment: &str) -> Result<Self, KeyError> {
+    /// A fresh key pair; `comment` names it in `authorized_keys` (e.g. `alice~mnist`).
+    pub fn generate(comment: &str) -> Result<Self, KeyError> {
+        let (private, public) = fresh(comment)?;
+        let (host_private, host_public) = fresh(&format!("{comment}~host"))?;
+        Ok(Self {
+            private,
+            public,
+            host_private,
+            host_public,
+        })
+    }
+}
+
+/// A fresh Ed25519 pair: (private, public) in OpenSSH's forms.
+fn fresh(comment: &str) -> Result<(String, String), KeyError> {
+    let rng = SystemRandom::new();
+    let mut seed = [0u8; 32];
+    rng.fill(&mut seed).map_err(|_| KeyError)?;
+    let mut check = [0u8; 4];
+    rng.fill(&mut check).map_err(|_| KeyError)?;
+    from_seed(&seed, u32::from_be_bytes(check), comment)
+}
+
+/// The pair of `seed`; `check` is the private section's check number.
+fn from_seed(seed: &[u8; 32], check: u32, comment: &str) -> Result<(String, String), KeyError> {
+    {
         let pair = Ed25519KeyPair::from_seed_unchecked(seed).map_err(|_| KeyError)?;
         let public_key = pair.public_key().as_ref();
         let mut blob = Vec::new();
@@ -92,10 +126,10 @@ impl JobKey {
             pem.push('\n');
         }
         pem.push_str("-----END OPENSSH PRIVATE KEY-----\n");
-        Ok(Self {
-            private: pem,
-            public: format!("ssh-ed25519 {} {comment}", STANDARD.encode(&blob)),
-        })
+        Ok((
+            pem,
+            format!("ssh-ed25519 {} {comment}", STANDARD.encode(&blob)),
+        ))
     }
 }
 
@@ -111,27 +145,27 @@ mod tests {
 
     #[test]
     fn the_format_is_openssh_s() {
-        let key = JobKey::from_seed(&[7; 32], 0x0102_0304, "alice~job one").expect("key");
-        assert!(
-            key.public
-                .starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI")
-        );
-        assert!(key.public.ends_with(" alice~job_one"));
-        let body: String = key
-            .private
+        let (private, public) = from_seed(&[7; 32], 0x0102_0304, "alice~job one").expect("key");
+        assert!(public.starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"));
+        assert!(public.ends_with(" alice~job_one"));
+        let body: String = private
             .lines()
             .filter(|l| !l.starts_with("-----"))
             .collect();
         let bytes = STANDARD.decode(body).expect("base64");
         assert!(bytes.starts_with(b"openssh-key-v1\0\0\0\0\x04none"));
         assert!(
-            key.private
+            private
                 .lines()
                 .all(|l| l.len() <= 70 || l.starts_with("-----"))
         );
-        // Two fresh keys differ.
+        // Two fresh keys differ, and a job's host key is not its user key.
         let (a, b) = (JobKey::generate("x"), JobKey::generate("x"));
-        assert_ne!(a.expect("a").public, b.expect("b").public);
+        let (a, b) = (a.expect("a"), b.expect("b"));
+        assert_ne!(a.public, b.public);
+        assert_ne!(a.host_public, b.host_public);
+        assert_ne!(a.public, a.host_public);
+        assert!(a.host_public.ends_with(" x~host"));
     }
 
     /// OpenSSH itself reads the private key back to the same public key.

@@ -75,6 +75,10 @@ pub const JOB_SSH_MOUNT: &str = "/var/run/pai/job-ssh";
 pub const JOB_KEY_FILE: &str = "id_ed25519";
 /// The public key (`ssh-ed25519 AAAA… comment`).
 pub const JOB_PUBLIC_KEY_FILE: &str = "id_ed25519.pub";
+/// The tasks' host key (OpenSSH format), beside the job's key pair.
+pub const JOB_HOST_KEY_FILE: &str = "host_ed25519";
+/// The tasks' host public key.
+pub const JOB_HOST_PUBLIC_KEY_FILE: &str = "host_ed25519.pub";
 
 /// The Secret holding the job's ssh key pair, owned by Framework `framework`.
 pub fn job_ssh_secret(framework: &str) -> String {
@@ -104,6 +108,11 @@ pub mod files {
     pub const SSH_JOB_KEY: &str = "ssh/job_key";
     /// The job's public key.
     pub const SSH_JOB_PUBLIC_KEY: &str = "ssh/job_key.pub";
+    /// The host key sshd presents: the job's, when it has one (the `init/` script makes
+    /// one for the task otherwise).
+    pub const SSH_HOST_KEY: &str = "ssh/ssh_host_ed25519_key";
+    /// `* <the job's host public key>`: every task of the job presents it.
+    pub const SSH_KNOWN_HOSTS: &str = "ssh/known_hosts";
     /// Directory put first on the user command's `PATH`: its `ssh` uses [`SSH_CONFIG`].
     pub const BIN_DIR: &str = "bin";
 }

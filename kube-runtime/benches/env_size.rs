@@ -73,7 +73,14 @@ fn main() {
             },
         )
         .expect("env");
-        let t = training(&peers, 1, 7, &Selection::all(), Path::new("/usr/local/pai"));
+        let t = training(
+            &peers,
+            1,
+            7,
+            &Selection::all(),
+            Path::new("/usr/local/pai"),
+            None,
+        );
         let all: Vec<Variable> = vars.into_iter().chain(t.vars.iter().cloned()).collect();
         let peer_env = budget::peer_env(&all);
         let total: usize = all.iter().map(|v| variable_bytes(&v.name, &v.value)).sum();

@@ -89,7 +89,7 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     // The ssh scripts' directory, private: made here once, not by a mkdir and a chmod
     // in each of them.
     create_private_dir(&layout.root().join("ssh"))?;
-    install_job_key(layout)?;
+    let host_key_known = install_job_key(layout)?;
     run_prep(layout, assets, &log_dir)?;
 
     let passed = pass_barrier()?;
@@ -105,7 +105,15 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         .iter()
         .position(|r| r.kube_name == me.kube_role)
         .unwrap_or_default();
-    let training = training_env::training(&passed.peers, role, me.index, &selection, layout.root());
+    let known_hosts = layout.root().join(training_files::SSH_KNOWN_HOSTS);
+    let training = training_env::training(
+        &passed.peers,
+        role,
+        me.index,
+        &selection,
+        layout.root(),
+        host_key_known.then_some(known_hosts.as_path()),
+    );
     for note in &training.notes {
         tracing::warn!("{note}");
     }
@@ -199,28 +207,48 @@ fn render(vars: &[&Variable]) -> Result<Vec<u8>, EntryError> {
 
 /// The job's key pair, when the pod has one (`PAI_JOB_SSH_DIR`), copied to
 /// `ssh/job_key` (0600, the task's user alone) and `ssh/job_key.pub`, where sshd
-/// authorises it and the ssh aliases use it.
-fn install_job_key(layout: &Layout) -> Result<(), EntryError> {
+/// authorises it and the ssh aliases use it; and the job's host key, when it has one, as
+/// the host key sshd presents (so prep/ makes none) with a `known_hosts` naming it for
+/// every task. Returns whether the host key was installed.
+fn install_job_key(layout: &Layout) -> Result<bool, EntryError> {
     let Some(dir) = std::env::var_os(training::JOB_SSH_DIR_VAR).filter(|d| !d.is_empty()) else {
-        return Ok(());
+        return Ok(false);
     };
     let dir = PathBuf::from(dir);
     let ssh = layout.root().join("ssh");
     create_private_dir(&ssh)?;
-    for (from, to, mode) in [
-        (training::JOB_KEY_FILE, training_files::SSH_JOB_KEY, 0o600),
-        (
-            training::JOB_PUBLIC_KEY_FILE,
-            training_files::SSH_JOB_PUBLIC_KEY,
-            0o644,
-        ),
-    ] {
+    let copy = |from: &str, to: &str, mode: u32| -> Result<Vec<u8>, EntryError> {
         let from = dir.join(from);
         let bytes =
             std::fs::read(&from).map_err(|e| setup("cannot read the job's key", &from, e))?;
         write_file(&layout.root().join(to), &bytes, mode)?;
+        Ok(bytes)
+    };
+    copy(training::JOB_KEY_FILE, training_files::SSH_JOB_KEY, 0o600)?;
+    copy(
+        training::JOB_PUBLIC_KEY_FILE,
+        training_files::SSH_JOB_PUBLIC_KEY,
+        0o644,
+    )?;
+    // A job made before host keys were has none: its tasks make their own.
+    if !dir.join(training::JOB_HOST_KEY_FILE).exists() {
+        return Ok(false);
     }
-    Ok(())
+    copy(
+        training::JOB_HOST_KEY_FILE,
+        training_files::SSH_HOST_KEY,
+        0o600,
+    )?;
+    let public = std::fs::read_to_string(dir.join(training::JOB_HOST_PUBLIC_KEY_FILE))
+        .map_err(|e| setup("cannot read the job's host key", &dir, e))?;
+    // Every task of the job presents this key; the aliases' configuration reads this
+    // file alone, so `*` names exactly the job's tasks.
+    write_file(
+        &layout.root().join(training_files::SSH_KNOWN_HOSTS),
+        format!("* {}\n", public.trim()).as_bytes(),
+        0o644,
+    )?;
+    Ok(true)
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), EntryError> {

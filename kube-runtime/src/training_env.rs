@@ -39,12 +39,13 @@ pub fn training(
     index: u32,
     selection: &Selection,
     root: &Path,
+    known_hosts: Option<&Path>,
 ) -> Training {
     let mut out = Training {
         vars: Vec::new(),
         tf_config: None,
         hostfile: None,
-        ssh_config: ssh_config(peers, root),
+        ssh_config: ssh_config(peers, root, known_hosts),
         notes: Vec::new(),
     };
     if let Some(label) = &selection.tensorflow {
@@ -193,9 +194,18 @@ fn mpi_hostfile(peers: &PeerTable) -> String {
 /// connection attempts, one a second (the barrier releases every task at once, and a
 /// peer's sshd may not listen yet when `mpirun` starts). The user's own and the
 /// system's configuration follow for every other host.
-fn ssh_config(peers: &PeerTable, root: &Path) -> String {
+fn ssh_config(peers: &PeerTable, root: &Path, known_hosts: Option<&Path>) -> String {
     let key = root.join(files::SSH_JOB_KEY);
     let key = quote_ssh(&key.display().to_string());
+    // With the job's host key known, every task's is checked; without (a Framework
+    // written by hand, keys made per task), none can be.
+    let check = match known_hosts {
+        Some(file) => format!(
+            "StrictHostKeyChecking yes\n    UserKnownHostsFile {}",
+            quote_ssh(&file.display().to_string())
+        ),
+        None => "StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null".to_string(),
+    };
     let mut text = String::from("# Written by kube-runtime: one alias per task of this job.\n");
     for role in &peers.roles {
         for task in role.tasks() {
@@ -204,7 +214,7 @@ fn ssh_config(peers: &PeerTable, root: &Path) -> String {
             };
             let _ = write!(
                 text,
-                "Host {alias}\n    HostName {ip}\n    Port {port}\n    IdentityFile {key}\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    LogLevel ERROR\n    ConnectionAttempts 60\n",
+                "Host {alias}\n    HostName {ip}\n    Port {port}\n    IdentityFile {key}\n    {check}\n    LogLevel ERROR\n    ConnectionAttempts 60\n",
                 alias = contract::ssh_alias(&role.name, task.index),
                 ip = task.ip,
             );
@@ -289,7 +299,7 @@ mod tests {
 
     #[test]
     fn a_worker_of_a_three_role_job_gets_exactly_these() {
-        let t = training(&table(), 0, 1, &Selection::all(), Path::new("/r"));
+        let t = training(&table(), 0, 1, &Selection::all(), Path::new("/r"), None);
         assert_eq!(
             get(&t, "TF_CONFIG"),
             Some(
@@ -325,14 +335,14 @@ mod tests {
 
     #[test]
     fn the_chief_and_the_evaluator() {
-        let chief = training(&table(), 1, 0, &Selection::all(), Path::new("/r"));
+        let chief = training(&table(), 1, 0, &Selection::all(), Path::new("/r"), None);
         assert_eq!(get(&chief, "RANK"), Some("0"));
         assert_eq!(get(&chief, "PET_NPROC_PER_NODE"), Some("1"));
         assert!(
             get(&chief, "TF_CONFIG")
                 .is_some_and(|v| v.ends_with(r#""task":{"index":0,"type":"chief"}}"#))
         );
-        let evaluator = training(&table(), 2, 0, &Selection::all(), Path::new("/r"));
+        let evaluator = training(&table(), 2, 0, &Selection::all(), Path::new("/r"), None);
         assert_eq!(get(&evaluator, "RANK"), Some("3"));
         let tf: serde_json::Value =
             serde_json::from_str(get(&evaluator, "TF_CONFIG").expect("set")).expect("json");
@@ -346,7 +356,7 @@ mod tests {
     #[test]
     fn only_what_is_asked_for() {
         let selection: Selection = "tensorflow:ssh".parse().expect("reads");
-        let t = training(&table(), 0, 0, &selection, Path::new("/r"));
+        let t = training(&table(), 0, 0, &selection, Path::new("/r"), None);
         let names: Vec<&str> = t.vars.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["TF_CONFIG"]);
         assert!(
@@ -355,13 +365,20 @@ mod tests {
                 .is_some_and(|v| v.contains("10.0.0.1:20001"))
         );
         assert_eq!(t.hostfile, None);
-        let none = training(&table(), 0, 0, &Selection::none(), Path::new("/r"));
+        let none = training(&table(), 0, 0, &Selection::none(), Path::new("/r"), None);
         assert!(none.vars.is_empty());
     }
 
     #[test]
     fn the_ssh_config_has_one_alias_per_task() {
-        let t = training(&table(), 0, 0, &Selection::none(), Path::new("/a root"));
+        let t = training(
+            &table(),
+            0,
+            0,
+            &Selection::none(),
+            Path::new("/a root"),
+            None,
+        );
         assert!(t.ssh_config.contains(
             "Host worker-1\n    HostName 10.0.1.2\n    Port 21001\n    IdentityFile \"/a root/ssh/job_key\"\n"
         ));
@@ -376,7 +393,7 @@ mod tests {
     fn a_master_without_its_port_is_said() {
         let mut peers = table();
         peers.roles[1].ports = PortPlan::default();
-        let t = training(&peers, 0, 0, &Selection::all(), Path::new("/r"));
+        let t = training(&peers, 0, 0, &Selection::all(), Path::new("/r"), None);
         assert_eq!(get(&t, "MASTER_PORT"), None);
         assert_eq!(get(&t, "MASTER_ADDR"), Some("10.0.0.1"));
         assert!(t.notes.iter().any(|n| n.contains("MASTER_PORT")));

@@ -207,10 +207,7 @@ impl Store {
     pub fn save_key(&self, name: &str, key: &JobKey) -> Result<(), StoreError> {
         let dir = self.job_key_dir(name);
         create_private(&dir)?;
-        for (file, text, mode) in [
-            (training::JOB_KEY_FILE, &key.private, 0o600),
-            (training::JOB_PUBLIC_KEY_FILE, &key.public, 0o644),
-        ] {
+        for (file, text, mode) in key.files() {
             let path = dir.join(file);
             std::fs::OpenOptions::new()
                 .write(true)

@@ -94,7 +94,8 @@ print("checked", role, index, mine, "rank", rank)
 "#;
 
 /// Every task: the check, then its own sshd answers through its own alias (ssh tries
-/// for a minute), then `up`; the chief also reaches worker-1 by its alias. Then each
+/// for a minute, checking the job's host key), then `up`; the chief also reaches
+/// worker-1 by its alias, and is refused when it expects another host key. Then each
 /// waits for TERM.
 const COMMAND: &str = r#"set -e
 me="$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
@@ -103,6 +104,13 @@ python3 "$CHECK"
 ssh "$me" true
 if [ "$me" = chief-0 ]; then
     echo "reached $(ssh worker-1 'echo "$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"')" >&3
+    # The aliases check the job's host key: a host presenting another key is refused.
+    printf '* %s\n' "$(cat "$PAI_RUNTIME_ROOT/ssh/job_key.pub")" > "$PAI_RUNTIME_ROOT/other_hosts"
+    if ssh -o UserKnownHostsFile="$PAI_RUNTIME_ROOT/other_hosts" -o ConnectionAttempts=1 worker-1 true 2>/dev/null; then
+        echo "a host with another key was accepted" >&3
+    else
+        echo "refused a host with another key" >&3
+    fi
 fi
 trap 'exit 0' TERM
 echo "up $me" >&3
@@ -145,12 +153,13 @@ async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_the
         );
     }
 
-    let mut seen: Vec<String> = (0..5).filter_map(|_| next_event(&rx)).collect();
+    let mut seen: Vec<String> = (0..6).filter_map(|_| next_event(&rx)).collect();
     seen.sort();
     assert_eq!(
         seen,
         [
             "reached worker-1",
+            "refused a host with another key",
             "up chief-0",
             "up ps-0",
             "up worker-0",

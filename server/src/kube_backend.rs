@@ -446,13 +446,10 @@ fn job_secret(framework: &Framework, key: &JobKey) -> Secret {
         },
         type_: Some("Opaque".to_string()),
         data: Some(
-            [
-                (training::JOB_KEY_FILE, &key.private),
-                (training::JOB_PUBLIC_KEY_FILE, &key.public),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), ByteString(v.clone().into_bytes())))
-            .collect(),
+            key.files()
+                .into_iter()
+                .map(|(k, v, _)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
         ),
         ..Secret::default()
     }
