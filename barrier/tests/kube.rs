@@ -255,13 +255,8 @@ async fn a_restarted_api_server_refusing_for_a_while_does_not_end_the_wait() {
     let mut waiting = spawn_wait(&server, LONG);
     server.watches_started(1).await;
     give_address(&server, 0, "worker", 0);
-    server.stop().await;
-    server.fault(Some(Fault::Deny(403)));
-    server.restart().await;
-    tokio::select! {
-        () = server.faulted(2) => {}
-        ended = &mut waiting => panic!("the wait ended on the restart's 403: {ended:?}"),
-    }
+    server.restart_with(Fault::Deny(403)).await;
+    server.faulted_while(2, &mut waiting).await;
     server.fault(None);
     give_address(&server, 0, "worker", 1);
     let passed = waiting.await.expect("join").expect("released");

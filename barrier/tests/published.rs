@@ -208,10 +208,7 @@ async fn outlasts_after_an_answer(fault: Fault) {
     server.fault(Some(fault));
     server.cut_watches();
     // Answered with the fault three times: the wait did not end at the first.
-    tokio::select! {
-        () = server.faulted(3) => {}
-        ended = &mut waiting => panic!("the wait ended on {fault:?}: {ended:?}"),
-    }
+    server.faulted_while(3, &mut waiting).await;
     server.fault(None);
     publish(&server, &framework, &table_of(&framework));
     let passed = waiting
@@ -254,13 +251,8 @@ async fn an_api_server_restart_that_refuses_at_first_releases_the_wait() {
     let framework = ready_framework(&server, 0);
     let mut waiting = spawn_wait(&server, config(attempt(0), LONG));
     server.watches_started(1).await;
-    server.stop().await;
-    server.fault(Some(Fault::Deny(403)));
-    server.restart().await;
-    tokio::select! {
-        () = server.faulted(2) => {}
-        ended = &mut waiting => panic!("the wait ended on the restart's 403: {ended:?}"),
-    }
+    server.restart_with(Fault::Deny(403)).await;
+    server.faulted_while(2, &mut waiting).await;
     server.fault(None);
     publish(&server, &framework, &table_of(&framework));
     let passed = waiting.await.expect("join").expect("released");

@@ -646,16 +646,12 @@ async fn a_job_watch_outlasts_an_api_server_restart_with_no_gap_and_no_repeat() 
     s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
     });
-    s.api.fault(Some(Fault::Deny(403)));
-    s.api.restart().await;
+    s.api.restart_with(Fault::Deny(403)).await;
     s.api.faulted(1).await;
     s.api.fault(None);
     let watches = s.api.requests().iter().filter(|r| r.is_watch()).count();
     s.api.watches_started(watches).await;
-    s.api.modify("frameworks", NS, &fw(), |f| {
-        f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
-            "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}}}});
-    });
+    succeed(&s.api);
     let rest = rest.await.expect("join");
     assert_eq!(
         rest,
@@ -1097,6 +1093,14 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
 
 /// Submits the base job as alice and starts watching it; returns once the server's
 /// watch on the API server streams (the server's own signal, no clock).
+/// Plays FrameworkController: alice's job completes, succeeded.
+fn succeed(api: &ApiServer) {
+    api.modify("frameworks", NS, &fw(), |f| {
+        f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
+            "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}}}});
+    });
+}
+
 async fn submit_and_watch(s: &Setup) -> tokio::task::JoinHandle<Reply> {
     submit(s.addr, "alice", &common::base_job().to_string()).await;
     let addr = s.addr;
@@ -1121,10 +1125,7 @@ async fn a_watch_streams_each_change_and_ends_at_the_final_state() {
     s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
     });
-    s.api.modify("frameworks", NS, &fw(), |f| {
-        f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
-            "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}}}});
-    });
+    succeed(&s.api);
     // Nothing changes after the final state: the stream ends by itself.
     let reply = tokio::time::timeout(std::time::Duration::from_secs(60), watch)
         .await
@@ -1191,10 +1192,7 @@ async fn the_client_watches_again_when_the_server_ends_a_watch_and_repeats_nothi
     // The server ended the first watch and the client opened another (each is a watch of
     // the API server): the change made now reaches it, once.
     s.api.watches_started(2).await;
-    s.api.modify("frameworks", NS, &fw(), |f| {
-        f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
-            "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}}}});
-    });
+    succeed(&s.api);
     let rest = rest.await.expect("join");
     assert_eq!(
         rest,

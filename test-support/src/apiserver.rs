@@ -400,6 +400,23 @@ impl ApiServer {
         self.shared.lock().fault = fault;
     }
 
+    /// An API server restart (every connection dropped) that answers `fault` from its
+    /// first request on, as a restarted API server whose caches fill refuses for a while.
+    pub async fn restart_with(&mut self, fault: Fault) {
+        self.stop().await;
+        self.fault(Some(fault));
+        self.restart().await;
+    }
+
+    /// Returns once `n` requests in all have been answered by a fault, while `client`
+    /// (what waits on this server) goes on; panics with its outcome if it ends first.
+    pub async fn faulted_while<T: std::fmt::Debug>(&self, n: usize, client: &mut JoinHandle<T>) {
+        tokio::select! {
+            () = self.faulted(n) => {}
+            ended = client => panic!("it ended during the fault: {ended:?}"),
+        }
+    }
+
     /// Returns once `n` requests in all have been answered by a fault (no clock).
     pub async fn faulted(&self, n: usize) {
         let mut count = self.shared.faulted.subscribe();
