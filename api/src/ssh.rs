@@ -42,4 +42,8 @@ pub struct SshInfo {
     /// Where the job's private key is served (`GET`), when the job has a key pair.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_key_url: Option<String>,
+    /// The host key every task of the job presents (`ssh-ed25519 …`), when the job has
+    /// one: check it (`known_hosts`) rather than trusting whatever answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_key: Option<String>,
 }

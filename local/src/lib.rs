@@ -224,10 +224,11 @@ impl Machine {
         }
     }
 
-    /// The private key of job `name`'s key pair (jobs made before keys were have none).
-    pub fn ssh_key(&self, name: &str) -> Option<String> {
+    /// One file of job `name`'s key material (`training::JOB_KEY_FILE`, …): jobs made
+    /// before keys, or host keys, were have none.
+    pub fn ssh_key(&self, name: &str, file: &str) -> Option<String> {
         self.inner.visible(name)?;
-        self.inner.store.key(name)
+        self.inner.store.key(name, file)
     }
 
     /// The Framework `name` as it is now.

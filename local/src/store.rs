@@ -15,7 +15,6 @@ use crate::procs::ProcessId;
 
 use pai_contract::Framework;
 use pai_contract::ssh_key::JobKey;
-use pai_contract::training;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -229,8 +228,9 @@ impl Store {
     }
 
     /// Job `name`'s private key, if it has one.
-    pub fn key(&self, name: &str) -> Option<String> {
-        std::fs::read_to_string(self.job_key_dir(name).join(training::JOB_KEY_FILE)).ok()
+    /// One file of job `name`'s key material, by its name (`training::JOB_KEY_FILE`, …).
+    pub fn key(&self, name: &str, file: &str) -> Option<String> {
+        std::fs::read_to_string(self.job_key_dir(name).join(file)).ok()
     }
 
     /// Where the process of task `index` of `role` in attempt `attempt` of job `name` is

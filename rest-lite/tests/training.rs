@@ -180,8 +180,11 @@ async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_the
         info.private_key_url.as_deref(),
         Some("/api/v1/user/alice/jobs/tf/ssh/key")
     );
+    // The host key every task presents: `rest-lite ssh` below checks it.
+    let host_key = info.host_key.as_deref().expect("the job's host key");
+    assert!(host_key.starts_with("ssh-ed25519 "), "{host_key}");
 
-    // `rest-lite ssh` runs the system's ssh with the job's key.
+    // `rest-lite ssh` runs the system's ssh with the job's key, checking the host key.
     let cli = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_rest-lite"))
             .args(["ssh", "--server", &server.url, "--user", "alice"])

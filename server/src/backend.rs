@@ -56,8 +56,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Creates the Framework and keeps its ssh key pair where its pods find it (a Secret
     /// owned by the Framework, a private file of the job); both or neither.
     fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>>;
-    /// The private half of the job's key pair (`None`: the job has none).
-    fn ssh_key<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, BackendError>>;
+    /// One file of the job's key material (`training::JOB_KEY_FILE`, the private half
+    /// of its key pair; `JOB_HOST_PUBLIC_KEY_FILE`, its tasks' host key; …); `None`: the
+    /// job has none (made before keys, or host keys, were).
+    fn ssh_key<'a>(
+        &'a self,
+        name: &'a str,
+        file: &'static str,
+    ) -> BoxFuture<'a, Result<Option<String>, BackendError>>;
     fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>>;
     /// Every Framework rest-lite made, of one (normalised) user or of all.
     fn list<'a>(

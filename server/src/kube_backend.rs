@@ -245,7 +245,11 @@ impl Backend for KubeBackend {
         .boxed()
     }
 
-    fn ssh_key<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, BackendError>> {
+    fn ssh_key<'a>(
+        &'a self,
+        name: &'a str,
+        file: &'static str,
+    ) -> BoxFuture<'a, Result<Option<String>, BackendError>> {
         async move {
             let secret = self
                 .secrets
@@ -255,7 +259,7 @@ impl Backend for KubeBackend {
                 .map_err(|e| self.error(e))?;
             Ok(secret
                 .and_then(|s| s.data)
-                .and_then(|mut d| d.remove(training::JOB_KEY_FILE))
+                .and_then(|mut d| d.remove(file))
                 .and_then(|bytes| String::from_utf8(bytes.0).ok()))
         }
         .boxed()

@@ -70,8 +70,12 @@ impl Backend for LocalBackend {
         Box::pin(async move { Ok(self.0.create(framework, key).await?) })
     }
 
-    fn ssh_key<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, BackendError>> {
-        Box::pin(async move { Ok(self.0.ssh_key(name)) })
+    fn ssh_key<'a>(
+        &'a self,
+        name: &'a str,
+        file: &'static str,
+    ) -> BoxFuture<'a, Result<Option<String>, BackendError>> {
+        Box::pin(async move { Ok(self.0.ssh_key(name, file)) })
     }
 
     fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {

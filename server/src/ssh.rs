@@ -13,6 +13,7 @@ use tokio::io::AsyncReadExt;
 
 use pai_contract::framework::MAIN_CONTAINER;
 use pai_contract::ports::SSH_LABEL;
+use pai_contract::training;
 
 use super::error::ApiError;
 use super::extract::Job;
@@ -30,7 +31,11 @@ pub const PROBE_DEADLINE: Duration = Duration::from_secs(10);
 /// Probes every running task; 404 `NoJobSshInfoError` when none can be logged in to,
 /// naming the reasons.
 pub async fn ssh_info(state: &AppState, job: &Job) -> Result<SshInfo, ApiError> {
-    let job_key = state.backend.ssh_key(job.name()).await?.is_some();
+    let job_key = state
+        .backend
+        .ssh_key(job.name(), training::JOB_KEY_FILE)
+        .await?
+        .is_some();
     let user_key = has_user_key(job);
     let user = state.backend.task_user();
     let view = job_view(&job.framework, &job.url());
@@ -122,18 +127,27 @@ pub async fn ssh_info(state: &AppState, job: &Job) -> Result<SshInfo, ApiError> 
         containers,
         unavailable,
         private_key_url: job_key.then(|| format!("{}/ssh/key", job.url())),
+        host_key: state
+            .backend
+            .ssh_key(job.name(), training::JOB_HOST_PUBLIC_KEY_FILE)
+            .await?
+            .map(|key| key.trim().to_string()),
     })
 }
 
 /// The job's private key; 404 `NoJobSshInfoError` for a job without a key pair.
 pub async fn private_key(state: &AppState, job: &Job) -> Result<String, ApiError> {
-    state.backend.ssh_key(job.name()).await?.ok_or_else(|| {
-        ApiError::no_ssh(
-            job.user.as_str(),
-            &job.job,
-            "the job has no key pair (it was submitted before rest-lite made one)",
-        )
-    })
+    state
+        .backend
+        .ssh_key(job.name(), training::JOB_KEY_FILE)
+        .await?
+        .ok_or_else(|| {
+            ApiError::no_ssh(
+                job.user.as_str(),
+                &job.job,
+                "the job has no key pair (it was submitted before rest-lite made one)",
+            )
+        })
 }
 
 /// True when the job's `jobEnvs` has `PAI_SSH_PUB_KEY`.

@@ -296,27 +296,30 @@ pub fn ssh(args: SshArgs) -> Result<ExitCode> {
         }
     }
     .context("no task of the job can be logged in to now")?;
-    let key_dir = match &args.identity {
-        Some(_) => None,
+    // The job's key (unless -i names another) and the host key its tasks present, in a
+    // directory of this user's alone, removed when ssh ends.
+    let files = PrivateDir::create()?;
+    let identity = match &args.identity {
+        Some(own) => own.clone(),
         None => {
             let key = block_on(async { Ok(client.ssh_key(&user, &args.job).await?) })
                 .context("fetching the job's key (or give your own with -i)")?;
-            Some(PrivateKeyFile::write(&key)?)
+            files.write("id", &key)?
         }
     };
-    let identity = args
-        .identity
-        .clone()
-        .or_else(|| key_dir.as_ref().map(|k| k.path()))
-        .context("no key")?;
+    // A job with its own host key is checked against it; an older job's tasks each made
+    // their own, which nothing can vouch for.
+    let (check, known_hosts) = match &info.host_key {
+        Some(key) => (
+            "StrictHostKeyChecking=yes",
+            files.write("known_hosts", &format!("* {key}\n"))?,
+        ),
+        None => ("StrictHostKeyChecking=no", PathBuf::from("/dev/null")),
+    };
     let mut command = std::process::Command::new("ssh");
     command
-        .args([
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-        ])
+        .args(["-o", check, "-o"])
+        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
         .args(["-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes", "-i"])
         .arg(&identity)
         .args(["-p", &target.ssh_port])
@@ -327,19 +330,19 @@ pub fn ssh(args: SshArgs) -> Result<ExitCode> {
     let status = command
         .status()
         .context("running ssh (is openssh-client installed?)")?;
-    drop(key_dir);
+    drop(files);
     Ok(match status.code() {
         Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         None => ExitCode::FAILURE,
     })
 }
 
-/// The job's private key in a directory of this user's alone, removed when dropped.
-struct PrivateKeyFile(PathBuf);
+/// A directory of this user's alone (0700), removed with what it holds when dropped.
+struct PrivateDir(PathBuf);
 
-impl PrivateKeyFile {
-    fn write(key: &str) -> Result<Self> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+impl PrivateDir {
+    fn create() -> Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
@@ -350,24 +353,25 @@ impl PrivateKeyFile {
             .mode(0o700)
             .create(&dir)
             .with_context(|| format!("creating {}", dir.display()))?;
-        let this = Self(dir);
-        let mut file = std::fs::OpenOptions::new()
+        Ok(Self(dir))
+    }
+
+    /// Writes `text` as a new file `name` (0600); returns its path.
+    fn write(&self, name: &str, text: &str) -> Result<PathBuf> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.0.join(name);
+        std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(this.path())
-            .context("writing the job's key")?;
-        file.write_all(key.as_bytes())
-            .context("writing the job's key")?;
-        Ok(this)
-    }
-
-    fn path(&self) -> PathBuf {
-        self.0.join("id")
+            .open(&path)
+            .and_then(|mut file| file.write_all(text.as_bytes()))
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
     }
 }
 
-impl Drop for PrivateKeyFile {
+impl Drop for PrivateDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
