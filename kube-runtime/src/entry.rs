@@ -217,12 +217,11 @@ fn install_job_key(layout: &Layout) -> Result<bool, EntryError> {
     let dir = PathBuf::from(dir);
     let ssh = layout.root().join("ssh");
     create_private_dir(&ssh)?;
-    let copy = |from: &str, to: &str, mode: u32| -> Result<Vec<u8>, EntryError> {
+    let copy = |from: &str, to: &str, mode: u32| -> Result<(), EntryError> {
         let from = dir.join(from);
         let bytes =
             std::fs::read(&from).map_err(|e| setup("cannot read the job's key", &from, e))?;
-        write_file(&layout.root().join(to), &bytes, mode)?;
-        Ok(bytes)
+        write_file(&layout.root().join(to), &bytes, mode)
     };
     copy(training::JOB_KEY_FILE, training_files::SSH_JOB_KEY, 0o600)?;
     copy(

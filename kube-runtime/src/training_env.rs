@@ -190,7 +190,8 @@ fn mpi_hostfile(peers: &PeerTable) -> String {
 }
 
 /// One `Host <role>-<index>` block per task with an ssh port: its address and port, the
-/// job's key, no host-key prompts (every task makes a fresh host key), and a minute of
+/// job's key, the job's host key checked against `known_hosts` when the job has one
+/// (else no check: each task made its own, which nothing vouches for), and a minute of
 /// connection attempts, one a second (the barrier releases every task at once, and a
 /// peer's sshd may not listen yet when `mpirun` starts). The user's own and the
 /// system's configuration follow for every other host.
