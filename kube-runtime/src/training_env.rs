@@ -388,6 +388,21 @@ mod tests {
             5,
             "4 tasks, then *"
         );
+        assert_eq!(t.ssh_config.matches("StrictHostKeyChecking no").count(), 4);
+        // With the job's host key: every alias checks it, against the job's file alone.
+        let known = Path::new("/a root/ssh/known_hosts");
+        let t = training(
+            &table(),
+            0,
+            0,
+            &Selection::none(),
+            Path::new("/a root"),
+            Some(known),
+        );
+        let checked =
+            "StrictHostKeyChecking yes\n    UserKnownHostsFile \"/a root/ssh/known_hosts\"\n";
+        assert_eq!(t.ssh_config.matches(checked).count(), 4, "{}", t.ssh_config);
+        assert!(!t.ssh_config.contains("StrictHostKeyChecking no"));
     }
 
     #[test]
