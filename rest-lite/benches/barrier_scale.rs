@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use pai_barrier::config::{Attempt, Source};
 use pai_barrier::{BarrierConfig, kube_source, published};
 use pai_contract::meta;
+use pai_server::kube_backend::KubeBackend;
 use pai_server::publisher::Publisher;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_attempt, to_value};
@@ -89,8 +90,10 @@ async fn run(tasks: u32, way: &str) -> Outcome {
     let stored = server.create("frameworks", NAMESPACE, started(tasks));
     let framework_bytes = serde_json::to_vec(&stored).map_or(0, |b| b.len());
     let publishing = way == "published";
-    let publisher =
-        publishing.then(|| tokio::spawn(Publisher::new(client(&server), NAMESPACE).run()));
+    let publisher = publishing.then(|| {
+        let store = KubeBackend::store_only(client(&server), NAMESPACE, &server.url());
+        tokio::spawn(Publisher::new(client(&server), NAMESPACE).run(store))
+    });
     let source = if publishing {
         Source::Published(Attempt {
             id: 0,

@@ -37,7 +37,7 @@ async fn main() {
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
     let state = AppState::new(
-        Arc::new(KubeBackend::new(client, "default", &api.url())),
+        Arc::new(KubeBackend::start(client, "default", &api.url())),
         ClusterConfig::default(),
         Access::Tokens(TokenTable::fixed(Tokens::single(
             TOKEN,

@@ -47,7 +47,7 @@ fn kube_client(api: &ApiServer) -> kube::Client {
 
 async fn serve(api: &ApiServer) -> Client {
     let state = AppState::new(
-        Arc::new(KubeBackend::new(kube_client(api), NS, &api.url())),
+        Arc::new(KubeBackend::start(kube_client(api), NS, &api.url())),
         ClusterConfig {
             namespace: NS.into(),
             ..ClusterConfig::default()
@@ -163,7 +163,8 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         covers(&server_rules, &rules),
         "RBAC would refuse to create the job's Role"
     );
-    let publisher = tokio::spawn(Publisher::new(kube_client(&api), NS).run());
+    let store = KubeBackend::store_only(kube_client(&api), NS, &api.url());
+    let publisher = tokio::spawn(Publisher::new(kube_client(&api), NS).run(store));
     // FrameworkController starts the attempt and the pods get addresses; the publisher
     // writes the table.
     let instance = "0_uid-train";

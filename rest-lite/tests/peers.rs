@@ -13,6 +13,7 @@ mod common;
 
 use pai_barrier::{PeerTable, Readiness, published, readiness};
 use pai_contract::Framework;
+use pai_server::kube_backend::KubeBackend;
 use pai_server::publisher::Publisher;
 use pai_test_support::frameworks::{NAMESPACE, set_attempt, set_pod_ip};
 use pai_test_support::{ApiServer, Fault};
@@ -129,7 +130,8 @@ async fn settle(server: &ApiServer, marker: &str) {
 fn start_publisher(server: &ApiServer) -> tokio::task::JoinHandle<()> {
     let config = kube::Config::new(server.url().parse().expect("url"));
     let client = kube::Client::try_from(config).expect("client");
-    tokio::spawn(Publisher::new(client, NAMESPACE).run())
+    let store = KubeBackend::store_only(client.clone(), NAMESPACE, &server.url());
+    tokio::spawn(Publisher::new(client, NAMESPACE).run(store))
 }
 
 /// The job's tables there are (its one object, if published), by name.

@@ -43,19 +43,37 @@ async fn start_with_watch_limit(
     tokens: Option<pai_server::auth::Tokens>,
     watch_limit: std::time::Duration,
 ) -> Setup {
+    let api = ApiServer::start().await;
+    serve_on(
+        api,
+        tokens,
+        watch_limit,
+        pai_server::store::DEFAULT_STALE_LIMIT,
+    )
+    .await
+}
+
+/// A server over `api`, once its copy of the Frameworks is listed.
+async fn serve_on(
+    api: ApiServer,
+    tokens: Option<pai_server::auth::Tokens>,
+    watch_limit: std::time::Duration,
+    stale_limit: std::time::Duration,
+) -> Setup {
     use pai_server::auth::{Access, TokenTable};
     let access = match tokens {
         Some(tokens) => Access::Tokens(TokenTable::fixed(tokens)),
         None => Access::Open,
     };
-    let api = ApiServer::start().await;
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let backend = KubeBackend::with_stale_limit(client, NS, &api.url(), stale_limit);
+    backend.store().listed().await;
     let state = AppState {
         body_limit: LIMIT,
         watch_limit,
         ..AppState::new(
-            Arc::new(KubeBackend::new(client, NS, &api.url())),
+            Arc::new(backend),
             ClusterConfig {
                 namespace: NS.into(),
                 ..ClusterConfig::default()
@@ -582,57 +600,248 @@ async fn ssh_info_lists_only_tasks_whose_sshd_answers() {
     );
 }
 
+/// Asks `path` until `done` is true of the reply (the server's copy follows the API
+/// server by its watch, and its back-off after a failure): each try is a request, no
+/// fixed pause decides anything.
+async fn until(addr: SocketAddr, path: &str, done: impl Fn(&Reply) -> bool) -> Reply {
+    for _ in 0..2_000 {
+        let reply = request(addr, "GET", path, None, "").await;
+        if done(&reply) {
+            return reply;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("{path} never answered as expected");
+}
+
+/// A server whose copy of the jobs is not listed yet, over `api`.
+async fn unlisted(api: ApiServer, stale_limit: std::time::Duration) -> Setup {
+    let client =
+        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let backend = KubeBackend::with_stale_limit(client, NS, &api.url(), stale_limit);
+    let state = AppState::new(
+        Arc::new(backend),
+        ClusterConfig {
+            namespace: NS.into(),
+            ..ClusterConfig::default()
+        },
+        pai_server::auth::Access::Open,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    Setup { api, addr }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_cluster_is_503_naming_the_address() {
-    let mut s = start().await;
-    s.api.stop().await;
-    let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;
-    assert_eq!(reply.status, 503, "{}", reply.body);
-    assert_eq!(reply.json()["code"], "ServiceUnavailableError");
+async fn before_the_first_list_reads_are_503_naming_the_reason_and_readyz_says_so() {
+    // Unreachable from the start.
+    let mut api = ApiServer::start().await;
+    api.stop().await;
+    let s = unlisted(api, pai_server::store::DEFAULT_STALE_LIMIT).await;
+    let reply = until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
+        r.body.contains("has not read the jobs")
+    })
+    .await;
+    assert!(reply.body.contains(&s.api.url()), "{}", reply.body);
+    assert_eq!(reply.error(), (503, "ServiceUnavailableError".to_string()));
+    assert_eq!(reply.retry_after, "2");
+    let ready = request(s.addr, "GET", "/readyz", None, "").await;
+    assert_eq!(ready.error(), (503, "ServiceUnavailableError".to_string()));
     assert!(
-        reply.json()["message"]
-            .as_str()
-            .expect("message")
-            .contains(&s.api.url()),
+        ready.body.contains("has not read the jobs"),
         "{}",
-        reply.body
+        ready.body
+    );
+    // Liveness is not readiness.
+    assert_eq!(
+        request(s.addr, "GET", "/healthz", None, "").await.status,
+        200
+    );
+
+    // Refused from the start: the grant is missing, and the message says where it is
+    // written; once granted, the server becomes ready by itself.
+    let api = ApiServer::start().await;
+    api.deny(Some(403));
+    let s = unlisted(api, pai_server::store::DEFAULT_STALE_LIMIT).await;
+    let reply = until(s.addr, "/readyz", |r| r.body.contains("rbac.yaml")).await;
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    s.api.deny(None);
+    until(s.addr, "/readyz", |r| r.status == 200).await;
+    assert_eq!(
+        request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "")
+            .await
+            .error(),
+        (404, "NoJobError".to_string())
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_while_the_cluster_fails_are_503_with_retry_after_and_come_back() {
+async fn reads_come_from_the_copy_without_asking_the_api_server_even_while_it_fails() {
     use pai_test_support::Fault;
     let s = start().await;
-    // Answered once: rest-lite's identity is allowed.
     submit(s.addr, "alice", &common::base_job().to_string()).await;
     let job = "/api/v1/user/alice/jobs/job";
-    // (429 is not among them: kube's client retries it by itself, up to 15 times over
-    // minutes, honouring Retry-After; it reaches rest-lite only after that.)
+    let reads = [
+        job,
+        "/api/v1/user/alice/jobs",
+        "/api/v1/jobs",
+        "/metrics",
+        "/readyz",
+        "/ui/jobs/alice/job",
+    ];
+    let before = s.api.requests().len();
+    for _ in 0..5 {
+        for path in reads {
+            assert_eq!(
+                request(s.addr, "GET", path, None, "").await.status,
+                200,
+                "{path}"
+            );
+        }
+    }
+    assert_eq!(
+        s.api.requests()[before..],
+        [],
+        "no read asks the API server once the copy is listed"
+    );
+    // Failing: reads still come from the copy; writes need the API server (503).
     for fault in [Fault::Deny(403), Fault::Deny(401), Fault::ServerError(500)] {
         s.api.fault(Some(fault));
-        let reply = request(s.addr, "GET", job, None, "").await;
+        for path in reads {
+            assert_eq!(
+                request(s.addr, "GET", path, None, "").await.status,
+                200,
+                "{fault:?} {path}"
+            );
+        }
+        let stop = request(
+            s.addr,
+            "PUT",
+            &format!("{job}/executionType"),
+            Some("application/json"),
+            r#"{"value":"STOP"}"#,
+        )
+        .await;
         assert_eq!(
-            reply.error(),
+            stop.error(),
             (503, "ServiceUnavailableError".to_string()),
             "{fault:?}: {}",
-            reply.body
+            stop.body
         );
-        assert_eq!(reply.retry_after, "2", "{fault:?}");
+        assert_eq!(stop.retry_after, "2", "{fault:?}");
     }
     s.api.fault(None);
-    assert_eq!(request(s.addr, "GET", job, None, "").await.status, 200);
+    let watches = s.api.requests().iter().filter(|r| r.is_watch()).count();
+    assert_eq!(watches, 1, "one watch of the API server for every reader");
+}
 
-    // Refused before anything was ever answered: the grant is missing, and the message
-    // says where it is written.
-    let fresh = start().await;
-    fresh.api.deny(Some(403));
-    let reply = request(fresh.addr, "GET", job, None, "").await;
-    assert_eq!(reply.status, 500, "{}", reply.body);
-    assert!(
-        reply.body.contains("deploy/rest-lite/rbac.yaml"),
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_stays_out_of_date_past_its_bound_is_refused_until_current_again() {
+    // The bound is zero: the first failure makes the copy stale.
+    let api = ApiServer::start().await;
+    let mut s = serve_on(
+        api,
+        None,
+        std::time::Duration::from_secs(1800),
+        std::time::Duration::ZERO,
+    )
+    .await;
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    let job = "/api/v1/user/alice/jobs/job";
+    assert_eq!(request(s.addr, "GET", job, None, "").await.status, 200);
+    s.api.stop().await;
+    let stale = until(s.addr, job, |r| r.status == 503).await;
+    assert_eq!(stale.error(), (503, "ServiceUnavailableError".to_string()));
+    assert!(stale.body.contains("out of date"), "{}", stale.body);
+    let ready = request(s.addr, "GET", "/readyz", None, "").await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    // Changed while away: the resumed watch brings it before anything is served.
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
+    });
+    s.api.restart().await;
+    let back = until(s.addr, job, |r| r.status == 200).await;
+    assert_eq!(
+        back.json()["jobStatus"]["state"],
+        "RUNNING",
         "{}",
-        reply.body
+        back.body
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_write_is_seen_by_the_next_read_of_any_replica() {
+    let s = start().await;
+    let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
+        .expect("client");
+    // A second replica on the same API server.
+    let other = {
+        let backend = KubeBackend::start(client, NS, &s.api.url());
+        backend.store().listed().await;
+        let state = AppState::new(
+            Arc::new(backend),
+            ClusterConfig {
+                namespace: NS.into(),
+                ..ClusterConfig::default()
+            },
+            pai_server::auth::Access::Open,
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, router(state)).await });
+        addr
+    };
+    let job = "/api/v1/user/alice/jobs/job";
+    for round in 0..20 {
+        let name = format!("job{round}");
+        let mut spec = common::base_job();
+        spec["jobName"] = json!(name);
+        let spec = spec.to_string();
+        assert_eq!(submit(s.addr, "alice", &spec).await.status, 202);
+        let path = format!("/api/v1/user/alice/jobs/{name}");
+        // The writer's own replica, then the other one, at once.
+        assert_eq!(request(s.addr, "GET", &path, None, "").await.status, 200);
+        assert_eq!(request(other, "GET", &path, None, "").await.status, 200);
+        let listed = request(s.addr, "GET", "/api/v1/user/alice/jobs", None, "").await;
+        assert!(
+            listed.body.contains(&format!("\"{name}\"")),
+            "{}",
+            listed.body
+        );
+        let stop = request(
+            s.addr,
+            "PUT",
+            &format!("{path}/executionType"),
+            Some("application/json"),
+            r#"{"value":"STOP"}"#,
+        )
+        .await;
+        assert_eq!(stop.status, 202, "{}", stop.body);
+        let seen = request(s.addr, "GET", &format!("{path}/config"), None, "").await;
+        assert_eq!(seen.status, 200);
+        let view = request(s.addr, "GET", &path, None, "").await;
+        assert_eq!(
+            view.json()["jobStatus"]["executionType"],
+            "STOP",
+            "{}",
+            view.body
+        );
+        assert_eq!(request(s.addr, "DELETE", &path, None, "").await.status, 202);
+        assert_eq!(
+            request(s.addr, "GET", &path, None, "").await.error(),
+            (404, "NoJobError".to_string())
+        );
+    }
+    // Both replicas answer for the same jobs.
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    let mine = until(s.addr, job, |r| r.status == 200).await;
+    let theirs = until(other, job, |r| r.status == 200).await;
+    assert_eq!(mine.json(), theirs.json());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -867,7 +1076,7 @@ fn serve_refuses_to_listen_beyond_loopback_without_tokens() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_the_cluster_and_metrics_count_routes() {
-    let mut s = start().await;
+    let s = start().await;
     assert_eq!(
         request(s.addr, "GET", "/readyz", None, "").await.status,
         200
@@ -891,9 +1100,6 @@ async fn readiness_follows_the_cluster_and_metrics_count_routes() {
         metrics.body
     );
     assert!(!metrics.body.contains("alice"), "no user names in labels");
-    s.api.stop().await;
-    let ready = request(s.addr, "GET", "/readyz", None, "").await;
-    assert_eq!(ready.error(), (503, "ServiceUnavailableError".to_string()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1114,8 +1320,17 @@ async fn submit_and_watch(s: &Setup) -> tokio::task::JoinHandle<Reply> {
         )
         .await
     });
-    s.api.watches_started(1).await;
+    job_reads_answered(s.addr, 1).await;
     watch
+}
+
+/// Waits until the server has answered `n` reads of a job (a watch is answered, and
+/// subscribed to the server's copy, before its first line).
+async fn job_reads_answered(addr: SocketAddr, n: usize) {
+    let line = format!(
+        "rest_lite_http_requests_total{{method=\"GET\",route=\"/api/v1/user/{{user}}/jobs/{{job}}\",status=\"200\"}} {n}\n"
+    );
+    until(addr, "/metrics", |r| r.body.contains(&line)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1189,9 +1404,10 @@ async fn the_client_watches_again_when_the_server_ends_a_watch_and_repeats_nothi
     // Every watch ends after a second on this server.
     let s = start_with_watch_limit(None, std::time::Duration::from_secs(1)).await;
     let rest = watch_after_the_first_view(&s).await;
-    // The server ended the first watch and the client opened another (each is a watch of
-    // the API server): the change made now reaches it, once.
-    s.api.watches_started(2).await;
+    // The server ended the first watch and the client opened another (each a
+    // subscription to the server's copy, not a watch of the API server): the change made
+    // now reaches it, once.
+    job_reads_answered(s.addr, 2).await;
     succeed(&s.api);
     let rest = rest.await.expect("join");
     assert_eq!(
@@ -1199,6 +1415,8 @@ async fn the_client_watches_again_when_the_server_ends_a_watch_and_repeats_nothi
         ["SUCCEEDED"],
         "no view twice, the final one once, then the end"
     );
+    let watches = s.api.requests().iter().filter(|r| r.is_watch()).count();
+    assert_eq!(watches, 1, "the server's one watch of the API server");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

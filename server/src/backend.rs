@@ -1,6 +1,8 @@
 //! Where Frameworks live: a Kubernetes cluster (FrameworkController runs them), or this
 //! machine (the embedded default). The server holds no state of its own.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -36,7 +38,7 @@ pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
 
 /// A Framework as it changes: its state now, then after every change; `None` once it
 /// is deleted, and then the stream ends.
-pub type FrameworkStream = BoxStream<'static, Result<Option<Framework>, BackendError>>;
+pub type FrameworkStream = BoxStream<'static, Result<Option<Arc<Framework>>, BackendError>>;
 
 /// The operations the jobs API needs of a place that runs Frameworks.
 pub trait Backend: Send + Sync + 'static {
@@ -64,12 +66,19 @@ pub trait Backend: Send + Sync + 'static {
         name: &'a str,
         file: &'static str,
     ) -> BoxFuture<'a, Result<Option<String>, BackendError>>;
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>>;
-    /// Every Framework rest-lite made, of one (normalised) user or of all.
+    fn get<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Arc<Framework>>, BackendError>>;
+    /// Every Framework rest-lite made, of one user (by the user label's value) or of all.
     fn list<'a>(
         &'a self,
         user: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>>;
+    ) -> BoxFuture<'a, Result<Vec<Arc<Framework>>, BackendError>>;
+    /// Whether reads can be answered now (`/readyz`); the reason when not.
+    fn ready(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
     fn set_execution<'a>(
         &'a self,
         name: &'a str,

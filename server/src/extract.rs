@@ -122,7 +122,7 @@ pub struct JobPath {
 pub struct Job {
     pub user: UserName,
     pub job: String,
-    pub framework: Framework,
+    pub framework: std::sync::Arc<Framework>,
 }
 
 impl Job {

@@ -7,10 +7,15 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
@@ -18,6 +23,7 @@ use pai_contract::{Framework, meta, training};
 
 use super::backend::{Backend, BackendError, FrameworkStream, LogStream};
 use super::job_access::JobAccess;
+use crate::store::KubeStore;
 use pai_contract::framework::MAIN_CONTAINER;
 
 pub struct KubeBackend {
@@ -27,35 +33,39 @@ pub struct KubeBackend {
     accounts: Api<ServiceAccount>,
     roles: Api<Role>,
     bindings: Api<RoleBinding>,
+    /// Every Framework rest-lite made, as its one watch keeps them: what reads read.
+    store: KubeStore,
+    errors: Arc<ApiErrors>,
+    /// The last log tails read, by pod: a page shown to many readers reads each pod's
+    /// log once per [`TAIL_TTL`].
+    tails: std::sync::Mutex<HashMap<String, (Instant, String)>>,
+}
+
+/// How long a writer waits for the server's copy to show its write (read-your-writes).
+pub const WRITE_VISIBLE_BOUND: Duration = Duration::from_secs(2);
+/// How long a log tail read for a page is shown to other readers: the pages refresh
+/// every few seconds.
+const TAIL_TTL: Duration = Duration::from_secs(3);
+/// Log tails kept at most (the oldest go first).
+const TAILS_KEPT: usize = 4096;
+
+/// Words for the API server's failures, the same for the backend and its store.
+pub struct ApiErrors {
     namespace: String,
     address: String,
     /// Some request of this server was answered: a 401/403 now is the API server's
     /// trouble (503, ask again), not a missing grant.
-    allowed: std::sync::atomic::AtomicBool,
+    allowed: AtomicBool,
 }
 
-impl KubeBackend {
-    pub fn new(client: Client, namespace: &str, address: &str) -> Self {
-        Self {
-            pods: Api::namespaced(client.clone(), namespace),
-            secrets: Api::namespaced(client.clone(), namespace),
-            accounts: Api::namespaced(client.clone(), namespace),
-            roles: Api::namespaced(client.clone(), namespace),
-            bindings: Api::namespaced(client.clone(), namespace),
-            api: Api::namespaced(client, namespace),
-            namespace: namespace.to_string(),
-            address: address.to_string(),
-            allowed: false.into(),
-        }
-    }
-
+impl ApiErrors {
     fn error(&self, error: kube::Error) -> BackendError {
         match error {
             kube::Error::Api(status) => match status.code {
                 404 => BackendError::NotFound,
                 409 => BackendError::Conflict(status.message),
                 400 | 422 => BackendError::Invalid(status.message),
-                401 | 403 if self.allowed.load(std::sync::atomic::Ordering::Relaxed) => {
+                401 | 403 if self.allowed.load(Ordering::Relaxed) => {
                     // Allowed before: not its Role but the API server (restarting, its
                     // caches filling). Ask again shortly.
                     self.unavailable(format!(
@@ -85,16 +95,115 @@ impl KubeBackend {
         }
     }
 
-    /// The API server answered one of this server's requests: its identity is allowed.
-    fn answered(&self) {
-        self.allowed
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
     fn unavailable(&self, message: String) -> BackendError {
         BackendError::Unavailable {
             address: self.address.clone(),
             message,
+        }
+    }
+}
+
+impl crate::store::ApiVoice for ApiErrors {
+    fn answered(&self) {
+        self.allowed.store(true, Ordering::Relaxed);
+    }
+
+    fn explain(&self, error: kube::Error) -> String {
+        match self.error(error) {
+            BackendError::Unavailable { message, .. } => message,
+            other => other.to_string(),
+        }
+    }
+}
+
+impl KubeBackend {
+    /// A backend on the API server `client` talks to (at `address`), in `namespace`;
+    /// starts the watch that keeps its copy of the Frameworks (within a Tokio runtime).
+    pub fn start(client: Client, namespace: &str, address: &str) -> Self {
+        Self::with_stale_limit(
+            client,
+            namespace,
+            address,
+            crate::store::DEFAULT_STALE_LIMIT,
+        )
+    }
+
+    /// [`KubeBackend::start`], serving a copy whose watch fails for `stale_limit` at most.
+    pub fn with_stale_limit(
+        client: Client,
+        namespace: &str,
+        address: &str,
+        stale_limit: Duration,
+    ) -> Self {
+        let errors = Arc::new(ApiErrors {
+            namespace: namespace.to_string(),
+            address: address.to_string(),
+            allowed: false.into(),
+        });
+        let api: Api<Framework> = Api::namespaced(client.clone(), namespace);
+        Self {
+            store: KubeStore::start(api.clone(), stale_limit, errors.clone()),
+            pods: Api::namespaced(client.clone(), namespace),
+            secrets: Api::namespaced(client.clone(), namespace),
+            accounts: Api::namespaced(client.clone(), namespace),
+            roles: Api::namespaced(client.clone(), namespace),
+            bindings: Api::namespaced(client, namespace),
+            api,
+            errors,
+            tails: Default::default(),
+        }
+    }
+
+    /// A copy of the Frameworks of `namespace` alone, without a backend (a publisher on
+    /// its own).
+    pub fn store_only(client: Client, namespace: &str, address: &str) -> KubeStore {
+        let errors = Arc::new(ApiErrors {
+            namespace: namespace.to_string(),
+            address: address.to_string(),
+            allowed: false.into(),
+        });
+        KubeStore::start(
+            Api::namespaced(client, namespace),
+            crate::store::DEFAULT_STALE_LIMIT,
+            errors,
+        )
+    }
+
+    /// The copy of the Frameworks, for the publisher and the event recorder.
+    pub fn store(&self) -> KubeStore {
+        self.store.clone()
+    }
+
+    fn error(&self, error: kube::Error) -> BackendError {
+        self.errors.error(error)
+    }
+
+    /// The API server answered one of this server's requests: its identity is allowed.
+    fn answered(&self) {
+        crate::store::ApiVoice::answered(&*self.errors);
+    }
+
+    /// Whether reads may be answered from the copy; 503 with the reason if not.
+    fn serving(&self) -> Result<(), BackendError> {
+        self.store
+            .serving()
+            .map_err(|reason| self.errors.unavailable(reason.to_string()))
+    }
+
+    /// Waits (within [`WRITE_VISIBLE_BOUND`]) until the copy shows what `done` looks
+    /// for in Framework `name`, so that the writer's next read sees its write.
+    async fn visible(
+        &self,
+        changes: tokio::sync::broadcast::Receiver<crate::store::Change>,
+        name: &str,
+        done: impl Fn(Option<&Framework>) -> bool,
+    ) {
+        if !self
+            .store
+            .wait_until(changes, WRITE_VISIBLE_BOUND, done, name)
+            .await
+        {
+            tracing::debug!(framework = %name, "the server's copy does not show the write yet");
         }
     }
 }
@@ -175,12 +284,18 @@ impl Backend for KubeBackend {
     fn describe(&self) -> String {
         format!(
             "kubernetes at {} (namespace {})",
-            self.address, self.namespace
+            self.errors.address, self.errors.namespace
         )
+    }
+
+    fn ready(&self) -> Result<(), BackendError> {
+        self.serving()
     }
 
     fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>> {
         async move {
+            // Subscribed before the write: the change that shows it cannot be missed.
+            let changes = self.store.subscribe();
             // The job's own account and grant come first: FrameworkController creates
             // the pods as soon as the Framework exists, and they name the account.
             let access = JobAccess::of(&framework);
@@ -240,6 +355,11 @@ impl Backend for KubeBackend {
                     other => other,
                 });
             }
+            let uid = created.metadata.uid.clone();
+            self.visible(changes, created.name(), |f| {
+                f.is_some_and(|f| f.metadata.uid == uid)
+            })
+            .await;
             Ok(())
         }
         .boxed()
@@ -265,13 +385,28 @@ impl Backend for KubeBackend {
         .boxed()
     }
 
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {
+    /// From the copy. A name the copy does not have is read through once: the job may
+    /// have been created a moment ago through another replica.
+    fn get<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Arc<Framework>>, BackendError>> {
         async move {
-            self.api
-                .get_opt(name)
-                .await
-                .inspect(|_| self.answered())
-                .map_err(|e| self.error(e))
+            self.serving()?;
+            if let Some(found) = self.store.get(name) {
+                return Ok(Some(found));
+            }
+            match self.api.get_opt(name).await {
+                Ok(found) => {
+                    self.answered();
+                    Ok(found.map(Arc::new))
+                }
+                // The copy's answer stands.
+                Err(error) => {
+                    tracing::debug!(framework = %name, error = %self.error(error), "cannot read through a job the copy does not have");
+                    Ok(None)
+                }
+            }
         }
         .boxed()
     }
@@ -279,18 +414,19 @@ impl Backend for KubeBackend {
     fn list<'a>(
         &'a self,
         user: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>> {
+    ) -> BoxFuture<'a, Result<Vec<Arc<Framework>>, BackendError>> {
         async move {
-            let mut selector = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
-            if let Some(user) = user {
-                selector.push_str(&format!(",{}={user}", meta::LABEL_USER));
-            }
-            self.api
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map(|list| list.items)
-                .inspect(|_| self.answered())
-                .map_err(|e| self.error(e))
+            self.serving()?;
+            Ok(match user {
+                Some(user) => self.store.filter(|f| {
+                    f.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(meta::LABEL_USER))
+                        .is_some_and(|u| u == user)
+                }),
+                None => self.store.all(),
+            })
         }
         .boxed()
     }
@@ -301,13 +437,20 @@ impl Backend for KubeBackend {
         execution: ExecutionType,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         async move {
+            let changes = self.store.subscribe();
             let patch = serde_json::json!({"spec": {"executionType": execution}});
-            self.api
+            let patched = self
+                .api
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-                .map(|_| ())
                 .inspect(|_| self.answered())
-                .map_err(|e| self.error(e))
+                .map_err(|e| self.error(e))?;
+            let version = patched.metadata.resource_version;
+            self.visible(changes, name, |f| {
+                f.is_none_or(|f| f.metadata.resource_version == version)
+            })
+            .await;
+            Ok(())
         }
         .boxed()
     }
@@ -359,6 +502,16 @@ impl Backend for KubeBackend {
         max_bytes: usize,
     ) -> BoxFuture<'a, Result<String, BackendError>> {
         async move {
+            let key = format!("{pod}/{lines}/{max_bytes}");
+            if let Some((_, text)) = self
+                .tails
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .filter(|(read, _)| read.elapsed() < TAIL_TTL)
+            {
+                return Ok(text.clone());
+            }
             let params = LogParams {
                 container: Some(MAIN_CONTAINER.to_string()),
                 tail_lines: Some(i64::try_from(lines).unwrap_or(i64::MAX)),
@@ -371,68 +524,41 @@ impl Backend for KubeBackend {
                 .await
                 .inspect(|_| self.answered())
                 .map_err(|e| self.error(e))?;
-            Ok(super::backend::last_lines(
-                text.as_bytes(),
-                lines,
-                max_bytes,
-            ))
+            let tail = super::backend::last_lines(text.as_bytes(), lines, max_bytes);
+            let mut tails = self.tails.lock().unwrap_or_else(|p| p.into_inner());
+            if tails.len() >= TAILS_KEPT {
+                tails.retain(|_, (read, _)| read.elapsed() < TAIL_TTL);
+            }
+            if tails.len() < TAILS_KEPT {
+                tails.insert(key, (Instant::now(), tail.clone()));
+            }
+            Ok(tail)
         }
         .boxed()
     }
 
+    /// A subscription to the copy's changes: no watch of the API server of its own.
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
         async move {
-            use kube::runtime::WatchStreamExt;
-            use kube::runtime::watcher::{self, Event};
-            let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            let name = name.to_string();
-            // A (re-)list that no longer finds the Framework means it was deleted while
-            // the watch was down: the raw watcher says so only by its absence.
-            let events = watcher::watcher(self.api.clone(), config)
-                .default_backoff()
-                .scan((false, false), move |(listed, failing), event| {
-                    if event.is_ok() && !matches!(event, Ok(Event::Init)) && *failing {
-                        *failing = false;
-                        tracing::info!(framework = %name, "watching again");
-                    }
-                    let change = match event {
-                        Ok(Event::Init) => {
-                            *listed = false;
-                            None
-                        }
-                        Ok(Event::InitApply(f)) => {
-                            *listed = true;
-                            Some(Ok(Some(f)))
-                        }
-                        Ok(Event::InitDone) => (!*listed).then_some(Ok(None)),
-                        Ok(Event::Apply(f)) => Some(Ok(Some(f))),
-                        Ok(Event::Delete(_)) => Some(Ok(None)),
-                        Err(e) => {
-                            // The watcher re-lists after its back-off; the stream goes on.
-                            // Said once per interruption, not at every retry.
-                            if !*failing {
-                                *failing = true;
-                                tracing::warn!(framework = %name, error = %e, "watch interrupted; resuming with back-off");
-                            }
-                            None
-                        }
-                    };
-                    futures::future::ready(Some(change))
-                })
-                .filter_map(futures::future::ready);
-            Ok(events.boxed())
+            self.serving()?;
+            Ok(crate::store::follow(&self.store, name).map(Ok).boxed())
         }
         .boxed()
     }
 
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         async move {
+            let changes = self.store.subscribe();
             self.api
                 .delete(name, &DeleteParams::background())
                 .await
-                .map(|_| ())
                 .inspect(|_| self.answered())
-                .map_err(|e| self.error(e))
+                .map_err(|e| self.error(e))?;
+            self.visible(changes, name, |f| {
+                f.is_none_or(|f| f.metadata.deletion_timestamp.is_some())
+            })
+            .await;
+            Ok(())
         }
         .boxed()
     }

@@ -19,6 +19,7 @@ pub mod router;
 pub mod routes;
 pub mod ssh;
 pub mod state;
+pub mod store;
 pub mod tls;
 
 pub use router::{metrics_router, router};

@@ -1,6 +1,8 @@
 //! The embedded default behind the jobs API: [`pai_local::Machine`] (its own crate, which
 //! knows nothing of HTTP) as a [`Backend`].
 
+use std::sync::Arc;
+
 use futures::future::BoxFuture;
 
 use pai_contract::Framework;
@@ -78,15 +80,18 @@ impl Backend for LocalBackend {
         Box::pin(async move { Ok(self.0.ssh_key(name, file)) })
     }
 
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Framework>, BackendError>> {
-        Box::pin(async move { Ok(self.0.get(name)) })
+    fn get<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Arc<Framework>>, BackendError>> {
+        Box::pin(async move { Ok(self.0.get(name).map(Arc::new)) })
     }
 
     fn list<'a>(
         &'a self,
         user: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<Framework>, BackendError>> {
-        Box::pin(async move { Ok(self.0.list(user)) })
+    ) -> BoxFuture<'a, Result<Vec<Arc<Framework>>, BackendError>> {
+        Box::pin(async move { Ok(self.0.list(user).into_iter().map(Arc::new).collect()) })
     }
 
     fn set_execution<'a>(
@@ -122,7 +127,9 @@ impl Backend for LocalBackend {
         Box::pin(async move {
             use futures::StreamExt;
             let stream = self.0.watch(name)?;
-            Ok(stream.map(|item| item.map_err(BackendError::from)).boxed())
+            Ok(stream
+                .map(|item| item.map(|f| f.map(Arc::new)).map_err(BackendError::from))
+                .boxed())
         })
     }
 

@@ -81,7 +81,7 @@ pub async fn count(State(metrics): State<Arc<Metrics>>, request: Request, next: 
 
 /// `rest_lite_jobs{state}` and `rest_lite_tasks{state}`: how many of each there are now,
 /// every state listed (0 included) so that a dashboard's series never vanish.
-pub fn render_jobs(frameworks: &[pai_contract::Framework]) -> String {
+pub fn render_jobs(frameworks: &[std::sync::Arc<pai_contract::Framework>]) -> String {
     use pai_api::status::{JobState, job_view};
     const STATES: [JobState; 6] = [
         JobState::Waiting,

@@ -1,29 +1,35 @@
 //! The peer-table publisher: a small controller over the Frameworks rest-lite created.
-//! It watches them (one watch for the namespace) and, when every task of an attempt has
+//! It follows them through the server's copy ([`crate::store`], the one watch of the
+//! namespace's Frameworks every reader shares) and, when every task of an attempt has
 //! an address, writes that attempt's table once as a ConfigMap
 //! ([`pai_barrier::published`]). Each task's barrier then reads one small object instead
 //! of watching the whole Framework, whose every change FrameworkController rewrites.
 //!
 //! Level-triggered: the wanted state is "every running attempt whose tasks all have
 //! addresses has its table, as the Framework says now". A restart re-lists every
-//! Framework and writes what is missing or stale; a write that fails is retried with
+//! Framework and writes what is missing or stale; every replica of the server publishes,
+//! and idempotently: a table that exists and says the same is left alone (a 409 and one
+//! read), one that differs is replaced under its resourceVersion (a replica that
+//! raced gets a 409 and reads again); a write that fails is retried with
 //! back-off (0.5 s doubling to 30 s, jittered) for as long as the Framework wants its
 //! table, the first failure of each logged and its recovery too, never every retry.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use futures::StreamExt;
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PostParams;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
+use tokio::sync::broadcast::error::RecvError;
 use tracing::{debug, info, warn};
 
 use pai_barrier::{PeerTable, Readiness, published, readiness};
+use pai_contract::Framework;
 use pai_contract::framework::FrameworkState;
-use pai_contract::{Framework, meta};
+
+use crate::store::{Change, KubeStore};
 
 /// The first wait before writes that failed are tried again, and the longest.
 const RETRY_FIRST: Duration = Duration::from_millis(500);
@@ -31,12 +37,11 @@ const RETRY_CAP: Duration = Duration::from_secs(30);
 
 /// Publishes the peer tables of the Frameworks rest-lite manages in one namespace.
 pub struct Publisher {
-    frameworks: Api<Framework>,
     maps: Api<ConfigMap>,
     /// The table last written (or found) for each Framework, by name.
     published: HashMap<String, PeerTable>,
     /// Frameworks whose table could not be written yet, as last seen.
-    pending: HashMap<String, Framework>,
+    pending: HashMap<String, Arc<Framework>>,
     /// Failed rounds of writes in a row (the back-off's exponent).
     failed_rounds: u32,
     /// Frameworks whose failure to publish was logged, until it is published.
@@ -46,7 +51,6 @@ pub struct Publisher {
 impl Publisher {
     pub fn new(client: Client, namespace: &str) -> Self {
         Self {
-            frameworks: Api::namespaced(client.clone(), namespace),
             maps: Api::namespaced(client, namespace),
             published: HashMap::new(),
             pending: HashMap::new(),
@@ -55,43 +59,31 @@ impl Publisher {
         }
     }
 
-    /// Runs until the process ends.
-    pub async fn run(mut self) {
-        let selector = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
-        let events = watcher::watcher(
-            self.frameworks.clone(),
-            watcher::Config::default().labels(&selector),
-        )
-        .default_backoff();
-        futures::pin_mut!(events);
+    /// Runs while `store` is kept: from its first list, then at every change.
+    pub async fn run(mut self, store: KubeStore) {
+        let mut changes = store.subscribe();
+        store.listed().await;
+        self.reconcile_all(&store).await;
         let retry = tokio::time::sleep(Duration::ZERO);
         futures::pin_mut!(retry);
-        // The watch's failures are logged when they start and when they end.
-        let mut watch_failing = false;
         loop {
             tokio::select! {
-                event = events.next() => match event {
-                    Some(Ok(event)) if watch_failing && !matches!(event, Event::Init) => {
-                        watch_failing = false;
-                        info!("watching Frameworks for the peer tables again");
-                        self.handle(event).await;
+                change = changes.recv() => {
+                    let had_pending = !self.pending.is_empty();
+                    match change {
+                        Ok(Change::Applied(framework)) => self.reconcile(framework).await,
+                        Ok(Change::Deleted(framework)) => self.forget(framework.name()),
+                        // Fell behind: the copy says how things are now.
+                        Err(RecvError::Lagged(missed)) => {
+                            debug!(missed, "the publisher fell behind the changes; reading them all");
+                            self.reconcile_all(&store).await;
+                        }
+                        Err(RecvError::Closed) => return,
+                    }
+                    if !had_pending && !self.pending.is_empty() {
                         retry.as_mut().reset(tokio::time::Instant::now() + self.retry_delay());
                     }
-                    Some(Ok(event)) => {
-                        let had_pending = !self.pending.is_empty();
-                        self.handle(event).await;
-                        if !had_pending && !self.pending.is_empty() {
-                            retry.as_mut().reset(tokio::time::Instant::now() + self.retry_delay());
-                        }
-                    }
-                    Some(Err(error)) => {
-                        if !watch_failing {
-                            watch_failing = true;
-                            warn!(%error, "watching Frameworks for the peer tables failed; resuming with back-off");
-                        }
-                    }
-                    None => return,
-                },
+                }
                 () = &mut retry, if !self.pending.is_empty() => {
                     let pending = std::mem::take(&mut self.pending);
                     for framework in pending.into_values() {
@@ -108,6 +100,31 @@ impl Publisher {
         }
     }
 
+    /// Every Framework of the copy, and forgets those it no longer has.
+    async fn reconcile_all(&mut self, store: &KubeStore) {
+        let all = store.all();
+        let names: std::collections::HashSet<&str> = all.iter().map(|f| f.name()).collect();
+        let gone: Vec<String> = self
+            .published
+            .keys()
+            .chain(self.pending.keys())
+            .filter(|n| !names.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.forget(&name);
+        }
+        for framework in all {
+            self.reconcile(framework).await;
+        }
+    }
+
+    fn forget(&mut self, name: &str) {
+        self.published.remove(name);
+        self.pending.remove(name);
+        self.failing.remove(name);
+    }
+
     /// How long to wait before the pending writes are tried again: the back-off,
     /// jittered between half and all of it so that replicas and namespaces do not
     /// retry in step.
@@ -122,24 +139,9 @@ impl Publisher {
         ceiling / 2 + (ceiling / 2).mul_f64((random % 1_000) as f64 / 1_000.0)
     }
 
-    async fn handle(&mut self, event: Event<Framework>) {
-        match event {
-            Event::InitApply(framework) | Event::Apply(framework) => {
-                self.reconcile(framework).await;
-            }
-            Event::Delete(framework) => {
-                let name = framework.name().to_string();
-                self.published.remove(&name);
-                self.pending.remove(&name);
-                self.failing.remove(&name);
-            }
-            Event::Init | Event::InitDone => {}
-        }
-    }
-
     /// Writes `framework`'s table when its attempt has every address and the table
     /// differs from what was written.
-    pub async fn reconcile(&mut self, framework: Framework) {
+    pub async fn reconcile(&mut self, framework: Arc<Framework>) {
         let name = framework.name().to_string();
         let Some(table) = wanted(&framework) else {
             self.pending.remove(&name);

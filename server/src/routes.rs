@@ -490,7 +490,7 @@ pub async fn get_logs(
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> ApiResult {
-    state.backend.get("rest-lite-readiness-probe").await?;
+    state.backend.ready()?;
     Ok("ok".into_response())
 }
 

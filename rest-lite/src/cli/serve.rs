@@ -286,9 +286,10 @@ async fn backend(
             let address = kube_config.cluster_url.to_string();
             let client =
                 kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
-            // Each attempt's peer table, for the barriers of its tasks.
-            tokio::spawn(Publisher::new(client.clone(), &config.namespace).run());
-            Arc::new(KubeBackend::new(client, &config.namespace, &address))
+            let backend = KubeBackend::start(client.clone(), &config.namespace, &address);
+            // Each attempt's peer table, for the barriers of its tasks, from the same copy.
+            tokio::spawn(Publisher::new(client, &config.namespace).run(backend.store()));
+            Arc::new(backend)
         }
         None => {
             if !listen.ip().is_loopback() && !local.local_listen_anywhere {

@@ -225,7 +225,7 @@ async fn caller_and_job(
     here: &str,
     user: &str,
     job: &str,
-) -> Result<(Caller, pai_contract::Framework), Refused> {
+) -> Result<(Caller, std::sync::Arc<pai_contract::Framework>), Refused> {
     let caller = signed_in(state, headers, here).map_err(Refused::SignIn)?;
     match Job::find(state, &caller, user, job).await {
         Ok(found) => Ok((caller, found.framework)),
