@@ -96,6 +96,7 @@ fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only(
         [
             "ConfigMap/rest-lite-config",
             "Deployment/rest-lite",
+            "PodDisruptionBudget/rest-lite",
             "Role/rest-lite",
             "RoleBinding/rest-lite",
             "Service/rest-lite",
@@ -106,6 +107,10 @@ fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only(
         .iter()
         .find(|o| o["kind"] == "Deployment")
         .expect("deployment");
+    assert_eq!(
+        deployment["spec"]["replicas"], 2,
+        "two replicas behind one Service"
+    );
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let args: Vec<&str> = container["args"]
         .as_array()

@@ -164,7 +164,13 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         "RBAC would refuse to create the job's Role"
     );
     let store = KubeBackend::store_only(kube_client(&api), NS, &api.url());
-    let publisher = tokio::spawn(Publisher::new(kube_client(&api), NS).run(store));
+    let publisher = tokio::spawn(Publisher::new(kube_client(&api), NS).run(store.clone()));
+    // The server's Events too (the test API server dates objects long ago).
+    let recorder = tokio::spawn(
+        pai_server::events::Recorder::new(kube_client(&api), NS, "rest-lite-0")
+            .with_max_age(Duration::from_secs(100 * 365 * 86_400))
+            .run(store),
+    );
     // FrameworkController starts the attempt and the pods get addresses; the publisher
     // writes the table.
     let instance = "0_uid-train";
@@ -175,6 +181,16 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     api.wait_for("configmaps", NS, &published::object_name(&fw), |_| true)
         .await;
     client.stop("bob", "other").await.expect("stopped");
+    // The recorder listed what was recorded and recorded the submissions.
+    let events = || {
+        api.requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.uri.contains("/events"))
+            .count()
+    };
+    while events() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for request in api.requests() {
         assert!(
             allows(&server_rules, &attributes(&request)),
@@ -182,6 +198,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         );
     }
     publisher.abort();
+    recorder.abort();
 
     // A barrier of the job, as its init container runs it: every request allowed.
     let before = api.requests().len();

@@ -15,7 +15,7 @@ use super::backend::{BackendError, FrameworkStream};
 use super::error::ApiError;
 use super::extract::{Job, SpecBody, user_name};
 use crate::state::AppState;
-use pai_api::status::job_view;
+use pai_api::status::{JobState, job_view};
 use pai_translate::ports::Seed;
 use pai_translate::spec::{JobSpec, UserName};
 use pai_translate::transform::Submission;
@@ -173,39 +173,127 @@ fn visible(caller: &Caller, requested: Option<&str>) -> Visible {
     }
 }
 
-/// The jobs `caller` may see of `requested` (a user name) or of everyone, newest first.
+/// Which jobs of a list, and how many.
+#[derive(Clone, Debug, Default)]
+pub struct ListFilter {
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// At most this many (1 to [`MAX_PAGE`]); all without it.
+    pub limit: Option<usize>,
+    /// Where the previous page ended ([`Page::next`]).
+    pub after: Option<String>,
+}
+
+/// The most jobs one page holds.
+pub const MAX_PAGE: usize = 1000;
+
+/// One page of a list, and where the next starts (`None`: it was the last).
+pub struct Page {
+    pub jobs: Vec<JobSummary>,
+    pub next: Option<String>,
+}
+
+/// Where a list is: the creation time (ms) and name of the last job given, newest first
+/// and by name among equals. Opaque to clients (base64url of JSON).
+#[derive(serde::Serialize, serde::Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+struct Position(std::cmp::Reverse<Option<i64>>, String);
+
+impl Position {
+    fn of(framework: &pai_contract::Framework) -> Self {
+        let created = framework
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_millisecond());
+        Self(
+            std::cmp::Reverse(created),
+            framework.job_name().unwrap_or_default().to_string(),
+        )
+    }
+
+    fn token(&self) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(&(self.0.0, &self.1)).unwrap_or_default())
+    }
+
+    fn parse(token: &str) -> Result<Self, ApiError> {
+        use base64::Engine;
+        let bad = || {
+            ApiError::bad_request(
+                "continue: not a token of this server's lists (give the one the previous page's Link header names)",
+            )
+        };
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|_| bad())?;
+        let (created, name): (Option<i64>, String) =
+            serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        Ok(Self(std::cmp::Reverse(created), name))
+    }
+}
+
+/// The jobs `caller` may see of `requested` (a user name) or of everyone, newest first,
+/// as `filter` says: from the backend's copy, one job view built per job given (and per
+/// job whose state a state filter must know).
 pub async fn list(
     state: &AppState,
     caller: &Caller,
     requested: Option<&str>,
-) -> Result<Vec<JobSummary>, ApiError> {
+    filter: &ListFilter,
+) -> Result<Page, ApiError> {
     if let Some(user) = requested {
         user_name(user)?;
     }
+    if let Some(limit) = filter.limit
+        && !(1..=MAX_PAGE).contains(&limit)
+    {
+        return Err(ApiError::bad_request(format!(
+            "limit: {limit} is not from 1 to {MAX_PAGE}"
+        )));
+    }
+    let after = filter.after.as_deref().map(Position::parse).transpose()?;
     let user = match visible(caller, requested) {
-        Visible::Nothing => return Ok(Vec::new()),
+        Visible::Nothing => {
+            return Ok(Page {
+                jobs: Vec::new(),
+                next: None,
+            });
+        }
         Visible::All => None,
         Visible::User(user) => Some(user),
     };
     let label = user.as_deref().map(pai_contract::names::label_value);
     let frameworks = state.backend.list(label.as_deref()).await?;
-    let mut jobs: Vec<JobSummary> = frameworks
+    let mut ordered: Vec<(Position, &pai_contract::Framework)> = frameworks
         .iter()
         // The label is lossy (alice and Alice share one): the annotation decides.
         .filter(|f| user.as_deref().is_none_or(|u| f.user_name() == Some(u)))
-        .map(|f| {
-            let view = job_view(f, "");
-            JobSummary {
-                name: view.name,
-                status: view.job_status,
-            }
-        })
+        .map(|f| (Position::of(f), f.as_ref()))
+        .filter(|(p, _)| after.as_ref().is_none_or(|a| p > a))
         .collect();
-    jobs.sort_by(|a, b| {
-        b.status
-            .created_time
-            .cmp(&a.status.created_time)
-            .then(a.name.cmp(&b.name))
-    });
-    Ok(jobs)
+    ordered.sort_by(|a, b| a.0.cmp(&b.0));
+    let limit = filter.limit.unwrap_or(usize::MAX);
+    let mut jobs = Vec::new();
+    let mut last = None;
+    let mut more = false;
+    for (position, framework) in ordered {
+        let view = job_view(framework, "");
+        if filter.state.is_some_and(|s| s != view.job_status.state) {
+            continue;
+        }
+        if jobs.len() == limit {
+            more = true;
+            break;
+        }
+        jobs.push(JobSummary {
+            name: view.name,
+            status: view.job_status,
+        });
+        last = Some(position);
+    }
+    Ok(Page {
+        jobs,
+        next: more.then(|| last.map(|p| p.token())).flatten(),
+    })
 }

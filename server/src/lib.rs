@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod backend;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod guard;
 pub mod job_access;

@@ -19,6 +19,7 @@ use super::ssh;
 use crate::state::AppState;
 use pai_api::jobs::{Execution, JobSummary, Message};
 use pai_api::ssh::SshInfo;
+use pai_api::status::JobState;
 use pai_api::status::{JobView, job_view};
 use pai_translate::spec::SpecFormat;
 use pai_translate::spec::schema::JobSpecDocument;
@@ -347,19 +348,91 @@ pub async fn delete_job(State(state): State<AppState>, job: Job) -> ApiResult {
 }
 
 /// `GET /api/v1/user/{user}/jobs`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Only jobs in this state.
+    state: Option<JobState>,
+    /// At most this many jobs (1 to 1000); the `Link` header (`rel="next"`) then names
+    /// the next page. All of them without it.
+    limit: Option<usize>,
+    /// Where the previous page ended: the token its `Link` header gave.
+    #[serde(rename = "continue")]
+    #[param(rename = "continue")]
+    continue_: Option<String>,
+}
+
+impl PageQuery {
+    fn filter(self) -> jobs::ListFilter {
+        jobs::ListFilter {
+            state: self.state,
+            limit: self.limit,
+            after: self.continue_,
+        }
+    }
+}
+
+/// A page of jobs as JSON, with the next page's address in a `Link` header (RFC 8288).
+fn page_of(path: &str, query: &[(&str, Option<String>)], page: jobs::Page) -> Response {
+    let mut response = Json(page.jobs).into_response();
+    if let Some(next) = page.next {
+        let mut pairs: Vec<String> = query
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
+            .collect();
+        pairs.push(format!("continue={}", encode(&next)));
+        let link = format!("<{path}?{}>; rel=\"next\"", pairs.join("&"));
+        if let Ok(value) = header::HeaderValue::from_str(&link) {
+            response.headers_mut().insert(header::LINK, value);
+        }
+    }
+    response
+}
+
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `GET /api/v1/user/{user}/jobs`.
 #[utoipa::path(
     get,
     path = "/api/v1/user/{user}/jobs",
     tag = "jobs",
-    params(UserPath),
+    params(UserPath, PageQuery),
     responses(
-        (status = 200, description = "the user's jobs, newest first", body = [JobSummary]),
+        (status = 200, description = "the user's jobs, newest first; with `limit`, a `Link` header names the next page", body = [JobSummary]),
         ListErrors
     )
 )]
-pub async fn list_user_jobs(State(state): State<AppState>, owner: Owner) -> ApiResult {
-    let listed = jobs::list(&state, &owner.caller, Some(owner.user.as_str())).await?;
-    Ok(Json(listed).into_response())
+pub async fn list_user_jobs(
+    State(state): State<AppState>,
+    owner: Owner,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult {
+    let shown = [
+        ("state", query.state.map(|s| s.to_string())),
+        ("limit", query.limit.map(|l| l.to_string())),
+    ];
+    let page = jobs::list(
+        &state,
+        &owner.caller,
+        Some(owner.user.as_str()),
+        &query.filter(),
+    )
+    .await?;
+    Ok(page_of(
+        &format!("/api/v1/user/{}/jobs", owner.user),
+        &shown,
+        page,
+    ))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -374,9 +447,9 @@ pub struct ListQuery {
     get,
     path = "/api/v1/jobs",
     tag = "jobs",
-    params(ListQuery),
+    params(ListQuery, PageQuery),
     responses(
-        (status = 200, description = "jobs, newest first (a non-admin sees only their own)", body = [JobSummary]),
+        (status = 200, description = "jobs, newest first (a non-admin sees only their own); with `limit`, a `Link` header names the next page", body = [JobSummary]),
         ListErrors
     )
 )]
@@ -384,9 +457,15 @@ pub async fn list_jobs(
     State(state): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
     ApiQuery(query): ApiQuery<ListQuery>,
+    ApiQuery(page): ApiQuery<PageQuery>,
 ) -> ApiResult {
-    let listed = jobs::list(&state, &caller, query.username.as_deref()).await?;
-    Ok(Json(listed).into_response())
+    let shown = [
+        ("username", query.username.clone()),
+        ("state", page.state.map(|s| s.to_string())),
+        ("limit", page.limit.map(|l| l.to_string())),
+    ];
+    let listed = jobs::list(&state, &caller, query.username.as_deref(), &page.filter()).await?;
+    Ok(page_of("/api/v1/jobs", &shown, listed))
 }
 
 /// `GET /healthz`.

@@ -13,7 +13,7 @@
 //! server with FrameworkController's CRD would check it: object metadata (names, labels,
 //! annotations' size, owner references), the Framework schema (names `^[a-z0-9]{1,63}$`,
 //! task numbers, enums, bounds), pruning of unknown fields, and ConfigMaps' keys and
-//! 1 MiB limit; a failure is the real 422 `Status`.
+//! 1 MiB limit, Events' required fields and limits; a failure is the real 422 `Status`.
 //!
 //! Deleting an object deletes what it owns (`metadata.ownerReferences`), at once where
 //! the real garbage collector takes a moment.

@@ -288,7 +288,13 @@ async fn backend(
                 kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
             let backend = KubeBackend::start(client.clone(), &config.namespace, &address);
             // Each attempt's peer table, for the barriers of its tasks, from the same copy.
-            tokio::spawn(Publisher::new(client, &config.namespace).run(backend.store()));
+            tokio::spawn(Publisher::new(client.clone(), &config.namespace).run(backend.store()));
+            // What happened to each job, as Kubernetes Events on its Framework.
+            let instance = pai_server::events::instance_name();
+            tokio::spawn(
+                pai_server::events::Recorder::new(client, &config.namespace, &instance)
+                    .run(backend.store()),
+            );
             Arc::new(backend)
         }
         None => {

@@ -191,10 +191,10 @@ async fn job_list(State(state): State<AppState>, headers: HeaderMap) -> Response
         Ok(caller) => caller,
         Err(to_sign_in) => return to_sign_in.into_response(),
     };
-    match jobs::list(&state, &caller, None).await {
+    match jobs::list(&state, &caller, None, &Default::default()).await {
         Ok(list) => {
             let whose = (!caller.admin).then(|| caller.user.clone());
-            let mut data = view::jobs_page(&list, whose, now_ms());
+            let mut data = view::jobs_page(&list.jobs, whose, now_ms());
             data.frame.signed_in = who(&state, &caller);
             page(StatusCode::OK, "jobs", &data)
         }
