@@ -1,0 +1,307 @@
+//! `cargo bench -p rest-lite --bench store`: reads of the real `rest-lite serve` binary
+//! over the in-process API server holding many jobs (#24).
+//!
+//! The API server (this process) holds `STORE_JOBS` jobs (1,000 by default) of 8 tasks
+//! (ps ×2, worker ×6), made by the real transformer, every task running with an address
+//! and a log. The release binary serves them with `--backend kube` and an admin token;
+//! once `/readyz` says its copy is listed, 64 keep-alive connections send each kind of
+//! read back to back: a job's status, a user's list (20 jobs), every job, a page of 100,
+//! the job page, `/metrics`. Every request is timed; the API server counts the requests
+//! each phase made, and the watches in all; the server's RSS is read from /proc.
+//! Without `--bench` (as `cargo test --benches` runs it): 40 jobs, a few requests.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use pai_test_support::ApiServer;
+use pai_translate::config::ClusterConfig;
+use pai_translate::ports::Seed;
+use pai_translate::spec::{JobSpec, SpecFormat, UserName};
+use pai_translate::transform::{Submission, Transformer};
+use serde_json::json;
+
+const CONNECTIONS: usize = 64;
+const NS: &str = "bench";
+const TOKEN: &str = "0b9e4c1d7a3f5e2b8c6d0a4f1e7b3c9d5a2f8e6b0c4d1a7f3e9b5c2d8a6f0e4b";
+const USERS: usize = 50;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let jobs: usize = std::env::var("STORE_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 40 } else { 1_000 });
+    let per_connection: usize = if quick { 2 } else { 200 };
+
+    let api = ApiServer::start().await;
+    let made = Instant::now();
+    populate(&api, jobs);
+    eprintln!(
+        "{jobs} jobs of 8 tasks stored in {:.1} s",
+        made.elapsed().as_secs_f64()
+    );
+
+    let dir = std::env::temp_dir().join(format!("rest-lite-store-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, Some(NS));
+    let tokens = dir.join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "users:\n  - {{name: ops, tokenSha256: {}, admin: true}}\n",
+            pai_server::auth::hash(TOKEN)
+        ),
+    )
+    .expect("tokens");
+    let port = free_port();
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_rest-lite"));
+    let mut server = std::process::Command::new(binary)
+        .args(["serve", "--backend", "kube", "--namespace", NS])
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--token-file")
+        .arg(&tokens)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("rest-lite serve");
+    let base = format!("http://127.0.0.1:{port}");
+    let http: Client<_, Empty<hyper::body::Bytes>> = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(CONNECTIONS)
+        .build_http();
+    let started = Instant::now();
+    loop {
+        if let Ok((200, _)) = get(&http, &format!("{base}/readyz")).await {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the server never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "ready (listed) {:.2} s after start",
+        started.elapsed().as_secs_f64()
+    );
+    let rss_listed = rss(server.id());
+    // The server's own start-up work (every peer table published once) is done before
+    // any read is counted.
+    let mut seen = api.requests().len();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = api.requests().len();
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+
+    println!(
+        "| read | requests | p50 ms | p99 ms | max ms | req/s | API requests per read | body bytes |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let job = |i: usize| (format!("u{}", i % USERS), format!("job{i}"));
+    let reads: Vec<(&str, Box<dyn Fn(usize) -> String + Send + Sync>)> = vec![
+        (
+            "job GET",
+            Box::new(move |i| {
+                let (u, j) = job(i % jobs);
+                format!("/api/v1/user/{u}/jobs/{j}")
+            }),
+        ),
+        (
+            "a user's list (20 jobs at 1,000)",
+            Box::new(move |i| format!("/api/v1/user/u{}/jobs", i % USERS)),
+        ),
+        ("every job", Box::new(|_| "/api/v1/jobs".to_string())),
+        (
+            "a page of 100 jobs",
+            Box::new(|_| "/api/v1/jobs?limit=100".to_string()),
+        ),
+        (
+            "job page, one job every reader refreshes",
+            Box::new(move |_| {
+                let (u, j) = job(0);
+                format!("/ui/jobs/{u}/{j}")
+            }),
+        ),
+        (
+            "job page, a random job each",
+            Box::new(move |i| {
+                let (u, j) = job(i % jobs);
+                format!("/ui/jobs/{u}/{j}")
+            }),
+        ),
+        ("/metrics", Box::new(|_| "/metrics".to_string())),
+    ];
+    for (name, path) in reads {
+        // Heavy reads of everything get fewer requests.
+        let count = if name == "every job" || name == "/metrics" {
+            per_connection.div_ceil(10)
+        } else {
+            per_connection
+        };
+        let path = Arc::new(path);
+        let before = api.requests().len();
+        let began = Instant::now();
+        let mut workers = Vec::new();
+        for c in 0..CONNECTIONS {
+            let http = http.clone();
+            let base = base.clone();
+            let path = path.clone();
+            workers.push(tokio::spawn(async move {
+                let mut times = Vec::with_capacity(count);
+                let mut bytes = 0;
+                for n in 0..count {
+                    let url = format!("{base}{}", path(c * 7919 + n * 104_729));
+                    let t = Instant::now();
+                    let (status, size) = get(&http, &url).await.expect("answered");
+                    times.push(t.elapsed());
+                    assert_eq!(status, 200, "{url}");
+                    bytes = size;
+                }
+                (times, bytes)
+            }));
+        }
+        let mut times = Vec::new();
+        let mut bytes = 0;
+        for w in workers {
+            let (t, b) = w.await.expect("join");
+            times.extend(t);
+            bytes = b;
+        }
+        let elapsed = began.elapsed();
+        let asked = api.requests().len() - before;
+        times.sort();
+        let pct = |p: f64| {
+            times[((times.len() as f64 * p).ceil() as usize).clamp(1, times.len()) - 1]
+                .as_secs_f64()
+                * 1e3
+        };
+        println!(
+            "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.3} | {bytes} |",
+            times.len(),
+            pct(0.50),
+            pct(0.99),
+            pct(1.0),
+            times.len() as f64 / elapsed.as_secs_f64(),
+            asked as f64 / times.len() as f64,
+        );
+    }
+    let watches: Vec<String> = api
+        .requests()
+        .iter()
+        .filter(|r| r.is_watch())
+        .map(|r| r.uri.split('?').next().unwrap_or_default().to_string())
+        .collect();
+    println!();
+    println!(
+        "watches of the API server in all: {} ({:?}); RSS {} MiB once listed, {} MiB after the reads",
+        watches.len(),
+        watches,
+        rss_listed / 1024,
+        rss(server.id()) / 1024
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Stores `jobs` Frameworks of 8 running tasks with logs, as rest-lite and
+/// FrameworkController would have left them.
+fn populate(api: &ApiServer, jobs: usize) {
+    let transformer = Transformer::new(ClusterConfig {
+        namespace: NS.into(),
+        ..ClusterConfig::default()
+    });
+    for i in 0..jobs {
+        let user = UserName::parse(&format!("u{}", i % USERS)).expect("user");
+        let text = json!({
+            "jobName": format!("job{i}"),
+            "image": "busybox",
+            "taskRoles": [
+                {"name": "ps", "taskNumber": 2, "cpuNumber": 1, "memoryMB": 1024, "command": "sleep 1000"},
+                {"name": "worker", "taskNumber": 6, "cpuNumber": 1, "memoryMB": 1024, "command": "sleep 1000"}
+            ]
+        })
+        .to_string();
+        let spec = JobSpec::parse(&text, SpecFormat::Json).expect("spec");
+        let framework = transformer
+            .transform(
+                Submission {
+                    user: &user,
+                    spec: &spec,
+                    spec_text: &text,
+                    format: SpecFormat::Json,
+                },
+                Seed::Fixed(i as u64),
+            )
+            .expect("framework");
+        let mut value = pai_test_support::frameworks::to_value(&framework);
+        let name = framework.name().to_string();
+        value["status"] = json!({"state": "AttemptRunning", "startTime": "2026-01-01T00:00:00Z",
+            "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0}});
+        pai_test_support::frameworks::set_attempt(&mut value, 0, &format!("0_uid-{i}"));
+        value["status"]["attemptStatus"]["startTime"] = json!("2026-01-01T00:00:00Z");
+        pai_test_support::frameworks::set_all_addresses(&mut value, &[("ps", 2), ("worker", 6)]);
+        for role in ["ps", "worker"] {
+            let count = if role == "ps" { 2 } else { 6 };
+            for index in 0..count {
+                let pod = pai_contract::framework::pod_name(&name, role, index);
+                api.append_log(
+                    NS,
+                    &pod,
+                    &format!("{role}-{index}: step 1\n{role}-{index}: step 2\n"),
+                );
+            }
+        }
+        api.create("frameworks", NS, value);
+    }
+}
+
+async fn get(
+    http: &Client<hyper_util::client::legacy::connect::HttpConnector, Empty<hyper::body::Bytes>>,
+    url: &str,
+) -> Result<(u16, usize), String> {
+    let request = http::Request::get(url)
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(Empty::new())
+        .map_err(|e| e.to_string())?;
+    let response = http.request(request).await.map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, body.len()))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// VmRSS of `pid` in KiB.
+fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
