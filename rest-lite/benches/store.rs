@@ -28,6 +28,9 @@ const NS: &str = "bench";
 const TOKEN: &str = "0b9e4c1d7a3f5e2b8c6d0a4f1e7b3c9d5a2f8e6b0c4d1a7f3e9b5c2d8a6f0e4b";
 const USERS: usize = 50;
 
+/// The path of the n-th read of a phase.
+type PathOf = Box<dyn Fn(usize) -> String + Send + Sync>;
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
@@ -110,7 +113,7 @@ async fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let job = |i: usize| (format!("u{}", i % USERS), format!("job{i}"));
-    let reads: Vec<(&str, Box<dyn Fn(usize) -> String + Send + Sync>)> = vec![
+    let reads: Vec<(&str, PathOf)> = vec![
         (
             "job GET",
             Box::new(move |i| {
