@@ -59,6 +59,14 @@ pub struct ApiErrors {
 }
 
 impl ApiErrors {
+    fn new(namespace: &str, address: &str) -> Arc<Self> {
+        Arc::new(Self {
+            namespace: namespace.to_string(),
+            address: address.to_string(),
+            allowed: false.into(),
+        })
+    }
+
     fn error(&self, error: kube::Error) -> BackendError {
         match error {
             kube::Error::Api(status) => match status.code {
@@ -135,11 +143,7 @@ impl KubeBackend {
         address: &str,
         stale_limit: Duration,
     ) -> Self {
-        let errors = Arc::new(ApiErrors {
-            namespace: namespace.to_string(),
-            address: address.to_string(),
-            allowed: false.into(),
-        });
+        let errors = ApiErrors::new(namespace, address);
         let api: Api<Framework> = Api::namespaced(client.clone(), namespace);
         Self {
             store: KubeStore::start(api.clone(), stale_limit, errors.clone()),
@@ -157,11 +161,7 @@ impl KubeBackend {
     /// A copy of the Frameworks of `namespace` alone, without a backend (a publisher on
     /// its own).
     pub fn store_only(client: Client, namespace: &str, address: &str) -> KubeStore {
-        let errors = Arc::new(ApiErrors {
-            namespace: namespace.to_string(),
-            address: address.to_string(),
-            allowed: false.into(),
-        });
+        let errors = ApiErrors::new(namespace, address);
         KubeStore::start(
             Api::namespaced(client, namespace),
             crate::store::DEFAULT_STALE_LIMIT,

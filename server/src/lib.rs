@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod backend;
+pub mod backoff;
 pub mod error;
 pub mod events;
 pub mod extract;

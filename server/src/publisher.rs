@@ -31,10 +31,6 @@ use pai_contract::framework::FrameworkState;
 
 use crate::store::{Change, KubeStore};
 
-/// The first wait before writes that failed are tried again, and the longest.
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_CAP: Duration = Duration::from_secs(30);
-
 /// Publishes the peer tables of the Frameworks rest-lite manages in one namespace.
 pub struct Publisher {
     maps: Api<ConfigMap>,
@@ -125,18 +121,9 @@ impl Publisher {
         self.failing.remove(name);
     }
 
-    /// How long to wait before the pending writes are tried again: the back-off,
-    /// jittered between half and all of it so that replicas and namespaces do not
-    /// retry in step.
+    /// How long to wait before the pending writes are tried again.
     fn retry_delay(&self) -> Duration {
-        let ceiling = RETRY_FIRST
-            .saturating_mul(1 << self.failed_rounds.min(6))
-            .min(RETRY_CAP);
-        let random = std::hash::BuildHasher::hash_one(
-            &std::collections::hash_map::RandomState::new(),
-            std::time::Instant::now(),
-        );
-        ceiling / 2 + (ceiling / 2).mul_f64((random % 1_000) as f64 / 1_000.0)
+        crate::backoff::delay(self.failed_rounds)
     }
 
     /// Writes `framework`'s table when its attempt has every address and the table

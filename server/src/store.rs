@@ -40,9 +40,6 @@ pub const DEFAULT_STALE_LIMIT: Duration = Duration::from_secs(30);
 const LIST_PAGE: u32 = 500;
 /// A watch's server-side timeout: it ends then and is resumed, as client-go's does.
 const WATCH_SECONDS: u32 = 290;
-/// Back-off between failed lists or watches.
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_CAP: Duration = Duration::from_secs(30);
 
 /// A change of the copy, as every subscriber sees it.
 #[derive(Clone, Debug)]
@@ -150,11 +147,6 @@ impl KubeStore {
         });
         let _ = ready.send(Arc::downgrade(&shared));
         Self(shared)
-    }
-
-    /// The health of the copy now.
-    pub fn health(&self) -> Health {
-        self.0.health.borrow().clone()
     }
 
     /// Whether reads may be answered from the copy now.
@@ -283,7 +275,7 @@ impl Informer {
                     failing(&shared, error);
                     drop(shared);
                     let failures = self.failures.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(backoff(failures)).await;
+                    tokio::time::sleep(crate::backoff::delay(failures)).await;
                 }
             }
         }
@@ -459,19 +451,6 @@ fn current(shared: &Shared, objects: usize) {
     });
 }
 
-/// The wait after `failures` failures in a row: 0.5 s doubling to 30 s, jittered
-/// between half and all of it so that replicas do not retry in step.
-fn backoff(failures: u32) -> Duration {
-    let ceiling = RETRY_FIRST
-        .saturating_mul(1 << failures.min(6))
-        .min(RETRY_CAP);
-    let random = std::hash::BuildHasher::hash_one(
-        &std::collections::hash_map::RandomState::new(),
-        Instant::now(),
-    );
-    ceiling / 2 + (ceiling / 2).mul_f64((random % 1_000) as f64 / 1_000.0)
-}
-
 /// The stream of one Framework's states from the copy: its state now, then after
 /// every change, `None` once it is deleted (and the stream ends there).
 pub fn follow(
@@ -513,5 +492,4 @@ pub fn follow(
             *ended = state.is_none();
             futures::future::ready(Some(state))
         })
-        .boxed()
 }
