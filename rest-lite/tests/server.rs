@@ -65,10 +65,25 @@ async fn serve_on(
         Some(tokens) => Access::Tokens(TokenTable::fixed(tokens)),
         None => Access::Open,
     };
+    let backend = backend_on(&api, stale_limit);
+    backend.store().listed().await;
+    let addr = serve_backend(backend, access, watch_limit).await;
+    Setup { api, addr }
+}
+
+/// A Kubernetes backend over `api` (its copy not listed yet).
+fn backend_on(api: &ApiServer, stale_limit: std::time::Duration) -> KubeBackend {
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
-    let backend = KubeBackend::with_stale_limit(client, NS, &api.url(), stale_limit);
-    backend.store().listed().await;
+    KubeBackend::with_stale_limit(client, NS, &api.url(), stale_limit)
+}
+
+/// The jobs API over `backend`, on a free loopback port.
+async fn serve_backend(
+    backend: KubeBackend,
+    access: pai_server::auth::Access,
+    watch_limit: std::time::Duration,
+) -> SocketAddr {
     let state = AppState {
         body_limit: LIMIT,
         watch_limit,
@@ -86,7 +101,7 @@ async fn serve_on(
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, router(state)).await });
-    Setup { api, addr }
+    addr
 }
 
 struct Reply {
@@ -619,22 +634,12 @@ async fn until(addr: SocketAddr, path: &str, done: impl Fn(&Reply) -> bool) -> R
 
 /// A server whose copy of the jobs is not listed yet, over `api`.
 async fn unlisted(api: ApiServer, stale_limit: std::time::Duration) -> Setup {
-    let client =
-        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
-    let backend = KubeBackend::with_stale_limit(client, NS, &api.url(), stale_limit);
-    let state = AppState::new(
-        Arc::new(backend),
-        ClusterConfig {
-            namespace: NS.into(),
-            ..ClusterConfig::default()
-        },
+    let addr = serve_backend(
+        backend_on(&api, stale_limit),
         pai_server::auth::Access::Open,
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+        std::time::Duration::from_secs(1800),
+    )
+    .await;
     Setup { api, addr }
 }
 
@@ -778,26 +783,16 @@ async fn a_copy_that_stays_out_of_date_past_its_bound_is_refused_until_current_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_write_is_seen_by_the_next_read_of_any_replica() {
     let s = start().await;
-    let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
-        .expect("client");
     // A second replica on the same API server.
     let other = {
-        let backend = KubeBackend::start(client, NS, &s.api.url());
+        let backend = backend_on(&s.api, pai_server::store::DEFAULT_STALE_LIMIT);
         backend.store().listed().await;
-        let state = AppState::new(
-            Arc::new(backend),
-            ClusterConfig {
-                namespace: NS.into(),
-                ..ClusterConfig::default()
-            },
+        serve_backend(
+            backend,
             pai_server::auth::Access::Open,
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move { axum::serve(listener, router(state)).await });
-        addr
+            std::time::Duration::from_secs(1800),
+        )
+        .await
     };
     let job = "/api/v1/user/alice/jobs/job";
     for round in 0..20 {
@@ -1578,15 +1573,7 @@ async fn events_say_what_happened_to_a_failing_and_retried_job_once_across_repli
             "metadata": {"name": fw(), "namespace": NS, "uid": recorded[0].regarding.as_ref().and_then(|r| r.uid.clone())},
             "spec": {"executionType": "Start", "retryPolicy": {"fancyRetryPolicy": false, "maxRetryCount": 0}, "taskRoles": []}}))
         .expect("framework");
-    let deleted = pai_server::events::Occurrence {
-        key: "deleted".into(),
-        warning: false,
-        reason: "Deleted",
-        action: "Delete",
-        note: String::new(),
-        time: None,
-    };
-    let name = event(&framework, &deleted, "-")
+    let name = event(&framework, &pai_server::events::deleted(), "-")
         .metadata
         .name
         .expect("name");
@@ -1679,4 +1666,43 @@ async fn lists_page_by_limit_and_continue_and_filter_by_state() {
         let reply = request(s.addr, "GET", bad, None, "").await;
         assert_eq!(reply.status, 400, "{bad}: {}", reply.body);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_page_read_by_many_reads_each_log_preview_once() {
+    let s = start().await;
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
+        pai_test_support::frameworks::set_all_addresses(f, &[("ps", 2), ("worker", 2)]);
+    });
+    for (role, index) in [("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)] {
+        s.api.append_log(
+            NS,
+            &pod(role, index),
+            &format!("{role}-{index} says hello\n"),
+        );
+    }
+    let page = "/ui/jobs/alice/job";
+    let first = until(s.addr, page, |r| r.body.contains("worker-1 says hello")).await;
+    assert_eq!(first.status, 200);
+    let logs = || {
+        s.api
+            .requests()
+            .iter()
+            .filter(|r| r.uri.contains("/log?"))
+            .count()
+    };
+    let read = logs();
+    assert!(read >= 4, "each started task's preview read: {read}");
+    // Ten more readers at once: the previews are the ones read, not read again.
+    let readers = (0..10).map(|_| request(s.addr, "GET", page, None, ""));
+    for again in futures::future::join_all(readers).await {
+        assert!(again.body.contains("ps-0 says hello"), "{}", again.body);
+    }
+    assert_eq!(
+        logs(),
+        read,
+        "no log read twice within the previews' lifetime"
+    );
 }

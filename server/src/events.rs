@@ -196,6 +196,18 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
     found
 }
 
+/// The Framework was deleted (only the watch knows).
+pub fn deleted() -> Occurrence {
+    Occurrence {
+        key: "deleted".into(),
+        warning: false,
+        reason: "Deleted",
+        action: "Delete",
+        note: "the job was deleted, and its tasks with it".into(),
+        time: None,
+    }
+}
+
 fn diagnostics(text: Option<&str>) -> String {
     match text.map(str::trim).filter(|t| !t.is_empty()) {
         Some(text) => format!(": {text}"),
@@ -342,16 +354,11 @@ impl Recorder {
             match changes.recv().await {
                 Ok(Change::Applied(framework)) => self.observe(&framework).await,
                 Ok(Change::Deleted(framework)) => {
-                    let deleted = Occurrence {
-                        key: "deleted".into(),
-                        warning: false,
-                        reason: "Deleted",
-                        action: "Delete",
-                        note: "the job was deleted, and its tasks with it".into(),
-                        time: None,
-                    };
-                    self.record(&framework, &deleted).await;
+                    self.record(&framework, &deleted()).await;
+                    // Nothing more happens to it: what is kept for it goes.
                     self.buckets.remove(framework.name());
+                    let prefix = format!("{}.", framework.name());
+                    self.recorded.retain(|name| !name.starts_with(&prefix));
                 }
                 Err(RecvError::Lagged(_)) => {
                     for framework in store.all() {
@@ -370,11 +377,13 @@ impl Recorder {
     }
 
     async fn record(&mut self, framework: &Framework, occurrence: &Occurrence) {
-        let event = event(framework, occurrence, &self.instance);
-        let name = event.name_any();
+        // Every change of a Framework names all its occurrences again: most are
+        // recorded already, and cost a digest, not an Event.
+        let name = event_name(framework, &occurrence.key);
         if self.recorded.contains(&name) {
             return;
         }
+        let event = event(framework, occurrence, &self.instance);
         let old = event.event_time.as_ref().is_some_and(|t| {
             jiff::Timestamp::now().duration_since(t.0)
                 > jiff::SignedDuration::try_from(self.max_age).unwrap_or(jiff::SignedDuration::MAX)
