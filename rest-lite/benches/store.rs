@@ -9,6 +9,13 @@
 //! the job page, `/metrics`. Every request is timed; the API server counts the requests
 //! each phase made, and the watches in all; the server's RSS is read from /proc.
 //! Without `--bench` (as `cargo test --benches` runs it): 40 jobs, a few requests.
+//!
+//! Closed loop by default: each connection sends its next request when the last is
+//! answered, so the phase runs as fast as the machine goes and its latency is mostly
+//! queueing at saturation. `STORE_RATE=R` paces every connection at R requests per
+//! second instead (an open loop: a request's latency counts from when it was due, so a
+//! slow answer also delays the ones behind it); `STORE_PHASES=a,b` runs only the phases
+//! whose names contain one of those words.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +46,13 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 40 } else { 1_000 });
     let per_connection: usize = if quick { 2 } else { 200 };
+    let rate: Option<f64> = std::env::var("STORE_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|r: &f64| *r > 0.0);
+    let phases: Vec<String> = std::env::var("STORE_PHASES")
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
 
     let api = ApiServer::start().await;
     let made = Instant::now();
@@ -146,7 +160,16 @@ async fn main() {
         ),
         ("/metrics", Box::new(|_| "/metrics".to_string())),
     ];
+    if let Some(rate) = rate {
+        println!(
+            "(open loop: each of {CONNECTIONS} connections paced at {rate} requests/s, {} offered)",
+            rate * CONNECTIONS as f64
+        );
+    }
     for (name, path) in reads {
+        if !phases.is_empty() && !phases.iter().any(|p| name.contains(p.as_str())) {
+            continue;
+        }
         // Heavy reads of everything get fewer requests.
         let count = if name == "every job" || name == "/metrics" {
             per_connection.div_ceil(10)
@@ -164,10 +187,26 @@ async fn main() {
             workers.push(tokio::spawn(async move {
                 let mut times = Vec::with_capacity(count);
                 let mut bytes = 0;
+                // Paced: the connections' first requests spread over one interval.
+                let interval = rate.map(|r| Duration::from_secs_f64(1.0 / r));
+                let first = tokio::time::Instant::now()
+                    + interval.map_or(Duration::ZERO, |i| i * c as u32 / CONNECTIONS as u32);
+                let mut answered = Instant::now();
                 for n in 0..count {
                     let url = format!("{base}{}", path(c * 7919 + n * 104_729));
-                    let t = Instant::now();
+                    let t = match interval {
+                        Some(interval) => {
+                            let due = (first + interval * n as u32).into_std();
+                            tokio::time::sleep_until(due.into()).await;
+                            // Behind (the last answer came after this one was due): it
+                            // counts from when it was due. Otherwise from now: the timer
+                            // wakes up to a millisecond late, which is not the server's.
+                            if answered > due { due } else { Instant::now() }
+                        }
+                        None => Instant::now(),
+                    };
                     let (status, size) = get(&http, &url).await.expect("answered");
+                    answered = Instant::now();
                     times.push(t.elapsed());
                     assert_eq!(status, 200, "{url}");
                     bytes = size;

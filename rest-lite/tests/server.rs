@@ -517,7 +517,11 @@ async fn stop_start_and_delete() {
     s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0, "completionStatus": {"code": -210, "phrase": "stop"}}});
     });
-    let job = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;
+    // The server reads its copy, which the watch brings up to date.
+    let job = until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
+        r.json()["jobStatus"]["state"] != "WAITING"
+    })
+    .await;
     assert_eq!(job.json()["jobStatus"]["state"], "STOPPED");
     let reply = request(
         s.addr,
@@ -569,7 +573,10 @@ async fn ssh_info_lists_only_tasks_whose_sshd_answers() {
         pai_test_support::frameworks::set_pod_ip(f, "ps", 0, "127.0.0.1");
         pai_test_support::frameworks::set_pod_ip(f, "ps", 1, "127.0.0.2");
     });
-    let view = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "").await;
+    let view = until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
+        r.json()["taskRoles"]["ps"]["taskStatuses"][1]["containerIp"] == "127.0.0.2"
+    })
+    .await;
     let port: u16 = view.json()["taskRoles"]["ps"]["taskStatuses"][0]["containerPorts"]["ssh"]
         .as_str()
         .expect("ssh port")
@@ -1629,6 +1636,17 @@ async fn lists_page_by_limit_and_continue_and_filter_by_state() {
         }
         assert_eq!(paged, all, "{base}: every job once, in the same order");
         assert_eq!(pages, 3, "{base}");
+        // An empty token is the first page, as in the Kubernetes API.
+        let first = request(
+            s.addr,
+            "GET",
+            &format!("{base}?limit=2&continue="),
+            None,
+            "",
+        )
+        .await;
+        assert_eq!(first.status, 200, "{}", first.body);
+        assert_eq!(first.json()[0]["name"].as_str(), Some(all[0].as_str()));
     }
     // One job running: the state filter finds it, and pages through the rest.
     s.api.modify(
@@ -1705,4 +1723,27 @@ async fn a_job_page_read_by_many_reads_each_log_preview_once() {
         read,
         "no log read twice within the previews' lifetime"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_copy_keeps_frameworks_without_their_managed_fields() {
+    let s = start().await;
+    submit(s.addr, "alice", &common::base_job().to_string()).await;
+    let managed = json!([{"manager": "frameworkcontroller", "operation": "Update",
+        "apiVersion": "frameworkcontroller.microsoft.com/v1", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:status": {}}}]);
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["metadata"]["managedFields"] = managed.clone();
+        f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
+    });
+    let stored = s.api.get("frameworks", NS, &fw()).expect("stored");
+    assert_eq!(stored["metadata"]["managedFields"], managed);
+    let backend = backend_on(&s.api, pai_server::store::DEFAULT_STALE_LIMIT);
+    backend.store().listed().await;
+    let copy = backend.store().get(&fw()).expect("in the copy");
+    assert_eq!(
+        copy.status.as_ref().map(|s| s.state),
+        Some(pai_contract::framework::FrameworkState::AttemptRunning)
+    );
+    assert_eq!(copy.metadata.managed_fields, None);
 }

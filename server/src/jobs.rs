@@ -123,14 +123,22 @@ pub async fn set_execution(state: &AppState, job: &Job, value: Execution) -> Res
 /// no new line.
 pub fn watch_lines(
     changes: FrameworkStream,
+    views: std::sync::Arc<crate::views::Views>,
     url: String,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
     changes
         .scan(None::<Vec<u8>>, move |previous, change| {
             let line = change.ok().flatten().and_then(|framework| {
-                let view = job_view(&framework, &url);
-                let last = view.job_status.state.is_final();
-                let mut line = serde_json::to_vec(&view).ok()?;
+                let made = views.of(&framework);
+                let (last, mut line) = if made.url == url {
+                    (made.view.job_status.state.is_final(), made.json.to_vec())
+                } else {
+                    let view = job_view(&framework, &url);
+                    (
+                        view.job_status.state.is_final(),
+                        serde_json::to_vec(&view).ok()?,
+                    )
+                };
                 line.push(b'\n');
                 Some((line, last))
             });
@@ -252,7 +260,13 @@ pub async fn list(
             "limit: {limit} is not from 1 to {MAX_PAGE}"
         )));
     }
-    let after = filter.after.as_deref().map(Position::parse).transpose()?;
+    // An empty token is the first page, as in the Kubernetes API.
+    let after = filter
+        .after
+        .as_deref()
+        .filter(|token| !token.is_empty())
+        .map(Position::parse)
+        .transpose()?;
     let user = match visible(caller, requested) {
         Visible::Nothing => {
             return Ok(Page {
@@ -265,11 +279,11 @@ pub async fn list(
     };
     let label = user.as_deref().map(pai_contract::names::label_value);
     let frameworks = state.backend.list(label.as_deref()).await?;
-    let mut ordered: Vec<(Position, &pai_contract::Framework)> = frameworks
+    let mut ordered: Vec<(Position, &std::sync::Arc<pai_contract::Framework>)> = frameworks
         .iter()
         // The label is lossy (alice and Alice share one): the annotation decides.
         .filter(|f| user.as_deref().is_none_or(|u| f.user_name() == Some(u)))
-        .map(|f| (Position::of(f), f.as_ref()))
+        .map(|f| (Position::of(f), f))
         .filter(|(p, _)| after.as_ref().is_none_or(|a| p > a))
         .collect();
     ordered.sort_by(|a, b| a.0.cmp(&b.0));
@@ -278,7 +292,8 @@ pub async fn list(
     let mut last = None;
     let mut more = false;
     for (position, framework) in ordered {
-        let view = job_view(framework, "");
+        let made = state.views.of(framework);
+        let view = &made.view;
         if filter.state.is_some_and(|s| s != view.job_status.state) {
             continue;
         }
@@ -287,8 +302,8 @@ pub async fn list(
             break;
         }
         jobs.push(JobSummary {
-            name: view.name,
-            status: view.job_status,
+            name: view.name.clone(),
+            status: view.job_status.clone(),
         });
         last = Some(position);
     }

@@ -23,6 +23,7 @@ pub mod ssh;
 pub mod state;
 pub mod store;
 pub mod tls;
+pub mod views;
 
 pub use router::{metrics_router, router};
 pub use state::{AppState, DEFAULT_BODY_LIMIT};

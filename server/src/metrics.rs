@@ -81,8 +81,11 @@ pub async fn count(State(metrics): State<Arc<Metrics>>, request: Request, next: 
 
 /// `rest_lite_jobs{state}` and `rest_lite_tasks{state}`: how many of each there are now,
 /// every state listed (0 included) so that a dashboard's series never vanish.
-pub fn render_jobs(frameworks: &[std::sync::Arc<pai_contract::Framework>]) -> String {
-    use pai_api::status::{JobState, job_view};
+pub fn render_jobs(
+    views: &crate::views::Views,
+    frameworks: &[std::sync::Arc<pai_contract::Framework>],
+) -> String {
+    use pai_api::status::JobState;
     const STATES: [JobState; 6] = [
         JobState::Waiting,
         JobState::Running,
@@ -95,7 +98,8 @@ pub fn render_jobs(frameworks: &[std::sync::Arc<pai_contract::Framework>]) -> St
     let mut tasks = [0u64; STATES.len()];
     let slot = |state: JobState| STATES.iter().position(|s| *s == state).unwrap_or(5);
     for framework in frameworks {
-        let view = job_view(framework, "");
+        let made = views.of(framework);
+        let view = &made.view;
         jobs[slot(view.job_status.state)] += 1;
         for role in view.task_roles.values() {
             for task in &role.task_statuses {

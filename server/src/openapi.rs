@@ -164,15 +164,16 @@ fn add_links(document: &mut serde_json::Value) {
     }
 }
 
-/// The names' rules and the task limits, from the constants validation uses (never
-/// written twice): on every path and query parameter that names a user, a job, a role or
-/// a task index, and on the spec's schemas.
+/// The names' rules and the limits, from the constants validation uses (never written
+/// twice): on every path and query parameter that names a user, a job, a role, a task
+/// index or a page's size, and on the spec's schemas.
 fn state_rules(document: &mut serde_json::Value) {
     use serde_json::{Value, json};
     let rule = |name: &str| match name {
         "user" | "job" | "username" => Some(schema::name_rule()),
         "role" => Some(schema::role_rule()),
         "index" => Some(json!({"minimum": 0, "maximum": MAX_TASKS_PER_ROLE - 1})),
+        "limit" => Some(json!({"minimum": 1, "maximum": crate::jobs::MAX_PAGE})),
         _ => None,
     };
     if let Some(paths) = document.get_mut("paths").and_then(Value::as_object_mut) {
@@ -263,6 +264,11 @@ mod tests {
         }
         let username = parameter(&document, "/api/v1/jobs", "username");
         assert_eq!(username["pattern"], NAME_PATTERN);
+        for list in ["/api/v1/jobs", "/api/v1/user/{user}/jobs"] {
+            let limit = parameter(&document, list, "limit");
+            assert_eq!(limit["minimum"], 1, "{list}");
+            assert_eq!(limit["maximum"], crate::jobs::MAX_PAGE, "{list}");
+        }
         assert_eq!(parameter(&document, logs, "role")["pattern"], ROLE_PATTERN);
         assert_eq!(
             parameter(&document, logs, "index")["maximum"],

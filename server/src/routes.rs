@@ -217,10 +217,18 @@ pub async fn get_job(
         )));
     }
     if !query.watch {
+        let made = state.views.of(&job.framework);
+        if made.url == job.url() {
+            return Ok((
+                [(header::CONTENT_TYPE, "application/json")],
+                made.json.clone(),
+            )
+                .into_response());
+        }
         return Ok(Json(job_view(&job.framework, &job.url())).into_response());
     }
     let changes = state.backend.watch(job.name()).await?;
-    let lines = jobs::watch_lines(changes, job.url());
+    let lines = jobs::watch_lines(changes, state.views.clone(), job.url());
     let limit = query
         .timeout_seconds
         .map_or(state.watch_limit, |s| Duration::from_secs(u64::from(s)));
@@ -356,7 +364,8 @@ pub struct PageQuery {
     /// At most this many jobs (1 to 1000); the `Link` header (`rel="next"`) then names
     /// the next page. All of them without it.
     limit: Option<usize>,
-    /// Where the previous page ended: the token its `Link` header gave.
+    /// Where the previous page ended: the token its `Link` header gave (empty: the
+    /// first page).
     #[serde(rename = "continue")]
     #[param(rename = "continue")]
     continue_: Option<String>,
@@ -589,7 +598,9 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     // The jobs as they are now; a backend that cannot list them leaves these out and
     // says so, the request counts still answer.
     match state.backend.list(None).await {
-        Ok(frameworks) => text.push_str(&super::metrics::render_jobs(&frameworks)),
+        Ok(frameworks) => {
+            text.push_str(&super::metrics::render_jobs(&state.views, &frameworks));
+        }
         Err(e) => {
             tracing::warn!(error = %e, "metrics: cannot list the jobs");
             text.push_str(

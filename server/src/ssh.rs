@@ -18,7 +18,7 @@ use pai_contract::training;
 use super::error::ApiError;
 use super::extract::Job;
 use crate::state::AppState;
-use pai_api::status::{JobState, job_view};
+use pai_api::status::JobState;
 
 /// How long the server waits for one task's sshd to greet it.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -38,7 +38,8 @@ pub async fn ssh_info(state: &AppState, job: &Job) -> Result<SshInfo, ApiError> 
         .is_some();
     let user_key = has_user_key(job);
     let user = state.backend.task_user();
-    let view = job_view(&job.framework, &job.url());
+    let made = state.views.of(&job.framework);
+    let view = &made.view;
     let mut unavailable = Vec::new();
     let mut candidates = Vec::new();
     for (role, r) in &view.task_roles {

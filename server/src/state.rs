@@ -28,6 +28,8 @@ pub struct AppState {
     /// How long a job watch lasts when the client gives no `timeoutSeconds`.
     pub watch_limit: std::time::Duration,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Jobs' views, made once per version and shared by every reader.
+    pub views: Arc<crate::views::Views>,
 }
 
 impl AppState {
@@ -48,6 +50,7 @@ impl AppState {
             metrics_elsewhere: false,
             watch_limit: std::time::Duration::from_secs(u64::from(DEFAULT_WATCH_SECONDS)),
             metrics: Default::default(),
+            views: Default::default(),
         }
     }
 }

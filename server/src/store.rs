@@ -15,6 +15,10 @@
 //! (410 Gone) lists again. A list costs the API server most: it happens once at the
 //! start and after a 410 only.
 //!
+//! The copy keeps each Framework without its `metadata.managedFields` (the API server's
+//! record of which manager set which field, several KB per object that no reader here
+//! looks at), as client-go users and kube-rs' reflector examples strip them.
+//!
 //! Health: [`Health::Listing`] until the first list completes (reads answer 503 with the
 //! reason); then [`Health::Synced`] while the watch runs; [`Health::Failing`] from the
 //! first failure until a list or a watch succeeds again. A failing copy is served for
@@ -296,7 +300,7 @@ impl Informer {
             let version = page.metadata.resource_version.clone().unwrap_or_default();
             let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
             for framework in page.items {
-                listed.insert(framework.name_any(), Arc::new(framework));
+                listed.insert(framework.name_any(), Arc::new(kept(framework)));
             }
             match next {
                 Some(token) => params = params.continue_token(&token),
@@ -359,7 +363,7 @@ impl Informer {
                 match event {
                     WatchEvent::Added(framework) | WatchEvent::Modified(framework) => {
                         *version = framework.resource_version().unwrap_or_default();
-                        let framework = Arc::new(framework);
+                        let framework = Arc::new(kept(framework));
                         shared
                             .objects
                             .write()
@@ -406,6 +410,12 @@ impl Informer {
         self.failures.store(0, Ordering::Relaxed);
         self.explain.answered();
     }
+}
+
+/// A Framework as the copy keeps it: without its managed fields.
+fn kept(mut framework: Framework) -> Framework {
+    framework.metadata.managed_fields = None;
+    framework
 }
 
 /// The list or watch failed with `error`.

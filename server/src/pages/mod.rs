@@ -24,7 +24,7 @@ use crate::error::ApiError;
 use crate::extract::Job;
 use crate::jobs;
 use crate::state::AppState;
-use pai_api::status::{JobState, job_view};
+use pai_api::status::JobState;
 use view::{Frame, Tail};
 
 /// How many tasks' last lines a job page reads (the rest: their log links).
@@ -248,7 +248,8 @@ async fn job_page(
         Ok(found) => found,
         Err(refused) => return refused.into_response(),
     };
-    let job_view = job_view(&framework, &format!("/api/v1/user/{user}/jobs/{job}"));
+    let made = state.views.of(&framework);
+    let job_view = &made.view;
     // The last lines of the first tasks that started, read side by side.
     let started: Vec<(String, u32)> = job_view
         .task_roles
@@ -298,7 +299,7 @@ async fn job_page(
             }
         })
     };
-    let mut data = view::job_page(&job_view, &mut tail_of, &caller.user, now_ms());
+    let mut data = view::job_page(job_view, &mut tail_of, &caller.user, now_ms());
     data.frame.signed_in = who(&state, &caller);
     page(StatusCode::OK, "job", &data)
 }

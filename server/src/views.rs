@@ -1,0 +1,181 @@
+//! A job's view, made once per version of its Framework and shared by every reader.
+//!
+//! The server's copy of the Frameworks hands every reader the same `Arc<Framework>`
+//! until the Framework changes (a change is a new `Arc`). So a view made from one `Arc`
+//! serves every read of that version: a job GET sends bytes made once, a list or a
+//! `/metrics` scrape reads states made once, however many clients ask. A view is kept
+//! with a [`Weak`] of the Framework it was made from: the `Weak` keeps that allocation's
+//! address from being reused (an `Arc`'s memory is freed only when its last `Weak` goes),
+//! so the address identifies the version, and a view whose Framework the copy let go is
+//! swept out.
+//!
+//! A Framework that only the caller holds (the embedded default gives a fresh `Arc` per
+//! read) can never be asked for again: its view is made and not kept.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use axum::body::Bytes;
+use pai_api::status::{JobView, job_view};
+use pai_contract::Framework;
+
+/// A job's view and its JSON, as a job GET answers it.
+pub struct Made {
+    /// The view, with its logs' URLs under [`Made::url`].
+    pub view: JobView,
+    /// The job's URL, `/api/v1/user/{user}/jobs/{job}`.
+    pub url: String,
+    /// `view` as JSON.
+    pub json: Bytes,
+}
+
+struct Kept {
+    framework: Weak<Framework>,
+    made: Arc<Made>,
+}
+
+/// Views kept by the address of the Framework they were made from.
+#[derive(Default)]
+pub struct Views {
+    kept: Mutex<HashMap<usize, Kept>>,
+    /// How many views were kept after the last sweep.
+    swept_to: std::sync::atomic::AtomicUsize,
+}
+
+/// Views kept beyond twice the last sweep's count before the next sweep.
+const SWEEP_SLACK: usize = 64;
+
+/// A job's URL in the API.
+pub fn job_url(user: &str, job: &str) -> String {
+    format!("/api/v1/user/{user}/jobs/{job}")
+}
+
+fn make(framework: &Framework) -> Made {
+    let url = job_url(
+        framework.user_name().unwrap_or_default(),
+        framework.job_name().unwrap_or(framework.name()),
+    );
+    let view = job_view(framework, &url);
+    let json = Bytes::from(serde_json::to_vec(&view).unwrap_or_default());
+    Made { view, url, json }
+}
+
+impl Views {
+    /// The view of `framework`: the one made before for this very version, or a new one.
+    pub fn of(&self, framework: &Arc<Framework>) -> Arc<Made> {
+        if Arc::strong_count(framework) == 1 {
+            return Arc::new(make(framework));
+        }
+        let key = Arc::as_ptr(framework) as usize;
+        if let Some(kept) = self.lock().get(&key) {
+            return kept.made.clone();
+        }
+        let made = Arc::new(make(framework));
+        let mut kept = self.lock();
+        kept.insert(
+            key,
+            Kept {
+                framework: Arc::downgrade(framework),
+                made: made.clone(),
+            },
+        );
+        let swept_to = self.swept_to.load(std::sync::atomic::Ordering::Relaxed);
+        if kept.len() > 2 * swept_to + SWEEP_SLACK {
+            kept.retain(|_, k| k.framework.strong_count() > 0);
+            self.swept_to
+                .store(kept.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+        made
+    }
+
+    /// How many views are kept now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Kept>> {
+        // No code holding the lock panics; a poisoned lock still has a whole map.
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pai_contract::framework::ExecutionType;
+
+    fn framework(name: &str) -> Framework {
+        let mut f: Framework = serde_json::from_value(serde_json::json!({
+            "apiVersion": "frameworkcontroller.microsoft.com/v1",
+            "kind": "Framework",
+            "metadata": {"name": name},
+            "spec": {"executionType": "Start", "taskRoles": []}
+        }))
+        .expect("a Framework");
+        f.spec.execution_type = ExecutionType::Start;
+        f
+    }
+
+    #[test]
+    fn one_version_is_made_once_and_a_new_version_anew() {
+        let views = Views::default();
+        let stored = Arc::new(framework("a"));
+        let held = stored.clone();
+        let first = views.of(&held);
+        let again = views.of(&stored);
+        assert!(Arc::ptr_eq(&first, &again), "the same version is made once");
+
+        let mut changed = (*stored).clone();
+        changed.spec.execution_type = ExecutionType::Stop;
+        let changed = Arc::new(changed);
+        let _held = changed.clone();
+        let second = views.of(&changed);
+        assert!(
+            !Arc::ptr_eq(&first, &second),
+            "a new version gets a new view"
+        );
+        assert_eq!(
+            second.json,
+            Bytes::from(serde_json::to_vec(&job_view(&changed, &second.url)).unwrap())
+        );
+    }
+
+    #[test]
+    fn a_framework_only_the_caller_holds_is_not_kept() {
+        let views = Views::default();
+        views.of(&Arc::new(framework("a")));
+        assert!(views.is_empty());
+    }
+
+    #[test]
+    fn views_of_frameworks_let_go_are_swept() {
+        let views = Views::default();
+        let live: Vec<Arc<Framework>> = (0..10)
+            .map(|i| Arc::new(framework(&format!("live-{i}"))))
+            .collect();
+        let held: Vec<Arc<Framework>> = live.clone();
+        for f in &held {
+            views.of(f);
+        }
+        for round in 0..1000 {
+            let gone = Arc::new(framework(&format!("gone-{round}")));
+            let also = gone.clone();
+            views.of(&also);
+        }
+        // Every live view is still there; of the 1,000 let go at most the slack is.
+        assert!(views.len() >= live.len());
+        assert!(
+            views.len() <= 2 * live.len() + SWEEP_SLACK + 1,
+            "{}",
+            views.len()
+        );
+        for f in &held {
+            assert!(Arc::ptr_eq(&views.of(f), &views.of(f)));
+        }
+    }
+}
