@@ -33,7 +33,8 @@ pub const ATTEMPT_ID_VAR: &str = pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID;
 pub const ATTEMPT_INSTANCE_UID_VAR: &str = pai_contract::env::fc::FRAMEWORK_ATTEMPT_INSTANCE_UID;
 
 /// frameworkbarrier's default timeout.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_TIMEOUT: Duration =
+    Duration::from_secs(pai_contract::env::barrier::DEFAULT_TIMEOUT_SEC as u64);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BarrierConfig {

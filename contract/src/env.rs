@@ -91,6 +91,8 @@ pub mod runtime {
 pub mod barrier {
     /// How long to wait for every address, in seconds.
     pub const TIMEOUT: &str = "BARRIER_CHECK_TIMEOUT_SEC";
+    /// frameworkbarrier's default of [`TIMEOUT`], in seconds.
+    pub const DEFAULT_TIMEOUT_SEC: u32 = 600;
     /// frameworkbarrier's polling period; here only a safety re-read period.
     pub const INTERVAL: &str = "BARRIER_CHECK_INTERVAL_SEC";
     /// Set by the embedded executor: wait on this Framework file, not the API server.

@@ -380,3 +380,56 @@ async fn the_table_goes_with_its_framework() {
         "owned by the Framework: the garbage collector removes it"
     );
 }
+
+/// Two replicas of the server publish side by side: each table is created once (the
+/// other replica's create is a 409, after which it reads and leaves it), never
+/// rewritten while it says the same, and says what the Framework says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_publish_each_table_once() {
+    let server = ApiServer::start().await;
+    let _one = start_publisher(&server);
+    let _two = start_publisher(&server);
+    server.watches_started(2).await;
+    let name = create(&server, "replicated");
+    start_attempt(&server, &name, 0);
+    give_every_address(&server, &name);
+    let table = published_table(&server, &name, 0).await;
+    // FrameworkController goes on rewriting the Framework; both replicas see it.
+    server.modify("frameworks", NAMESPACE, &name, |f| {
+        f["status"]["transitionTime"] = "2026-11-22T10:00:00Z".into();
+    });
+    // A marker each replica handles after the job (each handles changes in order):
+    // once both tried to create the marker's table, both are done with the job's.
+    let marker = create(&server, "marker");
+    start_attempt(&server, &marker, 0);
+    give_every_address(&server, &marker);
+    published_table(&server, &marker, 0).await;
+    let posts = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.uri.contains("/configmaps"))
+            .count()
+    };
+    // The second replica's create of the marker's table may still be on its way.
+    for _ in 0..1_000 {
+        if posts() >= 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let posts = posts();
+    assert_eq!(posts, 4, "each replica tried each of the two tables once");
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| (r.method == "PUT" || r.method == "PATCH") && r.uri.contains("/configmaps")),
+        "no table rewritten"
+    );
+    assert_eq!(
+        config_maps(&server, &name),
+        vec![published::object_name(&name)]
+    );
+    assert_eq!(published_table(&server, &name, 0).await, table);
+}

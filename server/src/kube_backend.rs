@@ -33,12 +33,28 @@ pub struct KubeBackend {
     accounts: Api<ServiceAccount>,
     roles: Api<Role>,
     bindings: Api<RoleBinding>,
+    /// PodGroups of scheduler-plugins' coscheduling and of Volcano (gang admission).
+    coscheduling_groups: Api<kube::api::DynamicObject>,
+    volcano_groups: Api<kube::api::DynamicObject>,
     /// Every Framework rest-lite made, as its one watch keeps them: what reads read.
     store: KubeStore,
     errors: Arc<ApiErrors>,
     /// The last log tails read, by pod: a page shown to many readers reads each pod's
     /// log once per [`TAIL_TTL`].
     tails: std::sync::Mutex<HashMap<String, (Instant, String)>>,
+}
+
+/// The PodGroups of `api_version` (`group/version`) in `namespace`.
+fn pod_groups(
+    client: &Client,
+    namespace: &str,
+    api_version: &str,
+) -> Api<kube::api::DynamicObject> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = kube::api::GroupVersionKind::gvk(group, version, "PodGroup");
+    let resource =
+        kube::api::ApiResource::from_gvk_with_plural(&kind, pai_translate::gang::PODGROUPS);
+    Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
 /// How long a writer waits for the server's copy to show its write (read-your-writes).
@@ -151,6 +167,12 @@ impl KubeBackend {
             secrets: Api::namespaced(client.clone(), namespace),
             accounts: Api::namespaced(client.clone(), namespace),
             roles: Api::namespaced(client.clone(), namespace),
+            coscheduling_groups: pod_groups(
+                &client,
+                namespace,
+                pai_translate::gang::COSCHEDULING_API,
+            ),
+            volcano_groups: pod_groups(&client, namespace, pai_translate::gang::VOLCANO_API),
             bindings: Api::namespaced(client, namespace),
             api,
             errors,
@@ -214,6 +236,15 @@ impl KubeBackend {
     /// name): kept when no owner has it (left by an interrupted submission) or its owner
     /// still exists (the submission then fails on the Framework's 409); made again when
     /// its owner is gone and the garbage collector has yet to remove it.
+    /// The API of `group`'s kind.
+    fn groups_of(&self, group: &pai_translate::gang::Group) -> &Api<kube::api::DynamicObject> {
+        if group.api_version == pai_translate::gang::VOLCANO_API {
+            &self.volcano_groups
+        } else {
+            &self.coscheduling_groups
+        }
+    }
+
     async fn ensure<K>(&self, api: &Api<K>, object: &K, framework: &str) -> Result<(), BackendError>
     where
         K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
@@ -305,6 +336,21 @@ impl Backend for KubeBackend {
                 .await?;
             self.ensure(&self.bindings, &access.binding, framework.name())
                 .await?;
+            // The gang engine's group comes before the pods that name it too: a pod
+            // whose group does not exist yet would be placed alone, or not at all.
+            let group = match pai_translate::gang::group(&framework) {
+                Some(group) => {
+                    let api = self.groups_of(&group);
+                    let object: kube::api::DynamicObject = serde_json::from_value(group.object)
+                        .map_err(|e| BackendError::Other(format!("the job's PodGroup: {e}")))?;
+                    if let Err(error) = self.ensure(api, &object, framework.name()).await {
+                        self.remove_access(&access).await;
+                        return Err(error);
+                    }
+                    Some((api, object.name_any()))
+                }
+                None => None,
+            };
             let created = match self.api.create(&PostParams::default(), &framework).await {
                 Ok(created) => {
                     self.answered();
@@ -315,6 +361,9 @@ impl Backend for KubeBackend {
                     if !matches!(error, BackendError::Conflict(_)) {
                         // No job of that name: what was made for it goes.
                         self.remove_access(&access).await;
+                        if let Some((api, name)) = &group {
+                            let _ = api.delete(name, &DeleteParams::background()).await;
+                        }
                     }
                     return Err(error);
                 }
@@ -329,7 +378,11 @@ impl Backend for KubeBackend {
                 self.roles.patch(&name, &params, &patch),
                 self.bindings.patch(&name, &params, &patch),
             );
-            for result in [owned.0.map(drop), owned.1.map(drop), owned.2.map(drop)] {
+            let owned_group = match &group {
+                Some((api, name)) => api.patch(name, &params, &patch).await.map(drop),
+                None => Ok(()),
+            };
+            for result in [owned.0.map(drop), owned.1.map(drop), owned.2.map(drop), owned_group] {
                 if let Err(e) = result {
                     tracing::warn!(framework = %created.name(), error = %self.error(e), "cannot make the Framework own its access objects; they stay when it is deleted");
                 }

@@ -7,6 +7,14 @@
 //! Written from the published rules, independently of the production code that should
 //! obey them: a rule both got wrong the same way would pass here.
 //!
+//! For `podgroups`, the schema of the `PodGroup` the object's `apiVersion` names, as
+//! each project's CRD publishes it: scheduler-plugins' `scheduling.x-k8s.io/v1alpha1`
+//! (`manifests/coscheduling/crd.yaml`) and Volcano's `scheduling.volcano.sh/v1beta1`
+//! (`config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml`): int32 counts,
+//! `minResources` values that are integers or quantity strings, Volcano's `queue`
+//! defaulted to `default`, and the pruning of unknown fields. A PodGroup of another
+//! group, or with none installed, is refused as the API server refuses an unknown kind.
+//!
 //! Not checked: the pod template inside a Framework beyond its shape (FrameworkController
 //! stores it as given, the API server validates the pods it creates later), other
 //! resources' schemas, admission webhooks.
@@ -91,6 +99,146 @@ enum Schema {
         nullable: bool,
     },
     Boolean,
+    /// An object whose every value has this schema (`additionalProperties`).
+    Map(Box<Schema>),
+    /// `x-kubernetes-int-or-string` with a Kubernetes quantity's pattern.
+    Quantity,
+    /// A string, `default` when absent.
+    Defaulted(&'static str),
+}
+
+const INT32: (Option<i64>, Option<i64>) = (Some(i32::MIN as i64), Some(i32::MAX as i64));
+
+fn int32() -> Schema {
+    integer(INT32.0, INT32.1)
+}
+
+fn plain_string() -> Schema {
+    Schema::String {
+        pattern: None,
+        enumeration: &[],
+        nullable: false,
+    }
+}
+
+/// The pattern of a quantity in the CRDs' `minResources`.
+pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+/// Whether `s` is a quantity by [`QUANTITY_PATTERN`].
+fn quantity(s: &str) -> bool {
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let number_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(number_end);
+    let number_ok = match number.split_once('.') {
+        None => !number.is_empty(),
+        Some((whole, fraction)) => {
+            !fraction.contains('.') && (!whole.is_empty() || !fraction.is_empty())
+        }
+    };
+    let exponent = |e: &str| {
+        let e = e.strip_prefix(['+', '-']).unwrap_or(e);
+        !e.is_empty()
+            && e.split('.').count() <= 2
+            && e.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && e != "."
+    };
+    number_ok
+        && (matches!(
+            suffix,
+            "" | "Ki"
+                | "Mi"
+                | "Gi"
+                | "Ti"
+                | "Pi"
+                | "Ei"
+                | "n"
+                | "u"
+                | "m"
+                | "k"
+                | "M"
+                | "G"
+                | "T"
+                | "P"
+                | "E"
+        ) || suffix.strip_prefix(['e', 'E']).is_some_and(exponent))
+}
+
+/// scheduler-plugins' PodGroup (`scheduling.x-k8s.io/v1alpha1`).
+fn coscheduling_pod_group() -> Schema {
+    object(vec![
+        (
+            "spec",
+            object(vec![
+                ("minMember", int32()),
+                ("minResources", Schema::Map(Box::new(Schema::Quantity))),
+                ("scheduleTimeoutSeconds", int32()),
+            ]),
+        ),
+        (
+            "status",
+            object(vec![
+                ("failed", int32()),
+                ("occupiedBy", plain_string()),
+                ("phase", plain_string()),
+                ("running", int32()),
+                ("scheduleStartTime", plain_string()),
+                ("succeeded", int32()),
+            ]),
+        ),
+    ])
+}
+
+/// Volcano's PodGroup (`scheduling.volcano.sh/v1beta1`).
+fn volcano_pod_group() -> Schema {
+    object(vec![
+        (
+            "spec",
+            object(vec![
+                ("minMember", int32()),
+                ("minResources", Schema::Map(Box::new(Schema::Quantity))),
+                ("minTaskMember", Schema::Map(Box::new(int32()))),
+                (
+                    "networkTopology",
+                    object(vec![
+                        ("highestTierAllowed", integer(None, None)),
+                        (
+                            "mode",
+                            Schema::String {
+                                pattern: None,
+                                enumeration: &["hard", "soft"],
+                                nullable: false,
+                            },
+                        ),
+                    ]),
+                ),
+                ("priorityClassName", plain_string()),
+                ("queue", Schema::Defaulted("default")),
+                ("preemptable", Schema::Boolean),
+            ]),
+        ),
+        (
+            "status",
+            object(vec![
+                (
+                    "conditions",
+                    Schema::Array(Box::new(object(vec![
+                        ("lastTransitionTime", plain_string()),
+                        ("message", plain_string()),
+                        ("reason", plain_string()),
+                        ("status", plain_string()),
+                        ("transitionID", plain_string()),
+                        ("type", plain_string()),
+                    ]))),
+                ),
+                ("failed", int32()),
+                ("phase", plain_string()),
+                ("running", int32()),
+                ("succeeded", int32()),
+            ]),
+        ),
+    ])
 }
 
 fn object(properties: Vec<(&'static str, Schema)>) -> Schema {
@@ -222,6 +370,26 @@ pub fn admit(resource: &str, object: &mut Value) -> Result<(), Invalid> {
         "configmaps" => {
             config_map(object, &mut causes);
             "ConfigMap".to_string()
+        }
+        "podgroups" => {
+            let (schema, kind) = match object["apiVersion"].as_str() {
+                Some("scheduling.x-k8s.io/v1alpha1") => {
+                    (coscheduling_pod_group(), "PodGroup.scheduling.x-k8s.io")
+                }
+                Some("scheduling.volcano.sh/v1beta1") => {
+                    (volcano_pod_group(), "PodGroup.scheduling.volcano.sh")
+                }
+                other => {
+                    causes.push(invalid(
+                        "apiVersion",
+                        &json!(other),
+                        "no PodGroup of that group and version is installed".into(),
+                    ));
+                    (self::object(Vec::new()), "PodGroup")
+                }
+            };
+            check(&schema, object, "", &mut causes);
+            kind.to_string()
         }
         "secrets" => {
             // The same key rules and size limit as a ConfigMap's; `data` values are
@@ -546,6 +714,9 @@ fn check(schema: &Schema, value: &mut Value, path: &str, causes: &mut Vec<Cause>
                     || properties.iter().any(|(name, _)| name == k)
             });
             for (name, schema) in properties {
+                if let (Schema::Defaulted(default), None) = (schema, fields.get(*name)) {
+                    fields.insert(name.to_string(), json!(default));
+                }
                 if let Some(child) = fields.get_mut(*name) {
                     check(schema, child, &join(path, name), causes);
                 }
@@ -624,6 +795,29 @@ fn check(schema: &Schema, value: &mut Value, path: &str, causes: &mut Vec<Cause>
         Schema::Boolean => {
             if !value.is_boolean() {
                 wrong_type("boolean", value, causes);
+            }
+        }
+        Schema::Map(values) => {
+            let Some(fields) = value.as_object_mut() else {
+                return wrong_type("object", value, causes);
+            };
+            for (key, child) in fields.iter_mut() {
+                check(values, child, &join(path, key), causes);
+            }
+        }
+        Schema::Quantity => match value {
+            Value::Number(n) if n.is_i64() || n.is_u64() => {}
+            Value::String(s) if quantity(s) => {}
+            Value::String(_) => causes.push(invalid(
+                path,
+                value,
+                format!("{path} in body should match '{QUANTITY_PATTERN}'"),
+            )),
+            other => wrong_type("integer or string", other, causes),
+        },
+        Schema::Defaulted(_) => {
+            if !value.is_string() {
+                wrong_type("string", value, causes);
             }
         }
     }

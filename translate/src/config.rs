@@ -47,6 +47,9 @@ pub struct ClusterConfig {
     pub pod_graceful_deletion_timeout_sec: Option<i64>,
     /// `BARRIER_CHECK_TIMEOUT_SEC` for the init container; unset: the barrier's default.
     pub barrier_timeout_sec: Option<u32>,
+    /// Gang admission: which scheduler or queue admits a job's pods all together
+    /// ([`crate::gang`]); none by default.
+    pub gang: crate::gang::GangConfig,
 }
 
 impl Default for ClusterConfig {
@@ -67,6 +70,7 @@ impl Default for ClusterConfig {
             user_log_max_bytes: 64 * 1024 * 1024,
             pod_graceful_deletion_timeout_sec: Some(1800),
             barrier_timeout_sec: None,
+            gang: Default::default(),
         }
     }
 }
@@ -169,6 +173,29 @@ impl ClusterConfig {
         if self.user_log_max_bytes == 0 {
             return invalid("userLogMaxBytes", "must be at least 1".to_string());
         }
+        let gang = &self.gang;
+        for (field, value) in [
+            ("gang.schedulerName", &gang.scheduler_name),
+            ("gang.defaultQueue", &gang.default_queue),
+            ("gang.priorityClassName", &gang.priority_class_name),
+        ] {
+            if let Some(value) = value
+                && !is_dns_label(value)
+            {
+                return invalid(
+                    field,
+                    format!(
+                        "{value:?} is not a name of lowercase letters, digits and '-' (at most 63)"
+                    ),
+                );
+            }
+        }
+        if gang.engine == crate::gang::Engine::Kueue && gang.default_queue.is_none() {
+            return invalid(
+                "gang.defaultQueue",
+                "kueue needs the LocalQueue of jobs that name no virtualCluster".to_string(),
+            );
+        }
         self.port_range
             .check()
             .map_err(|rule| ConfigError::Invalid {
@@ -207,6 +234,15 @@ mod tests {
         std::fs::write(&path, "portRange: {begin: 80, end: 90}\n").expect("write");
         let err = ClusterConfig::load(&path).expect_err("low ports");
         assert!(err.to_string().contains("portRange"), "{err}");
+        std::fs::write(&path, "gang: {engine: kueue}\n").expect("write");
+        let err = ClusterConfig::load(&path).expect_err("kueue without a queue");
+        assert!(err.to_string().contains("gang.defaultQueue"), "{err}");
+        std::fs::write(&path, "gang: {engine: slurm}\n").expect("write");
+        let err = ClusterConfig::load(&path).expect_err("unknown engine");
+        assert!(err.to_string().contains("slurm"), "{err}");
+        std::fs::write(&path, "gang: {engine: volcano, defaultQueue: Team_A}\n").expect("write");
+        let err = ClusterConfig::load(&path).expect_err("queue name");
+        assert!(err.to_string().contains("gang.defaultQueue"), "{err}");
         std::fs::write(&path, "namespace: jobs\nhostNetwork: true\n").expect("write");
         let config = ClusterConfig::load(&path).expect("valid");
         assert!(config.host_network);

@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod env;
+pub mod gang;
 pub mod ports;
 pub mod spec;
 pub mod transform;

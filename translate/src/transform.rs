@@ -55,6 +55,8 @@ struct JobParts<'a> {
     selection: String,
     env: Vec<(String, String)>,
     labels: BTreeMap<String, String>,
+    /// What the gang engine reads on every pod.
+    gang: crate::gang::PodMarks,
 }
 
 /// Builds Frameworks for one cluster configuration.
@@ -97,6 +99,12 @@ impl Transformer {
                     meta::MANAGED_BY.to_string(),
                 ),
             ]),
+            gang: crate::gang::pod_marks(
+                &self.config.gang,
+                &name,
+                self.config.gang.queue(spec.virtual_cluster()),
+                spec.roles().iter().map(TaskRole::task_number).sum(),
+            ),
         };
         let task_roles = spec
             .roles()
@@ -286,17 +294,23 @@ impl Transformer {
             },
             None => empty_dir(LOGS_VOLUME, None, None),
         };
+        let mut labels = job.labels.clone();
+        labels.extend(job.gang.labels.clone());
+        let mut annotations = BTreeMap::from([(
+            meta::ANNOTATION_ROLE.to_string(),
+            role.name().as_str().to_string(),
+        )]);
+        annotations.extend(job.gang.annotations.clone());
         PodTemplateSpec {
             metadata: Some(ObjectMeta {
-                labels: Some(job.labels.clone()),
-                annotations: Some(BTreeMap::from([(
-                    meta::ANNOTATION_ROLE.to_string(),
-                    role.name().as_str().to_string(),
-                )])),
+                labels: Some(labels),
+                annotations: Some(annotations),
                 ..ObjectMeta::default()
             }),
             spec: Some(PodSpec {
                 restart_policy: Some("Never".to_string()),
+                scheduler_name: job.gang.scheduler_name.clone(),
+                priority_class_name: job.gang.priority_class_name.clone(),
                 // The job's own account, which may read the job's Framework and peer
                 // table and nothing else; no token is mounted into the user's container.
                 service_account_name: Some(access::job_account(job.name)),

@@ -29,6 +29,8 @@ pub struct JobSpec {
     retry_count: u32,
     legacy: LegacyDirs,
     framework_env: pai_contract::training::Selection,
+    /// OpenPAI's `virtualCluster`: the queue the gang engine admits the job from.
+    virtual_cluster: Option<String>,
 }
 
 /// The legacy directory fields, exported as `PAI_DATA_DIR`, `PAI_OUTPUT_DIR`, `PAI_CODE_DIR`
@@ -110,6 +112,11 @@ impl JobSpec {
         &self.legacy
     }
     /// What the runtime derives for training programs (`frameworkEnv`; all without it).
+    /// The queue the spec names (`virtualCluster`), a DNS label.
+    pub fn virtual_cluster(&self) -> Option<&str> {
+        self.virtual_cluster.as_deref()
+    }
+
     pub fn framework_env(&self) -> &pai_contract::training::Selection {
         &self.framework_env
     }

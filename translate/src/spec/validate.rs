@@ -125,7 +125,24 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
             *slot = s.to_string();
         }
     }
-    for key in ["virtualCluster", "gpuType", "authFile"] {
+    // OpenPAI's queue: the gang engine's queue (a Volcano Queue, a Kueue LocalQueue),
+    // whose names are DNS labels.
+    let mut virtual_cluster = None;
+    if let Some((v, p)) = obj.optional("virtualCluster")
+        && let Some(s) = reader::string(v, &p, &mut errors)
+    {
+        if pai_contract::names::is_dns_label(s) {
+            virtual_cluster = Some(s.to_string());
+        } else {
+            errors.push(
+                &p,
+                format!(
+                    "{s:?} is not a queue name: lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit"
+                ),
+            );
+        }
+    }
+    for key in ["gpuType", "authFile"] {
         if let Some((v, p)) = obj.optional(key) {
             reader::string(v, &p, &mut errors);
         }
@@ -162,6 +179,7 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
                 retry_count,
                 legacy,
                 framework_env: selection,
+                virtual_cluster,
             })
         }
         // Every reader that returns None has recorded why.
