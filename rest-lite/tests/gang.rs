@@ -10,9 +10,9 @@ mod common;
 use std::sync::Arc;
 
 use pai_client::Client;
+use pai_server::AppState;
 use pai_server::auth::Access;
 use pai_server::kube_backend::KubeBackend;
-use pai_server::{AppState, router};
 use pai_test_support::ApiServer;
 use pai_test_support::rbac::{Attributes, allows};
 use pai_translate::config::ClusterConfig;
@@ -50,12 +50,7 @@ async fn serve(api: &ApiServer, gang: GangConfig) -> Client {
         },
         Access::Open,
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, router(state)).await });
-    Client::new(&url, None)
+    common::serve_in_process(state).await
 }
 
 fn engine(engine: Engine) -> GangConfig {

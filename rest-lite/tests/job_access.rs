@@ -14,10 +14,10 @@ use std::time::Duration;
 use pai_barrier::{Attempt, BarrierConfig, Source, kube_source, published};
 use pai_client::Client;
 use pai_contract::access;
+use pai_server::AppState;
 use pai_server::auth::Access;
 use pai_server::kube_backend::KubeBackend;
 use pai_server::publisher::Publisher;
-use pai_server::{AppState, router};
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{set_all_addresses, set_attempt};
 use pai_test_support::rbac::{Attributes, allows, covers};
@@ -54,12 +54,7 @@ async fn serve(api: &ApiServer) -> Client {
         },
         Access::Open,
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, router(state)).await });
-    Client::new(&url, None)
+    common::serve_in_process(state).await
 }
 
 /// The rules of the Role named `name` in the multi-document YAML `text`.

@@ -9,6 +9,17 @@ mod spec;
 #[allow(unused_imports)]
 pub use spec::*;
 
+/// The jobs API of `state` on a free loopback port, served in the background, and a
+/// client of it.
+pub async fn serve_in_process(state: pai_server::AppState) -> pai_client::Client {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, pai_server::router(state)).await });
+    pai_client::Client::new(&url, None)
+}
+
 /// A log the client streams, read to its end as text.
 pub async fn read_all(mut stream: pai_client::Chunks) -> String {
     use futures::StreamExt;
