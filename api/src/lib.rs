@@ -7,3 +7,4 @@ pub mod path;
 pub mod ssh;
 pub mod status;
 pub mod time;
+pub mod waiting;

@@ -80,6 +80,11 @@ pub struct JobStatus {
     #[serde(default)]
     pub running_task_number: u32,
     pub total_task_role_number: usize,
+    /// Why the job waits and since when, while it is `WAITING`: in the words of what
+    /// holds it (the gang scheduler, the queue, the scheduler's verdict on its pods, this
+    /// machine's task slots) or, when nothing says more, of its Framework's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<crate::waiting::Waiting>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -117,7 +122,7 @@ pub struct TaskView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `Submitted`, `Running`, `Succeeded`, `Failed` or `Stopped`.
+    /// `Submitted`, `Admitted`, `Running`, `Succeeded`, `Failed` or `Stopped`.
     #[serde(rename = "type")]
     pub kind: String,
     /// `True` or `False`.
@@ -129,11 +134,7 @@ pub struct Condition {
     pub last_transition_time: String,
 }
 
-/// Epoch milliseconds of an RFC 3339 time.
-fn millis(time: Option<&str>) -> Option<i64> {
-    time.and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .map(|t| t.as_millisecond())
-}
+use crate::waiting::{Waiting, millis};
 
 /// The user-facing state of a Framework.
 pub fn job_state(framework: &Framework) -> JobState {
@@ -198,8 +199,15 @@ fn task_state(task: &TaskStatus, stopping: bool) -> JobState {
     }
 }
 
-/// The job as OpenPAI shows it. `logs_base` is the job's URL (`/api/v1/user/u/jobs/j`).
+/// The job as OpenPAI shows it, from its Framework alone. `logs_base` is the job's URL
+/// (`/api/v1/user/u/jobs/j`).
 pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
+    job_view_held(framework, logs_base, None)
+}
+
+/// The job as OpenPAI shows it; `held`: why it waits, as what holds it says (the
+/// Framework's own state speaks when that is `None`). Used only while it is `WAITING`.
+pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiting>) -> JobView {
     let name = framework.job_name().unwrap_or(framework.name()).to_string();
     let username = framework.user_name().unwrap_or_default().to_string();
     let state = job_state(framework);
@@ -322,6 +330,11 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
         total_task_number: total_tasks,
         running_task_number,
         total_task_role_number: framework.spec.task_roles.len(),
+        waiting: (state == JobState::Waiting).then(|| {
+            held.cloned().unwrap_or_else(|| {
+                crate::waiting::of_framework(framework, running_task_number, total_tasks)
+            })
+        }),
     };
     let conditions = conditions(framework, &job_status);
     JobView {
@@ -373,6 +386,33 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
         let on = finished(state);
         cond(kind, on, reason, message, since(on, ended.clone(), None))
     };
+    let admitted = match &job.waiting {
+        Some(waiting) => cond(
+            "Admitted",
+            false,
+            waiting.reason.clone(),
+            waiting.message.clone(),
+            waiting
+                .since
+                .map(crate::time::iso)
+                .unwrap_or_else(|| created.clone()),
+        ),
+        None => {
+            let ran = attempt.and_then(|a| a.run_time.clone());
+            let on = ran.is_some() || job.state == JobState::Running;
+            cond(
+                "Admitted",
+                on,
+                if on { "Admitted" } else { "NotRun" }.into(),
+                if on {
+                    "every task was placed and started".into()
+                } else {
+                    "the job ended before its tasks ran".into()
+                },
+                since(on, ran, None),
+            )
+        }
+    };
     let running = job.state == JobState::Running;
     let run_time = attempt.and_then(|a| a.run_time.clone());
     let running_since = since(running, run_time.clone(), run_time.and(ended.clone()));
@@ -384,6 +424,7 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
             "the Framework was created".into(),
             created.clone(),
         ),
+        admitted,
         cond(
             "Running",
             running,

@@ -112,6 +112,7 @@ fn every_condition_has_a_transition_time() {
         transition_times(&waiting),
         [
             ("Submitted", "True", CREATED),
+            ("Admitted", "False", CREATED),
             ("Running", "False", CREATED),
             ("Succeeded", "False", CREATED),
             ("Failed", "False", CREATED),
@@ -129,6 +130,7 @@ fn every_condition_has_a_transition_time() {
         transition_times(&failed_after_running),
         [
             ("Submitted", "True", CREATED),
+            ("Admitted", "True", RAN),
             ("Running", "False", ENDED),
             ("Succeeded", "False", CREATED),
             ("Failed", "True", ENDED),
@@ -146,6 +148,7 @@ fn every_condition_has_a_transition_time() {
         transition_times(&stopped_before_running),
         [
             ("Submitted", "True", CREATED),
+            ("Admitted", "False", CREATED),
             ("Running", "False", CREATED),
             ("Succeeded", "False", CREATED),
             ("Failed", "False", CREATED),
@@ -224,4 +227,45 @@ fn the_view_serialises_in_openpai_shape() {
     assert_eq!(json["taskRoles"]["ps"]["taskRoleStatus"]["name"], "ps");
     assert!(json["taskRoles"]["ps"]["taskStatuses"][0]["containerPorts"]["http"].is_string());
     assert_eq!(json["conditions"][0]["type"], "Submitted");
+}
+
+#[test]
+fn a_waiting_job_says_what_holds_it_and_a_running_one_nothing() {
+    let held = pai_api::waiting::Waiting {
+        reason: "Unschedulable".into(),
+        message: "6 of 6 pods cannot be placed: 0/2 nodes are available".into(),
+        since: Some(1_767_225_660_000),
+    };
+    let view = pai_api::status::job_view_held(&framework(|_| {}), BASE, Some(&held));
+    assert_eq!(view.job_status.state, JobState::Waiting);
+    assert_eq!(view.job_status.waiting.as_ref(), Some(&held));
+    let admitted = view
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Admitted")
+        .expect("Admitted");
+    assert_eq!(
+        (
+            admitted.status.as_str(),
+            admitted.reason.as_str(),
+            admitted.message.as_str(),
+            admitted.last_transition_time.as_str()
+        ),
+        (
+            "False",
+            "Unschedulable",
+            "6 of 6 pods cannot be placed: 0/2 nodes are available",
+            "2026-01-01T00:01:00Z"
+        )
+    );
+    // Nothing said: the Framework's own state speaks, and is not a hold.
+    let own = job_view(&framework(|_| {}), BASE)
+        .job_status
+        .waiting
+        .expect("waiting");
+    assert!(!own.is_held(), "{own}");
+    // A job that ran is not waiting, whatever is said beside it.
+    let done =
+        pai_api::status::job_view_held(&framework(|v| completed(v, 0, None)), BASE, Some(&held));
+    assert_eq!(done.job_status.waiting, None);
 }

@@ -185,6 +185,9 @@ pub struct RetryPolicyStatus {
     pub retry_delay_sec: Option<i64>,
 }
 
+/// The label FrameworkController puts on every pod it makes: the Framework's name.
+pub const LABEL_FRAMEWORK_NAME: &str = "FC_FRAMEWORK_NAME";
+
 /// The ConfigMap FrameworkController makes for a Framework's attempts:
 /// `<framework>-attempt` (its name never changes between attempts).
 pub fn attempt_config_map(framework: &str) -> String {

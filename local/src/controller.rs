@@ -140,6 +140,8 @@ pub(super) async fn drive(
         timer: None,
         placing_since: None,
         started: None,
+        held: None,
+        waiter: None,
     };
     let mut events = vec![Event::Resumed];
     // Deletions asked for in this batch of events, answered once it is carried out.
@@ -160,6 +162,7 @@ pub(super) async fn drive(
                 .collect()
         };
         let next = driver.carry_out(effects).await;
+        driver.settle();
         if !deletions.is_empty() {
             // Saved (and invisible) now: tell watchers, then the callers.
             job.changed.send_modify(|v| *v += 1);
@@ -181,7 +184,24 @@ pub(super) async fn drive(
                 None => std::future::pending().await,
             }
         };
+        let admitted = async {
+            match driver.waiter.as_mut() {
+                Some(waiter) => waiter.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            held = admitted => {
+                driver.waiter = None;
+                job.set_queued(None);
+                match held {
+                    Some(held) => {
+                        driver.held = Some(held);
+                        events.push(driver.place_now());
+                    }
+                    None => events.push(not_started("this machine's task slots are closed".into())),
+                }
+            }
             Some(report) = reports.recv() => {
                 driver.observe(&report);
                 events.push(report_event(report));
@@ -265,6 +285,11 @@ struct Driver<'a> {
     placing_since: Option<std::time::Instant>,
     /// The attempt whose tasks were started, and when it started.
     started: Option<(i32, std::time::Instant)>,
+    /// This machine's task slots the current attempt holds (every task's), from its
+    /// placement until each of its tasks has ended.
+    held: Option<crate::slots::Held>,
+    /// The attempt's place in the queue for slots, while it waits.
+    waiter: Option<crate::slots::Waiter>,
 }
 
 impl Driver<'_> {
@@ -294,16 +319,30 @@ impl Driver<'_> {
                         events.push(not_started(format!("the attempt could not be saved: {e}")));
                         continue;
                     }
-                    match place(self.inner, self.job) {
-                        Ok((placements, launches)) => {
-                            self.placed = launches;
-                            events.push(Event::Placed(placements));
-                        }
-                        Err(message) => {
-                            tracing::error!(job = %name, %message, "cannot start the attempt");
-                            events.push(not_started(message));
+                    if self.held.is_none() {
+                        let tasks = self
+                            .job
+                            .framework()
+                            .spec
+                            .task_roles
+                            .iter()
+                            .map(|r| r.tasks())
+                            .sum();
+                        match self.inner.slots.ask(tasks).await {
+                            crate::slots::Asked::Held(held) => self.held = Some(held),
+                            crate::slots::Asked::Queued(waiter, queued) => {
+                                tracing::info!(job = %name, tasks, "queued for this machine's task slots");
+                                self.waiter = Some(waiter);
+                                self.job.set_queued(Some(queued));
+                                continue;
+                            }
+                            crate::slots::Asked::TooMany(message) => {
+                                events.push(not_started(message));
+                                continue;
+                            }
                         }
                     }
+                    events.push(self.place_now());
                 }
                 Effect::Launch => {
                     // The attempt (addresses, pods) is on disk before any task starts: a
@@ -353,6 +392,36 @@ impl Driver<'_> {
             tracing::error!(job = %name, error = %e, "cannot save the job");
         }
         Next::Events(events)
+    }
+
+    /// Places the current attempt's tasks (its slots are held): the event that says so.
+    fn place_now(&mut self) -> Event {
+        match place(self.inner, self.job) {
+            Ok((placements, launches)) => {
+                self.placed = launches;
+                Event::Placed(placements)
+            }
+            Err(message) => {
+                tracing::error!(job = %self.job.name(), %message, "cannot start the attempt");
+                not_started(message)
+            }
+        }
+    }
+
+    /// After a batch: an attempt that no longer waits to be placed (stopped, deleted)
+    /// leaves the queue; one whose tasks have all ended gives its slots back.
+    fn settle(&mut self) {
+        use pai_contract::framework::FrameworkState;
+        let state = self.job.framework().status.as_ref().map(|s| s.state);
+        if state != Some(FrameworkState::AttemptCreationPending) && self.waiter.take().is_some() {
+            self.job.set_queued(None);
+        }
+        if matches!(
+            state,
+            None | Some(FrameworkState::AttemptCompleted | FrameworkState::Completed)
+        ) {
+            self.held = None;
+        }
     }
 
     /// Saves now if anything is unsaved: the result of a durable save matters.

@@ -29,6 +29,8 @@ pub(crate) struct Job {
     pub(crate) commands: mpsc::UnboundedSender<Command>,
     /// Its processes and files are gone and its name is free.
     pub(crate) gone: std::sync::atomic::AtomicBool,
+    /// Why it waits for this machine's task slots, while it does.
+    pub(crate) queued: Mutex<Option<crate::slots::Queued>>,
 }
 
 impl Job {
@@ -44,6 +46,23 @@ impl Job {
     /// still taken until its processes and files are gone.
     pub(crate) fn is_deleting(&self) -> bool {
         self.framework().metadata.deletion_timestamp.is_some()
+    }
+
+    /// Says why it waits for slots (`None`: it does not); its watchers are told.
+    pub(crate) fn set_queued(&self, queued: Option<crate::slots::Queued>) {
+        let mut now = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        if *now != queued {
+            *now = queued;
+            drop(now);
+            self.changed.send_modify(|v| *v += 1);
+        }
+    }
+
+    pub(crate) fn queued(&self) -> Option<crate::slots::Queued> {
+        self.queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn is_gone(&self) -> bool {
@@ -62,6 +81,8 @@ pub(crate) struct Inner {
     /// Where tasks' processes are started.
     pub(crate) spawner: procs::Spawner,
     pub(crate) jobs: Mutex<BTreeMap<String, Arc<Job>>>,
+    /// This machine's task slots, held by running attempts.
+    pub(crate) slots: crate::slots::Slots,
     /// Job directories that could not be read at start, by name, with the reason: their
     /// names stay taken (a new job would overwrite what may still be recovered).
     pub(crate) unreadable: Mutex<BTreeMap<String, String>>,

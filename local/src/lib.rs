@@ -22,6 +22,7 @@ pub mod policy;
 pub mod ports;
 pub mod procs;
 mod settings;
+mod slots;
 pub mod store;
 pub mod task;
 
@@ -39,6 +40,7 @@ use store::Store;
 
 pub use error::{Error, FrameworkStream, LogStream};
 pub use settings::{Assets, RUNTIME_COMMAND, Settings, default_max_tasks, default_state_dir};
+pub use slots::Queued;
 
 /// Variables of the server's environment every task gets (a pod gets its image's).
 const HOST_ENV: &[&str] = &[
@@ -75,6 +77,7 @@ impl Machine {
             .collect();
         let spawner = procs::Spawner::start(SPAWNING_THREADS)
             .map_err(|e| Error::Other(format!("cannot start the spawning threads: {e}")))?;
+        let slots = slots::Slots::new(settings.max_tasks);
         let inner = Arc::new(Inner {
             store: store.clone(),
             settings,
@@ -83,6 +86,7 @@ impl Machine {
             host_env,
             spawner,
             jobs: Mutex::new(BTreeMap::new()),
+            slots,
             unreadable: Mutex::new(BTreeMap::new()),
         });
         let (frameworks, unreadable) = tokio::task::spawn_blocking(move || store.load_all())
@@ -152,6 +156,7 @@ fn insert(
         changed: watch::channel(0).0,
         commands,
         gone: false.into(),
+        queued: Default::default(),
     });
     jobs.insert(name, job.clone());
     Ok((job, receiver))
@@ -234,6 +239,11 @@ impl Machine {
     /// The Framework `name` as it is now.
     pub fn get(&self, name: &str) -> Option<Framework> {
         self.inner.visible(name).map(|j| j.framework().clone())
+    }
+
+    /// Why job `name` waits for this machine's task slots, while it does.
+    pub fn queued(&self, name: &str) -> Option<Queued> {
+        self.inner.visible(name)?.queued()
     }
 
     /// Every Framework of `user` (by its label), or of everybody.

@@ -1,14 +1,19 @@
 //! Gang admission (#23) on the in-process API server, which checks each PodGroup against
 //! its project's published CRD schema: for coscheduling and Volcano, the group a
 //! submission creates (before its Framework, then owned by it) and what its pods carry;
-//! for Kueue, the pods' labels alone; the queue from `virtualCluster`; a bad queue name
-//! refused at submission; `none` unchanged; every request the server made allowed by
-//! `deploy/rest-lite/rbac.yaml`.
+//! for Kueue, the pods' labels alone; the queue from `virtualCluster`; a bad queue name,
+//! a queue the cluster does not have and a closed one refused at submission; `none`
+//! unchanged; WAITING with the reason each engine's status gives (and the scheduler's
+//! verdict on the pods), gone once the job is placed; every request the server made
+//! allowed by `deploy/rest-lite/rbac.yaml` (and the ClusterRole of
+//! `rbac-volcano-queues.yaml` for Volcano's cluster-wide queues).
 
 mod common;
 
 use std::sync::Arc;
 
+use futures::StreamExt;
+use pai_api::status::JobView;
 use pai_client::Client;
 use pai_server::AppState;
 use pai_server::auth::Access;
@@ -40,8 +45,9 @@ fn spec(queue: Option<&str>) -> String {
 async fn serve(api: &ApiServer, gang: GangConfig) -> Client {
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let engine = gang.engine;
     let state = AppState::new(
-        Arc::new(KubeBackend::start(client, NS, &api.url())),
+        Arc::new(KubeBackend::start(client.clone(), NS, &api.url()).admitting(client, NS, engine)),
         ClusterConfig {
             namespace: NS.into(),
             barrier_timeout_sec: Some(900),
@@ -89,22 +95,90 @@ fn assert_owned_by(object: &Value, framework: &Value) {
     assert_eq!(owners[0]["kind"], "Framework");
 }
 
-fn assert_rbac_allows_everything(api: &ApiServer) {
-    let text = std::fs::read_to_string(common::repo_root().join("deploy/rest-lite/rbac.yaml"))
-        .expect("rbac.yaml");
-    let rules: Vec<Value> = text
-        .split("\n---\n")
+/// The rules of the `kind` named `name` in `deploy/rest-lite/{file}`.
+fn rules(file: &str, kind: &str, name: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(common::repo_root().join("deploy/rest-lite").join(file))
+        .expect("an RBAC file");
+    text.split("\n---\n")
         .map(|doc| serde_saphyr::from_str::<Value>(doc).expect("YAML"))
-        .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == "rest-lite")
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
         .and_then(|role| role["rules"].as_array().cloned())
-        .expect("the server's Role");
+        .expect("the rules")
+}
+
+fn assert_rbac_allows_everything(api: &ApiServer) {
+    let role = rules("rbac.yaml", "Role", "rest-lite");
+    let cluster = rules(
+        "rbac-volcano-queues.yaml",
+        "ClusterRole",
+        "rest-lite-volcano-queues",
+    );
     for request in api.requests() {
-        let attributes = Attributes::of(&request.method, &request.uri).expect("namespaced");
+        let attributes = Attributes::of(&request.method, &request.uri).expect("a resource");
+        // A Role grants nothing cluster-wide: those requests need the ClusterRole.
+        let rules = if attributes.namespace.is_empty() {
+            &cluster
+        } else {
+            &role
+        };
         assert!(
-            allows(&rules, &attributes),
-            "deploy/rest-lite/rbac.yaml does not allow {request:?}"
+            allows(rules, &attributes),
+            "deploy/rest-lite/ does not allow {request:?}"
         );
     }
+}
+
+/// The job's views from now on, until one `done` accepts (which is returned).
+async fn until(
+    changes: &mut futures::stream::BoxStream<'static, Result<JobView, pai_client::ClientError>>,
+    done: impl Fn(&JobView) -> bool,
+) -> JobView {
+    let wait = async {
+        loop {
+            let view = changes
+                .next()
+                .await
+                .expect("the watch goes on")
+                .expect("a view");
+            if done(&view) {
+                return view;
+            }
+        }
+    };
+    // A bound against a hang only: the views come as the test changes the objects.
+    tokio::time::timeout(std::time::Duration::from_secs(60), wait)
+        .await
+        .expect("the awaited view")
+}
+
+/// A pod FrameworkController made for task `index` of Framework `framework`, pending:
+/// the scheduler could not place it, in `message`.
+fn pending_pod(framework: &str, index: u32, reason: &str, message: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("{framework}-worker-{index}"), "labels": {
+            "app.kubernetes.io/managed-by": "rest-lite", "FC_FRAMEWORK_NAME": framework}},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": reason, "message": message, "lastTransitionTime": "2026-11-25T10:00:00Z"}]},
+    })
+}
+
+fn waiting_of(view: &JobView) -> (&str, &str) {
+    view.job_status
+        .waiting
+        .as_ref()
+        .map_or(("", ""), |w| (w.reason.as_str(), w.message.as_str()))
+}
+
+fn volcano_queue(name: &str, state: &str) -> Value {
+    json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+        "metadata": {"name": name}, "spec": {"weight": 1}, "status": {"state": state}})
+}
+
+fn local_queue(name: &str) -> Value {
+    json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+        "metadata": {"name": name}, "spec": {"clusterQueue": "cluster"}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,6 +233,7 @@ async fn volcano_a_pod_group_in_the_queue_the_spec_names() {
         ..engine(Engine::Volcano)
     };
     let client = serve(&api, config).await;
+    api.create("queues", "", volcano_queue("team-a", "Open"));
     let framework = submit(&api, &client, Some("team-a")).await;
     let name = framework["metadata"]["name"].as_str().expect("name");
     let group = api.get("podgroups", NS, name).expect("the PodGroup");
@@ -188,6 +263,7 @@ async fn kueue_labels_the_pods_of_one_group_in_a_local_queue_and_makes_no_object
         ..engine(Engine::Kueue)
     };
     let client = serve(&api, config).await;
+    api.create("localqueues", NS, local_queue("research"));
     let framework = submit(&api, &client, None).await;
     let name = framework["metadata"]["name"].as_str().expect("name");
     for (meta, pod) in pods(&framework) {
@@ -266,4 +342,205 @@ fn the_test_api_server_refuses_what_the_pod_group_crds_refuse() {
             invalid.message()
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coscheduling_a_waiting_job_says_what_its_group_and_the_scheduler_say() {
+    let api = ApiServer::start().await;
+    let client = serve(&api, engine(Engine::Coscheduling)).await;
+    let framework = submit(&api, &client, None).await;
+    let name = framework["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    let mut changes = client.watch("alice", "train").await.expect("watch");
+    // A group the plugin has not looked at yet is pending.
+    let first = until(&mut changes, |v| waiting_of(v).0 == "Pending").await;
+    assert_eq!(
+        waiting_of(&first).1,
+        "the coscheduling plugin places all 6 pods together or none (0 running)"
+    );
+
+    // FrameworkController made the pods; the plugin holds the group, the scheduler
+    // says why two of them cannot be placed.
+    api.modify("podgroups", NS, &name, |g| {
+        g["status"] = json!({"phase": "Pending", "running": 0});
+    });
+    for index in 0..2 {
+        api.create(
+            "pods",
+            NS,
+            pending_pod(
+                &name,
+                index,
+                "Unschedulable",
+                "0/2 nodes are available: 2 Insufficient cpu.",
+            ),
+        );
+    }
+    let view = until(&mut changes, |v| waiting_of(v).1.contains("2 of 6 pods")).await;
+    let (reason, message) = waiting_of(&view);
+    assert_eq!(reason, "Pending");
+    assert_eq!(
+        message,
+        "the coscheduling plugin places all 6 pods together or none (0 running); 2 of 6 pods cannot be placed: 0/2 nodes are available: 2 Insufficient cpu."
+    );
+    assert_eq!(view.job_status.state, pai_api::status::JobState::Waiting);
+    let since = view.job_status.waiting.as_ref().and_then(|w| w.since);
+    assert_eq!(since, Some(1_795_600_800_000), "since the pods' verdict");
+    let admitted = view
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Admitted")
+        .expect("an Admitted condition");
+    assert_eq!(
+        (admitted.status.as_str(), admitted.reason.as_str()),
+        ("False", "Pending")
+    );
+    assert_eq!(admitted.last_transition_time, "2026-11-25T10:00:00Z");
+
+    // Placed: the group is scheduled, the pods leave Pending (and the watch of pending
+    // pods): nothing holds the job any more.
+    api.modify("podgroups", NS, &name, |g| {
+        g["status"]["phase"] = json!("Scheduled")
+    });
+    for index in 0..2 {
+        api.modify("pods", NS, &format!("{name}-worker-{index}"), |p| {
+            p["status"] = json!({"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]});
+        });
+    }
+    let view = until(&mut changes, |v| {
+        v.job_status.waiting.as_ref().is_some_and(|w| !w.is_held())
+    })
+    .await;
+    assert_eq!(waiting_of(&view).0, "Submitted");
+    assert_rbac_allows_everything(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volcano_a_waiting_job_says_what_its_groups_condition_says_and_queues_are_checked() {
+    let api = ApiServer::start().await;
+    let client = serve(&api, engine(Engine::Volcano)).await;
+    // The queue must exist, and be open.
+    for (queue, refusal) in [
+        ("missing", "the cluster has no Volcano queue named missing"),
+        ("closed", "Volcano queue closed is Closed"),
+    ] {
+        if queue == "closed" {
+            api.create("queues", "", volcano_queue("closed", "Closed"));
+        }
+        let error = client
+            .submit("alice", &spec(Some(queue)), SpecFormat::Json)
+            .await
+            .expect_err("refused");
+        let text = error.to_string();
+        assert!(
+            text.contains("virtualCluster") && text.contains(refusal),
+            "{text}"
+        );
+    }
+    assert!(
+        !api.requests().iter().any(|r| r.method == "POST"),
+        "a refused job makes nothing"
+    );
+    api.create("queues", "", volcano_queue("default", "Open"));
+    let framework = submit(&api, &client, None).await;
+    let name = framework["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    let mut changes = client.watch("alice", "train").await.expect("watch");
+    api.modify("podgroups", NS, &name, |g| {
+        g["status"] = json!({"phase": "Inqueue", "conditions": [{"type": "Unschedulable", "status": "True",
+            "reason": "NotEnoughResources", "transitionID": "t1",
+            "message": "6/6 tasks in gang unschedulable: pod group is not ready, 6 Pending, 6 minAvailable; Pending: 6 Unschedulable",
+            "lastTransitionTime": "2026-11-25T10:00:00Z"}]});
+    });
+    // Volcano's scheduler says it on the pods too: not repeated.
+    api.create(
+        "pods",
+        NS,
+        pending_pod(
+            &name,
+            0,
+            "Unschedulable",
+            "pod group is not ready, 6 Pending, 6 minAvailable",
+        ),
+    );
+    let view = until(&mut changes, |v| waiting_of(v).0 == "NotEnoughResources").await;
+    assert_eq!(
+        waiting_of(&view).1,
+        "6/6 tasks in gang unschedulable: pod group is not ready, 6 Pending, 6 minAvailable; Pending: 6 Unschedulable"
+    );
+    assert_rbac_allows_everything(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueue_a_waiting_job_says_what_its_workload_says_and_local_queues_are_checked() {
+    let api = ApiServer::start().await;
+    let config = GangConfig {
+        default_queue: Some("research".into()),
+        ..engine(Engine::Kueue)
+    };
+    let client = serve(&api, config).await;
+    let error = client
+        .submit("alice", &spec(Some("nobody")), SpecFormat::Json)
+        .await
+        .expect_err("refused");
+    let text = error.to_string();
+    assert!(
+        text.contains("virtualCluster") && text.contains("no Kueue LocalQueue named nobody"),
+        "{text}"
+    );
+    api.create("localqueues", NS, local_queue("research"));
+    let framework = submit(&api, &client, None).await;
+    let name = framework["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    let mut changes = client.watch("alice", "train").await.expect("watch");
+    // Kueue gates the pods until it admits their Workload (named after their group).
+    api.create(
+        "pods",
+        NS,
+        pending_pod(
+            &name,
+            0,
+            "SchedulingGated",
+            "Scheduling is blocked due to non-empty scheduling gates",
+        ),
+    );
+    let gated = until(&mut changes, |v| waiting_of(v).0 == "SchedulingGated").await;
+    assert!(
+        waiting_of(&gated)
+            .1
+            .starts_with("1 of 6 pods are gated until their queue admits them"),
+        "{:?}",
+        waiting_of(&gated)
+    );
+    api.create(
+        "workloads",
+        NS,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+            "metadata": {"name": name}, "spec": {"queueName": "research"},
+            "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                "message": "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default, 4 more needed",
+                "lastTransitionTime": "2026-11-25T10:00:00Z"}]}}),
+    );
+    let view = until(&mut changes, |v| {
+        waiting_of(v).1.contains("insufficient unused quota")
+    })
+    .await;
+    assert_eq!(waiting_of(&view).0, "Pending");
+    // Admitted: Kueue lifts the gates; the Workload says so.
+    api.modify("workloads", NS, &name, |w| {
+        w["status"]["conditions"] = json!([{"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"}]);
+    });
+    api.delete("pods", NS, &format!("{name}-worker-0"));
+    let view = until(&mut changes, |v| {
+        v.job_status.waiting.as_ref().is_some_and(|w| !w.is_held())
+    })
+    .await;
+    assert_eq!(waiting_of(&view).0, "Submitted");
+    assert_rbac_allows_everything(&api);
 }

@@ -370,3 +370,95 @@ async fn a_job_larger_than_the_machine_takes_is_refused_naming_the_limit() {
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waits_whole_for_the_machines_task_slots_and_says_why() {
+    use futures::StreamExt;
+    let dir = scratch("slots");
+    // A FIFO per job: each ends (end of file) when that job's tasks are all gone.
+    let [first_dir, second_dir] = [dir.join("first"), dir.join("second")];
+    for d in [&first_dir, &second_dir] {
+        std::fs::create_dir_all(d).expect("a directory");
+    }
+    let (fifo, rx) = events(&first_dir);
+    let (second_fifo, second_rx) = events(&second_dir);
+    let server = Server::spawn(
+        Server::command(&dir.join("state")).args(["--backend", "local", "--max-tasks", "3"]),
+        &["this machine (embedded default)"],
+    )
+    .with_machine_token(&dir.join("state"));
+    let client = server.client();
+    let envs = json!({"EVENTS": fifo.display().to_string()});
+    client
+        .submit(
+            "alice",
+            &spec("first", 2, UP_THEN_WAIT, envs),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    let mut up = [next_event(&rx), next_event(&rx)];
+    up.sort();
+    assert_eq!(up, [Some("up 0".to_string()), Some("up 1".to_string())]);
+
+    // Two more tasks do not fit beside the first job's two: the job waits, whole.
+    let envs = json!({"EVENTS": second_fifo.display().to_string()});
+    client
+        .submit(
+            "alice",
+            &spec("second", 2, UP_THEN_WAIT, envs),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    let mut changes = client.watch("alice", "second").await.expect("watch");
+    let waiting = loop {
+        let view = changes
+            .next()
+            .await
+            .expect("a view")
+            .expect("a readable view");
+        if let Some(waiting) = view.job_status.waiting.clone()
+            && waiting.reason == "Queued"
+        {
+            assert_eq!(view.job_status.state, pai_api::status::JobState::Waiting);
+            assert_eq!(view.job_status.running_task_number, 0);
+            let admitted = view
+                .conditions
+                .iter()
+                .find(|c| c.kind == "Admitted")
+                .expect("an Admitted condition");
+            assert_eq!(
+                (admitted.status.as_str(), admitted.reason.as_str()),
+                ("False", "Queued")
+            );
+            break waiting;
+        }
+    };
+    assert!(
+        waiting.message.contains("at most 3 tasks at once")
+            && waiting
+                .message
+                .contains("needs 2 and 2 were in use by 1 job")
+            && waiting.message.contains("--max-tasks"),
+        "{}",
+        waiting.message
+    );
+    assert!(waiting.since.is_some());
+
+    // The first job ends: its tasks are gone, the second gets their slots and runs.
+    client.stop("alice", "first").await.expect("stopped");
+    assert_eq!(next_event(&rx), None, "the first job's tasks ended");
+    let mut up = [next_event(&second_rx), next_event(&second_rx)];
+    up.sort();
+    assert_eq!(up, [Some("up 0".to_string()), Some("up 1".to_string())]);
+    let view = client.job("alice", "second").await.expect("the job");
+    assert_eq!(view.job_status.waiting, None);
+    client.stop("alice", "second").await.expect("stopped");
+    assert_eq!(
+        final_view(&client, "alice", "second").await["jobStatus"]["state"],
+        "STOPPED"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}

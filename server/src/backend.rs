@@ -75,6 +75,13 @@ pub trait Backend: Send + Sync + 'static {
         &'a self,
         user: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<Arc<Framework>>, BackendError>>;
+    /// Why the job of `framework` waits, as what holds it says beside its Framework (the
+    /// gang scheduler's group, the queue, the scheduler's verdict on its pods, this
+    /// machine's task slots); `None`: nothing does, and its Framework's state speaks. The
+    /// same `Arc` until the reason changes (a job's view is made again then).
+    fn held(&self, _framework: &Framework) -> Option<Arc<pai_api::waiting::Waiting>> {
+        None
+    }
     /// Whether reads can be answered now (`/readyz`); the reason when not.
     fn ready(&self) -> Result<(), BackendError> {
         Ok(())

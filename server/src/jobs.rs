@@ -15,7 +15,7 @@ use super::backend::{BackendError, FrameworkStream};
 use super::error::ApiError;
 use super::extract::{Job, SpecBody, user_name};
 use crate::state::AppState;
-use pai_api::status::{JobState, job_view};
+use pai_api::status::{JobState, job_view_held};
 use pai_translate::ports::Seed;
 use pai_translate::spec::{JobSpec, UserName};
 use pai_translate::transform::Submission;
@@ -133,7 +133,8 @@ pub fn watch_lines(
                 let (last, mut line) = if made.url == url {
                     (made.view.job_status.state.is_final(), made.json.to_vec())
                 } else {
-                    let view = job_view(&framework, &url);
+                    let held = views.held(&framework);
+                    let view = job_view_held(&framework, &url, held.as_deref());
                     (
                         view.job_status.state.is_final(),
                         serde_json::to_vec(&view).ok()?,

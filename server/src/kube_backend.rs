@@ -38,6 +38,12 @@ pub struct KubeBackend {
     volcano_groups: Api<kube::api::DynamicObject>,
     /// Every Framework rest-lite made, as its one watch keeps them: what reads read.
     store: KubeStore,
+    /// Why waiting jobs wait (see [`KubeBackend::admitting`]).
+    admission: Option<crate::admission::Admission>,
+    /// Volcano's Queues (cluster-wide) and Kueue's LocalQueues, to refuse a job naming
+    /// one that does not exist.
+    volcano_queues: Api<kube::api::DynamicObject>,
+    kueue_queues: Api<kube::api::DynamicObject>,
     errors: Arc<ApiErrors>,
     /// The last log tails read, by pod: a page shown to many readers reads each pod's
     /// log once per [`TAIL_TTL`].
@@ -173,10 +179,91 @@ impl KubeBackend {
                 pai_translate::gang::COSCHEDULING_API,
             ),
             volcano_groups: pod_groups(&client, namespace, pai_translate::gang::VOLCANO_API),
+            volcano_queues: Api::all_with(
+                client.clone(),
+                &crate::admission::resource(pai_translate::gang::VOLCANO_API, "Queue", "queues"),
+            ),
+            kueue_queues: Api::namespaced_with(
+                client.clone(),
+                namespace,
+                &crate::admission::resource(
+                    crate::admission::KUEUE_API,
+                    "LocalQueue",
+                    "localqueues",
+                ),
+            ),
+            admission: None,
             bindings: Api::namespaced(client, namespace),
             api,
             errors,
             tails: Default::default(),
+        }
+    }
+
+    /// Keeps why waiting jobs wait, from the pods' scheduling verdicts and `engine`'s
+    /// groups (see [`crate::admission`]): two watches of `namespace`.
+    pub fn admitting(
+        mut self,
+        client: Client,
+        namespace: &str,
+        engine: pai_translate::gang::Engine,
+    ) -> Self {
+        self.admission = Some(crate::admission::Admission::start(
+            client,
+            namespace,
+            engine,
+            self.store.clone(),
+        ));
+        self
+    }
+
+    /// Refuses a job whose pods name a queue the cluster does not have (a Volcano Queue,
+    /// or one that is closed; a Kueue LocalQueue of the namespace). When the server
+    /// cannot tell (not allowed to read queues, the API server failing), the job goes
+    /// on, and waits with the engine's reason.
+    async fn check_queue(&self, framework: &Framework) -> Result<(), BackendError> {
+        use pai_translate::gang::{KUEUE_QUEUE_LABEL, VOLCANO_QUEUE_ANNOTATION};
+        let Some(metadata) = framework
+            .spec
+            .task_roles
+            .first()
+            .and_then(|r| r.task.pod.metadata.as_ref())
+        else {
+            return Ok(());
+        };
+        let volcano = metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(VOLCANO_QUEUE_ANNOTATION));
+        let kueue = metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(KUEUE_QUEUE_LABEL));
+        let (api, queue, what) = match (volcano, kueue) {
+            (Some(queue), _) => (&self.volcano_queues, queue, "Volcano queue"),
+            (None, Some(queue)) => (&self.kueue_queues, queue, "Kueue LocalQueue"),
+            (None, None) => return Ok(()),
+        };
+        match api.get(queue).await {
+            Ok(found) => {
+                let state = found.data["status"]["state"].as_str().unwrap_or("Open");
+                if volcano.is_some() && matches!(state, "Closed" | "Closing") {
+                    return Err(BackendError::Refused(format!(
+                        "virtualCluster: {what} {queue} is {state}: it admits no new job"
+                    )));
+                }
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                Err(BackendError::Refused(format!(
+                    "virtualCluster: the cluster has no {what} named {queue} ({}): name one that exists, or leave virtualCluster out for the default queue",
+                    status.message
+                )))
+            }
+            Err(error) => {
+                tracing::debug!(%queue, error = %crate::store::ApiVoice::explain(&*self.errors, error), "cannot read the queue; the job goes on and waits with its engine's reason");
+                Ok(())
+            }
         }
     }
 
@@ -323,8 +410,13 @@ impl Backend for KubeBackend {
         self.serving()
     }
 
+    fn held(&self, framework: &Framework) -> Option<Arc<pai_api::waiting::Waiting>> {
+        self.admission.as_ref()?.held(framework)
+    }
+
     fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>> {
         async move {
+            self.check_queue(&framework).await?;
             // Subscribed before the write: the change that shows it cannot be missed.
             let changes = self.store.subscribe();
             // The job's own account and grant come first: FrameworkController creates

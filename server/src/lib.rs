@@ -1,6 +1,7 @@
 //! `rest-lite serve`: the OpenPAI v1 jobs API over a [`backend::Backend`] (a cluster's
 //! API server, or this machine's embedded default), its pages and its metrics.
 
+pub mod admission;
 pub mod auth;
 pub mod backend;
 pub mod backoff;

@@ -58,6 +58,19 @@ impl Backend for LocalBackend {
         Some(self.0.observed())
     }
 
+    fn held(&self, framework: &Framework) -> Option<Arc<pai_api::waiting::Waiting>> {
+        let queued = self.0.queued(framework.name())?;
+        Some(Arc::new(pai_api::waiting::Waiting {
+            reason: "Queued".to_string(),
+            message: queued.message,
+            since: queued
+                .since
+                .parse::<jiff::Timestamp>()
+                .ok()
+                .map(|t| t.as_millisecond()),
+        }))
+    }
+
     /// Tasks run as the server's own user.
     fn task_user(&self) -> String {
         nix::unistd::User::from_uid(nix::unistd::getuid())

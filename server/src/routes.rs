@@ -20,7 +20,7 @@ use crate::state::AppState;
 use pai_api::jobs::{Execution, JobSummary, Message};
 use pai_api::ssh::SshInfo;
 use pai_api::status::JobState;
-use pai_api::status::{JobView, job_view};
+use pai_api::status::{JobView, job_view_held};
 use pai_translate::spec::SpecFormat;
 use pai_translate::spec::schema::JobSpecDocument;
 
@@ -225,7 +225,10 @@ pub async fn get_job(
             )
                 .into_response());
         }
-        return Ok(Json(job_view(&job.framework, &job.url())).into_response());
+        let held = state.views.held(&job.framework);
+        return Ok(
+            Json(job_view_held(&job.framework, &job.url(), held.as_deref())).into_response(),
+        );
     }
     let changes = state.backend.watch(job.name()).await?;
     let lines = jobs::watch_lines(changes, state.views.clone(), job.url());

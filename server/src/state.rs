@@ -40,6 +40,8 @@ impl AppState {
         config: pai_translate::config::ClusterConfig,
         access: crate::auth::Access,
     ) -> Self {
+        let holds = backend.clone();
+        let views = crate::views::Views::holding(Arc::new(move |f| holds.held(f)));
         Self {
             backend,
             transformer: Arc::new(Transformer::new(config)),
@@ -50,7 +52,7 @@ impl AppState {
             metrics_elsewhere: false,
             watch_limit: std::time::Duration::from_secs(u64::from(DEFAULT_WATCH_SECONDS)),
             metrics: Default::default(),
-            views: Default::default(),
+            views: Arc::new(views),
         }
     }
 }

@@ -194,6 +194,14 @@ impl KubeStore {
         self.read().values().filter(|f| keep(f)).cloned().collect()
     }
 
+    /// Announces Framework `name` again, unchanged, to every subscriber: what is shown
+    /// of it changed beside it (why it waits, see [`crate::admission`]).
+    pub fn nudge(&self, name: &str) {
+        if let Some(framework) = self.get(name) {
+            let _ = self.0.changes.send(Change::Applied(framework));
+        }
+    }
+
     /// Every change from now on. A subscriber that falls more than 4,096 changes
     /// behind is told it lagged, and reads the copy again.
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {

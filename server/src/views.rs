@@ -11,12 +11,17 @@
 //!
 //! A Framework that only the caller holds (the embedded default gives a fresh `Arc` per
 //! read) can never be asked for again: its view is made and not kept.
+//!
+//! A waiting job's view also says why it waits, which comes from beside its Framework
+//! (the gang scheduler's group, the queue, the pods; see [`crate::admission`]): a view
+//! is kept with the reason it was made with, and made again when the reason changes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use axum::body::Bytes;
-use pai_api::status::{JobView, job_view};
+use pai_api::status::{JobView, job_view_held};
+use pai_api::waiting::Waiting;
 use pai_contract::Framework;
 
 /// A job's view and its JSON, as a job GET answers it.
@@ -31,8 +36,13 @@ pub struct Made {
 
 struct Kept {
     framework: Weak<Framework>,
+    /// The reason it waits the view was made with.
+    held: Option<Arc<Waiting>>,
     made: Arc<Made>,
 }
+
+/// Why a job waits, as the backend knows it beside the Framework.
+pub type Holds = Arc<dyn Fn(&Framework) -> Option<Arc<Waiting>> + Send + Sync>;
 
 /// Views kept by the address of the Framework they were made from.
 #[derive(Default)]
@@ -40,6 +50,8 @@ pub struct Views {
     kept: Mutex<HashMap<usize, Kept>>,
     /// How many views were kept after the last sweep.
     swept_to: std::sync::atomic::AtomicUsize,
+    /// Why a job waits; `None`: its Framework alone says.
+    holds: Option<Holds>,
 }
 
 /// Views kept beyond twice the last sweep's count before the next sweep.
@@ -50,32 +62,53 @@ pub fn job_url(user: &str, job: &str) -> String {
     format!("/api/v1/user/{user}/jobs/{job}")
 }
 
-fn make(framework: &Framework) -> Made {
+fn make(framework: &Framework, held: Option<&Waiting>) -> Made {
     let url = job_url(
         framework.user_name().unwrap_or_default(),
         framework.job_name().unwrap_or(framework.name()),
     );
-    let view = job_view(framework, &url);
+    let view = job_view_held(framework, &url, held);
     let json = Bytes::from(serde_json::to_vec(&view).unwrap_or_default());
     Made { view, url, json }
 }
 
 impl Views {
-    /// The view of `framework`: the one made before for this very version, or a new one.
+    /// Views of jobs whose reasons to wait `holds` tells.
+    pub fn holding(holds: Holds) -> Self {
+        Self {
+            holds: Some(holds),
+            ..Self::default()
+        }
+    }
+
+    /// Why the job of `framework` waits, as told beside it.
+    pub fn held(&self, framework: &Framework) -> Option<Arc<Waiting>> {
+        self.holds.as_ref().and_then(|holds| holds(framework))
+    }
+
+    /// The view of `framework`: the one made before for this very version (and reason
+    /// to wait), or a new one.
     pub fn of(&self, framework: &Arc<Framework>) -> Arc<Made> {
+        let held = self.held(framework);
         if Arc::strong_count(framework) == 1 {
-            return Arc::new(make(framework));
+            return Arc::new(make(framework, held.as_deref()));
         }
         let key = Arc::as_ptr(framework) as usize;
-        if let Some(kept) = self.lock().get(&key) {
+        let same = |kept: &Kept| match (&kept.held, &held) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if let Some(kept) = self.lock().get(&key).filter(|k| same(k)) {
             return kept.made.clone();
         }
-        let made = Arc::new(make(framework));
+        let made = Arc::new(make(framework, held.as_deref()));
         let mut kept = self.lock();
         kept.insert(
             key,
             Kept {
                 framework: Arc::downgrade(framework),
+                held,
                 made: made.clone(),
             },
         );
@@ -141,7 +174,9 @@ mod tests {
         );
         assert_eq!(
             second.json,
-            Bytes::from(serde_json::to_vec(&job_view(&changed, &second.url)).unwrap())
+            Bytes::from(
+                serde_json::to_vec(&pai_api::status::job_view(&changed, &second.url)).unwrap()
+            )
         );
     }
 

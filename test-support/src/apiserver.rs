@@ -1,8 +1,11 @@
 //! An in-process HTTP server that speaks enough of the Kubernetes API for our clients:
-//! namespaced objects of any resource under `/api/v1` and `/apis/<group>/<version>`, with
-//! get, list (field and label selectors), watch (from a resourceVersion, with history,
-//! 410 Gone once compacted, server-side timeouts), create (409), replace (409 on a stale
-//! resourceVersion), JSON merge patch, and delete (404).
+//! namespaced objects of any resource under `/api/v1` and `/apis/<group>/<version>` (and
+//! cluster-scoped ones of API groups, kept under the namespace `""`), with
+//! get, list (label selectors; field selectors on the fields the real server supports,
+//! 400 on others), watch (from a resourceVersion, with history, 410 Gone once compacted,
+//! server-side timeouts; a selecting watch sees objects enter and leave its selection as
+//! ADDED and DELETED), create (409), replace (409 on a stale resourceVersion), JSON
+//! merge patch, and delete (404).
 //!
 //! Tests steer it: change objects as a controller would, cut every open watch, compact
 //! the history, inject faults ([`Fault`]: 401/403 for a while, 429 with Retry-After,
@@ -68,8 +71,13 @@ impl Key {
 struct Event {
     rv: u64,
     key: Key,
+    kind: &'static str,
     /// Shared: every watcher's copy of the event is a pointer, not a deep copy.
     object: Arc<Value>,
+    /// A modified object as it was before: a watch with a selector sees the object
+    /// enter (ADDED) or leave (DELETED) what it selects, as the real API server's watch
+    /// cache tells it.
+    previous: Option<Arc<Value>>,
     /// The event as a watch line, serialised once for every watcher (as the real API
     /// server's watch cache does).
     line: Bytes,
@@ -81,8 +89,26 @@ impl Event {
         Self {
             rv,
             key,
+            kind,
             object: Arc::new(object),
+            previous: None,
             line,
+        }
+    }
+
+    /// The line a watch selecting by `query` gets for this event, if any.
+    fn line_for(&self, query: &Params) -> Option<Bytes> {
+        let now = selected(&self.object, query);
+        let before = self.previous.as_deref().map(|p| selected(p, query));
+        match (self.kind, before, now) {
+            ("MODIFIED", Some(false), true) => {
+                Some(line(&json!({"type": "ADDED", "object": &*self.object})))
+            }
+            ("MODIFIED", Some(true), false) => {
+                Some(line(&json!({"type": "DELETED", "object": &*self.object})))
+            }
+            (_, _, true) => Some(self.line.clone()),
+            _ => None,
         }
     }
 }
@@ -207,6 +233,7 @@ impl ApiServer {
 
     fn serve(&mut self, listener: TcpListener) {
         let collection = get(list_or_watch).post(create);
+        let collection_all = collection.clone();
         let item = get(get_one).put(replace).patch(patch).delete(delete);
         let app = Router::new()
             .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(pod_log))
@@ -218,8 +245,11 @@ impl ApiServer {
             )
             .route(
                 "/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}",
-                item,
+                item.clone(),
             )
+            // Cluster-scoped objects (Volcano's Queues): kept under the namespace "".
+            .route("/apis/{group}/{version}/{resource}", collection_all)
+            .route("/apis/{group}/{version}/{resource}/{name}", item)
             .layer(axum::middleware::from_fn_with_state(
                 self.shared.clone(),
                 admit,
@@ -530,8 +560,11 @@ fn insert(
     if meta["creationTimestamp"].is_null() {
         meta["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
     }
-    store.objects.insert(key.clone(), object.clone());
-    let event = Event::new(rv, key, kind, object.clone());
+    let previous = store.objects.insert(key.clone(), object.clone());
+    let mut event = Event::new(rv, key, kind, object.clone());
+    if kind == "MODIFIED" {
+        event.previous = previous.map(Arc::new);
+    }
     store.history.push_back(event.clone());
     events.send(event);
     object
@@ -708,16 +741,53 @@ fn item_key(params: &Params) -> Key {
     }
 }
 
-/// `metadata.name=x,metadata.namespace=y` and `a=b,c` (label present) selectors.
+/// The fields a field selector may name, as the real API server supports them: every
+/// resource's `metadata.name` and `metadata.namespace`, and pods' `status.phase` and
+/// `spec.nodeName` (among others not modelled).
+fn field_supported(resource: &str, field: &str) -> bool {
+    matches!(field, "metadata.name" | "metadata.namespace")
+        || (resource == "pods" && matches!(field, "status.phase" | "spec.nodeName"))
+}
+
+/// A field selector's terms: `(field, value, equal)` for `f=v`, `f==v` and `f!=v`.
+fn field_terms(selector: &str) -> Vec<(&str, &str, bool)> {
+    selector
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .map(|term| {
+            if let Some((f, v)) = term.split_once("!=") {
+                (f, v, false)
+            } else if let Some((f, v)) = term.split_once("==") {
+                (f, v, true)
+            } else {
+                let (f, v) = term.split_once('=').unwrap_or((term, ""));
+                (f, v, true)
+            }
+        })
+        .collect()
+}
+
+/// The first field of `query`'s field selector that `resource` cannot be selected by.
+fn unsupported_field(resource: &str, query: &Params) -> Option<String> {
+    let selector = query.get("fieldSelector")?;
+    field_terms(selector)
+        .into_iter()
+        .find(|(f, _, _)| !field_supported(resource, f))
+        .map(|(f, _, _)| f.to_string())
+}
+
+/// Field selectors (`metadata.name=x,status.phase!=Running`) and `a=b,c` (label
+/// present) label selectors.
 fn selected(object: &Value, query: &Params) -> bool {
     let field_ok = query.get("fieldSelector").is_none_or(|sel| {
-        sel.split(',')
-            .filter(|t| !t.is_empty())
-            .all(|term| match term.split_once('=') {
-                Some(("metadata.name", v)) => object["metadata"]["name"] == v,
-                Some(("metadata.namespace", v)) => object["metadata"]["namespace"] == v,
-                _ => false,
-            })
+        field_terms(sel).into_iter().all(|(field, v, equal)| {
+            let pointer = format!("/{}", field.replace('.', "/"));
+            let actual = object
+                .pointer(&pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            (actual == v) == equal
+        })
     });
     let label_ok = query.get("labelSelector").is_none_or(|sel| {
         let labels = &object["metadata"]["labels"];
@@ -744,6 +814,13 @@ async fn list_or_watch(
     Query(query): Query<Params>,
 ) -> Response {
     let (resource, namespace) = collection_key(&params);
+    if let Some(field) = unsupported_field(&resource, &query) {
+        return status(
+            400,
+            "BadRequest",
+            format!("field label not supported: {field}"),
+        );
+    }
     let watching = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     if !watching {
         let store = shared.lock();
@@ -786,13 +863,14 @@ fn watch_stream(
         let resource = resource.clone();
         let namespace = namespace.clone();
         let query = query.clone();
-        move |e: &Event| {
-            e.key.resource == resource
-                && e.key.namespace == namespace
-                && selected(&e.object, &query)
+        move |e: &Event| -> Option<Bytes> {
+            if e.key.resource != resource || e.key.namespace != namespace {
+                return None;
+            }
+            e.line_for(&query)
         }
     };
-    let backlog: Vec<Event> = {
+    let backlog: Vec<(u64, Bytes)> = {
         let store = shared.lock();
         if from > 0 && from < store.compacted_below {
             let gone = json!({"type": "ERROR", "object": {
@@ -808,29 +886,29 @@ fn watch_stream(
                 .filter(|(k, o)| {
                     k.resource == resource && k.namespace == namespace && selected(o, &query)
                 })
-                .map(|(k, o)| Event::new(store.rv, k.clone(), "ADDED", o.clone()))
+                .map(|(_, o)| (store.rv, line(&json!({"type": "ADDED", "object": o}))))
                 .collect()
         } else {
             store
                 .history
                 .iter()
                 .filter(|e| e.rv > from)
-                .filter(|e| matches(e))
-                .cloned()
+                .filter_map(|e| matches(e).map(|line| (e.rv, line)))
                 .collect()
         }
     };
-    let last_sent = backlog.iter().map(|e| e.rv).max().unwrap_or(from);
+    let last_sent = backlog.iter().map(|(rv, _)| *rv).max().unwrap_or(from);
     shared.watches.send_modify(|c| *c += 1);
-    let backlog = futures::stream::iter(backlog.into_iter().map(|e| e.line));
+    let backlog = futures::stream::iter(backlog.into_iter().map(|(_, line)| line));
     let live = futures::stream::unfold((live, last_sent), move |(mut rx, last)| {
         let matches = matches.clone();
         async move {
             loop {
                 match rx.recv().await {
-                    Ok(e) if e.rv > last && matches(&e) => {
-                        let rv = e.rv;
-                        return Some((e.line, (rx, rv)));
+                    Ok(e) if e.rv > last => {
+                        if let Some(line) = matches(&e) {
+                            return Some((line, (rx, e.rv)));
+                        }
                     }
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
@@ -1113,5 +1191,40 @@ mod tests {
         assert!(selected(&object, &q("labelSelector", "a=b")));
         assert!(selected(&object, &q("labelSelector", "a")));
         assert!(!selected(&object, &q("labelSelector", "a=c")));
+        let pod = json!({"metadata": {"name": "p"}, "status": {"phase": "Pending"}});
+        assert!(selected(&pod, &q("fieldSelector", "status.phase=Pending")));
+        assert!(selected(&pod, &q("fieldSelector", "status.phase!=Running")));
+        assert!(!selected(
+            &pod,
+            &q("fieldSelector", "status.phase==Running")
+        ));
+        assert_eq!(
+            unsupported_field("pods", &q("fieldSelector", "status.phase=Pending")),
+            None
+        );
+        assert_eq!(
+            unsupported_field("configmaps", &q("fieldSelector", "status.phase=Pending")),
+            Some("status.phase".to_string())
+        );
+    }
+
+    #[test]
+    fn a_selecting_watch_sees_objects_enter_and_leave_its_selection() {
+        let q = Params::from([(
+            "fieldSelector".to_string(),
+            "status.phase=Pending".to_string(),
+        )]);
+        let pod = |phase: &str| json!({"metadata": {"name": "p"}, "status": {"phase": phase}});
+        let modified = |before: &str, now: &str| {
+            let mut event = Event::new(2, Key::new("pods", "n", "p"), "MODIFIED", pod(now));
+            event.previous = Some(Arc::new(pod(before)));
+            event
+                .line_for(&q)
+                .map(|line| serde_json::from_slice::<Value>(&line).expect("JSON")["type"].clone())
+        };
+        assert_eq!(modified("Pending", "Running"), Some(json!("DELETED")));
+        assert_eq!(modified("Running", "Pending"), Some(json!("ADDED")));
+        assert_eq!(modified("Pending", "Pending"), Some(json!("MODIFIED")));
+        assert_eq!(modified("Running", "Succeeded"), None);
     }
 }

@@ -59,8 +59,9 @@ fn decode(text: &str) -> String {
 }
 
 impl Attributes {
-    /// The attributes of a namespaced request (`method`, `uri` with its query); `None`
-    /// for a URL that names no namespaced resource.
+    /// The attributes of a request (`method`, `uri` with its query); the namespace is
+    /// `""` for a cluster-scoped resource (allowed by a ClusterRole's rules only); `None`
+    /// for a URL that names no resource.
     pub fn of(method: &str, uri: &str) -> Option<Self> {
         let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -69,8 +70,10 @@ impl Attributes {
             ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
             _ => return None,
         };
-        let ["namespaces", namespace, resource, rest @ ..] = rest else {
-            return None;
+        let (namespace, resource, rest) = match rest {
+            ["namespaces", namespace, resource, rest @ ..] => (*namespace, *resource, rest),
+            [resource, rest @ ..] => ("", *resource, rest),
+            [] => return None,
         };
         let (name, subresource) = match rest {
             [] => (None, None),
@@ -225,6 +228,16 @@ mod tests {
             (watch.verb.as_str(), watch.name.as_deref()),
             ("watch", Some("fw-peers"))
         );
+        let queue = attrs("GET", "/apis/scheduling.volcano.sh/v1beta1/queues/team-a");
+        assert_eq!(
+            (
+                queue.verb.as_str(),
+                queue.namespace.as_str(),
+                queue.resource.as_str()
+            ),
+            ("get", "", "queues")
+        );
+        assert_eq!(queue.name.as_deref(), Some("team-a"));
         let list = attrs("GET", "/api/v1/namespaces/ns/configmaps");
         assert_eq!((list.verb.as_str(), list.name), ("list", None));
         let log = attrs("GET", "/api/v1/namespaces/ns/pods/p/log?container=main");

@@ -24,6 +24,8 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
         Some(view) => view?,
         None => anyhow::bail!("job {job} went away before it could be followed"),
     };
+    let mut notes = super::human::WaitingNotes::default();
+    notes.see(job, &first);
     let (views, latest) = watch::channel(first.clone());
     let mut followers = Vec::new();
     for (role, detail) in &first.task_roles {
@@ -52,6 +54,7 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
             change = changes.next() => match change {
                 Some(view) => {
                     let view = view?;
+                    notes.see(job, &view);
                     views.send_replace(view.clone());
                     last = Some(view);
                 }

@@ -64,6 +64,42 @@ pub fn jobs(list: &[JobSummary], now_ms: i64) -> String {
     table(&rows)
 }
 
+/// Why `view`'s job waits, in one line (`None`: it does not wait).
+pub fn waiting(view: &JobView, now_ms: i64) -> Option<String> {
+    let waiting = view.job_status.waiting.as_ref()?;
+    let since = waiting
+        .since
+        .map(|t| format!(" for {}", age(now_ms - t)))
+        .unwrap_or_default();
+    Some(format!(
+        "waiting{since} ({}): {}",
+        waiting.reason, waiting.message
+    ))
+}
+
+/// Tells on standard error why a followed job is held (by the gang scheduler, a queue,
+/// this machine's slots), each time the reason changes; a job on its way is not told.
+#[derive(Default)]
+pub struct WaitingNotes(Option<(String, String)>);
+
+impl WaitingNotes {
+    pub fn see(&mut self, job: &str, view: &JobView) {
+        let now = view
+            .job_status
+            .waiting
+            .as_ref()
+            .filter(|w| w.is_held())
+            .map(|w| (w.reason.clone(), w.message.clone()));
+        if now.is_some()
+            && now != self.0
+            && let Some(line) = waiting(view, jiff::Timestamp::now().as_millisecond())
+        {
+            eprintln!("rest-lite: job {job} {line}");
+        }
+        self.0 = now;
+    }
+}
+
 /// `rest-lite status`: the job in a few lines, then a line per task.
 pub fn status(view: &JobView, now_ms: i64) -> String {
     let s = &view.job_status;
@@ -89,6 +125,10 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
         if let Some(completed) = s.completed_time {
             let _ = write!(out, ", completed {}", readable(completed));
         }
+        out.push('\n');
+    }
+    if let Some(line) = waiting(view, now_ms) {
+        out.push_str(&line);
         out.push('\n');
     }
     if s.execution_type == "STOP" && !s.state.is_final() {
@@ -208,5 +248,26 @@ mod tests {
             ended: 0,
         };
         assert_eq!(p.line(6), "ps      3/4 running, 1 waiting");
+    }
+
+    #[test]
+    fn status_says_why_a_job_waits_and_for_how_long() {
+        let framework: pai_contract::Framework = serde_json::from_value(serde_json::json!({
+            "apiVersion": "frameworkcontroller.microsoft.com/v1", "kind": "Framework",
+            "metadata": {"name": "f", "creationTimestamp": "2026-11-25T10:00:00Z"},
+            "spec": {"executionType": "Start", "taskRoles": []}
+        }))
+        .expect("a Framework");
+        let held = pai_api::waiting::Waiting {
+            reason: "Queued".into(),
+            message: "this machine runs at most 3 tasks at once".into(),
+            since: Some(1_795_600_800_000),
+        };
+        let view = pai_api::status::job_view_held(&framework, "/j", Some(&held));
+        let text = status(&view, 1_795_600_800_000 + 185_000);
+        assert!(
+            text.contains("waiting for 3m 5s (Queued): this machine runs at most 3 tasks at once\n"),
+            "{text}"
+        );
     }
 }

@@ -286,7 +286,9 @@ async fn backend(
             let address = kube_config.cluster_url.to_string();
             let client =
                 kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
-            let backend = KubeBackend::start(client.clone(), &config.namespace, &address);
+            // Why waiting jobs wait: the pods' scheduling verdicts and the gang engine's.
+            let backend = KubeBackend::start(client.clone(), &config.namespace, &address)
+                .admitting(client.clone(), &config.namespace, config.gang.engine);
             // Each attempt's peer table, for the barriers of its tasks, from the same copy.
             tokio::spawn(Publisher::new(client.clone(), &config.namespace).run(backend.store()));
             // What happened to each job, as Kubernetes Events on its Framework.

@@ -80,8 +80,10 @@ impl Display {
 pub async fn until_running(client: &Client, user: &str, job: &str, page: &str) -> Result<ExitCode> {
     let mut changes = client.watch(user, job).await?;
     let mut display: Option<Display> = None;
+    let mut notes = super::human::WaitingNotes::default();
     while let Some(view) = changes.next().await {
         let view = view?;
+        notes.see(job, &view);
         let roles = progress(&view);
         let display = display.get_or_insert_with(|| Display::new(&roles));
         display.show(&roles);

@@ -86,6 +86,9 @@ pub struct JobPage {
     pub job: String,
     pub state: String,
     pub sub_state: String,
+    /// Why it waits, for how long: `Unschedulable: 4 of 6 pods …`.
+    pub waiting: Option<String>,
+    pub waiting_for: Option<String>,
     pub stopping: bool,
     pub retries: i32,
     pub one_retry: bool,
@@ -247,6 +250,12 @@ pub fn job_page(
         job: view.name.clone(),
         state: status.state.to_string(),
         sub_state: status.sub_state.clone(),
+        waiting: status.waiting.as_ref().map(ToString::to_string),
+        waiting_for: status
+            .waiting
+            .as_ref()
+            .and_then(|w| w.since)
+            .map(|t| age(now_ms - t)),
         stopping: status.execution_type == "STOP" && !status.state.is_final(),
         retries: status.retries,
         one_retry: status.retries == 1,
