@@ -3,7 +3,9 @@
 # $PAI_CONTAINER_SSH_PORT for the holders of the job's key (ssh/job_key, which every task
 # of the job has) and of the private half of $PAI_SSH_PUB_KEY. Sessions see the job's
 # environment. Every reason not to start is one line in this log, never a failure of the
-# task.
+# task. When the supervisor holds the port ($PAI_SSH_ON_DEMAND), this prepares sshd and
+# names it in ssh/sshd.path: the supervisor starts `sshd -i` for each connection, and no
+# sshd runs until someone connects. Otherwise it runs sshd itself.
 set -u
 root="${PAI_RUNTIME_ROOT:-/usr/local/pai}"
 dir="$root/ssh"
@@ -71,5 +73,10 @@ printf '%s\n' \
 
 # Debian's sshd wants its privilege separation directory.
 [ -d /run/sshd ] || mkdir -p /run/sshd 2>/dev/null || true
+if [ -n "${PAI_SSH_ON_DEMAND:-}" ]; then
+    printf '%s\n' "$sshd" > "$dir/sshd.path"
+    echo "ssh: $sshd starts for each connection to port $PAI_CONTAINER_SSH_PORT (on demand)"
+    exit 0
+fi
 echo "ssh: starting $sshd on port $PAI_CONTAINER_SSH_PORT"
 exec "$sshd" -D -e -f "$dir/sshd_config"

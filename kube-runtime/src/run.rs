@@ -13,6 +13,7 @@ use crate::layout::{self, Layout, Task};
 use crate::logs::DEFAULT_CAP;
 use crate::shell;
 use crate::supervisor::signals::Signals;
+use crate::supervisor::ssh::Sshd;
 use crate::supervisor::{Ended, Plan, SuperviseError, supervise};
 
 /// Seconds between TERM and KILL, written by rest-lite from the pod's grace period.
@@ -72,6 +73,7 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         Vec::new()
     });
     let daemon_env = daemon_environment(layout, &env);
+    let ssh = ssh_on_demand(layout, &get, &task, &daemon_env);
     let plan = Plan {
         program: "/bin/sh".into(),
         args: vec![layout.main_sh().into_os_string()],
@@ -81,8 +83,31 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         log_dir: task.log_dir(layout),
         log_cap,
         grace,
+        ssh,
     };
     Ok(supervise(&plan, signals)?)
+}
+
+/// The task's ssh port, served on demand, when the job can log in (its key pair, or
+/// `PAI_SSH_PUB_KEY`) and the task has a port.
+fn ssh_on_demand(
+    layout: &Layout,
+    get: &impl Fn(&str) -> Option<String>,
+    task: &Task,
+    daemon_env: &[(OsString, OsString)],
+) -> Option<Sshd> {
+    let dir = layout.root().join("ssh");
+    let keyed = get("PAI_SSH_PUB_KEY").is_some_and(|k| !k.is_empty())
+        || std::fs::metadata(dir.join("job_key.pub")).is_ok_and(|m| m.len() > 0);
+    let port = get(pai_contract::env::CONTAINER_SSH_PORT)?.parse().ok()?;
+    // What an earlier run of this container said is not this run's.
+    let _ = std::fs::remove_file(dir.join(crate::supervisor::ssh::SSHD_PATH_FILE));
+    keyed.then(|| Sshd {
+        port,
+        dir,
+        log: task.log_dir(layout).join(crate::supervisor::ssh::SSHD_LOG),
+        env: daemon_env.to_vec(),
+    })
 }
 
 /// The container's environment with the env file's variables over it, the training

@@ -1,6 +1,7 @@
-//! A real sshd started by `init/10-sshd.sh` under the supervisor accepts the job's key,
-//! and a command run over ssh sees the job's `PAI_*` variables. Needs openssh-server and
-//! an ssh client (`.ci/run` installs them).
+//! A real sshd, prepared by `init/10-sshd.sh` and started by the supervisor for each
+//! connection (none runs before the first), accepts the job's key, and a command run over
+//! ssh sees the job's `PAI_*` variables. Needs openssh-server and an ssh client (`.ci/run`
+//! installs them).
 
 mod common;
 
@@ -60,6 +61,39 @@ fn ssh_to(key: &Path, port: u16, command: &str) -> std::process::Output {
         .expect("ssh")
 }
 
+/// sshd processes among the descendants of `root`.
+fn sshd_processes(root: u32) -> usize {
+    let parent_of = |pid: u32| -> Option<(u32, String)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (head, rest) = stat.rsplit_once(')')?;
+        let name = head.split_once('(')?.1.to_string();
+        let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+        Some((ppid, name))
+    };
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.into_iter()
+        .filter(|&pid| {
+            let Some((_, name)) = parent_of(pid) else {
+                return false;
+            };
+            let mut at = pid;
+            while let Some((ppid, _)) = parent_of(at) {
+                if ppid == root {
+                    return name == "sshd";
+                }
+                if ppid <= 1 {
+                    return false;
+                }
+                at = ppid;
+            }
+            false
+        })
+        .count()
+}
+
 #[test]
 fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
     let tools = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen"];
@@ -116,12 +150,19 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
         .expect("run");
 
     let log = task.log_dir().join("init-10-sshd.sh.log");
-    wait_for_text(&log, "Server listening");
+    wait_for_text(&log, "(on demand)");
+    let supervisor = child.id();
+    assert_eq!(
+        sshd_processes(supervisor),
+        0,
+        "no sshd runs before the first connection"
+    );
     let ssh = ssh_to(
         &key,
         port,
         "echo \"job=$PAI_JOB_NAME ps=$PAI_HOST_IP_ps_0\"",
     );
+    let again = ssh_to(&key, port, "echo again");
     let stranger = ssh_to(&task.root().join("none"), port, "true");
     std::fs::write(&release, "go\n").expect("release the user command");
     let out = finish(child);
@@ -135,6 +176,12 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
     assert_eq!(
         String::from_utf8_lossy(&ssh.stdout),
         "job=alice~ssh it's ps=10.1.0.1\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "again\n",
+        "a second connection gets its own sshd: {}",
+        String::from_utf8_lossy(&again.stderr)
     );
     assert!(
         !stranger.status.success(),

@@ -18,6 +18,7 @@
 
 mod procs;
 pub mod signals;
+pub mod ssh;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -53,6 +54,9 @@ pub struct Plan {
     pub log_cap: u64,
     /// Between TERM and KILL.
     pub grace: Duration,
+    /// The task's ssh port to hold and serve with `sshd -i` per connection (see
+    /// [`ssh`]); `None`: the task has no ssh.
+    pub ssh: Option<ssh::Sshd>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,15 +87,31 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         source,
     })?;
 
+    // The ssh port is held before anything starts: nobody takes it in between.
+    let on_demand = plan.ssh.clone().and_then(|sshd| {
+        let port = sshd.port;
+        ssh::OnDemand::listen(sshd)
+            .inspect_err(|e| warn!(port, error = %e, "cannot hold the ssh port; the daemon scripts start sshd themselves"))
+            .ok()
+    });
+    let mut daemon_env = plan.daemon_env.clone();
+    if on_demand.is_some() {
+        daemon_env.push((ssh::ON_DEMAND_VAR.into(), "1".into()));
+    }
     let mut daemons: HashMap<Pid, String> = HashMap::new();
     for (name, script) in &plan.daemons {
-        match start_daemon(name, script, plan) {
+        match start_daemon(name, script, &daemon_env, plan) {
             Ok(child) => {
                 info!(daemon = %name, pid = child.id(), "started");
                 daemons.insert(Pid::from_raw(child.id() as i32), name.clone());
             }
             Err(e) => warn!(daemon = %name, error = %e, "cannot start; the job goes on without it"),
         }
+    }
+    if daemons.is_empty()
+        && let Some(on_demand) = &on_demand
+    {
+        on_demand.daemon_ended(0);
     }
 
     let user_log_path = plan.log_dir.join(crate::logs::USER_LOG);
@@ -144,6 +164,9 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
                 info!(code = ended.code(), "user command ended");
                 *status = Some(ended);
             } else if let Some(name) = daemons.remove(&pid) {
+                if let Some(on_demand) = &on_demand {
+                    on_demand.daemon_ended(daemons.len());
+                }
                 if ended.code() == 0 {
                     info!(daemon = %name, "daemon script finished");
                 } else if cleaning_up {
@@ -215,13 +238,18 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
 
 /// Starts a daemon, its output (both streams) into `init-<name>.log`, capped and rotated
 /// as the user log is.
-fn start_daemon(name: &str, script: &Path, plan: &Plan) -> std::io::Result<Child> {
+fn start_daemon(
+    name: &str,
+    script: &Path,
+    env: &[(OsString, OsString)],
+    plan: &Plan,
+) -> std::io::Result<Child> {
     let log = CappedLog::create(&plan.log_dir.join(format!("init-{name}.log")), plan.log_cap)?;
     let (reader, writer) = std::io::pipe()?;
     let child = signals::unblock_in_child(&mut Command::new("/bin/sh"))
         .arg(script)
         .env_clear()
-        .envs(plan.daemon_env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(writer.try_clone()?)

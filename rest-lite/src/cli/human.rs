@@ -266,7 +266,9 @@ mod tests {
         let view = pai_api::status::job_view_held(&framework, "/j", Some(&held));
         let text = status(&view, 1_795_600_800_000 + 185_000);
         assert!(
-            text.contains("waiting for 3m 5s (Queued): this machine runs at most 3 tasks at once\n"),
+            text.contains(
+                "waiting for 3m 5s (Queued): this machine runs at most 3 tasks at once\n"
+            ),
             "{text}"
         );
     }

@@ -1,0 +1,156 @@
+//! sshd on demand: the supervisor holds the task's ssh port from the start and starts
+//! `sshd -i` (inetd mode: the connection is its standard input and output) for each
+//! connection, so no sshd runs until someone connects, and nothing else can take the
+//! port in between.
+//!
+//! sshd's configuration (its config file, authorised keys, the session script) is still
+//! made by the `init/` script that used to start it (`init/10-sshd.sh`): told by
+//! [`ON_DEMAND_VAR`] that the supervisor listens, it writes which sshd to run into
+//! [`SSHD_PATH_FILE`] and ends. A connection that comes before that waits for it; one
+//! that comes after every daemon script ended without it is closed (that script said why
+//! in its log).
+
+use std::ffi::OsString;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::signals;
+
+/// Set for the daemon scripts when the supervisor listens on the ssh port.
+pub const ON_DEMAND_VAR: &str = "PAI_SSH_ON_DEMAND";
+/// In the ssh directory: the sshd to start per connection, one line.
+pub const SSHD_PATH_FILE: &str = "sshd.path";
+/// The log of the sshd processes, in the task's log directory.
+pub const SSHD_LOG: &str = "sshd.log";
+/// How long a connection waits for the configuration before it is closed.
+const READY_BOUND: Duration = Duration::from_secs(60);
+
+/// Whether sshd can be started for a connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Readiness {
+    /// The daemon scripts still run.
+    Preparing,
+    Ready(PathBuf),
+    /// Every daemon script ended and none said which sshd to run.
+    Unavailable,
+}
+
+/// The listener's view of the daemon scripts; the supervisor tells it when they end.
+#[derive(Clone)]
+pub struct OnDemand {
+    ready: Arc<(Mutex<Readiness>, Condvar)>,
+    dir: PathBuf,
+}
+
+/// What the sshd processes need: where the configuration is, where they log, their
+/// environment.
+#[derive(Clone, Debug)]
+pub struct Sshd {
+    pub port: u16,
+    /// The task's ssh directory (`<root>/ssh`).
+    pub dir: PathBuf,
+    pub log: PathBuf,
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl OnDemand {
+    /// Binds `sshd.port` on every address and serves it from a thread of its own.
+    pub fn listen(sshd: Sshd) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(("0.0.0.0", sshd.port))?;
+        let this = Self {
+            ready: Arc::new((Mutex::new(Readiness::Preparing), Condvar::new())),
+            dir: sshd.dir.clone(),
+        };
+        let serving = this.clone();
+        let port = sshd.port;
+        std::thread::Builder::new()
+            .name("sshd-on-demand".into())
+            .spawn(move || serving.serve(&listener, &sshd))?;
+        info!(port, "ssh port held; sshd starts for each connection");
+        Ok(this)
+    }
+
+    /// A daemon script ended; `left`: how many still run.
+    pub fn daemon_ended(&self, left: usize) {
+        let path = std::fs::read_to_string(self.dir.join(SSHD_PATH_FILE))
+            .ok()
+            .map(|p| PathBuf::from(p.trim()))
+            .filter(|p| p.is_absolute());
+        let (lock, changed) = &*self.ready;
+        let mut ready = lock.lock().unwrap_or_else(|p| p.into_inner());
+        if *ready != Readiness::Preparing {
+            return;
+        }
+        *ready = match path {
+            Some(path) => Readiness::Ready(path),
+            None if left == 0 => {
+                warn!("no daemon script prepared sshd (see its log); ssh connections are closed");
+                Readiness::Unavailable
+            }
+            None => return,
+        };
+        changed.notify_all();
+    }
+
+    /// What a connection gets: the sshd to run, or `None`.
+    fn wait_ready(&self) -> Option<PathBuf> {
+        let (lock, changed) = &*self.ready;
+        let ready = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (ready, _) = changed
+            .wait_timeout_while(ready, READY_BOUND, |r| *r == Readiness::Preparing)
+            .unwrap_or_else(|p| p.into_inner());
+        match &*ready {
+            Readiness::Ready(path) => Some(path.clone()),
+            _ => None,
+        }
+    }
+
+    fn serve(&self, listener: &TcpListener, sshd: &Sshd) {
+        for stream in listener.incoming() {
+            let stream = match stream {
+                Ok(stream) => stream,
+                Err(e) => {
+                    warn!(error = %e, "cannot accept an ssh connection");
+                    continue;
+                }
+            };
+            let Some(program) = self.wait_ready() else {
+                continue;
+            };
+            if let Err(e) = start(&program, stream, sshd) {
+                warn!(sshd = %program.display(), error = %e, "cannot start sshd for a connection");
+            }
+        }
+    }
+}
+
+/// `sshd -i` on `stream`, in its own process group (a signal for the user command's
+/// group does not reach it); the supervisor reaps it.
+fn start(program: &Path, stream: TcpStream, sshd: &Sshd) -> std::io::Result<()> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&sshd.log)?;
+    let input = stream.try_clone()?;
+    let child = signals::unblock_in_child(&mut Command::new(program))
+        .arg("-i")
+        .arg("-e")
+        .arg("-f")
+        .arg(sshd.dir.join("sshd_config"))
+        .env_clear()
+        .envs(sshd.env.iter().map(|(k, v)| (k, v)))
+        .process_group(0)
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(input)))
+        .stdout(Stdio::from(std::os::fd::OwnedFd::from(stream)))
+        .stderr(log)
+        .spawn()?;
+    // Reaped by the supervisor's loop, as every child is.
+    drop(child);
+    Ok(())
+}
