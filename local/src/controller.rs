@@ -503,8 +503,8 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
     // readers (its status, the job list) must not wait for it. Only this driver changes
     // the attempt and its tasks, so what is read from the copy stays current.
     let framework = job.framework().clone();
-    let own_ports =
-        ports::allocate(&framework).map_err(|e| format!("no free ports on this machine: {e}"))?;
+    let own_ports = ports::allocate(&framework, &inner.ports)
+        .map_err(|e| format!("no free ports on this machine: {e}"))?;
     job.framework()
         .metadata
         .annotations

@@ -83,6 +83,8 @@ pub(crate) struct Inner {
     pub(crate) jobs: Mutex<BTreeMap<String, Arc<Job>>>,
     /// This machine's task slots, held by running attempts.
     pub(crate) slots: crate::slots::Slots,
+    /// Where tasks' ports come from.
+    pub(crate) ports: crate::ports::Ports,
     /// Job directories that could not be read at start, by name, with the reason: their
     /// names stay taken (a new job would overwrite what may still be recovered).
     pub(crate) unreadable: Mutex<BTreeMap<String, String>>,

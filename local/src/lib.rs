@@ -39,7 +39,9 @@ use job::{Command, Inner, Job, uid};
 use store::Store;
 
 pub use error::{Error, FrameworkStream, LogStream};
-pub use settings::{Assets, RUNTIME_COMMAND, Settings, default_max_tasks, default_state_dir};
+pub use settings::{
+    Assets, DEFAULT_PORTS, RUNTIME_COMMAND, Settings, default_max_tasks, default_state_dir,
+};
 pub use slots::Queued;
 
 /// Variables of the server's environment every task gets (a pod gets its image's).
@@ -78,6 +80,7 @@ impl Machine {
         let spawner = procs::Spawner::start(SPAWNING_THREADS)
             .map_err(|e| Error::Other(format!("cannot start the spawning threads: {e}")))?;
         let slots = slots::Slots::new(settings.max_tasks);
+        let ports = ports::Ports::new(settings.ports.clone());
         let inner = Arc::new(Inner {
             store: store.clone(),
             settings,
@@ -87,6 +90,7 @@ impl Machine {
             spawner,
             jobs: Mutex::new(BTreeMap::new()),
             slots,
+            ports,
             unreadable: Mutex::new(BTreeMap::new()),
         });
         let (frameworks, unreadable) = tokio::task::spawn_blocking(move || store.load_all())

@@ -1,15 +1,64 @@
 //! Ports for tasks sharing one host: every task gets its own, each one free here when
-//! handed out (the kernel picks them; all are held until the whole attempt has its
-//! ports, so no two tasks get the same one).
+//! handed out. They come from a configured range below the one the kernel gives
+//! outgoing connections (so no client connection of this machine takes a port a task
+//! was told to bind), in turn from where the last job's ended (so a port just given up
+//! is the last to be given again), starting at a random place (so another server of
+//! this machine does not follow the same order); all are held until the whole attempt
+//! has its ports, so no two tasks get the same one.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, TcpListener};
+use std::ops::RangeInclusive;
+use std::sync::Mutex;
 
 use pai_contract::{Framework, PortPlan, TaskPorts};
 
+/// The range ports are drawn from, and where the next search starts.
+pub struct Ports {
+    range: RangeInclusive<u16>,
+    next: Mutex<u16>,
+}
+
+impl Ports {
+    /// Ports of `range`, from a random place in it: two servers of this machine (two
+    /// users' embedded defaults) do not hand out the same ports in the same order.
+    pub fn new(range: RangeInclusive<u16>) -> Self {
+        let mut bytes = [0u8; 2];
+        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+        let size = u32::from(*range.end() - *range.start()) + 1;
+        let offset = u32::from(u16::from_le_bytes(bytes)) % size;
+        let next = Mutex::new(*range.start() + offset as u16);
+        Self { range, next }
+    }
+
+    /// The next free port of the range, held by the listener returned with it.
+    fn take(&self, next: &mut u16, tried: &mut usize) -> std::io::Result<(u16, TcpListener)> {
+        let size = usize::from(*self.range.end() - *self.range.start()) + 1;
+        while *tried < size {
+            let port = *next;
+            *next = if port >= *self.range.end() {
+                *self.range.start()
+            } else {
+                port + 1
+            };
+            *tried += 1;
+            if let Ok(listener) = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)) {
+                return Ok((port, listener));
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "every port of {}–{} is taken (rest-lite serve --port-range)",
+            self.range.start(),
+            self.range.end()
+        )))
+    }
+}
+
 /// Each task's ports by role (Framework name) and index: the labels and counts of its
-/// role's plan, with ports that are free on this host.
-pub fn allocate(framework: &Framework) -> std::io::Result<TaskPorts> {
+/// role's plan, with ports of `ports`' range that are free on this host.
+pub fn allocate(framework: &Framework, ports_range: &Ports) -> std::io::Result<TaskPorts> {
+    let mut next = ports_range.next.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tried = 0;
     let mut held = Vec::new();
     let mut plans = HashMap::new();
     for role in &framework.spec.task_roles {
@@ -19,10 +68,11 @@ pub fn allocate(framework: &Framework) -> std::io::Result<TaskPorts> {
         for _ in 0..count {
             let mut plan = PortPlan::default();
             for (label, ports) in template.iter() {
+                let range = ports_range;
                 let mut mine = Vec::with_capacity(ports.len());
-                for _ in ports {
-                    let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-                    mine.push(listener.local_addr()?.port());
+                for _ in ports.iter() {
+                    let (port, listener) = range.take(&mut next, &mut tried)?;
+                    mine.push(port);
                     held.push(listener);
                 }
                 plan.push(label, mine)
@@ -48,7 +98,8 @@ mod tests {
             &[("ps", 2), ("worker", 3)],
             20000,
         );
-        let plans = allocate(&framework).expect("ports");
+        let range = Ports::new(40000..=40999);
+        let plans = allocate(&framework, &range).expect("ports");
         let mut all: Vec<u16> = plans.plans().flat_map(|p| p.all_ports()).collect();
         let count = all.len();
         all.sort_unstable();
@@ -66,9 +117,33 @@ mod tests {
                     .collect();
                 assert_eq!(labels, expected);
                 for port in plan.all_ports() {
+                    assert!((40000..=40999).contains(&port), "{port} is of the range");
                     TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).expect("free");
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_taken_port_is_skipped_and_an_exhausted_range_named() {
+        let _no_fork = crate::FORKING.lock().unwrap_or_else(|e| e.into_inner());
+        let taken = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 41000)).expect("bind 41000");
+        let range = Ports::new(41000..=41001);
+        let one = pai_test_support::frameworks::framework_on_ports("fw", &[("w", 1)], 20000);
+        let count = one.spec.task_roles[0].port_plan().all_ports().count();
+        if count == 1 {
+            let plans = allocate(&one, &range).expect("41001 is free");
+            assert_eq!(
+                plans
+                    .plans()
+                    .flat_map(|p| p.all_ports())
+                    .collect::<Vec<_>>(),
+                [41001]
+            );
+        }
+        let two = pai_test_support::frameworks::framework_on_ports("fw", &[("w", 2)], 20000);
+        let error = allocate(&two, &range).expect_err("too few ports");
+        assert!(error.to_string().contains("41000–41001"), "{error}");
+        drop(taken);
     }
 }

@@ -20,7 +20,14 @@ pub struct Settings {
     pub conflict_delay: Duration,
     /// The most tasks one job may have here ([`default_max_tasks`] unless set).
     pub max_tasks: u32,
+    /// Where tasks' ports are drawn from ([`DEFAULT_PORTS`] unless set).
+    pub ports: std::ops::RangeInclusive<u16>,
 }
+
+/// Tasks' ports unless configured: below Kubernetes' NodePort range (30000–32767) and
+/// Linux's range for outgoing connections (32768–60999 by default), so that no client
+/// connection of this machine is given a port a task was told to bind; 20,000 ports.
+pub const DEFAULT_PORTS: std::ops::RangeInclusive<u16> = 10000..=29999;
 
 /// How many tasks a job may have on this machine unless configured: 500 per CPU core,
 /// and no more than one per 8 MiB of memory (a task is at least the runtime, a shell

@@ -213,6 +213,58 @@ async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_the
         Some(7),
         "ssh's exit code is rest-lite ssh's"
     );
+    // `--print` prints commands that work as printed, with the job's key kept in a
+    // private directory (here under a scratch XDG_CACHE_HOME) and its host key checked.
+    let cache = dir.join("cache");
+    let printed = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+        .args([
+            "ssh",
+            "--server",
+            &server.url,
+            "--user",
+            "alice",
+            "tf",
+            "--print",
+        ])
+        .env("REST_LITE_TOKEN", server.token.as_deref().expect("token"))
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .expect("rest-lite ssh --print");
+    assert!(
+        printed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    let printed = String::from_utf8_lossy(&printed.stdout).into_owned();
+    let line = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("ps-0: "))
+        .unwrap_or_else(|| panic!("no command for ps-0 in {printed}"));
+    assert!(
+        line.contains("StrictHostKeyChecking=yes") && line.contains(" -i "),
+        "{line}"
+    );
+    let key = cache.join("rest-lite/ssh/alice-tf/id");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&key)
+            .expect("the kept key")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let ran = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{line} 'echo $PAI_CURRENT_TASK_ROLE_NAME'"))
+        .output()
+        .expect("sh");
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout),
+        "ps\n",
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
     let out = cli(&["tf", "worker", "5"]);
     assert!(!out.status.success());
     assert!(

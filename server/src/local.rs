@@ -10,7 +10,7 @@ use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
 pub use pai_local::task::Runtime;
 pub use pai_local::{
-    Assets, RUNTIME_COMMAND, Settings, assets, default_max_tasks, default_state_dir,
+    Assets, DEFAULT_PORTS, RUNTIME_COMMAND, Settings, assets, default_max_tasks, default_state_dir,
 };
 
 use crate::backend::{Backend, BackendError, FrameworkStream, LogStream};

@@ -135,7 +135,9 @@ pub struct SshArgs {
     /// Your own private key instead of the job's (its public half in PAI_SSH_PUB_KEY).
     #[arg(long, short = 'i')]
     identity: Option<PathBuf>,
-    /// Print every task one can log in to (and why not the others) instead.
+    /// Print, instead of running ssh, a command for every task one can log in to (and
+    /// why not the others): they work as printed, with the job's key and host key kept
+    /// in a private directory of yours (or your own key with -i).
     #[arg(long)]
     print: bool,
     /// A command to run instead of a shell (after `--`), as ssh runs it.
@@ -266,10 +268,14 @@ pub fn ssh(args: SshArgs) -> Result<ExitCode> {
     let client = args.connection.client()?;
     let info = block_on(async { Ok(client.ssh(&user, &args.job).await?) })?;
     if args.print {
+        // Kept for the printed commands: a directory of this user's, per job.
+        let files = PrivateDir::kept(&user, &args.job)?;
+        let login = Login::prepare(&files, &client, &user, &args, &info)?;
         for c in &info.containers {
             println!(
-                "{}: ssh -p {} {}@{}",
-                c.id, c.ssh_port, c.ssh_user, c.ssh_ip
+                "{}: {}",
+                c.id,
+                login.command_line(&c.ssh_port, &c.ssh_user, &c.ssh_ip)
             );
         }
         for u in &info.unavailable {
@@ -299,29 +305,10 @@ pub fn ssh(args: SshArgs) -> Result<ExitCode> {
     // The job's key (unless -i names another) and the host key its tasks present, in a
     // directory of this user's alone, removed when ssh ends.
     let files = PrivateDir::create()?;
-    let identity = match &args.identity {
-        Some(own) => own.clone(),
-        None => {
-            let key = block_on(async { Ok(client.ssh_key(&user, &args.job).await?) })
-                .context("fetching the job's key (or give your own with -i)")?;
-            files.write("id", &key)?
-        }
-    };
-    // A job with its own host key is checked against it; an older job's tasks each made
-    // their own, which nothing can vouch for.
-    let (check, known_hosts) = match &info.host_key {
-        Some(key) => (
-            "StrictHostKeyChecking=yes",
-            files.write("known_hosts", &format!("* {key}\n"))?,
-        ),
-        None => ("StrictHostKeyChecking=no", PathBuf::from("/dev/null")),
-    };
+    let login = Login::prepare(&files, &client, &user, &args, &info)?;
     let mut command = std::process::Command::new("ssh");
     command
-        .args(["-o", check, "-o"])
-        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
-        .args(["-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes", "-i"])
-        .arg(&identity)
+        .args(login.options())
         .args(["-p", &target.ssh_port])
         .arg(format!("{}@{}", target.ssh_user, target.ssh_ip));
     if !args.command.is_empty() {
@@ -337,10 +324,132 @@ pub fn ssh(args: SshArgs) -> Result<ExitCode> {
     })
 }
 
+/// How ssh logs in to a job's tasks: which key, which host key it checks.
+struct Login {
+    identity: PathBuf,
+    /// `StrictHostKeyChecking=yes` with the job's host key; `no` for an older job whose
+    /// tasks each made their own, which nothing can vouch for.
+    check: &'static str,
+    known_hosts: PathBuf,
+}
+
+impl Login {
+    /// The job's key (unless -i names another) and host key, written into `files`.
+    fn prepare(
+        files: &impl KeyFiles,
+        client: &pai_client::Client,
+        user: &str,
+        args: &SshArgs,
+        info: &pai_api::ssh::SshInfo,
+    ) -> Result<Self> {
+        let identity = match &args.identity {
+            Some(own) => own.clone(),
+            None => {
+                let key = block_on(async { Ok(client.ssh_key(user, &args.job).await?) })
+                    .context("fetching the job's key (or give your own with -i)")?;
+                files.write("id", &key)?
+            }
+        };
+        let (check, known_hosts) = match &info.host_key {
+            Some(key) => (
+                "StrictHostKeyChecking=yes",
+                files.write("known_hosts", &format!("* {key}\n"))?,
+            ),
+            None => ("StrictHostKeyChecking=no", PathBuf::from("/dev/null")),
+        };
+        Ok(Self {
+            identity,
+            check,
+            known_hosts,
+        })
+    }
+
+    /// ssh's options, before the port and the destination.
+    fn options(&self) -> Vec<std::ffi::OsString> {
+        let mut known = std::ffi::OsString::from("UserKnownHostsFile=");
+        known.push(&self.known_hosts);
+        [
+            "-o".into(),
+            self.check.into(),
+            "-o".into(),
+            known,
+            "-o".into(),
+            "LogLevel=ERROR".into(),
+            "-o".into(),
+            "IdentitiesOnly=yes".into(),
+            "-i".into(),
+            self.identity.clone().into_os_string(),
+        ]
+        .into()
+    }
+
+    /// The whole command, quoted for a POSIX shell.
+    fn command_line(&self, port: &str, user: &str, ip: &str) -> String {
+        let mut words: Vec<String> = vec!["ssh".into()];
+        words.extend(
+            self.options()
+                .iter()
+                .map(|w| shell_word(&w.to_string_lossy())),
+        );
+        words.extend([
+            "-p".into(),
+            shell_word(port),
+            shell_word(&format!("{user}@{ip}")),
+        ]);
+        words.join(" ")
+    }
+}
+
+/// `word` as one word of a POSIX shell: as it is when it has nothing special, else
+/// single-quoted.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=@:,+%".contains(&b));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 /// A directory of this user's alone (0700), removed with what it holds when dropped.
 struct PrivateDir(PathBuf);
 
 impl PrivateDir {
+    /// This user's directory (0700) for job `job` of `user`, kept: under
+    /// `$XDG_CACHE_HOME/rest-lite/ssh` (or `~/.cache/…`, or the temporary directory).
+    fn kept(user: &str, job: &str) -> Result<KeptDir> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("rest-lite")
+            .join("ssh");
+        let name: String = format!("{user}-{job}")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let dir = base.join(name);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} private", dir.display()))?;
+        Ok(KeptDir(dir))
+    }
+
     fn create() -> Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
         let nanos = std::time::SystemTime::now()
@@ -368,6 +477,40 @@ impl PrivateDir {
             .and_then(|mut file| file.write_all(text.as_bytes()))
             .with_context(|| format!("writing {}", path.display()))?;
         Ok(path)
+    }
+}
+
+/// [`PrivateDir`] that stays.
+struct KeptDir(PathBuf);
+
+/// Where the job's key files are written.
+trait KeyFiles {
+    /// Writes `text` as file `name` (0600); returns its path.
+    fn write(&self, name: &str, text: &str) -> Result<PathBuf>;
+}
+
+impl KeyFiles for KeptDir {
+    fn write(&self, name: &str, text: &str) -> Result<PathBuf> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let path = self.0.join(name);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut file| {
+                file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+                file.write_all(text.as_bytes())
+            })
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    }
+}
+
+impl KeyFiles for PrivateDir {
+    fn write(&self, name: &str, text: &str) -> Result<PathBuf> {
+        PrivateDir::write(self, name, text)
     }
 }
 

@@ -58,7 +58,8 @@ enum Command {
     Stop(client::JobArgs),
     /// Delete a job and its tasks.
     Delete(client::JobArgs),
-    /// Print how to ssh into a job's tasks.
+    /// Log in to a task of a job over ssh (runs ssh with the job's key; --print prints
+    /// the commands instead).
     Ssh(client::SshArgs),
     /// Print the FrameworkController Framework a job spec becomes.
     Transform(TransformArgs),

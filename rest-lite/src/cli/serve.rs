@@ -94,6 +94,10 @@ pub struct LocalArgs {
     /// most one per 8 MiB of memory].
     #[arg(long, env = "REST_LITE_MAX_TASKS", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tasks: Option<u32>,
+    /// The ports tasks are given, as BEGIN-END [default: 10000-29999, below the
+    /// NodePort range and the kernel's range for outgoing connections].
+    #[arg(long, env = "REST_LITE_PORT_RANGE", value_parser = port_range)]
+    pub port_range: Option<std::ops::RangeInclusive<u16>>,
     /// Let the embedded default listen beyond loopback. Every caller with a token then
     /// runs commands on this machine as this server's OS user.
     #[arg(long)]
@@ -119,8 +123,31 @@ impl LocalArgs {
             max_tasks: self
                 .max_tasks
                 .unwrap_or_else(pai_server::local::default_max_tasks),
+            ports: self
+                .port_range
+                .clone()
+                .unwrap_or(pai_server::local::DEFAULT_PORTS),
         })
     }
+}
+
+/// `BEGIN-END`: ports from 1024 to 65535, BEGIN ≤ END.
+fn port_range(text: &str) -> std::result::Result<std::ops::RangeInclusive<u16>, String> {
+    let (begin, end) = text
+        .split_once('-')
+        .ok_or_else(|| format!("{text:?} is not BEGIN-END (10000-29999)"))?;
+    let port = |p: &str| {
+        p.trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p >= 1024)
+            .ok_or_else(|| format!("{p:?} is not a port from 1024 to 65535"))
+    };
+    let (begin, end) = (port(begin)?, port(end)?);
+    if begin > end {
+        return Err(format!("{begin} is after {end}"));
+    }
+    Ok(begin..=end)
 }
 
 pub fn load_config(path: Option<&Path>) -> Result<ClusterConfig> {
