@@ -85,6 +85,11 @@ pub mod runtime {
     pub const LOG_DIR: &str = "PAI_LOG_DIR";
     /// The directory with `prep/` and `init/` (default: the runtime binary's).
     pub const ASSETS: &str = "PAI_RUNTIME_ASSETS";
+    /// Set by the embedded default to its process id: the runtime arms the parent-death
+    /// signal (SIGTERM) itself, so the server starts it without a fork of its own large
+    /// address space (a `posix_spawn`), and ends at once if that parent is gone already.
+    /// Removed from the environment before anything else sees it.
+    pub const PARENT_PID: &str = "PAI_RUNTIME_PARENT_PID";
 }
 
 /// The barrier's settings (frameworkbarrier's names, and ours for the peer table).

@@ -9,6 +9,33 @@ use crate::layout::{ASSETS_VAR, Layout};
 use crate::supervisor::signals::Signals;
 use crate::{entry, run};
 
+/// With [`PARENT_PID`](pai_contract::env::runtime::PARENT_PID) set (the embedded default
+/// sets it): SIGTERM when that parent dies, and an error if it is gone already. The
+/// variable is removed first: neither the scripts nor the user command see it. Runs
+/// before any thread exists.
+fn die_with_parent() -> Result<(), String> {
+    use pai_contract::env::runtime::PARENT_PID;
+    let Some(value) = std::env::var_os(PARENT_PID) else {
+        return Ok(());
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: called first thing in main, before any thread exists: nothing reads the
+    // environment concurrently.
+    unsafe {
+        std::env::remove_var(PARENT_PID)
+    };
+    let parent: i32 = value
+        .to_str()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("{PARENT_PID}={value:?} is not a process id"))?;
+    nix::sys::prctl::set_pdeathsig(Some(nix::sys::signal::Signal::SIGTERM))
+        .map_err(|e| format!("cannot arm the parent-death signal: {e}"))?;
+    if nix::unistd::getppid().as_raw() != parent {
+        return Err("the server that started this task has ended".to_string());
+    }
+    Ok(())
+}
+
 const USAGE: &str =
     "usage: kube-runtime entry [--root DIR] [--assets DIR]\n       kube-runtime run [--root DIR]";
 
@@ -16,6 +43,9 @@ const USAGE: &str =
 /// means the `run` command). Call before any thread starts: `run` blocks signals for
 /// every thread it will have.
 pub fn main(mut args: Vec<String>) -> ExitCode {
+    if let Err(message) = die_with_parent() {
+        return fail(1, &message);
+    }
     let invoked_as_run = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())

@@ -1,5 +1,5 @@
 //! `kube-runtime run` (installed as `<root>/run`), PID 1 of the main container: load the
-//! env file, leave the whole environment for ssh sessions, then supervise the daemons and
+//! env file, hold the ssh port (sessions get the whole environment), then supervise the daemons and
 //! the user command.
 
 use std::ffi::OsString;
@@ -13,7 +13,7 @@ use crate::layout::{self, Layout, Task};
 use crate::logs::DEFAULT_CAP;
 use crate::shell;
 use crate::supervisor::signals::Signals;
-use crate::supervisor::ssh::Sshd;
+use crate::supervisor::ssh::{SessionEnv, Sshd};
 use crate::supervisor::{Ended, Plan, SuperviseError, supervise};
 
 /// Seconds between TERM and KILL, written by rest-lite from the pod's grace period.
@@ -67,13 +67,16 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         })?,
         None => DEFAULT_CAP,
     };
-    write_env_all(layout, &env);
+    let user_key = get("PAI_SSH_PUB_KEY").is_some_and(|k| !k.is_empty());
+    let ssh_port = get(pai_contract::env::CONTAINER_SSH_PORT).and_then(|p| p.parse().ok());
     let daemons = layout::scripts(&layout.init_dir()).unwrap_or_else(|e| {
         tracing::warn!(error = %e, "cannot list the init scripts; no daemon starts");
         Vec::new()
     });
     let daemon_env = daemon_environment(layout, &env);
-    let ssh = ssh_on_demand(layout, &get, &task, &daemon_env);
+    let env = std::sync::Arc::new(env);
+    let ssh =
+        ssh_port.and_then(|port| ssh_on_demand(layout, port, user_key, &task, &daemon_env, &env));
     let plan = Plan {
         program: "/bin/sh".into(),
         args: vec![layout.main_sh().into_os_string()],
@@ -88,18 +91,18 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
     Ok(supervise(&plan, signals)?)
 }
 
-/// The task's ssh port, served on demand, when the job can log in (its key pair, or
+/// The task's ssh port `port`, served on demand, when the job can log in (its key pair, or
 /// `PAI_SSH_PUB_KEY`) and the task has a port.
 fn ssh_on_demand(
     layout: &Layout,
-    get: &impl Fn(&str) -> Option<String>,
+    port: u16,
+    user_key: bool,
     task: &Task,
     daemon_env: &[(OsString, OsString)],
+    env: &std::sync::Arc<Vec<(OsString, OsString)>>,
 ) -> Option<Sshd> {
     let dir = layout.root().join("ssh");
-    let keyed = get("PAI_SSH_PUB_KEY").is_some_and(|k| !k.is_empty())
-        || std::fs::metadata(dir.join("job_key.pub")).is_ok_and(|m| m.len() > 0);
-    let port = get(pai_contract::env::CONTAINER_SSH_PORT)?.parse().ok()?;
+    let keyed = user_key || std::fs::metadata(dir.join("job_key.pub")).is_ok_and(|m| m.len() > 0);
     // What an earlier run of this container said is not this run's.
     let _ = std::fs::remove_file(dir.join(crate::supervisor::ssh::SSHD_PATH_FILE));
     keyed.then(|| Sshd {
@@ -107,6 +110,7 @@ fn ssh_on_demand(
         dir,
         log: task.log_dir(layout).join(crate::supervisor::ssh::SSHD_LOG),
         env: daemon_env.to_vec(),
+        session: SessionEnv::new(layout.env_all_file(), env.clone()),
     })
 }
 
@@ -200,37 +204,4 @@ fn read_env_file(path: &Path) -> Result<Vec<(OsString, OsString)>, RunError> {
         path: path.display().to_string(),
         source,
     })
-}
-
-/// Writes `bytes` to `path`, readable and writable by this user alone (0600), also when
-/// the file was there before.
-fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(bytes)
-}
-
-/// `env-all.sh`: the task's whole environment (0600), for ssh sessions to source.
-fn write_env_all(layout: &Layout, env: &[(OsString, OsString)]) {
-    let session_vars = env.iter().filter(|(k, _)| {
-        let k = k.to_string_lossy();
-        pai_contract::env::is_shell_identifier(&k)
-            && !matches!(
-                k.as_ref(),
-                "HOME" | "PWD" | "OLDPWD" | "SHLVL" | "_" | "HOSTNAME"
-            )
-    });
-    let result = shell::render(session_vars.map(|(k, v)| (k.as_os_str(), v.as_os_str())))
-        .map_err(|e| e.to_string())
-        .and_then(|text| write_private(&layout.env_all_file(), &text).map_err(|e| e.to_string()));
-    if let Err(e) = result {
-        tracing::warn!(error = %e, "cannot write env-all.sh; ssh sessions will lack the job's variables");
-    }
 }

@@ -189,12 +189,18 @@ fn mpi_hostfile(peers: &PeerTable) -> String {
     text
 }
 
-/// One `Host <role>-<index>` block per task with an ssh port: its address and port, the
-/// job's key, the job's host key checked against `known_hosts` when the job has one
-/// (else no check: each task made its own, which nothing vouches for), and a minute of
-/// connection attempts, one a second (the barrier releases every task at once, and a
-/// peer's sshd may not listen yet when `mpirun` starts). The user's own and the
-/// system's configuration follow for every other host.
+/// Aliases per `Host` line of the options every alias shares.
+const ALIASES_PER_LINE: usize = 64;
+
+/// One `Host <role>-<index>` block per task with an ssh port (its address and port),
+/// then the options every alias shares, once per line of up to 64 aliases (ssh takes
+/// each option from the first block that matches and sets it): the job's key, the job's
+/// host key checked against `known_hosts` when the job has one (else no check: each task
+/// made its own, which nothing vouches for), and a minute of connection attempts, one a
+/// second (the barrier releases every task at once, and a peer's sshd may not listen yet
+/// when `mpirun` starts). The user's own and the system's configuration follow for every
+/// other host. Every task writes this file: its size is what grows with the job (about
+/// 45 bytes per task, where repeating the shared options took 330).
 fn ssh_config(peers: &PeerTable, root: &Path, known_hosts: Option<&Path>) -> String {
     let key = root.join(files::SSH_JOB_KEY);
     let key = quote_ssh(&key.display().to_string());
@@ -208,18 +214,27 @@ fn ssh_config(peers: &PeerTable, root: &Path, known_hosts: Option<&Path>) -> Str
         None => "StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null".to_string(),
     };
     let mut text = String::from("# Written by kube-runtime: one alias per task of this job.\n");
+    let mut aliases = Vec::new();
     for role in &peers.roles {
         for task in role.tasks() {
             let Some(port) = task.ports.first(pai_contract::ports::SSH_LABEL) else {
                 continue;
             };
+            let alias = contract::ssh_alias(&role.name, task.index);
             let _ = write!(
                 text,
-                "Host {alias}\n    HostName {ip}\n    Port {port}\n    IdentityFile {key}\n    {check}\n    LogLevel ERROR\n    ConnectionAttempts 60\n",
-                alias = contract::ssh_alias(&role.name, task.index),
+                "Host {alias}\n    HostName {ip}\n    Port {port}\n",
                 ip = task.ip,
             );
+            aliases.push(alias);
         }
+    }
+    for line in aliases.chunks(ALIASES_PER_LINE) {
+        let _ = write!(
+            text,
+            "Host {}\n    IdentityFile {key}\n    {check}\n    LogLevel ERROR\n    ConnectionAttempts 60\n",
+            line.join(" ")
+        );
     }
     text.push_str("Host *\n    Include ~/.ssh/config\n    Include /etc/ssh/ssh_config\n");
     text
@@ -380,15 +395,26 @@ mod tests {
             Path::new("/a root"),
             None,
         );
-        assert!(t.ssh_config.contains(
-            "Host worker-1\n    HostName 10.0.1.2\n    Port 21001\n    IdentityFile \"/a root/ssh/job_key\"\n"
-        ));
+        assert!(
+            t.ssh_config
+                .contains("Host worker-1\n    HostName 10.0.1.2\n    Port 21001\nHost "),
+            "{}",
+            t.ssh_config
+        );
+        // The shared options once, for every alias.
+        assert!(
+            t.ssh_config.contains(
+                "\nHost worker-0 worker-1 chief-0 evaluator-0\n    IdentityFile \"/a root/ssh/job_key\"\n"
+            ),
+            "{}",
+            t.ssh_config
+        );
         assert_eq!(
             t.ssh_config.matches("\nHost ").count(),
-            5,
-            "4 tasks, then *"
+            6,
+            "4 tasks, the shared options, then *"
         );
-        assert_eq!(t.ssh_config.matches("StrictHostKeyChecking no").count(), 4);
+        assert_eq!(t.ssh_config.matches("StrictHostKeyChecking no").count(), 1);
         // With the job's host key: every alias checks it, against the job's file alone.
         let known = Path::new("/a root/ssh/known_hosts");
         let t = training(
@@ -401,7 +427,7 @@ mod tests {
         );
         let checked =
             "StrictHostKeyChecking yes\n    UserKnownHostsFile \"/a root/ssh/known_hosts\"\n";
-        assert_eq!(t.ssh_config.matches(checked).count(), 4, "{}", t.ssh_config);
+        assert_eq!(t.ssh_config.matches(checked).count(), 1, "{}", t.ssh_config);
         assert!(!t.ssh_config.contains("StrictHostKeyChecking no"));
     }
 

@@ -177,6 +177,17 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
         String::from_utf8_lossy(&ssh.stdout),
         "job=alice~ssh it's ps=10.1.0.1\n"
     );
+    // The sessions' environment was written for the first connection, private.
+    use std::os::unix::fs::PermissionsExt;
+    let env_all = task.root().join("env-all.sh");
+    assert_eq!(
+        std::fs::metadata(&env_all)
+            .expect("env-all.sh")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
     assert_eq!(
         String::from_utf8_lossy(&again.stdout),
         "again\n",

@@ -93,10 +93,21 @@ pub struct RetryDecision {
     pub reason: String,
 }
 
+/// Retries of transient failures and conflicts (not counted against `maxRetryCount`) a
+/// job gets here before it ends with its last failure. FrameworkController retries them
+/// without end; on one machine the same conflict (a port taken, a barrier that cannot be
+/// met) tends to come back every attempt, and a job that can never start must end saying
+/// why.
+pub const MAX_TRANSIENT_RETRIES: i32 = 10;
+/// The longest wait before retrying a conflict.
+const MAX_CONFLICT_DELAY: Duration = Duration::from_secs(300);
+
 /// FrameworkController's decision: stop requests and attempt completions are never
-/// retried; with the fancy policy transient failures always are (not counted; conflicts
-/// after `conflict_delay`) and permanent ones never; otherwise failures are retried while
-/// `accountableRetriedCount < maxRetryCount` (−1: always, −2: even after success).
+/// retried; with the fancy policy transient failures are (not counted; conflicts after
+/// `conflict_delay`, doubled with each transient retry so far, at most 5 minutes), up to
+/// [`MAX_TRANSIENT_RETRIES`] of them, and permanent ones never; otherwise failures are
+/// retried while `accountableRetriedCount < maxRetryCount` (−1: always, −2: even after
+/// success).
 pub fn retry_decision(
     policy: &RetryPolicySpec,
     status: &RetryPolicyStatus,
@@ -125,9 +136,27 @@ pub fn retry_decision(
     let failed = kind != CompletionKind::Succeeded;
     if policy.fancy_retry_policy {
         let reason = format!("fancy retry policy, completion type {kind:?}");
+        // Retries not counted against maxRetryCount so far: the transient ones.
+        let transient = status.total_retried_count - status.accountable_retried_count;
+        if matches!(
+            kind,
+            CompletionKind::TransientConflict | CompletionKind::TransientFailure
+        ) && transient >= MAX_TRANSIENT_RETRIES
+        {
+            return decide(
+                false,
+                false,
+                Duration::ZERO,
+                format!(
+                    "{transient} transient failures retried already, the most this machine retries (completion code {}: {})",
+                    code.code, code.phrase
+                ),
+            );
+        }
         match kind {
             CompletionKind::TransientConflict => {
-                return decide(true, false, conflict_delay, reason);
+                let doubled = conflict_delay.saturating_mul(1 << transient.clamp(0, 16) as u32);
+                return decide(true, false, doubled.min(MAX_CONFLICT_DELAY), reason);
             }
             CompletionKind::TransientFailure => return decide(true, false, Duration::ZERO, reason),
             CompletionKind::PermanentFailure | CompletionKind::Succeeded => {
@@ -242,6 +271,16 @@ mod tests {
     use pai_contract::exit::codes;
 
     fn retry(fancy: bool, max: i32, accountable: i32, code: i32) -> RetryDecision {
+        retry_after(fancy, max, accountable, accountable, code)
+    }
+
+    fn retry_after(
+        fancy: bool,
+        max: i32,
+        accountable: i32,
+        total: i32,
+        code: i32,
+    ) -> RetryDecision {
         retry_decision(
             &RetryPolicySpec {
                 fancy_retry_policy: fancy,
@@ -249,6 +288,7 @@ mod tests {
             },
             &RetryPolicyStatus {
                 accountable_retried_count: accountable,
+                total_retried_count: total,
                 ..RetryPolicyStatus::default()
             },
             &CompletionStatus::of(code, ""),
@@ -287,5 +327,35 @@ mod tests {
         assert!(!retry(true, 1, 0, codes::POD_CREATION_PERMANENT_ERROR).retry);
         // Without the fancy policy a transient failure is just a failure.
         assert!(!retry(false, 0, 0, 200).retry);
+    }
+
+    #[test]
+    fn transient_retries_back_off_and_end() {
+        // Conflicts wait twice as long after each transient retry, at most 5 minutes.
+        assert_eq!(
+            retry_after(true, 0, 0, 1, 201).delay,
+            Duration::from_secs(6)
+        );
+        assert_eq!(
+            retry_after(true, 0, 2, 5, 201).delay,
+            Duration::from_secs(24)
+        );
+        assert_eq!(
+            retry_after(true, 0, 0, 9, 201).delay,
+            Duration::from_secs(300)
+        );
+        // Accountable retries do not count towards the transient ones.
+        assert!(retry_after(true, 20, 15, 24, 201).retry);
+        // The eleventh transient failure ends the job, saying why.
+        for code in [200, 201] {
+            let last = retry_after(true, 0, 0, MAX_TRANSIENT_RETRIES, code);
+            assert!(!last.retry, "{code}");
+            assert!(
+                last.reason
+                    .contains("10 transient failures retried already"),
+                "{}",
+                last.reason
+            );
+        }
     }
 }

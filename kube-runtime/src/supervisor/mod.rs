@@ -45,8 +45,8 @@ pub struct Plan {
     pub args: Vec<OsString>,
     /// Daemons (name, script), each run by `/bin/sh` with its own log.
     pub daemons: Vec<(String, PathBuf)>,
-    /// The user command's complete environment.
-    pub env: Vec<(OsString, OsString)>,
+    /// The user command's complete environment (shared with the ssh sessions').
+    pub env: Arc<Vec<(OsString, OsString)>>,
     /// The daemons' environment: the container's own and this task's variables, not
     /// the per-peer ones (which grow with the job, and every exec copies them).
     pub daemon_env: Vec<(OsString, OsString)>,
@@ -90,8 +90,13 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     // The ssh port is held before anything starts: nobody takes it in between.
     let on_demand = plan.ssh.clone().and_then(|sshd| {
         let port = sshd.port;
+        let session = sshd.session.clone();
         ssh::OnDemand::listen(sshd)
-            .inspect_err(|e| warn!(port, error = %e, "cannot hold the ssh port; the daemon scripts start sshd themselves"))
+            .inspect_err(|e| {
+                warn!(port, error = %e, "cannot hold the ssh port; the daemon scripts start sshd themselves");
+                // Their sshd's sessions read it: now, not at the first connection.
+                session.write();
+            })
             .ok()
     });
     let mut daemon_env = plan.daemon_env.clone();
