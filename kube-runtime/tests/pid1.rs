@@ -124,6 +124,37 @@ fn a_command_that_ignores_term_is_killed_after_the_grace_period() {
     );
 }
 
+/// A stopped task can get TERM more than once (the kernel sends a dying parent's
+/// parent-death signal again for each of its threads the task is handed to): the user
+/// command's TERM trap runs once, and KILL still follows at the grace period's end.
+#[test]
+fn a_second_term_within_the_grace_period_is_not_forwarded_again() {
+    if !common::root() {
+        return;
+    }
+    let task = TaskDir::new("term-twice");
+    let ready = task.fifo("ready");
+    let acked = task.fifo("acked");
+    task.main(&format!(
+        "n=0\ntrap 'n=$((n + 1)); echo \"term $n\"; echo got > {}' TERM\necho ready > {}\nwhile :; do sleep 1 & wait $!; done\n",
+        acked.display(),
+        ready.display()
+    ));
+    let child = task.pid1().spawn().expect("spawn");
+    wait_ready(&ready);
+    kill(namespace_init(&child), Signal::SIGTERM).expect("signal");
+    wait_ready(&acked);
+    kill(namespace_init(&child), Signal::SIGTERM).expect("signal again");
+    let out = finish(child);
+    assert_eq!(out.stdout, "term 1\n", "{}", out.stderr);
+    assert!(
+        out.stderr.contains("TERM again within the grace period"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.code, Some(137), "{}", out.stderr);
+}
+
 #[test]
 fn orphans_are_reaped_while_the_job_runs() {
     if !common::root() {

@@ -8,8 +8,10 @@
 //!     user command ended  → TERM everything left, KILL it after the grace period,
 //!                           leave once nothing is left
 //!     a signal received   → pass it to the user command's process group (every one
-//!                           but SIGCHLD, as tini does; see `signals::NOT_TAKEN`);
-//!                           after TERM or INT, KILL the group if the grace period passes
+//!                           but SIGCHLD, as tini does; see `signals::NOT_TAKEN`; a
+//!                           TERM within an earlier TERM's grace period is not passed
+//!                           again); after TERM or INT, KILL the group if the grace
+//!                           period passes
 //!     wait for the next signal or deadline
 //! exit with the user command's status (128 + N when signal N ended it)
 //! ```
@@ -224,6 +226,15 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         for signal in signals.wait(timeout)? {
             if !forwarded(signal) {
+                continue;
+            }
+            // A TERM while the grace period of an earlier one runs adds nothing: the
+            // user command has it, and KILL follows at the deadline. The kernel sends
+            // the parent-death signal again for every thread of a dying parent the
+            // task is handed to in turn, so one stop can arrive as several TERMs;
+            // forwarded each, they would run the user command's TERM trap again.
+            if signal == Signal::SIGTERM && stop_deadline.is_some() {
+                info!("TERM again within the grace period; not forwarded twice");
                 continue;
             }
             if status.is_none() {
