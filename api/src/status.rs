@@ -58,6 +58,13 @@ pub struct JobView {
     pub conditions: Vec<Condition>,
 }
 
+impl JobView {
+    /// The condition of type `kind` (`Admitted`, `Running`, …).
+    pub fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobStatus {

@@ -239,11 +239,7 @@ fn a_waiting_job_says_what_holds_it_and_a_running_one_nothing() {
     let view = pai_api::status::job_view_held(&framework(|_| {}), BASE, Some(&held));
     assert_eq!(view.job_status.state, JobState::Waiting);
     assert_eq!(view.job_status.waiting.as_ref(), Some(&held));
-    let admitted = view
-        .conditions
-        .iter()
-        .find(|c| c.kind == "Admitted")
-        .expect("Admitted");
+    let admitted = view.condition("Admitted").expect("Admitted");
     assert_eq!(
         (
             admitted.status.as_str(),

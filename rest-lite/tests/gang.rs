@@ -164,6 +164,15 @@ fn pending_pod(framework: &str, index: u32, reason: &str, message: &str) -> Valu
     })
 }
 
+/// Submits a job naming `queue`: its refusal, in words.
+async fn refused(client: &Client, queue: &str) -> String {
+    client
+        .submit("alice", &spec(Some(queue)), SpecFormat::Json)
+        .await
+        .expect_err("refused")
+        .to_string()
+}
+
 fn waiting_of(view: &JobView) -> (&str, &str) {
     view.job_status
         .waiting
@@ -290,11 +299,7 @@ async fn none_leaves_the_pods_to_kube_scheduler_and_a_bad_queue_is_a_400() {
     }
     assert!(!api.requests().iter().any(|r| r.uri.contains("podgroups")));
 
-    let error = client
-        .submit("alice", &spec(Some("Team_A")), SpecFormat::Json)
-        .await
-        .expect_err("refused");
-    let text = error.to_string();
+    let text = refused(&client, "Team_A").await;
     assert!(text.contains("virtualCluster"), "{text}");
     assert!(text.contains("not a queue name"), "{text}");
 }
@@ -388,11 +393,7 @@ async fn coscheduling_a_waiting_job_says_what_its_group_and_the_scheduler_say() 
     assert_eq!(view.job_status.state, pai_api::status::JobState::Waiting);
     let since = view.job_status.waiting.as_ref().and_then(|w| w.since);
     assert_eq!(since, Some(1_795_600_800_000), "since the pods' verdict");
-    let admitted = view
-        .conditions
-        .iter()
-        .find(|c| c.kind == "Admitted")
-        .expect("an Admitted condition");
+    let admitted = view.condition("Admitted").expect("an Admitted condition");
     assert_eq!(
         (admitted.status.as_str(), admitted.reason.as_str()),
         ("False", "Pending")
@@ -429,11 +430,7 @@ async fn volcano_a_waiting_job_says_what_its_groups_condition_says_and_queues_ar
         if queue == "closed" {
             api.create("queues", "", volcano_queue("closed", "Closed"));
         }
-        let error = client
-            .submit("alice", &spec(Some(queue)), SpecFormat::Json)
-            .await
-            .expect_err("refused");
-        let text = error.to_string();
+        let text = refused(&client, queue).await;
         assert!(
             text.contains("virtualCluster") && text.contains(refusal),
             "{text}"
@@ -483,11 +480,7 @@ async fn kueue_a_waiting_job_says_what_its_workload_says_and_local_queues_are_ch
         ..engine(Engine::Kueue)
     };
     let client = serve(&api, config).await;
-    let error = client
-        .submit("alice", &spec(Some("nobody")), SpecFormat::Json)
-        .await
-        .expect_err("refused");
-    let text = error.to_string();
+    let text = refused(&client, "nobody").await;
     assert!(
         text.contains("virtualCluster") && text.contains("no Kueue LocalQueue named nobody"),
         "{text}"

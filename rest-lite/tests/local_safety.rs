@@ -428,11 +428,7 @@ async fn a_job_waits_whole_for_the_machines_task_slots_and_says_why() {
         {
             assert_eq!(view.job_status.state, pai_api::status::JobState::Waiting);
             assert_eq!(view.job_status.running_task_number, 0);
-            let admitted = view
-                .conditions
-                .iter()
-                .find(|c| c.kind == "Admitted")
-                .expect("an Admitted condition");
+            let admitted = view.condition("Admitted").expect("an Admitted condition");
             assert_eq!(
                 (admitted.status.as_str(), admitted.reason.as_str()),
                 ("False", "Queued")

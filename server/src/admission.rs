@@ -96,26 +96,16 @@ impl Admission {
             .default_backoff()
             .map(|event| event.map(|e| map_event(e, pod_reading)));
         tasks.push(spawn(Source::Pods, stream.boxed(), started.clone()));
+        let pod_group = |api_version: &str, reader: Reader| {
+            let kind = resource(api_version, "PodGroup", pai_translate::gang::PODGROUPS);
+            Some((kind, Some(ours.clone()), reader))
+        };
         let group = match engine {
             Engine::None => None,
-            Engine::Coscheduling => Some((
-                resource(
-                    pai_translate::gang::COSCHEDULING_API,
-                    "PodGroup",
-                    pai_translate::gang::PODGROUPS,
-                ),
-                Some(ours.clone()),
-                coscheduling_reading as Reader,
-            )),
-            Engine::Volcano => Some((
-                resource(
-                    pai_translate::gang::VOLCANO_API,
-                    "PodGroup",
-                    pai_translate::gang::PODGROUPS,
-                ),
-                Some(ours.clone()),
-                volcano_reading as Reader,
-            )),
+            Engine::Coscheduling => {
+                pod_group(pai_translate::gang::COSCHEDULING_API, coscheduling_reading)
+            }
+            Engine::Volcano => pod_group(pai_translate::gang::VOLCANO_API, volcano_reading),
             Engine::Kueue => Some((
                 resource(KUEUE_API, "Workload", "workloads"),
                 None,
