@@ -18,7 +18,8 @@ pub struct Settings {
     pub default_grace: Duration,
     /// Delay before retrying an attempt that failed with a transient conflict.
     pub conflict_delay: Duration,
-    /// The most tasks one job may have here ([`default_max_tasks`] unless set).
+    /// The most tasks this machine runs at once, and so the most one job may have here
+    /// ([`default_max_tasks`] unless set).
     pub max_tasks: u32,
     /// Where tasks' ports are drawn from ([`DEFAULT_PORTS`] unless set).
     pub ports: std::ops::RangeInclusive<u16>,

@@ -90,8 +90,9 @@ pub struct LocalArgs {
     /// binary carries, written to <state dir>/assets].
     #[arg(long)]
     pub assets: Option<PathBuf>,
-    /// The most tasks one job may have on this machine [default: 500 per CPU core, at
-    /// most one per 8 MiB of memory].
+    /// The most tasks this machine runs at once, and so the most one job may have; a job
+    /// that does not fit beside the running ones waits, whole [default: 500 per CPU
+    /// core, at most one per 8 MiB of memory].
     #[arg(long, env = "REST_LITE_MAX_TASKS", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tasks: Option<u32>,
     /// The ports tasks are given, as BEGIN-END [default: 10000-29999, below the
