@@ -196,6 +196,8 @@ fn spawn(
         let Some(weak) = weak else { return };
         // What the current (re-)list has brought: (job, key) seen.
         let mut listing: Option<HashSet<(String, String)>> = None;
+        // The first failure is told; the rest are the watcher's retries.
+        let mut warned = false;
         while let Some(reading) = stream.next().await {
             let Some(shared) = weak.upgrade() else { return };
             match reading {
@@ -213,6 +215,10 @@ fn spawn(
                     }
                 }
                 Ok(Reading::Nothing) => {}
+                Err(error) if !warned => {
+                    warned = true;
+                    tracing::warn!(%error, "cannot watch what says why jobs wait (the Role may lack it: deploy/rest-lite/rbac.yaml); waiting jobs show their Framework's state meanwhile; retrying");
+                }
                 Err(error) => {
                     tracing::debug!(%error, "a watch of why jobs wait failed; kube's watcher retries it");
                 }
