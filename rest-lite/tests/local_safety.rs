@@ -376,9 +376,34 @@ async fn a_job_larger_than_the_machine_takes_is_refused_naming_the_limit() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Watches alice's job `job` until it waits for this machine's task slots: its reason
+/// then, checked against the rest of its view.
+async fn queued(client: &pai_client::Client, job: &str) -> pai_api::waiting::Waiting {
+    use futures::StreamExt;
+    let mut changes = client.watch("alice", job).await.expect("watch");
+    loop {
+        let view = changes
+            .next()
+            .await
+            .expect("a view")
+            .expect("a readable view");
+        if let Some(waiting) = view.job_status.waiting.clone()
+            && waiting.reason == "Queued"
+        {
+            assert_eq!(view.job_status.state, pai_api::status::JobState::Waiting);
+            assert_eq!(view.job_status.running_task_number, 0);
+            let admitted = view.condition("Admitted").expect("an Admitted condition");
+            assert_eq!(
+                (admitted.status.as_str(), admitted.reason.as_str()),
+                ("False", "Queued")
+            );
+            return waiting;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_waits_whole_for_the_machines_task_slots_and_says_why() {
-    use futures::StreamExt;
     let dir = scratch("slots");
     // A FIFO per job: each ends (end of file) when that job's tasks are all gone.
     let [first_dir, second_dir] = [dir.join("first"), dir.join("second")];
@@ -416,26 +441,7 @@ async fn a_job_waits_whole_for_the_machines_task_slots_and_says_why() {
         )
         .await
         .expect("submitted");
-    let mut changes = client.watch("alice", "second").await.expect("watch");
-    let waiting = loop {
-        let view = changes
-            .next()
-            .await
-            .expect("a view")
-            .expect("a readable view");
-        if let Some(waiting) = view.job_status.waiting.clone()
-            && waiting.reason == "Queued"
-        {
-            assert_eq!(view.job_status.state, pai_api::status::JobState::Waiting);
-            assert_eq!(view.job_status.running_task_number, 0);
-            let admitted = view.condition("Admitted").expect("an Admitted condition");
-            assert_eq!(
-                (admitted.status.as_str(), admitted.reason.as_str()),
-                ("False", "Queued")
-            );
-            break waiting;
-        }
-    };
+    let waiting = queued(&client, "second").await;
     assert!(
         waiting.message.contains("at most 3 tasks at once")
             && waiting
@@ -446,6 +452,33 @@ async fn a_job_waits_whole_for_the_machines_task_slots_and_says_why() {
         waiting.message
     );
     assert!(waiting.since.is_some());
+
+    // A third job, queued behind the second though one slot is free, is stopped while it
+    // waits: it leaves the queue, never having run.
+    client
+        .submit(
+            "alice",
+            &spec("third", 1, "exit 3", json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    let behind = queued(&client, "third").await;
+    assert!(
+        behind.message.contains("behind 1 other waiting job"),
+        "{}",
+        behind.message
+    );
+    client.stop("alice", "third").await.expect("stopped");
+    let third = final_view(&client, "alice", "third").await;
+    assert_eq!(third["jobStatus"]["state"], "STOPPED");
+    assert_eq!(
+        third["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Admitted"))
+            .map(|c| c["reason"].clone()),
+        Some(json!("NotRun"))
+    );
 
     // The first job ends: its tasks are gone, the second gets their slots and runs.
     client.stop("alice", "first").await.expect("stopped");
