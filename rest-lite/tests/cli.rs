@@ -138,3 +138,31 @@ fn a_bad_user_name_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("user name \"a b\""));
 }
+
+#[test]
+fn output_cut_short_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    // The reading end is closed before rest-lite writes anything (as `| head -0` would).
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+        .args([
+            "transform",
+            "examples/tensorflow-ps-worker.json",
+            "-u",
+            "alice",
+        ])
+        .current_dir(common::repo_root())
+        .env_remove("REST_LITE_CONFIG")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("rest-lite");
+    assert_eq!(
+        out.status.signal(),
+        Some(13),
+        "ended by SIGPIPE: {:?}",
+        out.status
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "nothing said");
+}

@@ -696,6 +696,19 @@ fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
     assert_eq!(code, Some(0));
     assert_eq!(stdout, "job waiting is stopping\n");
     assert_eq!(until_none_left(&events).len(), 3, "every task got TERM");
+    // Stopping it again, once it ended: said so, and not a success.
+    let ended = tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(final_view(&server.client(), "alice", "waiting"));
+    assert_eq!(ended["jobStatus"]["state"], "STOPPED");
+    let (code, stdout, stderr) = rest_lite(&stop, &state_env);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.starts_with("rest-lite: job waiting already ended (STOPPED")
+            && stderr.ends_with("): nothing to stop\n"),
+        "{stderr}"
+    );
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -249,10 +249,24 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
     print(&view, args.output, || super::human::status(&view, now_ms()))
 }
 
+/// Stops a job; one that already ended is said so (exit 1: nothing was stopped).
 pub fn stop(args: JobArgs) -> Result<ExitCode> {
     let user = args.connection.user();
-    block_on(async { Ok(args.connection.client()?.stop(&user, &args.job).await?) })
-        .and_then(|m| message(&m))
+    let client = args.connection.client()?;
+    let view = block_on(async { Ok(client.job(&user, &args.job).await?) })?;
+    let status = &view.job_status;
+    if status.state.is_final() {
+        let code = status
+            .app_exit_code
+            .map(|c| format!(", exit code {c}"))
+            .unwrap_or_default();
+        eprintln!(
+            "rest-lite: job {} already ended ({}{code}): nothing to stop",
+            args.job, status.state
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    block_on(async { Ok(client.stop(&user, &args.job).await?) }).and_then(|m| message(&m))
 }
 
 pub fn delete(args: JobArgs) -> Result<ExitCode> {

@@ -92,6 +92,17 @@ enum Output {
     Json,
 }
 
+/// Restores SIGPIPE's default action (Rust ignores it, so that a write to a closed pipe
+/// is an error to print): the process then ends at once, silently, as `cat` or `git`
+/// do under `| head`.
+fn quiet_on_closed_pipe() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    #[allow(unsafe_code)]
+    // SAFETY: the default action is no handler (nothing runs in signal context); called
+    // at start, before any thread.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     // The server tells what it does; the other commands speak only of trouble.
@@ -99,6 +110,12 @@ pub fn run() -> ExitCode {
         Command::Serve(_) => "info",
         _ => "warn",
     });
+    // A command whose output is cut short (`rest-lite status JOB | head -1`) ends quietly,
+    // as other Unix tools do, killed by SIGPIPE; not the server, nor `run` with the job it
+    // carries, which must outlive a reader that went away.
+    if !matches!(cli.command, Command::Serve(_) | Command::Run(_)) {
+        quiet_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Transform(args) => transform(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => serve::serve(args).map(|()| ExitCode::SUCCESS),
