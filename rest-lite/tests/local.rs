@@ -747,6 +747,20 @@ fn a_token_made_by_the_command_lets_its_user_in() {
     );
     assert_eq!(code, Some(2));
     assert!(stderr.contains("user name \"a b\""), "{stderr}");
+    // A second token for alice only when asked for.
+    let path = file.to_str().expect("path");
+    let (code, _, stderr) = rest_lite(&["token", "alice", "--file", path], &[]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("user alice has a token in") && stderr.contains("--another"),
+        "{stderr}"
+    );
+    let before = std::fs::read_to_string(&file).expect("token file");
+    let (code, second, stderr) = rest_lite(&["token", "alice", "--another", "--file", path], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_ne!(second.trim(), token);
+    let after = std::fs::read_to_string(&file).expect("token file");
+    assert!(after.starts_with(&before) && after.len() > before.len());
 
     let server = Server::start_with_tokens(&dir.join("state"), &file);
     let (code, stdout, stderr) = rest_lite(

@@ -190,6 +190,11 @@ impl Tokens {
         found.cloned()
     }
 
+    /// How many tokens stand for user `name`.
+    pub fn of_user(&self, name: &str) -> usize {
+        self.entries.iter().filter(|(_, c)| c.user == name).count()
+    }
+
     /// How many tokens there are.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -23,6 +23,10 @@ pub struct TokenArgs {
     /// The holder may act on every user's jobs.
     #[arg(long)]
     admin: bool,
+    /// Add a token for a user who has one already (both then work, e.g. while the old
+    /// one is being replaced); without it a second token for a user is refused.
+    #[arg(long)]
+    another: bool,
 }
 
 pub fn token(args: TokenArgs) -> Result<ExitCode> {
@@ -37,7 +41,14 @@ pub fn token(args: TokenArgs) -> Result<ExitCode> {
     // The file as it is (it must be a valid one), with one more user entry.
     let mut text = match std::fs::read_to_string(&args.file) {
         Ok(text) => {
-            auth::Tokens::load(&args.file)?;
+            let held = auth::Tokens::load(&args.file)?.of_user(&args.user);
+            if held > 0 && !args.another {
+                anyhow::bail!(
+                    "user {} has a token in {} already: give --another to add one more (each then works), or remove the old entry first",
+                    args.user,
+                    args.file.display()
+                );
+            }
             text
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => "users:\n".to_string(),
