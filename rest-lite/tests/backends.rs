@@ -345,8 +345,8 @@ async fn logs_are_the_tasks_output(h: &Harness) {
     assert!(text.contains(HELLO), "{text}");
     assert_eq!(
         api_error(client.logs("alice", "talk", "worker", 1, false).await),
-        (404, "NoJobError".into()),
-        "no such task"
+        (404, "NoTaskError".into()),
+        "no such task: the job exists, the task does not"
     );
     match client.attempt_logs("alice", "talk", "worker", 0, 1).await {
         Err(ClientError::Api {

@@ -709,6 +709,16 @@ fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
             && stderr.ends_with("): nothing to stop\n"),
         "{stderr}"
     );
+    // A task the job does not have: its own error naming the job's tasks, and a hint.
+    let mut logs = vec!["logs", "waiting", "-r", "nosuchrole"];
+    logs.extend(connection);
+    let (code, _, stderr) = rest_lite(&logs, &state_env);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("NoTaskError (404): job alice~waiting has no task nosuchrole-0 (its tasks: ps 0–0, worker 0–1)")
+            && stderr.contains("hint: `rest-lite status JOB` lists its tasks"),
+        "{stderr}"
+    );
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -783,6 +793,40 @@ fn a_token_made_by_the_command_lets_its_user_in() {
         stderr.contains("hint: this server wants a token"),
         "{stderr}"
     );
+    // A token given that is not the server's is said to be so.
+    let (code, _, stderr) = rest_lite(
+        &[
+            "jobs",
+            "--server",
+            &server.url,
+            "--user",
+            "alice",
+            "--token",
+            "wrong",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("the bearer token given is not one of this server's")
+            && stderr.contains(
+                "hint: the token given (--token or REST_LITE_TOKEN) is not this server's"
+            ),
+        "{stderr}"
+    );
+    // A task that does not exist: its own error, and a hint that lists the tasks.
+    let mut logs = vec!["logs", "nosuch", "-r", "nosuchrole"];
+    logs.extend([
+        "--server",
+        &server.url,
+        "--user",
+        "alice",
+        "--token",
+        &token,
+    ]);
+    let (code, _, stderr) = rest_lite(&logs, &[]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("NoJobError"), "no such job first: {stderr}");
     drop(server);
     // Nobody listens there any more.
     let (code, _, stderr) = rest_lite(

@@ -1118,7 +1118,7 @@ async fn logs_are_served_and_followed() {
     );
     let path = "/api/v1/user/alice/jobs/job/logs?role=worker&index=1";
     let missing = request(s.addr, "GET", path, None, "").await;
-    assert_eq!(missing.error(), (404, "NoJobError".to_string()));
+    assert_eq!(missing.error(), (404, "NoTaskError".to_string()));
     assert!(
         missing.json()["message"]
             .as_str()
@@ -1155,7 +1155,7 @@ async fn logs_are_served_and_followed() {
             "",
         )
         .await;
-        assert_eq!(reply.error(), (404, "NoJobError".to_string()), "{bad}");
+        assert_eq!(reply.error(), (404, "NoTaskError".to_string()), "{bad}");
     }
 }
 

@@ -361,10 +361,13 @@ pub async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let Some(caller) = access.caller(bearer(request.headers())) else {
-        return ApiError::unauthorized(
-            "a valid bearer token is required (Authorization: Bearer <token>)",
-        )
+    let presented = bearer(request.headers());
+    let Some(caller) = access.caller(presented) else {
+        return ApiError::unauthorized(if presented.is_some() {
+            "the bearer token given is not one of this server's"
+        } else {
+            "a valid bearer token is required (Authorization: Bearer <token>)"
+        })
         .into_response();
     };
     request.extensions_mut().insert(caller);

@@ -61,6 +61,11 @@ impl ApiError {
         )
     }
 
+    /// The job exists; the task, attempt or log asked for does not (`NoTaskError`).
+    pub fn no_task(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "NoTaskError", message)
+    }
+
     pub fn no_ssh(user: &str, job: &str, why: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,

@@ -523,8 +523,18 @@ pub async fn get_logs(
 ) -> ApiResult {
     let task = format!("{}-{}", query.role, query.index);
     let no_task = || {
-        job.not_found()
-            .with_message(format!("job {}~{} has no task {task}", job.user, job.job))
+        ApiError::no_task(format!(
+            "job {}~{} has no task {task} (its tasks: {})",
+            job.user,
+            job.job,
+            job.framework
+                .spec
+                .task_roles
+                .iter()
+                .map(|r| format!("{} 0–{}", r.pai_name(), r.tasks().saturating_sub(1)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
     };
     let role = job.framework.role(&query.role).ok_or_else(no_task)?;
     if query.index >= role.tasks() {
@@ -538,7 +548,7 @@ pub async fn get_logs(
         .map_or(0, |s| s.attempt_status.id);
     let earlier = match query.attempt.map(|a| i32::try_from(a).unwrap_or(i32::MAX)) {
         Some(attempt) if attempt > current => {
-            return Err(job.not_found().with_message(format!(
+            return Err(ApiError::no_task(format!(
                 "job {}~{} has no attempt {attempt}: its current attempt is {current} (attempts count from 0)",
                 job.user, job.job
             )));
@@ -551,7 +561,7 @@ pub async fn get_logs(
         .logs(&pod, query.follow, earlier)
         .await
         .map_err(|e| match e {
-            BackendError::NotFound => job.not_found().with_message(match earlier {
+            BackendError::NotFound => ApiError::no_task(match earlier {
                 Some(attempt) => format!(
                     "task {task} of job {}~{} left no log in attempt {attempt}",
                     job.user, job.job
