@@ -79,8 +79,9 @@ pub struct ServeArgs {
 /// Options of the embedded default.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LocalArgs {
-    /// State directory of jobs run on this machine [default: $XDG_STATE_HOME/rest-lite
-    /// or ~/.local/state/rest-lite].
+    /// State directory of jobs run on this machine [default: serve uses
+    /// $XDG_STATE_HOME/rest-lite or ~/.local/state/rest-lite; run a new
+    /// $TMPDIR/rest-lite-run-<random>, removed afterwards unless --keep].
     #[arg(long, env = "REST_LITE_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
     /// A kube-runtime binary for the tasks [default: the runtime this binary carries].
@@ -304,7 +305,12 @@ async fn backend(
         BackendKind::Auto => match kube::Config::infer().await {
             Ok(found) => Some(found),
             Err(e) => {
-                tracing::info!(reason = %e, "no Kubernetes configuration found; jobs run on this machine");
+                // Every machine without a cluster gets here: one short line, the whole
+                // search (in-cluster, kubeconfig) at debug level.
+                tracing::info!(
+                    "no Kubernetes configuration (in-cluster or kubeconfig) found; jobs run on this machine"
+                );
+                tracing::debug!(reason = %e, "where the Kubernetes configuration was looked for");
                 None
             }
         },
