@@ -26,6 +26,15 @@ pub struct JobSummary {
     pub status: JobStatus,
 }
 
+/// `GET /api/v1/whoami`: whom the bearer token stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WhoAmI {
+    /// The user the token stands for (empty for a server that takes no tokens).
+    pub user: String,
+    /// Whether it may act on every user's jobs.
+    pub admin: bool,
+}
+
 /// The body of a 202.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Message {

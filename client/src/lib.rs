@@ -314,6 +314,12 @@ impl Client {
         self.json(Method::GET, &path, None, Bytes::new()).await
     }
 
+    /// Whom this client's token stands for.
+    pub async fn whoami(&self) -> Result<pai_api::jobs::WhoAmI, ClientError> {
+        self.json(Method::GET, "/api/v1/whoami", None, Bytes::new())
+            .await
+    }
+
     /// Where each task's sshd listens.
     pub async fn ssh(&self, user: &str, job: &str) -> Result<SshInfo, ClientError> {
         self.json(

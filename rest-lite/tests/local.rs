@@ -670,6 +670,14 @@ fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
         stderr.contains(&format!("open {}/ui/jobs/alice/waiting", server.url)),
         "{stderr}"
     );
+    // The printed next step works as printed: it names the server and the user.
+    assert!(
+        stderr.contains(&format!(
+            "follow it with: rest-lite logs waiting -r ps -f --server {} -u alice,",
+            server.url
+        )),
+        "{stderr}"
+    );
     // Every task's user command did start.
     let mut up: Vec<String> = (0..3).map(|_| next_event(&events).expect("up")).collect();
     up.sort();
@@ -827,6 +835,29 @@ fn a_token_made_by_the_command_lets_its_user_in() {
     let (code, _, stderr) = rest_lite(&logs, &[]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("NoJobError"), "no such job first: {stderr}");
+    // Without -u the commands act as the user the token stands for (the server says).
+    let spec = dir.join("mine.json");
+    std::fs::write(
+        &spec,
+        job("mine", json!([role("worker", 1, "true")]), json!({})),
+    )
+    .expect("spec");
+    let spec = spec.to_str().expect("path");
+    let (code, stdout, stderr) = rest_lite(
+        &["submit", spec, "--server", &server.url, "--token", &token],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("mine"), "{stdout}");
+    let (code, stdout, stderr) =
+        rest_lite(&["jobs", "--server", &server.url, "--token", &token], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("mine ") && l.contains(" alice ")),
+        "{stdout}"
+    );
     drop(server);
     // Nobody listens there any more.
     let (code, _, stderr) = rest_lite(

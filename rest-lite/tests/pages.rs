@@ -309,6 +309,15 @@ async fn pages_sign_in_with_a_cookie_and_show_each_user_only_their_jobs() {
         !page.body.contains("<b>not bold</b>"),
         "task output is escaped"
     );
+    // Its commands work as printed from another terminal: this server, named (alice's
+    // own job: her token's user is the command line's default).
+    let host = url.trim_start_matches("http://");
+    assert!(
+        page.body
+            .contains(&format!("rest-lite status mine --server http://{host}\n")),
+        "{}",
+        page.body
+    );
     assert_eq!(page.header("cache-control"), Some("no-store"));
     assert!(
         page.header("content-security-policy")

@@ -1208,6 +1208,7 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
         ("/api/v1/user/{user}/jobs/{job}/ssh/key", "get"),
         ("/api/v1/user/{user}/jobs/{job}/logs", "get"),
         ("/api/v1/user/{user}/jobs/{job}/executionType", "put"),
+        ("/api/v1/whoami", "get"),
         ("/api/v1/openapi.json", "get"),
         ("/healthz", "get"),
         ("/readyz", "get"),
@@ -1258,7 +1259,10 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
         let secured = operation["security"].is_array();
         assert_eq!(
             secured,
-            path.starts_with("/api/v1/user") || path == "/api/v1/jobs" || path == "/metrics",
+            path.starts_with("/api/v1/user")
+                || path == "/api/v1/jobs"
+                || path == "/api/v1/whoami"
+                || path == "/metrics",
             "{method} {path}: bearer tokens are required exactly on the jobs routes and /metrics"
         );
     }

@@ -28,6 +28,7 @@ use super::routes;
         routes::get_logs,
         routes::set_execution,
         routes::delete_job,
+        routes::whoami,
         routes::healthz,
         routes::readyz,
         routes::metrics,

@@ -33,6 +33,7 @@ pub fn router(state: AppState) -> Router {
             get(routes::get_ssh_key),
         )
         .route("/api/v1/user/{user}/jobs/{job}/logs", get(routes::get_logs))
+        .route("/api/v1/whoami", get(routes::whoami))
         .route(
             "/api/v1/user/{user}/jobs/{job}/executionType",
             put(routes::set_execution),

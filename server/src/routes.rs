@@ -30,6 +30,14 @@ fn accepted(message: String) -> Response {
     (StatusCode::ACCEPTED, Json(Message::new(message))).into_response()
 }
 
+/// The errors of a route that only needs a token.
+#[derive(utoipa::IntoResponses)]
+pub enum TokenErrors {
+    /// No or unknown bearer token.
+    #[response(status = 401)]
+    Unauthorized(#[to_schema] ErrorBody),
+}
+
 /// The errors of a route that lists jobs.
 #[derive(utoipa::IntoResponses)]
 pub enum ListErrors {
@@ -452,6 +460,26 @@ pub async fn list_user_jobs(
 pub struct ListQuery {
     /// Only this user's jobs (OpenPAI's user name rule).
     username: Option<String>,
+}
+
+/// `GET /api/v1/whoami`: whom the token stands for, so that a client acts as that user
+/// without being told.
+#[utoipa::path(
+    get,
+    path = "/api/v1/whoami",
+    tag = "jobs",
+    responses(
+        (status = 200, description = "the user the bearer token stands for, and whether it may act on every user's jobs", body = pai_api::jobs::WhoAmI),
+        TokenErrors
+    )
+)]
+pub async fn whoami(
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Json<pai_api::jobs::WhoAmI> {
+    Json(pai_api::jobs::WhoAmI {
+        user: caller.user,
+        admin: caller.admin,
+    })
 }
 
 /// `GET /api/v1/jobs?username=`.

@@ -16,11 +16,7 @@ use pai_client::{Client, ClientError};
 #[derive(clap::Args, Debug, Clone)]
 pub struct Connection {
     /// The server's URL.
-    #[arg(
-        long,
-        env = "REST_LITE_SERVER",
-        default_value = "http://127.0.0.1:9186"
-    )]
+    #[arg(long, env = "REST_LITE_SERVER", default_value = DEFAULT_SERVER)]
     pub server: String,
     /// Bearer token [default: this machine's server's own, from <state dir>/token, when
     /// this user may read it].
@@ -33,17 +29,46 @@ pub struct Connection {
     /// Trust this CA certificate (PEM) for an https:// server, besides the system's.
     #[arg(long, env = "REST_LITE_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
-    /// The user whose jobs these are [default: $USER, else "default"].
+    /// The user whose jobs these are [default: the one the token stands for (the server
+    /// says, `GET /api/v1/whoami`), else $USER, else "default"].
     #[arg(long, short)]
     pub user: Option<String>,
 }
 
+/// The server's address when none is given.
+const DEFAULT_SERVER: &str = "http://127.0.0.1:9186";
+
 impl Connection {
+    /// The user to act as: the one given, else the one the token stands for, else
+    /// `$USER`, else "default".
     pub fn user(&self) -> String {
-        self.user
-            .clone()
-            .or_else(|| std::env::var("USER").ok())
+        if let Some(user) = &self.user {
+            return user.clone();
+        }
+        let told = self.token().and_then(|_| {
+            let client = self.client().ok()?;
+            block_on(async { Ok(client.whoami().await?) })
+                .ok()
+                .map(|who| who.user)
+                .filter(|user| !user.is_empty())
+        });
+        told.or_else(|| std::env::var("USER").ok())
             .unwrap_or_else(|| "default".to_string())
+    }
+
+    /// What a printed command needs to reach the same server as the same user:
+    /// ` --server URL` unless it is the default, ` -u USER` when one was given.
+    pub fn flags(&self) -> String {
+        let mut flags = String::new();
+        if self.server.trim_end_matches('/') != DEFAULT_SERVER {
+            flags.push_str(" --server ");
+            flags.push_str(&shell_word(&self.server));
+        }
+        if let Some(user) = &self.user {
+            flags.push_str(" -u ");
+            flags.push_str(&shell_word(user));
+        }
+        flags
     }
 
     /// The token to send: the one given, else this machine's server's own.
@@ -230,7 +255,8 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
                 "{}/ui/jobs/{user}/{job}",
                 args.connection.server.trim_end_matches('/')
             );
-            return super::wait::until_running(&client, &user, &job, &page).await;
+            let flags = args.connection.flags();
+            return super::wait::until_running(&client, &user, &job, &page, &flags).await;
         }
         warn(&submitted);
         super::follow::follow(&client, &user, &job).await
@@ -416,7 +442,7 @@ impl Login {
 
 /// `word` as one word of a POSIX shell: as it is when it has nothing special, else
 /// single-quoted.
-fn shell_word(word: &str) -> String {
+pub(super) fn shell_word(word: &str) -> String {
     let plain = !word.is_empty()
         && word
             .bytes()

@@ -77,7 +77,14 @@ impl Display {
 }
 
 /// Watches `job` until every task runs (exit 0) or it ends first (its outcome).
-pub async fn until_running(client: &Client, user: &str, job: &str, page: &str) -> Result<ExitCode> {
+/// `flags`: what a printed command needs to reach the same server as the same user.
+pub async fn until_running(
+    client: &Client,
+    user: &str,
+    job: &str,
+    page: &str,
+    flags: &str,
+) -> Result<ExitCode> {
     let mut changes = client.watch(user, job).await?;
     let mut display: Option<Display> = None;
     let mut notes = super::human::WaitingNotes::default();
@@ -97,7 +104,9 @@ pub async fn until_running(client: &Client, user: &str, job: &str, page: &str) -
             display.finish();
             println!("job {job}: all {total} tasks running");
             let first_role = roles.first().map_or("ROLE", |r| r.role.as_str());
-            eprintln!("follow it with: rest-lite logs {job} -r {first_role} -f, or open {page}");
+            eprintln!(
+                "follow it with: rest-lite logs {job} -r {first_role} -f{flags}, or open {page}"
+            );
             return Ok(ExitCode::SUCCESS);
         }
     }

@@ -301,6 +301,16 @@ async fn job_page(
     };
     let mut data = view::job_page(job_view, &mut tail_of, &caller.user, now_ms());
     data.frame.signed_in = who(&state, &caller);
+    // The commands work as printed from another terminal: they name this server unless it
+    // is the command line's default (the guard let only this server's own names through).
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let server = format!("{}://{host}", if state.tls { "https" } else { "http" });
+    if !host.is_empty() && server != "http://127.0.0.1:9186" {
+        data.flags = format!(" --server {server}{}", data.flags);
+    }
     page(StatusCode::OK, "job", &data)
 }
 

@@ -109,7 +109,9 @@ pub struct JobPage {
     pub tails_omitted: bool,
     pub first_role: String,
     /// ` -u USER` when the page's viewer is not the job's user (an admin).
-    pub user_flag: String,
+    /// What the printed commands need: ` --server URL` unless the default, ` -u USER`
+    /// unless the viewer's own job.
+    pub flags: String,
 }
 
 #[derive(Serialize)]
@@ -280,7 +282,7 @@ pub fn job_page(
         tails_shown,
         tails_omitted,
         first_role: view.task_roles.keys().next().cloned().unwrap_or_default(),
-        user_flag: if viewer == user {
+        flags: if viewer == user {
             String::new()
         } else {
             format!(" -u {user}")
