@@ -368,10 +368,12 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
         .or_else(|| attempt.and_then(|a| a.completion_time.clone()));
     let finished = |state: JobState| job.state == state;
     let diagnostics = job.app_exit_diagnostics.clone().unwrap_or_default();
-    let ended_reason = match job.app_exit_code {
-        Some(code) => format!("ExitCode{code}"),
-        None => String::new(),
-    };
+    // The task whose end decided the outcome, when one did: `worker-2`.
+    let trigger = job
+        .app_exit_trigger_task_role_name
+        .as_ref()
+        .zip(job.app_exit_trigger_task_index)
+        .map(|(role, index)| format!("{role}-{index}"));
     // A condition that holds changed when its event happened; one that does not, when it
     // stopped holding (the end of a run) or, if it never held, at creation.
     let since = |on: bool, event: Option<String>, off: Option<String>| {
@@ -389,9 +391,45 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
         message,
         last_transition_time: time,
     };
+    // An ending condition: True with `reason` and `message` when the job ended so; else
+    // False, saying why in words that are true of the job now.
+    let not_so = |state: JobState| -> (String, String) {
+        match job.state {
+            JobState::Waiting | JobState::Running if job.execution_type == "STOP" => (
+                "Stopping".into(),
+                "a stop was requested: the tasks end within their grace period".into(),
+            ),
+            JobState::Waiting | JobState::Running => {
+                ("NotEnded".into(), "the job has not ended".into())
+            }
+            other if other == state => (String::new(), String::new()),
+            other => (
+                match other {
+                    JobState::Succeeded => "Succeeded",
+                    JobState::Failed => "Failed",
+                    JobState::Stopped => "Stopped",
+                    _ => "Unknown",
+                }
+                .into(),
+                format!("the job ended {other}"),
+            ),
+        }
+    };
     let outcome = |kind, state: JobState, reason: String, message: String| {
         let on = finished(state);
+        let (reason, message) = if on { (reason, message) } else { not_so(state) };
         cond(kind, on, reason, message, since(on, ended.clone(), None))
+    };
+    let failed_reason = match (&trigger, job.app_exit_code) {
+        (Some(_), _) => "TaskFailed".to_string(),
+        (None, Some(code)) => format!("ExitCode{code}"),
+        (None, None) => "Failed".to_string(),
+    };
+    let failed_message = match (&trigger, job.app_exit_code) {
+        (Some(task), Some(code)) => {
+            format!("task {task} ended with exit code {code}: {diagnostics}")
+        }
+        _ => diagnostics.clone(),
     };
     let admitted = match &job.waiting {
         Some(waiting) => cond(
@@ -435,26 +473,39 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
         cond(
             "Running",
             running,
-            job.sub_state.clone(),
-            format!("attempt state {}", job.sub_state),
+            if running {
+                "TasksRunning"
+            } else if job.state.is_final() {
+                "Ended"
+            } else {
+                "NotStarted"
+            }
+            .into(),
+            if running {
+                format!(
+                    "{} of {} tasks run (attempt {})",
+                    job.running_task_number,
+                    job.total_task_number,
+                    attempt.map_or(0, |a| a.id)
+                )
+            } else if job.state.is_final() {
+                format!("the job ended {}", job.state)
+            } else {
+                "no attempt of the job runs yet".into()
+            },
             running_since,
         ),
         outcome(
             "Succeeded",
             JobState::Succeeded,
-            ended_reason.clone(),
+            "Succeeded".into(),
             diagnostics.clone(),
         ),
-        outcome(
-            "Failed",
-            JobState::Failed,
-            ended_reason,
-            diagnostics.clone(),
-        ),
+        outcome("Failed", JobState::Failed, failed_reason, failed_message),
         outcome(
             "Stopped",
             JobState::Stopped,
-            "StopRequested".into(),
+            "StoppedByUser".into(),
             diagnostics,
         ),
     ]

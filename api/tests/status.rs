@@ -67,6 +67,25 @@ fn a_running_job_shows_its_tasks() {
     );
     assert_eq!(view.job_status.state, JobState::Running);
     assert_eq!(view.job_status.sub_state, "AttemptRunning");
+    // Its conditions in plain words; none claims what did not happen (no stop asked).
+    let running = condition(&view, "Running");
+    assert_eq!(
+        (running.status.as_str(), running.reason.as_str()),
+        ("True", "TasksRunning")
+    );
+    assert!(
+        running.message.ends_with("tasks run (attempt 0)"),
+        "{}",
+        running.message
+    );
+    for kind in ["Succeeded", "Failed", "Stopped"] {
+        let c = condition(&view, kind);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            ("False", "NotEnded", "the job has not ended"),
+            "{kind}"
+        );
+    }
     let task = &view.task_roles["worker"].task_statuses[1];
     assert_eq!(task.task_state, JobState::Running);
     assert_eq!(task.container_ip.as_deref(), Some("10.0.0.7"));
@@ -179,8 +198,30 @@ fn completion_codes_decide_the_final_state() {
     );
     let failed = condition(&view, "Failed");
     assert_eq!(
-        (failed.status.as_str(), failed.reason.as_str()),
-        ("True", "ExitCode3")
+        (
+            failed.status.as_str(),
+            failed.reason.as_str(),
+            failed.message.as_str()
+        ),
+        (
+            "True",
+            "TaskFailed",
+            "task worker-1 ended with exit code 3: exit code 3"
+        )
+    );
+    // The other outcomes are false, and say only what is true: it failed.
+    for kind in ["Succeeded", "Stopped"] {
+        let c = condition(&view, kind);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            ("False", "Failed", "the job ended FAILED"),
+            "{kind}"
+        );
+    }
+    let running = condition(&view, "Running");
+    assert_eq!(
+        (running.status.as_str(), running.reason.as_str()),
+        ("False", "Ended")
     );
 
     let view = job_view(
@@ -264,4 +305,33 @@ fn a_waiting_job_says_what_holds_it_and_a_running_one_nothing() {
     let done =
         pai_api::status::job_view_held(&framework(|v| completed(v, 0, None)), BASE, Some(&held));
     assert_eq!(done.job_status.waiting, None);
+}
+
+#[test]
+fn a_stop_asked_of_a_running_job_is_said_until_it_ends() {
+    let view = job_view(
+        &framework(|v| {
+            v["spec"]["executionType"] = json!("Stop");
+            v["status"]["state"] = json!("AttemptRunning");
+        }),
+        BASE,
+    );
+    assert_eq!(view.job_status.state, JobState::Running);
+    let stopped = condition(&view, "Stopped");
+    assert_eq!(
+        (stopped.status.as_str(), stopped.reason.as_str()),
+        ("False", "Stopping")
+    );
+    let view = job_view(
+        &framework(|v| {
+            v["spec"]["executionType"] = json!("Stop");
+            completed(v, -210, None);
+        }),
+        BASE,
+    );
+    let stopped = condition(&view, "Stopped");
+    assert_eq!(
+        (stopped.status.as_str(), stopped.reason.as_str()),
+        ("True", "StoppedByUser")
+    );
 }
