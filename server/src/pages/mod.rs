@@ -242,7 +242,10 @@ async fn job_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((user, job)): Path<(String, String)>,
+    query: Result<axum::extract::Query<view::TaskPage>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    // A malformed paging query shows the first page (the page is for people).
+    let paging = query.map(|q| q.0).unwrap_or_default();
     let here = view::job_url(&user, &job);
     let (caller, framework) = match caller_and_job(&state, &headers, &here, &user, &job).await {
         Ok(found) => found,
@@ -299,7 +302,7 @@ async fn job_page(
             }
         })
     };
-    let mut data = view::job_page(job_view, &mut tail_of, &caller.user, now_ms());
+    let mut data = view::job_page(job_view, &mut tail_of, &caller.user, now_ms(), &paging);
     data.frame.signed_in = who(&state, &caller);
     // The commands work as printed from another terminal: they name this server unless it
     // is the command line's default (the guard let only this server's own names through).
@@ -479,4 +482,69 @@ async fn docs() -> Response {
             routes,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 10,000-task job (two roles) whose worker-7000 and worker-9000 failed.
+    fn big() -> pai_api::status::JobView {
+        let framework =
+            pai_test_support::frameworks::framework("big", &[("ps", 2), ("worker", 9998)]);
+        let mut view = pai_api::status::job_view(&framework, "/api/v1/user/alice/jobs/big");
+        view.job_status.username = "alice".into();
+        let worker = view.task_roles.get_mut("worker").expect("worker");
+        for index in [7000, 9000] {
+            worker.task_statuses[index].task_state = JobState::Failed;
+        }
+        view
+    }
+
+    fn rendered(view: &pai_api::status::JobView, paging: &view::TaskPage) -> String {
+        let mut none = |_: &str, _: u32| view::Tail::NotRead;
+        let data = view::job_page(view, &mut none, "alice", 0, paging);
+        // Attribute values as a browser reads them (handlebars escapes `=` and `&`).
+        TEMPLATES
+            .render("job", &data)
+            .expect("rendered")
+            .replace("&#x3D;", "=")
+            .replace("&amp;", "&")
+    }
+
+    #[test]
+    fn a_ten_thousand_task_job_page_is_small_shows_the_failed_first_and_pages_the_rest() {
+        let view = big();
+        let html = rendered(&view, &view::TaskPage::default());
+        assert!(html.len() < 200_000, "{} bytes", html.len());
+        assert_eq!(
+            html.matches("<tr id=\"task-").count(),
+            2 + view::TASKS_PER_PAGE
+        );
+        // The failed ones first, whatever their index.
+        let failed = html
+            .find("id=\"task-worker-7000\"")
+            .expect("worker-7000 shown");
+        let first = html.find("id=\"task-worker-0\"").expect("worker-0 shown");
+        assert!(failed < first);
+        assert!(html.contains("id=\"task-worker-9000\""));
+        assert!(html.contains("2 FAILED, 9996 WAITING"), "the role's counts");
+        assert!(html.contains("/ui/jobs/alice/big?role=worker&from=0"));
+
+        // Paging through one role by index.
+        let paged = view::TaskPage {
+            role: Some("worker".into()),
+            from: 100,
+        };
+        let html = rendered(&view, &paged);
+        assert_eq!(html.matches("<tr id=\"task-").count(), view::TASKS_PER_PAGE);
+        assert!(html.contains("id=\"task-worker-100\"") && html.contains("id=\"task-worker-199\""));
+        assert!(
+            !html.contains("id=\"task-ps-0\""),
+            "only the role asked for"
+        );
+        assert!(html.contains("tasks 100–199 of 9998"));
+        assert!(html.contains("?role=worker&from=0\">previous"));
+        assert!(html.contains("?role=worker&from=200\">next"));
+    }
 }

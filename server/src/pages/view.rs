@@ -120,6 +120,25 @@ pub struct RoleSection {
     pub running: usize,
     pub total: usize,
     pub tasks: Vec<TaskRow>,
+    /// The role's tasks by state, when not every task is shown: `4875 RUNNING, 3 FAILED`.
+    pub counts: Option<String>,
+    /// Which tasks are shown when not all are: `failed first, then by index` or `100–199`.
+    pub shown: Option<String>,
+    /// Links to the role's other tasks (`?role=worker&from=100`).
+    pub previous: Option<String>,
+    pub next: Option<String>,
+}
+
+/// Rows of a role shown on one page: a 10,000-task job's page stays small.
+pub const TASKS_PER_PAGE: usize = 100;
+
+/// Which of a role's tasks a page shows.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct TaskPage {
+    /// Only this role's tasks, by index from `from`.
+    pub role: Option<String>,
+    #[serde(default)]
+    pub from: usize,
 }
 
 #[derive(Serialize)]
@@ -163,18 +182,72 @@ pub fn job_page(
     tail: &mut dyn FnMut(&str, u32) -> Tail,
     viewer: &str,
     now_ms: i64,
+    paging: &TaskPage,
 ) -> JobPage {
     let status = &view.job_status;
     let user = status.username.clone();
     let mut tails_shown = 0;
     let mut tails_omitted = false;
+    let here = format!("/ui/jobs/{user}/{}", view.name);
     let roles: Vec<RoleSection> = view
         .task_roles
         .iter()
+        .filter(|(name, _)| paging.role.as_ref().is_none_or(|r| r == *name))
         .map(|(name, role)| {
-            let tasks: Vec<TaskRow> = role
-                .task_statuses
+            let all = &role.task_statuses;
+            let total = all.len();
+            let running = all
                 .iter()
+                .filter(|t| t.task_state == JobState::Running)
+                .count();
+            // One page of the role's tasks: by index from `from` when the role is paged
+            // through; else the failed ones first, then the rest by index.
+            let (picked, shown, previous, next): (Vec<_>, _, _, _) = if paging.role.is_some() {
+                let from = paging.from.min(total);
+                let to = (from + TASKS_PER_PAGE).min(total);
+                let link = |at: usize| format!("{here}?role={name}&from={at}");
+                (
+                    all[from..to].iter().collect(),
+                    Some(format!("tasks {from}–{} of {total}", to.saturating_sub(1))),
+                    (from > 0).then(|| link(from.saturating_sub(TASKS_PER_PAGE))),
+                    (to < total).then(|| link(to)),
+                )
+            } else if total > TASKS_PER_PAGE {
+                let mut picked: Vec<_> = all
+                    .iter()
+                    .filter(|t| t.task_state == JobState::Failed)
+                    .take(TASKS_PER_PAGE)
+                    .collect();
+                let room = TASKS_PER_PAGE - picked.len();
+                picked.extend(
+                    all.iter()
+                        .filter(|t| t.task_state != JobState::Failed)
+                        .take(room),
+                );
+                (
+                    picked,
+                    Some(format!(
+                        "{TASKS_PER_PAGE} of {total} tasks: the failed ones first, then by index"
+                    )),
+                    None,
+                    Some(format!("{here}?role={name}&from=0")),
+                )
+            } else {
+                (all.iter().collect(), None, None, None)
+            };
+            let counts = (picked.len() < total).then(|| {
+                let mut by_state: std::collections::BTreeMap<String, usize> = Default::default();
+                for task in all {
+                    *by_state.entry(task.task_state.to_string()).or_default() += 1;
+                }
+                by_state
+                    .iter()
+                    .map(|(state, n)| format!("{n} {state}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
+            let tasks: Vec<TaskRow> = picked
+                .into_iter()
                 .map(|task| {
                     let (tail, tail_note) = match tail(name, task.task_index) {
                         Tail::Lines(lines) => {
@@ -213,9 +286,13 @@ pub fn job_page(
                 .collect();
             RoleSection {
                 name: name.clone(),
-                running: tasks.iter().filter(|t| t.state == "RUNNING").count(),
-                total: tasks.len(),
+                running,
+                total,
                 tasks,
+                counts,
+                shown,
+                previous,
+                next,
             }
         })
         .collect();
