@@ -122,6 +122,13 @@ pub struct TaskView {
     /// Where this task's log is served.
     pub container_log: String,
     pub container_exit_code: Option<i32>,
+    /// What the exit code means: who ended the task and why (`stopped by the platform:
+    /// the job's attempt ended …` for −220).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_exit_meaning: Option<String>,
+    /// Whether this task's end decided the job's outcome.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub decided_outcome: bool,
     pub retries: i32,
 }
 
@@ -225,6 +232,11 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
     let completed = state != JobState::Running && state != JobState::Waiting;
     let statuses = framework.task_role_statuses().unwrap_or_default();
 
+    // The task whose completion ended the attempt (its Kubernetes role name and index).
+    let trigger_task: Option<(String, i32)> = completion
+        .and_then(|c| c.trigger.as_ref())
+        .and_then(|t| t.task_role_name.clone().zip(t.task_index));
+    let trigger_task = trigger_task.as_ref().map(|(r, i)| (r.as_str(), *i));
     let own_ports = framework.task_ports();
     let mut task_roles = BTreeMap::new();
     let mut total_tasks = 0;
@@ -283,6 +295,11 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
                     container_exit_code: task
                         .and_then(|t| t.attempt_status.completion_status.as_ref())
                         .map(|c| c.code),
+                    container_exit_meaning: task
+                        .and_then(|t| t.attempt_status.completion_status.as_ref())
+                        .map(|c| pai_contract::exit::meaning(c.code)),
+                    decided_outcome: trigger_task
+                        .is_some_and(|(r, i)| r == role.name && i64::from(i) == i64::from(index)),
                     retries: task.map_or(0, |t| t.retry_policy_status.total_retried_count),
                 }
             })

@@ -192,6 +192,39 @@ pub fn completion(code: i32) -> CompletionCode {
         ))
 }
 
+/// What a task's completion code means, in a few words a user reads: who ended the task
+/// and why. Codes of no row are the user command's own exit code.
+pub fn meaning(code: i32) -> String {
+    use codes::*;
+    match code {
+        SUCCEEDED => "succeeded".into(),
+        CONTAINER_TRANSIENT_FAILED => {
+            "failed, and may pass if retried (the runtime said so)".into()
+        }
+        CONTAINER_TRANSIENT_CONFLICT_FAILED => {
+            "a conflict: a port taken, or the barrier timed out; retried later".into()
+        }
+        CONTAINER_PERMANENT_FAILED => "failed for good (the runtime said so); not retried".into(),
+        CONFIG_MAP_EXTERNAL_DELETED | POD_EXTERNAL_DELETED => {
+            "ended from outside: its pod deleted, or the server restarted while it ran".into()
+        }
+        CONFIG_MAP_LOCAL_CACHE_CREATION_TIMEOUT | POD_LOCAL_CACHE_CREATION_TIMEOUT => {
+            "its pod was not seen in time by the controller".into()
+        }
+        POD_CREATION_TRANSIENT_ERROR => "its pod could not be created, for now".into(),
+        POD_CREATION_PERMANENT_ERROR => "its pod cannot be created".into(),
+        STOP_FRAMEWORK_REQUESTED => "stopped: the job was stopped".into(),
+        FRAMEWORK_ATTEMPT_COMPLETION => {
+            "stopped by the platform: the job's attempt ended (another task decided it)".into()
+        }
+        DELETE_TASK_REQUESTED => "stopped: the task was deleted".into(),
+        POD_FAILED_WITHOUT_FAILED_CONTAINER => "its pod failed, no container did".into(),
+        POD_CREATION_UNKNOWN_ERROR => "its pod could not be created (unknown error)".into(),
+        n if n > 128 && n < 160 => format!("the user command was killed by signal {}", n - 128),
+        n => format!("the user command exited with code {n}"),
+    }
+}
+
 /// The exit codes our own programs end with when they fail on purpose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExitCode {
@@ -225,6 +258,23 @@ impl ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_code_has_words_a_user_reads() {
+        assert_eq!(
+            meaning(codes::FRAMEWORK_ATTEMPT_COMPLETION),
+            "stopped by the platform: the job's attempt ended (another task decided it)"
+        );
+        assert_eq!(meaning(3), "the user command exited with code 3");
+        assert_eq!(meaning(137), "the user command was killed by signal 9");
+        for row in TABLE {
+            assert!(
+                !meaning(row.code).contains("exited with code"),
+                "{}",
+                row.code
+            );
+        }
+    }
 
     /// FrameworkController's published list (completion.go at d6e7078): code, phrase,
     /// type name, attributes.

@@ -155,10 +155,25 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
             .map(String::from)
             .to_vec(),
     ];
+    // What the platform's codes in the table mean, once each, under it.
+    let mut meanings: std::collections::BTreeMap<i32, String> = Default::default();
+    let mut decided = false;
     for (role, detail) in &view.task_roles {
         for task in &detail.task_statuses {
+            if let (Some(code), Some(meaning)) =
+                (task.container_exit_code, &task.container_exit_meaning)
+                && code != 0
+                && !meaning.starts_with("the user command")
+            {
+                meanings.insert(code, meaning.clone());
+            }
+            decided |= task.decided_outcome;
             rows.push(vec![
-                format!("{role}-{}", task.task_index),
+                format!(
+                    "{role}-{}{}",
+                    task.task_index,
+                    if task.decided_outcome { "*" } else { "" }
+                ),
                 task.task_state.to_string(),
                 task.container_ip.clone().unwrap_or_else(|| "-".to_string()),
                 task.container_ports
@@ -173,6 +188,12 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
         }
     }
     out.push_str(&table(&rows));
+    if decided {
+        out.push_str("* its end decided the job's outcome\n");
+    }
+    for (code, meaning) in meanings {
+        let _ = writeln!(out, "exit {code}: {meaning}");
+    }
     out
 }
 
@@ -248,6 +269,47 @@ mod tests {
             ended: 0,
         };
         assert_eq!(p.line(6), "ps      3/4 running, 1 waiting");
+    }
+
+    #[test]
+    fn status_marks_the_deciding_task_and_says_what_the_platforms_codes_mean() {
+        let framework: pai_contract::Framework = serde_json::from_value(serde_json::json!({
+            "apiVersion": "frameworkcontroller.microsoft.com/v1", "kind": "Framework",
+            "metadata": {"name": "f", "creationTimestamp": "2026-11-25T10:00:00Z"},
+            "spec": {"executionType": "Start", "taskRoles": [{"name": "worker", "taskNumber": 2,
+                "task": {"pod": {"spec": {"containers": [{"name": "main", "image": "x"}]}}}}]},
+            "status": {"state": "Completed", "attemptStatus": {"id": 0,
+                "completionStatus": {"code": 3, "phrase": "x", "diagnostics": "exit code 3",
+                    "trigger": {"taskRoleName": "worker", "taskIndex": 1}},
+                "taskRoleStatuses": [{"name": "worker", "taskStatuses": [
+                    {"index": 0, "state": "Completed", "attemptStatus": {"id": 0,
+                        "completionStatus": {"code": -220, "phrase": "FrameworkAttemptCompletion"}}},
+                    {"index": 1, "state": "Completed", "attemptStatus": {"id": 0,
+                        "completionStatus": {"code": 3, "phrase": "ContainerUnrecognizedFailed"}}}]}]}}
+        }))
+        .expect("a Framework");
+        let view = pai_api::status::job_view(&framework, "/j");
+        let text = status(&view, 1_795_600_800_000);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("worker-1* ") && l.contains("FAILED")),
+            "{text}"
+        );
+        assert!(lines.iter().any(|l| l.starts_with("worker-0 ")), "{text}");
+        assert!(
+            text.contains("* its end decided the job's outcome\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("exit -220: stopped by the platform: the job's attempt ended (another task decided it)\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("exit 3:"),
+            "the user's own code needs no words: {text}"
+        );
     }
 
     #[test]

@@ -498,6 +498,11 @@ mod tests {
         for index in [7000, 9000] {
             worker.task_statuses[index].task_state = JobState::Failed;
         }
+        // worker-7000 decided the outcome; worker-9000 was ended by the platform.
+        worker.task_statuses[7000].decided_outcome = true;
+        worker.task_statuses[7000].container_exit_code = Some(3);
+        worker.task_statuses[9000].container_exit_code = Some(-220);
+        worker.task_statuses[9000].container_exit_meaning = Some(pai_contract::exit::meaning(-220));
         view
     }
 
@@ -528,6 +533,11 @@ mod tests {
         let first = html.find("id=\"task-worker-0\"").expect("worker-0 shown");
         assert!(failed < first);
         assert!(html.contains("id=\"task-worker-9000\""));
+        // The task that decided the outcome is marked; the platform's code is explained.
+        assert!(html.contains(
+            "<tr id=\"task-worker-7000\" class=\"decided\">\n      <td><code>worker-7000</code><div class=\"note\">its end decided the job's outcome</div>"
+        ));
+        assert!(html.contains("<code>-220</code><div class=\"note\">stopped by the platform"));
         assert!(html.contains("2 FAILED, 9996 WAITING"), "the role's counts");
         assert!(html.contains("/ui/jobs/alice/big?role=worker&from=0"));
 

@@ -145,6 +145,10 @@ pub struct TaskPage {
 pub struct TaskRow {
     pub id: String,
     pub state: String,
+    /// What the platform's exit code means (none for the user command's own code).
+    pub exit_meaning: Option<String>,
+    /// Whether this task's end decided the job's outcome.
+    pub decided: bool,
     pub ip: Option<String>,
     pub ports: String,
     pub exit_code_known: bool,
@@ -264,6 +268,12 @@ pub fn job_page(
                     TaskRow {
                         id: format!("{name}-{}", task.task_index),
                         state: task.task_state.to_string(),
+                        exit_meaning: task
+                            .container_exit_meaning
+                            .clone()
+                            .filter(|m| !m.starts_with("the user command"))
+                            .filter(|_| task.container_exit_code != Some(0)),
+                        decided: task.decided_outcome,
                         ip: task.container_ip.clone(),
                         ports: task
                             .container_ports
