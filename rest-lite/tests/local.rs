@@ -547,17 +547,19 @@ fn the_command_line_client_drives_a_job() {
         "{stdout}"
     );
     assert!(stdout.contains("exit code 0 (task worker-0)"), "{stdout}");
+    // Its only task's end decided the outcome: marked, and said under the table.
     let task: Vec<&str> = stdout
         .lines()
-        .find(|l| l.starts_with("worker-0 "))
+        .find(|l| l.starts_with("worker-0* "))
         .unwrap_or_default()
         .split_whitespace()
         .collect();
     assert_eq!(
         task[..3],
-        ["worker-0", "SUCCEEDED", "127.0.0.1"],
+        ["worker-0*", "SUCCEEDED", "127.0.0.1"],
         "{stdout}"
     );
+    assert!(stdout.ends_with("* its end decided the job's outcome\n"), "{stdout}");
     assert_eq!(task[4..], ["0", "0"], "exit code and retries: {stdout}");
     // For machines: the API's view.
     let (code, stdout, _) = with(&["status", "hello", "-o", "json"]);
