@@ -225,7 +225,7 @@ fn entry_passes_the_barrier_through_the_api_server() {
     let (runtime, server) = api_server();
     let task = TaskDir::new("entry-kube");
     let assets = Assets::new(&task, "true\n");
-    let mut value = ready_framework(32000);
+    let mut value = ready_framework(30100);
     set_pod_ip(&mut value, "worker", 1, "");
     server.create("frameworks", NAMESPACE, value);
     let child = entry(&task, &assets, "worker", 0)
@@ -243,7 +243,7 @@ fn entry_passes_the_barrier_through_the_api_server() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stdout
-            .starts_with(&format!("index=0 ps={}:32001 ps_tasks=1\n", address(0, 0))),
+            .starts_with(&format!("index=0 ps={}:30101 ps_tasks=1\n", address(0, 0))),
         "{}",
         out.stdout
     );
@@ -254,7 +254,7 @@ fn entry_reads_the_attempts_published_table_and_never_the_framework() {
     let (runtime, server) = api_server();
     let task = TaskDir::new("entry-published");
     let assets = Assets::new(&task, "true\n");
-    let mut value = ready_framework(32200);
+    let mut value = ready_framework(30200);
     set_attempt(&mut value, 0, "0_cm-uid");
     for (role, index, position) in [("ps", 0, 0), ("worker", 0, 1), ("worker", 1, 1)] {
         set_pod_ip(&mut value, role, index, &address(position, index));
@@ -299,7 +299,7 @@ fn entry_reads_the_attempts_published_table_and_never_the_framework() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stdout
-            .starts_with(&format!("index=1 ps={}:32201 ps_tasks=1\n", address(0, 0))),
+            .starts_with(&format!("index=1 ps={}:30201 ps_tasks=1\n", address(0, 0))),
         "{}",
         out.stdout
     );
@@ -310,7 +310,7 @@ fn a_task_the_api_server_refuses_fails_for_good_naming_the_rule() {
     // The barrier binary answers 1 here, as frameworkbarrier does; entry overrides it
     // with 210: no retry grants the job's account a permission.
     let (_runtime, server) = api_server();
-    server.create("frameworks", NAMESPACE, ready_framework(32100));
+    server.create("frameworks", NAMESPACE, ready_framework(30300));
     server.deny(Some(403));
     let task = TaskDir::new("entry-forbidden");
     let assets = Assets::new(&task, "true\n");
@@ -333,7 +333,7 @@ fn failures_exit_with_controller_codes_and_one_line() {
 
     // A failing prep script: transient (200), naming the script and its log.
     let assets = Assets::new(&task, "echo broken >&2; exit 3\n");
-    let file = publish(&task, &ready_framework(33000));
+    let file = publish(&task, &ready_framework(30400));
     let out = finish(
         local(&mut entry(&task, &assets, "worker", 0), &file)
             .spawn()
@@ -374,7 +374,7 @@ fn failures_exit_with_controller_codes_and_one_line() {
     assert_eq!(out.code, Some(210), "{}", out.stderr);
 
     // The barrier times out: transient conflict (201).
-    let mut waiting = ready_framework(33000);
+    let mut waiting = ready_framework(30400);
     set_pod_ip(&mut waiting, "ps", 0, "");
     let file = publish(&task, &waiting);
     let out = finish(
@@ -391,13 +391,13 @@ fn failures_exit_with_controller_codes_and_one_line() {
     );
 
     // One of this task's ports is taken on the host: transient conflict (201).
-    let file = publish(&task, &ready_framework(33000));
-    let holder = std::net::TcpListener::bind(("0.0.0.0", 34001)).expect("hold the port");
+    let file = publish(&task, &ready_framework(30400));
+    let holder = std::net::TcpListener::bind(("0.0.0.0", 31401)).expect("hold the port");
     let file_with_port = {
         let mut value: Value =
             serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
         value["spec"]["taskRoles"][1]["task"]["pod"]["spec"]["containers"][0]["env"][0]["value"] =
-            "http:34001;ssh:34002".into();
+            "http:31401;ssh:31402".into();
         publish(&task, &value)
     };
     let out = finish(
@@ -409,7 +409,7 @@ fn failures_exit_with_controller_codes_and_one_line() {
     assert_eq!(out.code, Some(201), "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("port 34001 (label http) is already in use on this host"),
+            .contains("port 31401 (label http) is already in use on this host"),
         "{}",
         out.stderr
     );

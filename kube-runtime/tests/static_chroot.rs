@@ -86,7 +86,7 @@ fn the_static_runtime_runs_in_a_chroot_with_only_busybox() {
     let mut framework = to_value(&framework_on_ports(
         "fw",
         &[("ps", 1), ("worker", 1)],
-        35000,
+        30500,
     ));
     set_pod_ip(&mut framework, "ps", 0, &address(0, 0));
     set_pod_ip(&mut framework, "worker", 0, &address(1, 0));

@@ -98,7 +98,7 @@ mod tests {
             &[("ps", 2), ("worker", 3)],
             20000,
         );
-        let range = Ports::new(40000..=40999);
+        let range = Ports::new(31000..=31199);
         let plans = allocate(&framework, &range).expect("ports");
         let mut all: Vec<u16> = plans.plans().flat_map(|p| p.all_ports()).collect();
         let count = all.len();
@@ -117,7 +117,7 @@ mod tests {
                     .collect();
                 assert_eq!(labels, expected);
                 for port in plan.all_ports() {
-                    assert!((40000..=40999).contains(&port), "{port} is of the range");
+                    assert!((31000..=31199).contains(&port), "{port} is of the range");
                     TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).expect("free");
                 }
             }
@@ -127,23 +127,23 @@ mod tests {
     #[test]
     fn a_taken_port_is_skipped_and_an_exhausted_range_named() {
         let _no_fork = crate::FORKING.lock().unwrap_or_else(|e| e.into_inner());
-        let taken = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 41000)).expect("bind 41000");
-        let range = Ports::new(41000..=41001);
+        let taken = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 31200)).expect("bind 31200");
+        let range = Ports::new(31200..=31201);
         let one = pai_test_support::frameworks::framework_on_ports("fw", &[("w", 1)], 20000);
         let count = one.spec.task_roles[0].port_plan().all_ports().count();
         if count == 1 {
-            let plans = allocate(&one, &range).expect("41001 is free");
+            let plans = allocate(&one, &range).expect("31201 is free");
             assert_eq!(
                 plans
                     .plans()
                     .flat_map(|p| p.all_ports())
                     .collect::<Vec<_>>(),
-                [41001]
+                [31201]
             );
         }
         let two = pai_test_support::frameworks::framework_on_ports("fw", &[("w", 2)], 20000);
         let error = allocate(&two, &range).expect_err("too few ports");
-        assert!(error.to_string().contains("41000–41001"), "{error}");
+        assert!(error.to_string().contains("31200–31201"), "{error}");
         drop(taken);
     }
 }

@@ -378,6 +378,13 @@ async fn on_kubernetes_an_earlier_attempts_log_is_gone_and_said_so() {
         },
     );
     let client = h.client(ALICE);
+    // The server's copy shows the new attempt before the old one's log is asked for.
+    let mut changes = client.watch("alice", "again").await.expect("watch");
+    while let Some(view) = changes.next().await {
+        if view.expect("a view").job_status.retries == 1 {
+            break;
+        }
+    }
     match client.attempt_logs("alice", "again", "worker", 0, 0).await {
         Err(ClientError::Api {
             status: 404,

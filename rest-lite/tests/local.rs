@@ -559,7 +559,10 @@ fn the_command_line_client_drives_a_job() {
         ["worker-0*", "SUCCEEDED", "127.0.0.1"],
         "{stdout}"
     );
-    assert!(stdout.ends_with("* its end decided the job's outcome\n"), "{stdout}");
+    assert!(
+        stdout.ends_with("* its end decided the job's outcome\n"),
+        "{stdout}"
+    );
     assert_eq!(task[4..], ["0", "0"], "exit code and retries: {stdout}");
     // For machines: the API's view.
     let (code, stdout, _) = with(&["status", "hello", "-o", "json"]);
