@@ -205,7 +205,13 @@ fn task_state(task: &TaskStatus, stopping: bool) -> JobState {
             .map(|c| c.code)
         {
             Some(0) => JobState::Succeeded,
-            Some(codes::STOP_FRAMEWORK_REQUESTED) => JobState::Stopped,
+            // Ended by a stop, by the end of the job's attempt (another task decided it),
+            // or by its deletion: the platform's doing, not a failure of the task.
+            Some(
+                codes::STOP_FRAMEWORK_REQUESTED
+                | codes::FRAMEWORK_ATTEMPT_COMPLETION
+                | codes::DELETE_TASK_REQUESTED,
+            ) => JobState::Stopped,
             _ if stopping => JobState::Stopped,
             Some(_) => JobState::Failed,
             None => JobState::Unknown,

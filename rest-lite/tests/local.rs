@@ -152,8 +152,11 @@ async fn a_failed_task_fails_the_job_with_its_code_and_name() {
     assert_eq!(status["retries"], 0);
     let worker = &view["taskRoles"]["worker"]["taskStatuses"];
     assert_eq!(worker[1]["containerExitCode"], 7);
-    // The others were ended when the attempt completed.
+    // The others were ended when the attempt completed: by the platform, not failed.
     assert_eq!(worker[0]["containerExitCode"], -220);
+    assert_eq!(worker[0]["taskState"], "STOPPED");
+    assert_eq!(worker[1]["taskState"], "FAILED");
+    assert_eq!(worker[1]["decidedOutcome"], true);
     assert_eq!(
         view["taskRoles"]["ps"]["taskStatuses"][0]["containerExitCode"],
         -220

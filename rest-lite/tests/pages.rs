@@ -203,6 +203,84 @@ async fn a_person_sees_the_job_its_tasks_and_their_logs_in_chromium() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A failed two-role job as a person sees it: the task whose end decided the outcome
+/// marked, the tasks the platform ended explained, the user's output in the previews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_page_marks_the_culprit_and_explains_the_rest_in_chromium() {
+    let found = pai_test_support::needs::program("chromium");
+    if !pai_test_support::needs::present("Chromium", found.is_some(), "apt-get install chromium") {
+        return;
+    }
+    let chromium = found.expect("present");
+    let dir = scratch("chromium-failed");
+    let profile = dir.join("profile");
+    let (events_path, events) = events(&dir);
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let (spec, go) = job(&dir, "broken", &events_path);
+    // One failed worker fails the job.
+    let mut spec: serde_json::Value = serde_json::from_str(&spec).expect("JSON");
+    spec["taskRoles"][0]["minFailedTaskCount"] = json!(1);
+    client
+        .submit("alice", &spec.to_string(), SpecFormat::Json)
+        .await
+        .expect("submitted");
+    for _ in 0..3 {
+        next_event(&events).expect("a task is up");
+    }
+    // worker-1 exits 3; the platform ends the others.
+    let worker_1 = go
+        .iter()
+        .find(|f| f.ends_with("go-worker-1"))
+        .expect("fifo");
+    release(std::slice::from_ref(worker_1), 3);
+    let view = final_view(&client, "alice", "broken").await;
+    assert_eq!(view["jobStatus"]["state"], "FAILED", "{view:#}");
+
+    let token = server.token.clone().expect("the machine's token");
+    let url = format!(
+        "{}/ui/sign-in?token={token}&next=/ui/jobs/alice/broken",
+        server.url
+    );
+    let page = browse(
+        &chromium,
+        &url,
+        &screenshots().join("job-failed.png"),
+        &profile,
+    );
+    assert!(page.contains(r#"id="job-state">FAILED<"#), "{page}");
+    assert!(
+        page.contains(r#"<tr id="task-worker-1" class="decided">"#)
+            && page.contains("its end decided the job's outcome"),
+        "the culprit is marked: {page}"
+    );
+    for id in ["worker-0", "ps-0"] {
+        let row = page
+            .split(&format!(r#"<tr id="task-{id}">"#))
+            .nth(1)
+            .and_then(|rest| rest.split("</tr>").next())
+            .unwrap_or_else(|| panic!("{id}'s row: {page}"));
+        assert!(
+            row.contains("<code>-220</code>") && row.contains("stopped by the platform"),
+            "{id} is explained: {row}"
+        );
+        assert!(
+            row.contains(r#"<span class="state STOPPED">STOPPED</span>"#),
+            "{id} was ended by the platform, not failed: {row}"
+        );
+    }
+    assert!(
+        page.contains("bye from worker-1"),
+        "the user's output: {page}"
+    );
+    assert!(
+        page.contains("TaskFailed") && page.contains("task worker-1 ended with exit code 3"),
+        "the Failed condition names the task: {page}"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 const ALICE: &str = "alice's token; with a space";
 const BOB: &str = "bob-token";
 
