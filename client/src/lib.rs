@@ -69,6 +69,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// Whether it sends a bearer token.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
     /// `base`: `http://host:port`. For `https://`, see [`Client::with_tls`].
     pub fn new(base: &str, token: Option<String>) -> Self {
         // No roots: a plain HTTP client never needs one.

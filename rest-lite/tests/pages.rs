@@ -311,6 +311,23 @@ async fn pages_sign_in_with_a_cookie_and_show_each_user_only_their_jobs() {
         next_event(&events).expect("a task is up");
     }
 
+    // Whom a token stands for: its holder alone, and nobody without one.
+    let nobody = request(&url, "GET", "/api/v1/whoami", &[], "");
+    assert_eq!(nobody.status, 401, "{}", nobody.body);
+    let bearer = format!("Bearer {BOB}");
+    let bob = request(
+        &url,
+        "GET",
+        "/api/v1/whoami",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(bob.status, 200, "{}", bob.body);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&bob.body).expect("JSON"),
+        json!({"user": "bob", "admin": false})
+    );
+
     // No token: to the sign-in, coming back here afterwards.
     let anonymous = request(&url, "GET", "/ui/jobs/alice/mine", &[], "");
     assert_eq!(anonymous.status, 303);

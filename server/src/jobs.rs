@@ -15,7 +15,7 @@ use super::backend::{BackendError, FrameworkStream};
 use super::error::ApiError;
 use super::extract::{Job, SpecBody, user_name};
 use crate::state::AppState;
-use pai_api::status::{JobState, job_view_held};
+use pai_api::status::JobState;
 use pai_translate::ports::Seed;
 use pai_translate::spec::{JobSpec, UserName};
 use pai_translate::transform::Submission;
@@ -128,20 +128,12 @@ pub fn watch_lines(
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
     changes
         .scan(None::<Vec<u8>>, move |previous, change| {
-            let line = change.ok().flatten().and_then(|framework| {
-                let made = views.of(&framework);
-                let (last, mut line) = if made.url == url {
-                    (made.view.job_status.state.is_final(), made.json.to_vec())
-                } else {
-                    let held = views.held(&framework);
-                    let view = job_view_held(&framework, &url, held.as_deref());
-                    (
-                        view.job_status.state.is_final(),
-                        serde_json::to_vec(&view).ok()?,
-                    )
-                };
+            let line = change.ok().flatten().map(|framework| {
+                let made = views.at(&framework, &url);
+                let last = made.view.job_status.state.is_final();
+                let mut line = made.json.to_vec();
                 line.push(b'\n');
-                Some((line, last))
+                (line, last)
             });
             // `None` ends the stream: deleted, unreadable, or after a final state.
             let items = match line {

@@ -56,10 +56,8 @@ fn pod_groups(
     namespace: &str,
     api_version: &str,
 ) -> Api<kube::api::DynamicObject> {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let kind = kube::api::GroupVersionKind::gvk(group, version, "PodGroup");
     let resource =
-        kube::api::ApiResource::from_gvk_with_plural(&kind, pai_translate::gang::PODGROUPS);
+        crate::admission::resource(api_version, "PodGroup", pai_translate::gang::PODGROUPS);
     Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
@@ -222,32 +220,20 @@ impl KubeBackend {
     /// cannot tell (not allowed to read queues, the API server failing), the job goes
     /// on, and waits with the engine's reason.
     async fn check_queue(&self, framework: &Framework) -> Result<(), BackendError> {
-        use pai_translate::gang::{KUEUE_QUEUE_LABEL, VOLCANO_QUEUE_ANNOTATION};
-        let Some(metadata) = framework
-            .spec
-            .task_roles
-            .first()
-            .and_then(|r| r.task.pod.metadata.as_ref())
-        else {
+        use pai_translate::gang::Engine;
+        let Some((engine, queue)) = pai_translate::gang::named_queue(framework) else {
             return Ok(());
         };
-        let volcano = metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(VOLCANO_QUEUE_ANNOTATION));
-        let kueue = metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(KUEUE_QUEUE_LABEL));
-        let (api, queue, what) = match (volcano, kueue) {
-            (Some(queue), _) => (&self.volcano_queues, queue, "Volcano queue"),
-            (None, Some(queue)) => (&self.kueue_queues, queue, "Kueue LocalQueue"),
-            (None, None) => return Ok(()),
+        let volcano = engine == Engine::Volcano;
+        let (api, what) = if volcano {
+            (&self.volcano_queues, "Volcano queue")
+        } else {
+            (&self.kueue_queues, "Kueue LocalQueue")
         };
         match api.get(queue).await {
             Ok(found) => {
                 let state = found.data["status"]["state"].as_str().unwrap_or("Open");
-                if volcano.is_some() && matches!(state, "Closed" | "Closing") {
+                if volcano && matches!(state, "Closed" | "Closing") {
                     return Err(BackendError::Refused(format!(
                         "virtualCluster: {what} {queue} is {state}: it admits no new job"
                     )));

@@ -20,7 +20,7 @@ use crate::state::AppState;
 use pai_api::jobs::{Execution, JobSummary, Message};
 use pai_api::ssh::SshInfo;
 use pai_api::status::JobState;
-use pai_api::status::{JobView, job_view_held};
+use pai_api::status::JobView;
 use pai_translate::spec::SpecFormat;
 use pai_translate::spec::schema::JobSpecDocument;
 
@@ -225,18 +225,12 @@ pub async fn get_job(
         )));
     }
     if !query.watch {
-        let made = state.views.of(&job.framework);
-        if made.url == job.url() {
-            return Ok((
-                [(header::CONTENT_TYPE, "application/json")],
-                made.json.clone(),
-            )
-                .into_response());
-        }
-        let held = state.views.held(&job.framework);
-        return Ok(
-            Json(job_view_held(&job.framework, &job.url(), held.as_deref())).into_response(),
-        );
+        let made = state.views.at(&job.framework, &job.url());
+        return Ok((
+            [(header::CONTENT_TYPE, "application/json")],
+            made.json.clone(),
+        )
+            .into_response());
     }
     let changes = state.backend.watch(job.name()).await?;
     let lines = jobs::watch_lines(changes, state.views.clone(), job.url());

@@ -67,6 +67,10 @@ fn make(framework: &Framework, held: Option<&Waiting>) -> Made {
         framework.user_name().unwrap_or_default(),
         framework.job_name().unwrap_or(framework.name()),
     );
+    make_at(framework, held, url)
+}
+
+fn make_at(framework: &Framework, held: Option<&Waiting>, url: String) -> Made {
     let view = job_view_held(framework, &url, held);
     let json = Bytes::from(serde_json::to_vec(&view).unwrap_or_default());
     Made { view, url, json }
@@ -119,6 +123,18 @@ impl Views {
                 .store(kept.len(), std::sync::atomic::Ordering::Relaxed);
         }
         made
+    }
+
+    /// The view of `framework` with its logs' URLs under `url`: the shared one when
+    /// `url` is the job's own (the name as the API spells it), else one made for `url`
+    /// alone (a request that spelled the user's name another way) and not kept.
+    pub fn at(&self, framework: &Arc<Framework>, url: &str) -> Arc<Made> {
+        let made = self.of(framework);
+        if made.url == url {
+            return made;
+        }
+        let held = self.held(framework);
+        Arc::new(make_at(framework, held.as_deref(), url.to_string()))
     }
 
     /// How many views are kept now.

@@ -159,6 +159,39 @@ pub fn pod_marks(config: &GangConfig, group: &str, queue: Option<&str>, tasks: u
     marks
 }
 
+/// Labels or annotations.
+type Marks<'a> = &'a BTreeMap<String, String>;
+
+/// The labels and annotations the pods of `framework` carry (every role's carry the same
+/// engine marks: the first role's are read).
+fn marks_of(framework: &Framework) -> Option<(Marks<'_>, Marks<'_>)> {
+    static NONE: BTreeMap<String, String> = BTreeMap::new();
+    let first = framework
+        .spec
+        .task_roles
+        .first()?
+        .task
+        .pod
+        .metadata
+        .as_ref()?;
+    Some((
+        first.labels.as_ref().unwrap_or(&NONE),
+        first.annotations.as_ref().unwrap_or(&NONE),
+    ))
+}
+
+/// The queue the pods of `framework` name, with its engine: a Volcano Queue or a Kueue
+/// LocalQueue; `None` for engines without queues.
+pub fn named_queue(framework: &Framework) -> Option<(Engine, &str)> {
+    let (labels, annotations) = marks_of(framework)?;
+    if let Some(queue) = annotations.get(VOLCANO_QUEUE_ANNOTATION) {
+        return Some((Engine::Volcano, queue));
+    }
+    labels
+        .get(KUEUE_QUEUE_LABEL)
+        .map(|q| (Engine::Kueue, q.as_str()))
+}
+
 /// A group object to create beside a Framework.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Group {
@@ -177,9 +210,7 @@ pub struct Group {
 /// class as the pods name them.
 pub fn group(framework: &Framework) -> Option<Group> {
     let roles = &framework.spec.task_roles;
-    let first = roles.first()?.task.pod.metadata.as_ref()?;
-    let labels = first.labels.clone().unwrap_or_default();
-    let annotations = first.annotations.clone().unwrap_or_default();
+    let (labels, annotations) = marks_of(framework)?;
     let (api_version, group_name) = if let Some(name) = labels.get(COSCHEDULING_LABEL) {
         (COSCHEDULING_API, name.clone())
     } else if let Some(name) = annotations.get(VOLCANO_GROUP_ANNOTATION) {

@@ -39,20 +39,20 @@ pub struct Connection {
 const DEFAULT_SERVER: &str = "http://127.0.0.1:9186";
 
 impl Connection {
-    /// The user to act as: the one given, else the one the token stands for, else
-    /// `$USER`, else "default".
-    pub fn user(&self) -> String {
+    /// The user to act as: the one given, else the one `client`'s token stands for (the
+    /// server says), else `$USER`, else "default".
+    pub fn user(&self, client: &Client) -> String {
         if let Some(user) = &self.user {
             return user.clone();
         }
-        let told = self.token().and_then(|_| {
-            let client = self.client().ok()?;
-            block_on(async { Ok(client.whoami().await?) })
-                .ok()
-                .map(|who| who.user)
-                .filter(|user| !user.is_empty())
-        });
-        told.or_else(|| std::env::var("USER").ok())
+        // Without a token there is nobody for the server to name.
+        client
+            .has_token()
+            .then(|| block_on(async { Ok(client.whoami().await?) }).ok())
+            .flatten()
+            .map(|who| who.user)
+            .filter(|user| !user.is_empty())
+            .or_else(|| std::env::var("USER").ok())
             .unwrap_or_else(|| "default".to_string())
     }
 
@@ -239,8 +239,8 @@ pub fn warn(message: &Message) {
 pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
     let text = super::spec_file::read(&args.spec)?;
     let format = super::spec_file::format_of(&args.spec, &text);
-    let user = args.connection.user();
     let client = args.connection.client()?;
+    let user = args.connection.user(&client);
     if !args.follow && !args.wait {
         return block_on(async { Ok(client.submit(&user, &text, format).await?) })
             .and_then(|m| message(&m));
@@ -264,21 +264,23 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
 }
 
 pub fn jobs(args: JobsArgs) -> Result<ExitCode> {
-    let user = (!args.all).then(|| args.connection.user());
-    let jobs = block_on(async { Ok(args.connection.client()?.jobs(user.as_deref()).await?) })?;
+    let client = args.connection.client()?;
+    let user = (!args.all).then(|| args.connection.user(&client));
+    let jobs = block_on(async { Ok(client.jobs(user.as_deref()).await?) })?;
     print(&jobs, args.output, || super::human::jobs(&jobs, now_ms()))
 }
 
 pub fn status(args: StatusArgs) -> Result<ExitCode> {
-    let user = args.connection.user();
-    let view = block_on(async { Ok(args.connection.client()?.job(&user, &args.job).await?) })?;
+    let client = args.connection.client()?;
+    let user = args.connection.user(&client);
+    let view = block_on(async { Ok(client.job(&user, &args.job).await?) })?;
     print(&view, args.output, || super::human::status(&view, now_ms()))
 }
 
 /// Stops a job; one that already ended is said so (exit 1: nothing was stopped).
 pub fn stop(args: JobArgs) -> Result<ExitCode> {
-    let user = args.connection.user();
     let client = args.connection.client()?;
+    let user = args.connection.user(&client);
     let view = block_on(async { Ok(client.job(&user, &args.job).await?) })?;
     let status = &view.job_status;
     if status.state.is_final() {
@@ -296,16 +298,16 @@ pub fn stop(args: JobArgs) -> Result<ExitCode> {
 }
 
 pub fn delete(args: JobArgs) -> Result<ExitCode> {
-    let user = args.connection.user();
-    block_on(async { Ok(args.connection.client()?.delete(&user, &args.job).await?) })
-        .and_then(|m| message(&m))
+    let client = args.connection.client()?;
+    let user = args.connection.user(&client);
+    block_on(async { Ok(client.delete(&user, &args.job).await?) }).and_then(|m| message(&m))
 }
 
 /// Logs in to a task of a job (the system's `ssh`, with the job's key), or prints
 /// which tasks one can log in to.
 pub fn ssh(args: SshArgs) -> Result<ExitCode> {
-    let user = args.connection.user();
     let client = args.connection.client()?;
+    let user = args.connection.user(&client);
     let info = block_on(async { Ok(client.ssh(&user, &args.job).await?) })?;
     if args.print {
         // Kept for the printed commands: a directory of this user's, per job.
@@ -376,7 +378,7 @@ struct Login {
 impl Login {
     /// The job's key (unless -i names another) and host key, written into `files`.
     fn prepare(
-        files: &impl KeyFiles,
+        files: &PrivateDir,
         client: &pai_client::Client,
         user: &str,
         args: &SshArgs,
@@ -454,13 +456,17 @@ pub(super) fn shell_word(word: &str) -> String {
     }
 }
 
-/// A directory of this user's alone (0700), removed with what it holds when dropped.
-struct PrivateDir(PathBuf);
+/// A directory of this user's alone (0700): a new one removed with what it holds when
+/// dropped, or one kept for a job's printed commands.
+struct PrivateDir {
+    path: PathBuf,
+    keep: bool,
+}
 
 impl PrivateDir {
     /// This user's directory (0700) for job `job` of `user`, kept: under
     /// `$XDG_CACHE_HOME/rest-lite/ssh` (or `~/.cache/…`, or the temporary directory).
-    fn kept(user: &str, job: &str) -> Result<KeptDir> {
+    fn kept(user: &str, job: &str) -> Result<Self> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let base = std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
@@ -479,64 +485,43 @@ impl PrivateDir {
                 }
             })
             .collect();
-        let dir = base.join(name);
+        let path = base.join(name);
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("making {} private", dir.display()))?;
-        Ok(KeptDir(dir))
+            .create(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} private", path.display()))?;
+        Ok(Self { path, keep: true })
     }
 
+    /// A new directory, removed when dropped.
     fn create() -> Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or_default();
-        let dir =
+        let path =
             std::env::temp_dir().join(format!("rest-lite-ssh-{}-{nanos}", std::process::id()));
         std::fs::DirBuilder::new()
             .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Self(dir))
+            .create(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self { path, keep: false })
     }
 
-    /// Writes `text` as a new file `name` (0600); returns its path.
-    fn write(&self, name: &str, text: &str) -> Result<PathBuf> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = self.0.join(name);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .and_then(|mut file| file.write_all(text.as_bytes()))
-            .with_context(|| format!("writing {}", path.display()))?;
-        Ok(path)
-    }
-}
-
-/// [`PrivateDir`] that stays.
-struct KeptDir(PathBuf);
-
-/// Where the job's key files are written.
-trait KeyFiles {
-    /// Writes `text` as file `name` (0600); returns its path.
-    fn write(&self, name: &str, text: &str) -> Result<PathBuf>;
-}
-
-impl KeyFiles for KeptDir {
+    /// Writes `text` as file `name` (0600): a new file in a new directory; in a kept
+    /// one, over what an earlier run wrote. Returns its path.
     fn write(&self, name: &str, text: &str) -> Result<PathBuf> {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let path = self.0.join(name);
+        let path = self.path.join(name);
         std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(!self.keep)
+            .create(self.keep)
+            .truncate(self.keep)
             .mode(0o600)
             .open(&path)
             .and_then(|mut file| {
@@ -548,21 +533,17 @@ impl KeyFiles for KeptDir {
     }
 }
 
-impl KeyFiles for PrivateDir {
-    fn write(&self, name: &str, text: &str) -> Result<PathBuf> {
-        PrivateDir::write(self, name, text)
-    }
-}
-
 impl Drop for PrivateDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
     }
 }
 
 pub fn logs(args: LogsArgs) -> Result<ExitCode> {
-    let user = args.connection.user();
     let client = args.connection.client()?;
+    let user = args.connection.user(&client);
     block_on(async {
         // Following a task that has not started yet waits for it, change by change.
         let mut changes = None;
