@@ -94,8 +94,18 @@ fn sshd_processes(root: u32) -> usize {
         .count()
 }
 
-#[test]
-fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
+/// A task under the supervisor (not PID 1) whose sshd is on demand, its user command
+/// waiting for `release`; `None` (said) without sshd, ssh and ssh-keygen.
+struct OnDemandTask {
+    task: TaskDir,
+    key: PathBuf,
+    port: u16,
+    child: std::process::Child,
+    release: PathBuf,
+    log: PathBuf,
+}
+
+fn on_demand_task(name: &str) -> Option<OnDemandTask> {
     let tools = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen"];
     if !pai_test_support::needs::present(
         "sshd, ssh and ssh-keygen",
@@ -104,9 +114,9 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
             .all(|t| std::fs::metadata(t).is_ok_and(|m| m.is_file())),
         "apt-get install openssh-server openssh-client",
     ) {
-        return;
+        return None;
     }
-    let task = TaskDir::new("sshd");
+    let task = TaskDir::new(name);
     let key = task.root().join("id_ed25519");
     let status = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
@@ -151,6 +161,29 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
 
     let log = task.log_dir().join("init-10-sshd.sh.log");
     wait_for_text(&log, "(on demand)");
+    Some(OnDemandTask {
+        task,
+        key,
+        port,
+        child,
+        release,
+        log,
+    })
+}
+
+#[test]
+fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
+    let Some(OnDemandTask {
+        task,
+        key,
+        port,
+        child,
+        release,
+        log,
+    }) = on_demand_task("sshd")
+    else {
+        return;
+    };
     let supervisor = child.id();
     assert_eq!(
         sshd_processes(supervisor),
@@ -222,4 +255,43 @@ fn without_a_key_sshd_is_one_log_line_not_a_failure() {
         log,
         "ssh: the job has no key (no job key, no PAI_SSH_PUB_KEY in jobEnvs); sshd not started\n"
     );
+}
+
+/// One `sshd -i` per connection has no bound of its own: the supervisor starts at most
+/// `MAX_SESSIONS` at once, and closes a connection beyond them.
+#[test]
+fn sshd_processes_beyond_the_bound_are_not_started() {
+    use pai_kube_runtime::supervisor::ssh::MAX_SESSIONS;
+    use std::io::Read;
+    let Some(t) = on_demand_task("sshd-bound") else {
+        return;
+    };
+    // Each connection gets its own sshd, which greets and waits for the client.
+    let held: Vec<std::net::TcpStream> = (0..MAX_SESSIONS)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", t.port)).expect("connect");
+            let mut banner = [0u8; 8];
+            stream.read_exact(&mut banner).expect("a banner");
+            assert_eq!(&banner, b"SSH-2.0-");
+            stream
+        })
+        .collect();
+    let mut beyond = std::net::TcpStream::connect(("127.0.0.1", t.port)).expect("connect");
+    let mut said = Vec::new();
+    beyond.read_to_end(&mut said).expect("closed");
+    assert!(
+        said.is_empty(),
+        "no sshd for the connection beyond the bound"
+    );
+    assert_eq!(sshd_processes(t.child.id()), MAX_SESSIONS);
+    drop(held);
+    std::fs::write(&t.release, "go\n").expect("release the user command");
+    let out = finish(t.child);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("as many sshd processes as allowed run"),
+        "{}",
+        out.stderr
+    );
+    drop(t.task);
 }

@@ -167,6 +167,9 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     // `cleaning_up`: the clean-up's TERM went out, so a daemon's end may be ours.
     let mut note = |ended: Vec<(Pid, Ended)>, status: &mut Option<Ended>, cleaning_up: bool| {
         for (pid, ended) in ended {
+            if let Some(on_demand) = &on_demand {
+                on_demand.reaped(pid.as_raw().unsigned_abs());
+            }
             if pid == user_pid {
                 info!(code = ended.code(), "user command ended");
                 *status = Some(ended);

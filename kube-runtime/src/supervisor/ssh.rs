@@ -41,11 +41,29 @@ enum Readiness {
     Unavailable,
 }
 
-/// The listener's view of the daemon scripts; the supervisor tells it when they end.
+/// sshd processes that may run at once; a connection beyond is closed. A resident sshd
+/// bounds its unauthenticated connections (`MaxStartups`); one `sshd -i` per connection
+/// has no such bound of its own, and anyone who reaches the port could start sshd
+/// processes without end.
+pub const MAX_SESSIONS: usize = 64;
+
+/// The sshd processes running, by pid: one more is let in while fewer than the bound run.
+#[derive(Clone, Default)]
+struct Sessions(Arc<Mutex<std::collections::HashSet<u32>>>);
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u32>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The listener's view of the daemon scripts and of the sshd processes it started; the
+/// supervisor tells it when they end.
 #[derive(Clone)]
 pub struct OnDemand {
     ready: Arc<(Mutex<Readiness>, Condvar)>,
     dir: PathBuf,
+    sessions: Sessions,
 }
 
 /// What the sshd processes need: where the configuration is, where they log, their
@@ -122,6 +140,7 @@ impl OnDemand {
         let this = Self {
             ready: Arc::new((Mutex::new(Readiness::Preparing), Condvar::new())),
             dir: sshd.dir.clone(),
+            sessions: Sessions::default(),
         };
         let serving = this.clone();
         let port = sshd.port;
@@ -130,6 +149,11 @@ impl OnDemand {
             .spawn(move || serving.serve(&listener, &sshd))?;
         info!(port, "ssh port held; sshd starts for each connection");
         Ok(this)
+    }
+
+    /// A child of the supervisor ended (reaped): one of its sshd processes, maybe.
+    pub fn reaped(&self, pid: u32) {
+        self.sessions.lock().remove(&pid);
     }
 
     /// A daemon script ended; `left`: how many still run.
@@ -179,17 +203,32 @@ impl OnDemand {
             let Some(program) = self.wait_ready() else {
                 continue;
             };
+            // Held from the check to the pid's entry: the supervisor, reaping an sshd
+            // that ended at once, removes its pid only after it was entered.
+            let mut running = self.sessions.lock();
+            if running.len() >= MAX_SESSIONS {
+                warn!(
+                    max = MAX_SESSIONS,
+                    "ssh connection closed: as many sshd processes as allowed run"
+                );
+                continue;
+            }
             sshd.session.write();
-            if let Err(e) = start(&program, stream, sshd) {
-                warn!(sshd = %program.display(), error = %e, "cannot start sshd for a connection");
+            match start(&program, stream, sshd) {
+                Ok(pid) => {
+                    running.insert(pid);
+                }
+                Err(e) => {
+                    warn!(sshd = %program.display(), error = %e, "cannot start sshd for a connection")
+                }
             }
         }
     }
 }
 
 /// `sshd -i` on `stream`, in its own process group (a signal for the user command's
-/// group does not reach it); the supervisor reaps it.
-fn start(program: &Path, stream: TcpStream, sshd: &Sshd) -> std::io::Result<()> {
+/// group does not reach it); the supervisor reaps it. Returns its pid.
+fn start(program: &Path, stream: TcpStream, sshd: &Sshd) -> std::io::Result<u32> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -208,6 +247,5 @@ fn start(program: &Path, stream: TcpStream, sshd: &Sshd) -> std::io::Result<()> 
         .stderr(log)
         .spawn()?;
     // Reaped by the supervisor's loop, as every child is.
-    drop(child);
-    Ok(())
+    Ok(child.id())
 }
