@@ -20,6 +20,7 @@ use pai_api::path::segment as encode;
 use pai_api::ssh::SshInfo;
 use pai_api::status::JobView;
 use pai_contract::SpecFormat;
+pub use pai_contract::log_lines::Source;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -377,7 +378,8 @@ impl Client {
         .await
     }
 
-    /// One task's log, chunk by chunk; with `follow`, until the task ends.
+    /// One task's log, `source`'s lines, chunk by chunk; with `follow`, until the task
+    /// ends.
     pub async fn logs(
         &self,
         user: &str,
@@ -385,12 +387,13 @@ impl Client {
         role: &str,
         index: u32,
         follow: bool,
+        source: Source,
     ) -> Result<Chunks, ClientError> {
-        self.task_log(user, job, role, index, &format!("follow={follow}"))
-            .await
+        let query = format!("follow={follow}&source={}", source.as_str());
+        self.task_log(user, job, role, index, &query).await
     }
 
-    /// One task's whole log in attempt `attempt` of the job (from 0).
+    /// One task's whole log in attempt `attempt` of the job (from 0), `source`'s lines.
     pub async fn attempt_logs(
         &self,
         user: &str,
@@ -398,9 +401,10 @@ impl Client {
         role: &str,
         index: u32,
         attempt: u32,
+        source: Source,
     ) -> Result<Chunks, ClientError> {
-        self.task_log(user, job, role, index, &format!("attempt={attempt}"))
-            .await
+        let query = format!("attempt={attempt}&source={}", source.as_str());
+        self.task_log(user, job, role, index, &query).await
     }
 
     /// `GET …/logs?role=&index=&<query>`, chunk by chunk.

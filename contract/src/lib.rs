@@ -8,6 +8,7 @@ pub mod access;
 pub mod env;
 pub mod exit;
 pub mod framework;
+pub mod log_lines;
 pub mod meta;
 pub mod names;
 pub mod paths;

@@ -346,6 +346,22 @@ fn failures_exit_with_controller_codes_and_one_line() {
         "{}",
         out.stderr
     );
+    // Every line of the runtime carries its mark; the failure is an error, shown with the
+    // user's output by default, its steps are not.
+    use pai_contract::log_lines::{Source, keep};
+    assert!(
+        out.stderr
+            .lines()
+            .all(|l| l.starts_with(pai_contract::log_lines::PREFIX)),
+        "{}",
+        out.stderr
+    );
+    let shown = keep(&out.stderr, Source::User);
+    assert!(
+        shown.starts_with("[runtime ERROR] ") && shown.contains("prep script 10-test.sh failed"),
+        "{shown}"
+    );
+    assert_eq!(shown.lines().count(), 1, "{shown}");
     std::fs::write(assets.dir.join("prep/10-test.sh"), "true\n").expect("fix prep");
 
     // Not FrameworkController's pod: permanent (210).

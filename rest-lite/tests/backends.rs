@@ -14,7 +14,7 @@ use serde_json::json;
 
 use pai_api::jobs::Execution;
 use pai_api::status::{JobState, JobView};
-use pai_client::{Client, ClientError};
+use pai_client::{Client, ClientError, Source};
 use pai_contract::framework::CompletionStatus;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{address, set_pod_ip};
@@ -154,8 +154,22 @@ impl Harness {
     /// The task printed [`HELLO`] (on Kubernetes: the test writes its pod's log).
     fn said_hello(&self, user: &str, job: &str) {
         if let Place::Kube(api) = &self.place {
+            // As the runtime writes: its `entry` in the init container, then `run`'s lines
+            // around the user's output in the main container.
             let pod = format!("{}-worker-0", Self::framework_name(user, job));
-            api.append_log(NS, &pod, &format!("{HELLO}\n"));
+            api.append_container_log(
+                NS,
+                &pod,
+                pai_contract::framework::INIT_CONTAINER,
+                "[runtime INFO] 2026-01-01T00:00:01Z barrier passed: every task has an address\n",
+            );
+            api.append_log(
+                NS,
+                &pod,
+                &format!(
+                    "[runtime INFO] 2026-01-01T00:00:02Z user command started pid=7\n{HELLO}\n"
+                ),
+            );
             api.end_log(NS, &pod);
         }
     }
@@ -335,20 +349,50 @@ async fn logs_are_the_tasks_output(h: &Harness) {
     h.said_hello("alice", "talk");
     h.exit("alice", "talk", 0).await;
     let client = h.client(ALICE);
-    let text = common::read_all(
-        client
-            .logs("alice", "talk", "worker", 0, true)
+    let read = |source| {
+        let client = client.clone();
+        async move {
+            common::read_all(
+                client
+                    .logs("alice", "talk", "worker", 0, true, source)
+                    .await
+                    .expect("logs"),
+            )
             .await
-            .expect("logs"),
-    )
-    .await;
+        }
+    };
+    // The user's output alone by default; the runtime's lines apart (with the barrier's,
+    // kept in the init container's log on a cluster); both when asked.
+    let text = read(Source::User).await;
     assert!(text.contains(HELLO), "{text}");
+    assert!(!text.contains("[runtime "), "{text}");
+    let runtime = read(Source::Runtime).await;
+    assert!(
+        runtime.contains("barrier passed") && runtime.contains("user command started"),
+        "{runtime}"
+    );
+    assert!(
+        runtime.lines().all(|l| l.starts_with("[runtime INFO] ")),
+        "{runtime}"
+    );
+    let all = read(Source::All).await;
+    assert!(
+        all.contains(HELLO) && all.contains("user command started"),
+        "{all}"
+    );
     assert_eq!(
-        api_error(client.logs("alice", "talk", "worker", 1, false).await),
+        api_error(
+            client
+                .logs("alice", "talk", "worker", 1, false, Source::User)
+                .await
+        ),
         (404, "NoTaskError".into()),
         "no such task: the job exists, the task does not"
     );
-    match client.attempt_logs("alice", "talk", "worker", 0, 1).await {
+    match client
+        .attempt_logs("alice", "talk", "worker", 0, 1, Source::User)
+        .await
+    {
         Err(ClientError::Api {
             status: 404,
             message,
@@ -385,7 +429,10 @@ async fn on_kubernetes_an_earlier_attempts_log_is_gone_and_said_so() {
             break;
         }
     }
-    match client.attempt_logs("alice", "again", "worker", 0, 0).await {
+    match client
+        .attempt_logs("alice", "again", "worker", 0, 0, Source::User)
+        .await
+    {
         Err(ClientError::Api {
             status: 404,
             code,
@@ -417,7 +464,10 @@ async fn others_never_see_a_job(h: &Harness) {
     assert_eq!(api_error(bob.stop("alice", "private").await), not_found);
     assert_eq!(api_error(bob.delete("alice", "private").await), not_found);
     assert_eq!(
-        api_error(bob.logs("alice", "private", "worker", 0, false).await),
+        api_error(
+            bob.logs("alice", "private", "worker", 0, false, Source::User)
+                .await
+        ),
         not_found
     );
     assert_eq!(api_error(bob.watch("alice", "private").await), not_found);

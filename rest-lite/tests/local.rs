@@ -38,7 +38,7 @@ fn until_none_left(rx: &mpsc::Receiver<Option<String>>) -> Vec<String> {
 async fn log_of(client: &Client, user: &str, job: &str, role: &str, index: u32) -> String {
     common::read_all(
         client
-            .logs(user, job, role, index, true)
+            .logs(user, job, role, index, true, pai_client::Source::User)
             .await
             .expect("logs"),
     )
@@ -198,7 +198,14 @@ async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
     for (attempt, line) in [(0, "attempt 0, run 1"), (1, "attempt 1, run 2")] {
         let text = common::read_all(
             client
-                .attempt_logs("alice", "flaky", "worker", 0, attempt)
+                .attempt_logs(
+                    "alice",
+                    "flaky",
+                    "worker",
+                    0,
+                    attempt,
+                    pai_client::Source::User,
+                )
                 .await
                 .expect("an earlier attempt's log"),
         )
@@ -206,7 +213,10 @@ async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
         assert!(text.contains(line), "attempt {attempt}: {text}");
         assert!(!text.contains("run 3"), "attempt {attempt}: {text}");
     }
-    match client.attempt_logs("alice", "flaky", "worker", 0, 3).await {
+    match client
+        .attempt_logs("alice", "flaky", "worker", 0, 3, pai_client::Source::User)
+        .await
+    {
         Err(pai_client::ClientError::Api {
             status: 404,
             message,
@@ -491,6 +501,8 @@ fn run_exits_with_the_failed_jobs_code() {
     let (code, stdout, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
     assert_eq!(code, Some(3), "{stdout}\n{stderr}");
     assert!(stdout.contains("[worker-0] about to fail"), "{stdout}");
+    // The runtime's own lines are not the user's output (`run -v` shows them).
+    assert!(!stdout.contains("[runtime "), "{stdout}");
     assert!(stderr.contains("FAILED"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -519,7 +531,19 @@ fn the_command_line_client_drives_a_job() {
     assert!(stdout.contains("hello"), "{stdout}");
     let (code, stdout, _) = with(&["logs", "hello", "--role", "worker", "--follow"]);
     assert_eq!(code, Some(0));
-    assert!(stdout.contains("hello from worker"), "{stdout}");
+    // The user's output is the whole of it; the runtime's lines are asked for.
+    assert_eq!(stdout, "hello from worker\n");
+    let (code, stdout, _) = with(&["logs", "hello", "--role", "worker", "--runtime"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.contains("barrier passed") && !stdout.contains("hello from worker"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = with(&["logs", "hello", "--role", "worker", "--all"]);
+    assert!(
+        stdout.contains("barrier passed") && stdout.contains("hello from worker"),
+        "{stdout}"
+    );
     // For people: a table with task counts, a summary with a line per task.
     let (_, stdout, _) = with(&["jobs"]);
     let mut lines = stdout.lines();

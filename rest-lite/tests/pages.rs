@@ -273,6 +273,25 @@ async fn a_failed_job_page_marks_the_culprit_and_explains_the_rest_in_chromium()
         page.contains("bye from worker-1"),
         "the user's output: {page}"
     );
+    // The previews are the user's output; the runtime's lines are folded apart.
+    let previews: Vec<&str> = page
+        .split(r#"<pre class="tail">"#)
+        .skip(1)
+        .filter_map(|p| p.split("</pre>").next())
+        .collect();
+    assert!(
+        previews
+            .iter()
+            .any(|p| p.contains("bye from worker-1") && !p.contains("[runtime ")),
+        "{previews:?}"
+    );
+    assert!(
+        page.contains("<summary>the runtime's last lines</summary>")
+            && previews
+                .iter()
+                .any(|p| p.contains("[runtime INFO] ") && !p.contains("bye from")),
+        "{page}"
+    );
     assert!(
         page.contains("TaskFailed") && page.contains("task worker-1 ended with exit code 3"),
         "the Failed condition names the task: {page}"
@@ -442,6 +461,21 @@ async fn pages_sign_in_with_a_cookie_and_show_each_user_only_their_jobs() {
         "{}",
         log.body
     );
+    // The output is the user's; the runtime's lines are one link away.
+    assert!(!log.body.contains("[runtime "), "{}", log.body);
+    let runtime = request(
+        &url,
+        "GET",
+        "/ui/jobs/alice/mine/logs/worker/1?source=runtime",
+        &[("Cookie", &cookie)],
+        "",
+    );
+    assert!(
+        runtime.body.contains("[runtime INFO] ") && runtime.body.contains("barrier passed"),
+        "{}",
+        runtime.body
+    );
+    assert!(!runtime.body.contains("hello from"), "{}", runtime.body);
 
     // Bob sees neither Alice's job in his list nor her job's page or logs.
     let bearer = format!("Bearer {BOB}");

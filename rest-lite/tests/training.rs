@@ -56,7 +56,14 @@ async fn mpirun_reaches_every_worker_through_the_hostfile_the_aliases_and_the_jo
     let view = final_view(&client, "alice", "mpi-hello").await;
     let log = common::read_all(
         client
-            .logs("alice", "mpi-hello", "launcher", 0, false)
+            .logs(
+                "alice",
+                "mpi-hello",
+                "launcher",
+                0,
+                false,
+                pai_client::Source::User,
+            )
             .await
             .expect("log"),
     )
@@ -277,7 +284,7 @@ async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_the
     for (role, index) in [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)] {
         let log = common::read_all(
             client
-                .logs("alice", "tf", role, index, false)
+                .logs("alice", "tf", role, index, false, pai_client::Source::User)
                 .await
                 .expect("log"),
         )

@@ -101,6 +101,12 @@ pub trait Backend: Send + Sync + 'static {
         follow: bool,
         earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
+    /// The log of pod `pod`'s init container (the runtime's `entry`: `prep/`, the
+    /// barrier) where the backend keeps it apart from the main container's; `NotFound`
+    /// where it is part of [`Backend::logs`] (the embedded default's one log per task).
+    fn init_logs<'a>(&'a self, _pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        Box::pin(async { Err(BackendError::NotFound) })
+    }
     /// The end of pod `pod`'s current log: its last `lines` lines, of its last
     /// `max_bytes` bytes at most (a page shows these; the whole log is `logs`). This
     /// default reads the log through and keeps only its end.
@@ -128,6 +134,63 @@ pub trait Backend: Send + Sync + 'static {
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;
     /// Deletes the Framework (and so its pods); `NotFound` when there is none.
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
+}
+
+/// A task's log as `source` wants it: the main container's (`earlier`: of that earlier
+/// attempt; `follow`: as it goes on), after the init container's where the backend keeps
+/// that apart and the runtime's lines are wanted.
+pub async fn task_log(
+    backend: &dyn Backend,
+    pod: &str,
+    follow: bool,
+    earlier: Option<i32>,
+    source: pai_contract::log_lines::Source,
+) -> Result<LogStream, BackendError> {
+    use futures::StreamExt;
+    use pai_contract::log_lines::Source;
+    let init = match source {
+        Source::Runtime | Source::All if earlier.is_none() => backend.init_logs(pod).await.ok(),
+        _ => None,
+    };
+    let main = match (init, backend.logs(pod, follow, earlier).await) {
+        (Some(init), Ok(main)) => Ok(init.chain(main).boxed()),
+        // The main container has not started: the init container's log is all there is.
+        (Some(init), Err(_)) => Ok(init),
+        (None, main) => main,
+    };
+    main.map(|stream| split_log(stream, source))
+}
+
+/// The lines of `stream` that `source` keeps ([`pai_contract::log_lines`]), as they come.
+pub fn split_log(stream: LogStream, source: pai_contract::log_lines::Source) -> LogStream {
+    use futures::StreamExt;
+    use pai_contract::log_lines::{Source, Split};
+    if source == Source::All {
+        return stream;
+    }
+    let state = (stream, Some(Split::new(source)));
+    futures::stream::unfold(state, |(mut stream, mut split)| async move {
+        loop {
+            let splitter = split.as_mut()?;
+            match stream.next().await {
+                Some(Ok(chunk)) => {
+                    let kept = splitter.feed(&chunk);
+                    if !kept.is_empty() {
+                        return Some((Ok(Bytes::from(kept)), (stream, split)));
+                    }
+                }
+                Some(Err(e)) => return Some((Err(e), (stream, None))),
+                None => {
+                    let rest = splitter.finish();
+                    split = None;
+                    if !rest.is_empty() {
+                        return Some((Ok(Bytes::from(rest)), (stream, split)));
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 /// The last `lines` lines of `bytes` (of its last `max_bytes` at most), as text.

@@ -625,6 +625,25 @@ impl Backend for KubeBackend {
         .boxed()
     }
 
+    /// The init container's log: the runtime's `entry` (whole; it has ended or waits at
+    /// the barrier).
+    fn init_logs<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        async move {
+            let params = LogParams {
+                container: Some(pai_contract::framework::INIT_CONTAINER.to_string()),
+                ..LogParams::default()
+            };
+            let text = self
+                .pods
+                .logs(pod, &params)
+                .await
+                .inspect(|_| self.answered())
+                .map_err(|e| self.error(e))?;
+            Ok(futures::stream::once(async move { Ok(axum::body::Bytes::from(text)) }).boxed())
+        }
+        .boxed()
+    }
+
     /// The API server cuts the log: `tailLines` and `limitBytes`, nothing more crosses.
     fn log_tail<'a>(
         &'a self,

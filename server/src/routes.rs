@@ -524,17 +524,44 @@ pub struct LogQuery {
     /// earlier attempt's pod, and so its log, is gone (404 saying so).
     #[param(minimum = 0)]
     attempt: Option<u32>,
+    /// Whose lines: `user` (the default: the user command's output, and the runtime's
+    /// warnings and errors), `runtime` (the runtime's own lines: its steps, the barrier,
+    /// the daemons it started) or `all` (both, as written).
+    #[serde(default)]
+    #[param(inline)]
+    source: LogSource,
 }
 
-/// `GET …/logs?role=&index=&follow=&attempt=`: one task's output, streamed while it
-/// runs when following; an earlier attempt's with `attempt`.
+/// Whose lines of a task's log.
+#[derive(Clone, Copy, Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogSource {
+    #[default]
+    User,
+    Runtime,
+    All,
+}
+
+impl From<LogSource> for pai_contract::log_lines::Source {
+    fn from(source: LogSource) -> Self {
+        match source {
+            LogSource::User => Self::User,
+            LogSource::Runtime => Self::Runtime,
+            LogSource::All => Self::All,
+        }
+    }
+}
+
+/// `GET …/logs?role=&index=&follow=&attempt=&source=`: one task's output, streamed
+/// while it runs when following; an earlier attempt's with `attempt`; the runtime's
+/// lines apart with `source`.
 #[utoipa::path(
     get,
     path = "/api/v1/user/{user}/jobs/{job}/logs",
     tag = "jobs",
     params(JobPath, LogQuery),
     responses(
-        (status = 200, description = "the task's output; streamed while it runs with follow=true", content_type = "text/plain", body = String),
+        (status = 200, description = "the task's output (by default the user command's; the runtime's lines with source=runtime); streamed while it runs with follow=true", content_type = "text/plain", body = String),
         JobErrors
     )
 )]
@@ -578,23 +605,27 @@ pub async fn get_logs(
         Some(attempt) if attempt < current => Some(attempt),
         _ => None,
     };
-    let logs = state
-        .backend
-        .logs(&pod, query.follow, earlier)
-        .await
-        .map_err(|e| match e {
-            BackendError::NotFound => ApiError::no_task(match earlier {
-                Some(attempt) => format!(
-                    "task {task} of job {}~{} left no log in attempt {attempt}",
-                    job.user, job.job
-                ),
-                None => format!(
-                    "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
-                    job.user, job.job
-                ),
-            }),
-            other => other.into(),
-        })?;
+    let logs = crate::backend::task_log(
+        state.backend.as_ref(),
+        &pod,
+        query.follow,
+        earlier,
+        query.source.into(),
+    )
+    .await
+    .map_err(|e| match e {
+        BackendError::NotFound => ApiError::no_task(match earlier {
+            Some(attempt) => format!(
+                "task {task} of job {}~{} left no log in attempt {attempt}",
+                job.user, job.job
+            ),
+            None => format!(
+                "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
+                job.user, job.job
+            ),
+        }),
+        other => other.into(),
+    })?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
         axum::body::Body::from_stream(logs.take_until(tokio::time::sleep(MAX_FOLLOW))),

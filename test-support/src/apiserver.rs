@@ -48,6 +48,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+/// A container's log: its pod and the container's name.
+type LogKey = (Key, String);
+
+use pai_contract::framework::{INIT_CONTAINER, MAIN_CONTAINER};
+
 /// Where an object lives.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
@@ -143,10 +148,10 @@ struct Store {
     /// Creates of one resource refused as invalid (422) with a message.
     refused: HashMap<String, String>,
     uid: u64,
-    /// Container logs by pod.
-    logs: HashMap<Key, String>,
-    /// Pods whose container has ended: following their log returns what there is.
-    ended_logs: std::collections::HashSet<Key>,
+    /// Container logs by pod and container.
+    logs: HashMap<LogKey, String>,
+    /// Containers that have ended: following their log returns what there is.
+    ended_logs: std::collections::HashSet<LogKey>,
     requests: Vec<Request>,
     /// Response bytes of each request, by its position in `requests`.
     sent: Vec<Arc<AtomicU64>>,
@@ -185,7 +190,7 @@ struct Shared {
     /// How many requests a fault has answered.
     faulted: watch::Sender<usize>,
     /// Text appended to a pod's log; `None` ends its followers (the container exited).
-    log_appends: broadcast::Sender<(Key, Option<String>)>,
+    log_appends: broadcast::Sender<(LogKey, Option<String>)>,
 }
 
 impl Shared {
@@ -385,7 +390,12 @@ impl ApiServer {
 
     /// Appends `text` to the main container's log of pod `name` (creating the log).
     pub fn append_log(&self, namespace: &str, name: &str, text: &str) {
-        let key = Key::new("pods", namespace, name);
+        self.append_container_log(namespace, name, MAIN_CONTAINER, text);
+    }
+
+    /// Appends `text` to the log of `container` of pod `name` (creating the log).
+    pub fn append_container_log(&self, namespace: &str, name: &str, container: &str, text: &str) {
+        let key = (Key::new("pods", namespace, name), container.to_string());
         self.shared
             .lock()
             .logs
@@ -395,17 +405,15 @@ impl ApiServer {
         let _ = self.shared.log_appends.send((key, Some(text.to_string())));
     }
 
-    /// Ends every follower of pod `name`'s log, after what was appended before, as the
-    /// container's exit does.
+    /// Ends every follower of pod `name`'s main container log, after what was appended
+    /// before, as the container's exit does.
     pub fn end_log(&self, namespace: &str, name: &str) {
-        self.shared
-            .lock()
-            .ended_logs
-            .insert(Key::new("pods", namespace, name));
-        let _ = self
-            .shared
-            .log_appends
-            .send((Key::new("pods", namespace, name), None));
+        let key = (
+            Key::new("pods", namespace, name),
+            MAIN_CONTAINER.to_string(),
+        );
+        self.shared.lock().ended_logs.insert(key.clone());
+        let _ = self.shared.log_appends.send((key, None));
     }
 
     /// Ends every open watch and followed log, as a load balancer or a network blip would.
@@ -953,11 +961,23 @@ async fn pod_log(
     Path(params): Path<Params>,
     Query(query): Query<Params>,
 ) -> Response {
-    let key = Key::new(
+    let pod = Key::new(
         "pods",
         params.get("ns").map_or("", String::as_str),
         params.get("name").map_or("", String::as_str),
     );
+    // Our pods have two containers: the API server asks which one.
+    let Some(container) = query.get("container").cloned() else {
+        return status(
+            400,
+            "BadRequest",
+            format!(
+                "a container name must be specified for pod {}, choose one of: [{INIT_CONTAINER} {MAIN_CONTAINER}]",
+                pod.name
+            ),
+        );
+    };
+    let key = (pod, container);
     let follow = matches!(query.get("follow").map(String::as_str), Some("true" | "1"));
     let appends = shared.log_appends.subscribe();
     let mut cut = shared.cut.subscribe();
@@ -965,7 +985,7 @@ async fn pod_log(
     let (so_far, ended) = {
         let store = shared.lock();
         let Some(so_far) = store.logs.get(&key).cloned() else {
-            return not_found(&key);
+            return not_found(&key.0);
         };
         (so_far, store.ended_logs.contains(&key))
     };

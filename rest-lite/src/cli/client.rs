@@ -99,6 +99,10 @@ pub struct SubmitArgs {
     /// exit code (Ctrl-C stops the job).
     #[arg(long, short, conflicts_with = "wait")]
     follow: bool,
+    /// With --follow: the runtime's lines too (its steps, the barrier, the daemons), not
+    /// only the user commands' output and the runtime's warnings and errors.
+    #[arg(long, short, requires = "follow")]
+    verbose: bool,
     /// Then show each role's tasks starting, until every task runs (exit 0) or the job
     /// ends first (its outcome as the exit code).
     #[arg(long, short)]
@@ -189,8 +193,25 @@ pub struct LogsArgs {
     /// of the current one's.
     #[arg(long)]
     attempt: Option<u32>,
+    /// The runtime's own lines instead of the user command's output (its steps, the
+    /// barrier, the daemons it started; its warnings and errors are in both).
+    #[arg(long, conflicts_with = "all")]
+    runtime: bool,
+    /// The user command's output and the runtime's lines, as written.
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     connection: Connection,
+}
+
+impl LogsArgs {
+    fn source(&self) -> pai_client::Source {
+        match (self.runtime, self.all) {
+            (true, _) => pai_client::Source::Runtime,
+            (_, true) => pai_client::Source::All,
+            _ => pai_client::Source::User,
+        }
+    }
 }
 
 fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
@@ -259,7 +280,7 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
             return super::wait::until_running(&client, &user, &job, &page, &flags).await;
         }
         warn(&submitted);
-        super::follow::follow(&client, &user, &job).await
+        super::follow::follow(&client, &user, &job, args.verbose).await
     })
 }
 
@@ -550,11 +571,25 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
         let mut stream = loop {
             if let Some(attempt) = args.attempt {
                 break client
-                    .attempt_logs(&user, &args.job, &args.role, args.index, attempt)
+                    .attempt_logs(
+                        &user,
+                        &args.job,
+                        &args.role,
+                        args.index,
+                        attempt,
+                        args.source(),
+                    )
                     .await?;
             }
             match client
-                .logs(&user, &args.job, &args.role, args.index, args.follow)
+                .logs(
+                    &user,
+                    &args.job,
+                    &args.role,
+                    args.index,
+                    args.follow,
+                    args.source(),
+                )
                 .await
             {
                 Ok(stream) => break stream,
@@ -570,7 +605,14 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
                     if ended {
                         // The job completed or went away: one last look.
                         break client
-                            .logs(&user, &args.job, &args.role, args.index, false)
+                            .logs(
+                                &user,
+                                &args.job,
+                                &args.role,
+                                args.index,
+                                false,
+                                args.source(),
+                            )
                             .await?;
                     }
                 }

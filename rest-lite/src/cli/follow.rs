@@ -14,11 +14,16 @@ use tokio::sync::watch;
 use pai_api::status::{JobState, JobView};
 use pai_client::{Client, ClientError};
 
-/// Follows `job` to its end: every task's output, line by line with its name in front,
-/// then the job's state on standard error. Ctrl-C stops the job. Returns the exit code
+/// Follows `job` to its end: every task's output (with `verbose`, the runtime's lines
+/// too), line by line with its name in front, then the job's state on standard error. Ctrl-C stops the job. Returns the exit code
 /// for the job's outcome: 0 when it succeeded, 130 when stopped here, else its exit code
 /// (or 1).
-pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> {
+pub async fn follow(client: &Client, user: &str, job: &str, verbose: bool) -> Result<ExitCode> {
+    let source = if verbose {
+        pai_client::Source::All
+    } else {
+        pai_client::Source::User
+    };
     let mut changes = client.watch(user, job).await?;
     let first = match changes.next().await {
         Some(view) => view?,
@@ -36,6 +41,7 @@ pub async fn follow(client: &Client, user: &str, job: &str) -> Result<ExitCode> 
                 job.to_string(),
                 role.clone(),
                 index,
+                source,
                 latest.clone(),
             )));
         }
@@ -117,6 +123,7 @@ async fn print_task(
     job: String,
     role: String,
     index: u32,
+    source: pai_client::Source,
     mut views: watch::Receiver<JobView>,
 ) {
     let mut printed_attempt: Option<i32> = None;
@@ -136,7 +143,7 @@ async fn print_task(
         };
         if printed_attempt != Some(attempt)
             && (started || closed)
-            && let Ok(stream) = client.logs(&user, &job, &role, index, true).await
+            && let Ok(stream) = client.logs(&user, &job, &role, index, true, source).await
         {
             printed_attempt = Some(attempt);
             print_lines(stream, &format!("[{role}-{index}] ")).await;

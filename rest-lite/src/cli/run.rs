@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// with --state-dir].
     #[arg(long)]
     keep: bool,
+    /// Print the runtime's lines too (its steps, the barrier, the daemons it started),
+    /// not only the user commands' output and the runtime's warnings and errors.
+    #[arg(long, short)]
+    verbose: bool,
     #[command(flatten)]
     local: LocalArgs,
 }
@@ -74,7 +78,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         );
         let client = Client::new(&url, Some(token));
         super::client::warn(&client.submit(&user_name, &text, format).await?);
-        super::follow::follow(&client, &user_name, &job).await
+        super::follow::follow(&client, &user_name, &job, args.verbose).await
     });
     drop(runtime);
     if !keep {

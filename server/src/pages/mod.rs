@@ -271,7 +271,8 @@ async fn job_page(
             .role(role)
             .map(|r| framework.pod_name(r, *index))
             .unwrap_or_default();
-        async move { backend.log_tail(&pod, TAIL_LINES, TAIL_BYTES).await }
+        // Read more than is shown: the runtime's lines are shown apart from the user's.
+        async move { backend.log_tail(&pod, TAIL_LINES * 4, TAIL_BYTES * 4).await }
     });
     let read = futures::future::join_all(reads).await;
     let mut tails: std::collections::HashMap<(String, u32), Tail> = started
@@ -279,7 +280,20 @@ async fn job_page(
         .zip(read)
         .map(|(key, result)| {
             let tail = match result {
-                Ok(lines) => Tail::Lines(lines),
+                Ok(lines) => {
+                    use pai_contract::log_lines::{Source, keep};
+                    let last = |source| {
+                        crate::backend::last_lines(
+                            keep(&lines, source).as_bytes(),
+                            TAIL_LINES,
+                            TAIL_BYTES,
+                        )
+                    };
+                    Tail::Lines {
+                        user: last(Source::User),
+                        runtime: last(Source::Runtime),
+                    }
+                }
                 Err(crate::backend::BackendError::NotFound) => {
                     Tail::Missing("no log yet".to_string())
                 }
@@ -317,13 +331,28 @@ async fn job_page(
     page(StatusCode::OK, "job", &data)
 }
 
+#[derive(Deserialize, Default)]
+struct LogPageQuery {
+    #[serde(default)]
+    source: Option<String>,
+}
+
 /// A task's whole log in the current attempt, as plain text (never HTML: a task writes
-/// what it likes).
+/// what it likes): the user command's output; the runtime's lines with
+/// `?source=runtime`, both with `?source=all`.
 async fn task_log(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((user, job, role, index)): Path<(String, String, String, String)>,
+    query: Result<axum::extract::Query<LogPageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    use pai_contract::log_lines::Source;
+    // A page for people: an unknown `source` shows the output.
+    let source = match query.ok().and_then(|q| q.0.source).as_deref() {
+        Some("runtime") => Source::Runtime,
+        Some("all") => Source::All,
+        _ => Source::User,
+    };
     let here = format!("{}/logs/{role}/{index}", view::job_url(&user, &job));
     let (caller, framework) = match caller_and_job(&state, &headers, &here, &user, &job).await {
         Ok(found) => found,
@@ -337,7 +366,8 @@ async fn task_log(
         (Some(r), Ok(i)) if i < r.tasks() => framework.pod_name(r, i),
         _ => return error_page(&no_task(), who(&state, &caller)),
     };
-    match state.backend.logs(&pod, false, None).await {
+    let main = crate::backend::task_log(state.backend.as_ref(), &pod, false, None, source).await;
+    match main {
         Ok(stream) => with_headers(
             Body::from_stream(stream).into_response(),
             "text/plain; charset=utf-8",

@@ -155,8 +155,10 @@ pub struct TaskRow {
     pub exit_code: Option<i32>,
     pub retries: i32,
     pub log_url: String,
-    /// The last lines of its log (`None`: not read for this page).
+    /// The last lines of its user command's output (`None`: not read for this page).
     pub tail: Option<String>,
+    /// The last lines of the runtime's own (shown folded).
+    pub runtime_tail: Option<String>,
     /// Why there is no tail to show.
     pub tail_note: Option<String>,
 }
@@ -172,7 +174,8 @@ pub struct ConditionLine {
 
 /// What was read of a task's log for the page.
 pub enum Tail {
-    Lines(String),
+    /// The last lines of the user command's output and of the runtime's.
+    Lines { user: String, runtime: String },
     /// Nothing read: why (not started, no log yet, the backend's error).
     Missing(String),
     /// Not read for this page (beyond the first tasks).
@@ -253,16 +256,20 @@ pub fn job_page(
             let tasks: Vec<TaskRow> = picked
                 .into_iter()
                 .map(|task| {
-                    let (tail, tail_note) = match tail(name, task.task_index) {
-                        Tail::Lines(lines) => {
+                    let (tail, runtime_tail, tail_note) = match tail(name, task.task_index) {
+                        Tail::Lines { user, runtime } => {
                             tails_shown += 1;
-                            let note = lines.is_empty().then(|| "no output yet".to_string());
-                            (Some(lines).filter(|l| !l.is_empty()), note)
+                            let note = user.is_empty().then(|| "no output yet".to_string());
+                            (
+                                Some(user).filter(|l| !l.is_empty()),
+                                Some(runtime).filter(|l| !l.is_empty()),
+                                note,
+                            )
                         }
-                        Tail::Missing(why) => (None, Some(why)),
+                        Tail::Missing(why) => (None, None, Some(why)),
                         Tail::NotRead => {
                             tails_omitted = true;
-                            (None, None)
+                            (None, None, None)
                         }
                     };
                     TaskRow {
@@ -290,6 +297,7 @@ pub fn job_page(
                             task.task_index
                         ),
                         tail,
+                        runtime_tail,
                         tail_note,
                     }
                 })
