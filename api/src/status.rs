@@ -92,6 +92,76 @@ pub struct JobStatus {
     /// machine's task slots) or, when nothing says more, of its Framework's state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<crate::waiting::Waiting>,
+    /// How each attempt ended, oldest first (the latest 20): its code and what it means,
+    /// the task that ended it. The current attempt is last once it ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptView>,
+}
+
+/// How one attempt of the job ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptView {
+    /// The attempt's number, from 0.
+    pub attempt: i32,
+    pub exit_code: i32,
+    /// FrameworkController's phrase for the code (`ContainerTransientConflictFailed`).
+    pub phrase: String,
+    /// What the code means, in words.
+    pub meaning: String,
+    pub diagnostics: Option<String>,
+    /// The task whose end ended the attempt.
+    pub trigger_task_role_name: Option<String>,
+    pub trigger_task_index: Option<i32>,
+    /// When it ended (ms since the epoch).
+    pub completed_time: Option<i64>,
+    /// Whether another attempt follows (or will, after `retryDelaySeconds`).
+    pub retried: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_delay_seconds: Option<i64>,
+}
+
+impl AttemptView {
+    /// One line for people: `attempt 0 failed: task worker-0: a conflict: a port taken,
+    /// or the barrier timed out; retried later (exit code 201): port 44438 … in use;
+    /// retried as attempt 1`.
+    pub fn line(&self) -> String {
+        use std::fmt::Write;
+        let mut line = format!(
+            "attempt {} {}",
+            self.attempt,
+            if self.exit_code == 0 {
+                "succeeded"
+            } else {
+                "failed"
+            }
+        );
+        if let (Some(role), Some(index)) = (&self.trigger_task_role_name, self.trigger_task_index) {
+            let _ = write!(line, ": task {role}-{index}");
+        }
+        let _ = write!(line, ": {}", self.meaning);
+        if !self.meaning.contains("code") {
+            let _ = write!(line, " (exit code {})", self.exit_code);
+        }
+        if let Some(d) = self.diagnostics.as_deref().filter(|d| !d.is_empty()) {
+            let _ = write!(line, ": {d}");
+        }
+        if self.retried {
+            match self.retry_delay_seconds {
+                Some(delay) => {
+                    let _ = write!(
+                        line,
+                        "; retrying in {delay} s (attempt {})",
+                        self.attempt + 1
+                    );
+                }
+                None => {
+                    let _ = write!(line, "; retried as attempt {}", self.attempt + 1);
+                }
+            }
+        }
+        line
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -360,6 +430,7 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         total_task_number: total_tasks,
         running_task_number,
         total_task_role_number: framework.spec.task_roles.len(),
+        attempts: attempt_views(framework),
         waiting: (state == JobState::Waiting).then(|| {
             held.cloned().unwrap_or_else(|| {
                 crate::waiting::of_framework(framework, running_task_number, total_tasks)
@@ -373,6 +444,42 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         task_roles,
         conditions,
     }
+}
+
+/// Every ended attempt of `framework`, as people read it.
+fn attempt_views(framework: &Framework) -> Vec<AttemptView> {
+    let Some(status) = framework.status.as_ref() else {
+        return Vec::new();
+    };
+    let current = status.attempt_status.id;
+    // The current attempt ended and waits for its retry.
+    let delay = (status.state == FrameworkState::AttemptCompleted
+        && framework.spec.execution_type == ExecutionType::Start)
+        .then_some(status.retry_policy_status.retry_delay_sec)
+        .flatten();
+    pai_contract::attempts::ended(framework)
+        .into_iter()
+        .map(|end| {
+            let row = pai_contract::exit::completion(end.code);
+            let pending = end.attempt == current && delay.is_some();
+            AttemptView {
+                attempt: end.attempt,
+                exit_code: end.code,
+                phrase: row.phrase.to_string(),
+                meaning: pai_contract::exit::meaning(end.code),
+                diagnostics: end.diagnostics,
+                trigger_task_role_name: end.trigger_role.map(|kube| {
+                    framework
+                        .task_role(&kube)
+                        .map_or(kube.clone(), |r| r.pai_name().to_string())
+                }),
+                trigger_task_index: end.trigger_index,
+                completed_time: millis(end.time.as_deref()),
+                retried: end.attempt < current || pending,
+                retry_delay_seconds: if pending { delay } else { None },
+            }
+        })
+        .collect()
 }
 
 fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod attempts;
 pub mod env;
 pub mod exit;
 pub mod framework;

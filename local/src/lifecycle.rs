@@ -597,6 +597,8 @@ fn attempt_completed(framework: &mut Framework, cx: &mut Context<'_>, effects: &
         }
         transition_framework(status, FrameworkState::AttemptCompleted, &cx.now);
     }
+    // Kept on the Framework: the next attempt replaces this one's status.
+    pai_contract::attempts::record(framework);
     if deleting(framework) {
         effects.push(Effect::Remove);
         return;
@@ -977,6 +979,18 @@ mod tests {
                 assert_eq!(sim.attempt(), 0);
                 continue;
             }
+            // The ended attempt is kept on the Framework, with its code and task.
+            let history = pai_contract::attempts::recorded(&sim.framework);
+            assert_eq!(history.len(), 1, "code {code}");
+            assert_eq!(
+                (
+                    history[0].attempt,
+                    history[0].code,
+                    history[0].trigger_index
+                ),
+                (0, code, Some(0)),
+                "code {code}"
+            );
             let retries = &sim.status().retry_policy_status;
             assert_eq!(retries.total_retried_count, 1, "code {code}");
             assert_eq!(

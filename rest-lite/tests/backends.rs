@@ -403,6 +403,79 @@ async fn logs_are_the_tasks_output(h: &Harness) {
     }
 }
 
+/// On a cluster FrameworkController's status holds only the current attempt: the server
+/// keeps each ended one on the Framework (an annotation) before the next replaces it,
+/// and the job says how each ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_kubernetes_each_ended_attempt_is_kept_on_the_framework() {
+    let h = Harness::kube("history").await;
+    h.submit(ALICE, "alice", "flaky").await.expect("submitted");
+    let Place::Kube(api) = &h.place else {
+        unreachable!()
+    };
+    let name = Harness::framework_name("alice", "flaky");
+    // Attempt 0 ends on a port conflict of worker-0; the controller waits to retry.
+    api.modify("frameworks", NS, &name, |f| {
+        f["status"]["state"] = json!("AttemptCompleted");
+        f["status"]["retryPolicyStatus"]["retryDelaySec"] = json!(5);
+        let mut completion = CompletionStatus::of(
+            pai_contract::exit::codes::CONTAINER_TRANSIENT_CONFLICT_FAILED,
+            "port 44438 (label http) is already in use",
+        );
+        completion.trigger = Some(pai_contract::framework::CompletionTrigger {
+            message: "the task failed".into(),
+            task_role_name: Some("worker".into()),
+            task_index: Some(0),
+        });
+        f["status"]["attemptStatus"]["completionStatus"] =
+            serde_json::to_value(completion).expect("json");
+        f["status"]["attemptStatus"]["completionTime"] = json!("2026-01-01T00:00:05Z");
+    });
+    let written = api
+        .wait_for("frameworks", NS, &name, |f| {
+            f["metadata"]["annotations"][pai_contract::attempts::ANNOTATION].is_string()
+        })
+        .await;
+    let history: Vec<pai_contract::attempts::AttemptEnd> = serde_json::from_str(
+        written["metadata"]["annotations"][pai_contract::attempts::ANNOTATION]
+            .as_str()
+            .expect("text"),
+    )
+    .expect("the history");
+    assert_eq!(history.len(), 1);
+    assert_eq!((history[0].attempt, history[0].code), (0, 201));
+    // The controller starts attempt 1: its status replaces attempt 0's.
+    api.modify("frameworks", NS, &name, |f| {
+        f["status"]["state"] = json!("AttemptRunning");
+        f["status"]["retryPolicyStatus"] =
+            json!({"totalRetriedCount": 1, "accountableRetriedCount": 0});
+        f["status"]["attemptStatus"] =
+            json!({"id": 1, "startTime": "2026-01-01T00:00:10Z", "taskRoleStatuses": []});
+    });
+    let client = h.client(ALICE);
+    let mut changes = client.watch("alice", "flaky").await.expect("watch");
+    let view = loop {
+        let view = changes.next().await.expect("a change").expect("a view");
+        if view.job_status.retries == 1 {
+            break view;
+        }
+    };
+    let attempts = &view.job_status.attempts;
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(
+        attempts[0].line(),
+        "attempt 0 failed: task worker-0: a conflict: a port taken, or the barrier timed out; retried later (exit code 201): port 44438 (label http) is already in use; retried as attempt 1"
+    );
+    // Another server (a restart, a replica) reads the same history from the Framework.
+    drop(changes);
+    let other = Server::start_kube(&h.dir.join("kubeconfig"), NS, &token_file(&h.dir));
+    let again = Client::new(&other.url, Some(ALICE.to_string()))
+        .job("alice", "flaky")
+        .await
+        .expect("job");
+    assert_eq!(again.job_status.attempts, view.job_status.attempts);
+}
+
 /// On a cluster, an earlier attempt's pod (and its log) is gone: the answer says so
 /// rather than serving the current attempt's log under the old number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

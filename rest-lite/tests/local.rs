@@ -191,6 +191,66 @@ async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
         std::fs::read_to_string(&counter).expect("counter").trim(),
         "3"
     );
+    // Every attempt's end is kept: code, phrase, the task, whether it was retried.
+    let attempts = view["jobStatus"]["attempts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ends: Vec<_> = attempts
+        .iter()
+        .map(|a| {
+            (
+                a["attempt"].as_i64(),
+                a["exitCode"].as_i64(),
+                a["phrase"].as_str().map(String::from),
+                a["triggerTaskRoleName"].as_str().map(String::from),
+                a["retried"].as_bool(),
+            )
+        })
+        .collect();
+    let failed = |n| {
+        (
+            Some(n),
+            Some(1),
+            Some("ContainerUnrecognizedFailed".to_string()),
+            Some("worker".to_string()),
+            Some(true),
+        )
+    };
+    assert_eq!(
+        ends,
+        [
+            failed(0),
+            failed(1),
+            (
+                Some(2),
+                Some(0),
+                Some("Succeeded".to_string()),
+                Some("worker".to_string()),
+                Some(false)
+            )
+        ],
+        "{view:#}"
+    );
+    // The page lists them too, a line each.
+    let page = {
+        let url = server.url.clone();
+        let token = server.token.clone().expect("the machine's token");
+        tokio::task::spawn_blocking(move || get_text(&url, "/ui/jobs/alice/flaky", &token))
+            .await
+            .expect("join")
+    };
+    let listed = page
+        .split(r#"<ul class="attempts" id="attempts">"#)
+        .nth(1)
+        .and_then(|rest| rest.split("</ul>").next())
+        .unwrap_or_else(|| panic!("the attempts: {page}"));
+    assert_eq!(listed.matches("<li>").count(), 3, "{listed}");
+    assert!(
+        listed.contains("attempt 0 failed: task worker-0: the user command exited with code 1")
+            && listed.contains("retried as attempt 1"),
+        "{listed}"
+    );
     let log = log_of(&client, "alice", "flaky", "worker", 0).await;
     assert!(log.contains("attempt 2, run 3"), "{log}");
     assert!(!log.contains("run 2"), "only the current attempt's: {log}");
@@ -425,6 +485,17 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
         view["jobStatus"]["retries"], 1,
         "the interrupted attempt was retried"
     );
+    // And the job says why: its first attempt ended with the server.
+    let first = &view["jobStatus"]["attempts"][0];
+    assert_eq!(first["attempt"], 0, "{view:#}");
+    assert_eq!(first["phrase"], "PodExternalDeleted", "{view:#}");
+    assert_eq!(first["retried"], true, "{view:#}");
+    assert!(
+        first["meaning"]
+            .as_str()
+            .is_some_and(|m| m.contains("the server restarted")),
+        "{view:#}"
+    );
     let log = log_of(&client, "alice", "crash", "worker", 0).await;
     assert!(log.contains("attempt 1"), "{log}");
     drop(server);
@@ -483,6 +554,53 @@ fn the_quick_start_runs_the_example_in_one_command() {
         "{stdout}"
     );
     assert!(stderr.contains("job shell-hello SUCCEEDED"), "{stderr}");
+}
+
+/// A retried attempt is told as it happens (`run`, like `submit --follow`), and `status`
+/// keeps telling it afterwards.
+#[test]
+fn each_retried_attempt_is_told_with_its_reason() {
+    let dir = scratch("run-retried");
+    let spec = dir.join("flaky.yaml");
+    std::fs::write(
+        &spec,
+        "jobName: flaky\nimage: busybox\nretryCount: 1\ntaskRoles:\n  - name: worker\n    taskNumber: 1\n    cpuNumber: 1\n    memoryMB: 128\n    command: 'if [ \"$FC_FRAMEWORK_ATTEMPT_ID\" = 0 ]; then echo broken >&2; exit 3; fi; echo fine'\n",
+    )
+    .expect("spec");
+    let state = dir.join("state");
+    let (code, stdout, stderr) = rest_lite(
+        &[
+            "run",
+            spec.to_str().expect("path"),
+            "--user",
+            "alice",
+            "--state-dir",
+            state.to_str().expect("path"),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let told = "attempt 0 failed: task worker-0: the user command exited with code 3";
+    assert!(
+        stderr.contains(&format!("rest-lite: job flaky: {told}"))
+            && stderr.contains("; retried as attempt 1"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("job flaky SUCCEEDED"), "{stderr}");
+    // The state directory was kept: a server on it answers `status` with the history.
+    let server = Server::start(&state);
+    let (code, stdout, stderr) = rest_lite(
+        &["status", "flaky", "--server", &server.url, "-u", "alice"],
+        &[("REST_LITE_STATE_DIR", state.to_str().expect("path"))],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with("job flaky of alice: SUCCEEDED, 0 of 1 tasks running, 1 retry\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(told), "{stdout}");
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -9,6 +9,7 @@ pub mod error;
 pub mod events;
 pub mod extract;
 pub mod guard;
+pub mod history;
 pub mod job_access;
 pub mod jobs;
 pub mod kube_backend;

@@ -285,6 +285,12 @@ impl Informer {
                         return;
                     };
                     failing(&shared, error);
+                    // Refused past its bound, the copy becomes current again by a list:
+                    // a resumed watch answers before it delivers what changed meanwhile.
+                    if matches!(&*shared.health.borrow(), Health::Failing { since, .. } if since.elapsed() > shared.stale_limit)
+                    {
+                        version = None;
+                    }
                     drop(shared);
                     let failures = self.failures.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(crate::backoff::delay(failures)).await;

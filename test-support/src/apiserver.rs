@@ -1174,6 +1174,20 @@ async fn patch(
     let Some(mut object) = store.objects.get(&key).cloned() else {
         return not_found(&key);
     };
+    // A patch that names a resourceVersion applies only to that version, as the real
+    // API server's optimistic concurrency.
+    if let Some(sent) = patch["metadata"]["resourceVersion"].as_str()
+        && object["metadata"]["resourceVersion"].as_str() != Some(sent)
+    {
+        return status(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
+                key.resource, key.name
+            ),
+        );
+    }
     merge(&mut object, &patch);
     if let Err(invalid) = crate::validation::admit(&key.resource, &mut object) {
         return unprocessable(&invalid);

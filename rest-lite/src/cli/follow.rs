@@ -29,7 +29,7 @@ pub async fn follow(client: &Client, user: &str, job: &str, verbose: bool) -> Re
         Some(view) => view?,
         None => anyhow::bail!("job {job} went away before it could be followed"),
     };
-    let mut notes = super::human::WaitingNotes::default();
+    let mut notes = super::human::Notes::default();
     notes.see(job, &first);
     let (views, latest) = watch::channel(first.clone());
     let mut followers = Vec::new();
@@ -90,11 +90,12 @@ pub fn outcome(job: &str, view: &JobView, interrupted: bool) -> ExitCode {
     let status = &view.job_status;
     let state = status.state;
     eprintln!(
-        "rest-lite: job {job} {state} (exit code {}, {} retries){}",
+        "rest-lite: job {job} {state} (exit code {}, {} retr{}){}",
         status
             .app_exit_code
             .map_or_else(|| "none".to_string(), |c| c.to_string()),
         status.retries,
+        if status.retries == 1 { "y" } else { "ies" },
         status
             .app_exit_diagnostics
             .as_deref()

@@ -77,12 +77,17 @@ pub fn waiting(view: &JobView, now_ms: i64) -> Option<String> {
     ))
 }
 
-/// Tells on standard error why a followed job is held (by the gang scheduler, a queue,
-/// this machine's slots), each time the reason changes; a job on its way is not told.
+/// What a followed job's changes tell on standard error: why it is held (by the gang
+/// scheduler, a queue, this machine's slots), each time the reason changes (a job on its
+/// way is not told); and each attempt that ended and is retried, once, as it happens.
 #[derive(Default)]
-pub struct WaitingNotes(Option<(String, String)>);
+pub struct Notes {
+    held: Option<(String, String)>,
+    /// The last attempt whose end was told.
+    told: Option<i32>,
+}
 
-impl WaitingNotes {
+impl Notes {
     pub fn see(&mut self, job: &str, view: &JobView) {
         let now = view
             .job_status
@@ -91,12 +96,18 @@ impl WaitingNotes {
             .filter(|w| w.is_held())
             .map(|w| (w.reason.clone(), w.message.clone()));
         if now.is_some()
-            && now != self.0
+            && now != self.held
             && let Some(line) = waiting(view, jiff::Timestamp::now().as_millisecond())
         {
             eprintln!("rest-lite: job {job} {line}");
         }
-        self.0 = now;
+        self.held = now;
+        for end in &view.job_status.attempts {
+            if end.retried && self.told.is_none_or(|told| end.attempt > told) {
+                eprintln!("rest-lite: job {job}: {}", end.line());
+                self.told = Some(end.attempt);
+            }
+        }
     }
 }
 
@@ -148,6 +159,10 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
     }
     if let Some(diagnostics) = s.app_exit_diagnostics.as_deref().filter(|d| !d.is_empty()) {
         let _ = writeln!(out, "diagnostics: {diagnostics}");
+    }
+    // The attempts before this one (the last one's end is said above).
+    for end in s.attempts.iter().filter(|a| a.retried) {
+        let _ = writeln!(out, "{}", end.line());
     }
     out.push('\n');
     let mut rows = vec![

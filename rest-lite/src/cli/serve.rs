@@ -325,6 +325,11 @@ async fn backend(
                 .admitting(client.clone(), &config.namespace, config.gang.engine);
             // Each attempt's peer table, for the barriers of its tasks, from the same copy.
             tokio::spawn(Publisher::new(client.clone(), &config.namespace).run(backend.store()));
+            // How each attempt ended, kept on its Framework before the next replaces it.
+            tokio::spawn(
+                pai_server::history::Historian::new(client.clone(), &config.namespace)
+                    .run(backend.store()),
+            );
             // What happened to each job, as Kubernetes Events on its Framework.
             let instance = pai_server::events::instance_name();
             tokio::spawn(

@@ -87,7 +87,7 @@ pub async fn until_running(
 ) -> Result<ExitCode> {
     let mut changes = client.watch(user, job).await?;
     let mut display: Option<Display> = None;
-    let mut notes = super::human::WaitingNotes::default();
+    let mut notes = super::human::Notes::default();
     while let Some(view) = changes.next().await {
         let view = view?;
         notes.see(job, &view);

@@ -103,6 +103,8 @@ pub struct JobPage {
     pub exit_code: Option<i32>,
     pub trigger: Option<String>,
     pub diagnostics: Option<String>,
+    /// How each attempt ended, a line each, oldest first.
+    pub attempts: Vec<String>,
     pub roles: Vec<RoleSection>,
     pub conditions: Vec<ConditionLine>,
     pub tails_shown: usize,
@@ -368,6 +370,7 @@ pub fn job_page(
         exit_code_known: status.app_exit_code.is_some() && status.state != JobState::Running,
         exit_code: status.app_exit_code,
         trigger,
+        attempts: status.attempts.iter().map(|a| a.line()).collect(),
         diagnostics: status
             .app_exit_diagnostics
             .clone()

@@ -1,0 +1,200 @@
+//! How each attempt of a job ended: a short history kept on the Framework itself, in an
+//! annotation, because FrameworkController's status holds only the current attempt.
+//! The embedded default writes it as its attempts end; on a cluster the server writes it
+//! from what it sees of the Framework (an attempt that ended and was replaced while no
+//! server watched is missing from it: the count of retries still says it happened).
+
+use serde::{Deserialize, Serialize};
+
+use crate::Framework;
+use crate::framework::FrameworkState;
+
+/// The annotation holding the history (JSON, oldest first).
+pub const ANNOTATION: &str = "rest-lite.openpai.io/attempts";
+
+/// How many ended attempts are kept (the latest).
+pub const KEPT: usize = 20;
+
+/// The longest diagnostics kept per attempt, in bytes.
+const DIAGNOSTICS_MAX: usize = 512;
+
+/// One attempt's end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptEnd {
+    /// The attempt's number, from 0.
+    pub attempt: i32,
+    /// Its completion code ([`crate::exit`]).
+    pub code: i32,
+    /// What the controller said (cut to 512 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<String>,
+    /// The task whose completion ended the attempt: its role (the Framework's name for
+    /// it) and index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// That task's index in its role.
+    pub trigger_index: Option<i32>,
+    /// When it ended (RFC 3339), where the status says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+}
+
+/// The history the annotation holds (none when it is missing or unreadable).
+pub fn recorded(framework: &Framework) -> Vec<AttemptEnd> {
+    framework
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION))
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
+}
+
+/// How the current attempt ended, once its outcome is decided.
+pub fn current_end(framework: &Framework) -> Option<AttemptEnd> {
+    let status = framework.status.as_ref()?;
+    let ending = matches!(
+        status.state,
+        FrameworkState::AttemptDeletionPending
+            | FrameworkState::AttemptDeletionRequested
+            | FrameworkState::AttemptDeleting
+            | FrameworkState::AttemptCompleted
+            | FrameworkState::Completed
+    );
+    let attempt = &status.attempt_status;
+    let completion = attempt.completion_status.as_ref().filter(|_| ending)?;
+    let trigger = completion.trigger.as_ref();
+    Some(AttemptEnd {
+        attempt: attempt.id,
+        code: completion.code,
+        diagnostics: completion.diagnostics.as_deref().map(cut),
+        trigger_role: trigger.and_then(|t| t.task_role_name.clone()),
+        trigger_index: trigger.and_then(|t| t.task_index),
+        time: attempt
+            .completion_time
+            .clone()
+            .or_else(|| status.completion_time.clone())
+            .or_else(|| status.transition_time.clone()),
+    })
+}
+
+/// Every ended attempt known: the history, and the current attempt's end when it is not
+/// in it yet (a reader does not wait for the writer).
+pub fn ended(framework: &Framework) -> Vec<AttemptEnd> {
+    let mut ends = recorded(framework);
+    if let Some(end) = current_end(framework)
+        && ends.last().is_none_or(|last| last.attempt < end.attempt)
+    {
+        ends.push(end);
+    }
+    ends
+}
+
+/// The annotation's value with the current attempt's end added, when it is missing
+/// from it (`None`: nothing to write).
+pub fn with_current(framework: &Framework) -> Option<String> {
+    let mut ends = recorded(framework);
+    let end = current_end(framework)?;
+    if ends.iter().any(|e| e.attempt >= end.attempt) {
+        return None;
+    }
+    ends.push(end);
+    let extra = ends.len().saturating_sub(KEPT);
+    ends.drain(..extra);
+    serde_json::to_string(&ends).ok()
+}
+
+/// Writes the current attempt's end into `framework`'s history (the embedded default,
+/// which owns its Frameworks). Whether it changed.
+pub fn record(framework: &mut Framework) -> bool {
+    let Some(value) = with_current(framework) else {
+        return false;
+    };
+    framework
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION.to_string(), value);
+    true
+}
+
+fn cut(text: &str) -> String {
+    if text.len() <= DIAGNOSTICS_MAX {
+        return text.to_string();
+    }
+    let mut end = DIAGNOSTICS_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::{CompletionStatus, CompletionTrigger, FrameworkStatus};
+
+    fn ended_attempt(id: i32, code: i32) -> Framework {
+        let mut framework = Framework::new(
+            "f",
+            crate::FrameworkSpec {
+                description: None,
+                execution_type: Default::default(),
+                retry_policy: Default::default(),
+                task_roles: Vec::new(),
+            },
+        );
+        let mut status = FrameworkStatus {
+            state: FrameworkState::AttemptCompleted,
+            ..Default::default()
+        };
+        status.attempt_status.id = id;
+        status.attempt_status.completion_time = Some(format!("2026-01-01T00:00:0{id}Z"));
+        let mut completion = CompletionStatus::of(code, "x".repeat(600));
+        completion.trigger = Some(CompletionTrigger {
+            task_role_name: Some("worker".into()),
+            task_index: Some(2),
+            ..Default::default()
+        });
+        status.attempt_status.completion_status = Some(completion);
+        framework.status = Some(status);
+        framework
+    }
+
+    #[test]
+    fn each_attempt_is_recorded_once_and_the_oldest_go() {
+        let mut framework = ended_attempt(0, 201);
+        assert!(record(&mut framework));
+        assert!(!record(&mut framework), "recorded once");
+        let ends = recorded(&framework);
+        assert_eq!(ends.len(), 1);
+        assert_eq!(ends[0].code, 201);
+        assert_eq!(ends[0].trigger_role.as_deref(), Some("worker"));
+        assert_eq!(ends[0].trigger_index, Some(2));
+        assert_eq!(ends[0].time.as_deref(), Some("2026-01-01T00:00:00Z"));
+        assert!(ends[0].diagnostics.as_ref().unwrap().len() <= DIAGNOSTICS_MAX + 3);
+        for id in 1..30 {
+            let mut next = ended_attempt(id, 1);
+            next.metadata.annotations = framework.metadata.annotations.clone();
+            assert!(record(&mut next));
+            framework = next;
+        }
+        let ends = recorded(&framework);
+        assert_eq!(ends.len(), KEPT);
+        assert_eq!(ends.last().unwrap().attempt, 29);
+        assert_eq!(ends[0].attempt, 29 - KEPT as i32 + 1);
+    }
+
+    #[test]
+    fn a_running_attempt_has_no_end_and_a_reader_sees_one_not_yet_written() {
+        let mut framework = ended_attempt(3, 1);
+        framework.status.as_mut().unwrap().state = FrameworkState::AttemptRunning;
+        assert_eq!(current_end(&framework), None);
+        assert!(ended(&framework).is_empty());
+        let framework = ended_attempt(3, 1);
+        assert_eq!(ended(&framework).len(), 1, "not written yet, still shown");
+        assert!(recorded(&framework).is_empty());
+    }
+}
