@@ -9,6 +9,7 @@
 //! [`BarrierError`] whose [`BarrierError::exit_code`] FrameworkController understands.
 
 pub mod config;
+pub mod injector;
 pub mod kube_source;
 pub mod local_source;
 pub mod logging;

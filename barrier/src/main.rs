@@ -1,7 +1,7 @@
 //! `barrier [OUTPUT_DIR]`: frameworkbarrier's job, by watch instead of poll. Waits until
 //! every task of `$FC_FRAMEWORK_NAMESPACE/$FC_FRAMEWORK_NAME` has an address, writes
-//! `framework.json` and `peers.json` into OUTPUT_DIR (default: the current directory),
-//! and exits 0; 201 on timeout, 210 when the Framework does not exist, 1 otherwise.
+//! `framework.json`, `peers.json` and frameworkbarrier's `injector.sh` into OUTPUT_DIR
+//! (default: the current directory), and exits 0; 201 on timeout, 210 when the Framework does not exist, 1 otherwise.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +34,10 @@ fn run(dir: &std::path::Path) -> Result<(), BarrierError> {
         let client = kube_source::client(apiserver.as_deref()).await?;
         kube_source::wait(client, &config).await
     })?;
+    // frameworkbarrier's image makes its output directory when nothing is mounted there.
+    std::fs::create_dir_all(dir)
+        .map_err(|e| BarrierError::Other(format!("cannot make {}: {e}", dir.display())))?;
     output::write(dir, passed.framework.as_deref(), &passed.peers)
+        .and_then(|()| output::write_injector(dir, &passed.peers))
         .map_err(|e| BarrierError::Other(format!("cannot write to {}: {e}", dir.display())))
 }

@@ -58,7 +58,94 @@ async fn passes_and_writes_framework_and_peers() {
         serde_json::from_slice(&std::fs::read(dir.join("framework.json")).expect("framework.json"))
             .expect("fw");
     assert_eq!(framework.metadata.name.as_deref(), Some("alicejob"));
+
+    // frameworkbarrier's injector.sh, line for line, executable as it makes it.
+    let injector = std::fs::read_to_string(dir.join("injector.sh")).expect("injector.sh");
+    let stored = server
+        .get("frameworks", NAMESPACE, "alicejob")
+        .expect("the Framework");
+    assert_eq!(injector, frameworkbarrier_injector(&stored));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.join("injector.sh"))
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755);
+    // Sourced as frameworkbarrier's users do, with the ports they set first.
+    let sourced = Command::new("bash")
+        .arg("-c")
+        .arg("FB_PS_PORT=4001 FB_WORKER_PORT=5001 . ./injector.sh >/dev/null && echo \"$FB_PS_IPS|$FB_WORKER_ADDRESSES\"")
+        .current_dir(&dir)
+        .output()
+        .expect("bash");
+    assert_eq!(
+        String::from_utf8_lossy(&sourced.stdout).trim(),
+        format!(
+            "{}|{}:5001,{}:5001",
+            address(0, 0),
+            address(1, 0),
+            address(1, 1)
+        )
+    );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// What frameworkbarrier's `generateInjector` (pkg/barrier/barrier.go at d6e7078) writes
+/// for `framework` (JSON, as the API server stores it): transcribed from its source,
+/// reading the status's roles in their order and each task's `podIP`.
+fn frameworkbarrier_injector(framework: &serde_json::Value) -> String {
+    let roles = framework["status"]["attemptStatus"]["taskRoleStatuses"]
+        .as_array()
+        .expect("roles");
+    let env_name = |role: &str, suffix: &str| format!("FB_{}_{suffix}", role.to_uppercase());
+    let ips = |role: &serde_json::Value| -> Vec<String> {
+        role["taskStatuses"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|t| {
+                t["attemptStatus"]["podIP"]
+                    .as_str()
+                    .expect("ip")
+                    .to_string()
+            })
+            .collect()
+    };
+    let mut s = String::new();
+    s += "#!/bin/bash";
+    s += "\n";
+    s += "\n";
+    s += "echo ./injector.sh: Start to inject environment variables";
+    s += "\n";
+    s += "\n";
+    for role in roles {
+        let name = role["name"].as_str().expect("name");
+        let ips_env = env_name(name, "IPS");
+        s += &format!("export {ips_env}=");
+        s += &ips(role).join(",");
+        s += "\n";
+        s += &format!("echo {ips_env}=${{{ips_env}}}");
+        s += "\n";
+    }
+    s += "\n";
+    for role in roles {
+        let name = role["name"].as_str().expect("name");
+        let addrs_env = env_name(name, "ADDRESSES");
+        let port_env = env_name(name, "PORT");
+        s += &format!("export {addrs_env}=");
+        let addrs: Vec<String> = ips(role)
+            .iter()
+            .map(|ip| format!("{ip}:${{{port_env}}}"))
+            .collect();
+        s += &addrs.join(",");
+        s += "\n";
+        s += &format!("echo {addrs_env}=${{{addrs_env}}}");
+        s += "\n";
+    }
+    s += "\n";
+    s += "echo ./injector.sh: Succeeded to inject environment variables";
+    s += "\n";
+    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
