@@ -200,6 +200,14 @@ pub struct TaskView {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub decided_outcome: bool,
     pub retries: i32,
+    /// What the task's user command left in `$PAI_RESULT_FILE` (any JSON value of at most
+    /// 4,000 bytes), once the task ended in this attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// Why the task's result could not be sent (not JSON, too large, unreadable); the
+    /// task's outcome is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_error: Option<String>,
 }
 
 /// A Kubernetes-style condition.
@@ -347,6 +355,15 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         let task_statuses = (0..tasks)
             .map(|index| {
                 let task = by_index[index as usize];
+                let reported = task
+                    .and_then(|t| t.attempt_status.completion_status.as_ref())
+                    .and_then(|c| c.main_message())
+                    .and_then(pai_contract::results::read);
+                let (result, result_error) = match reported {
+                    Some(pai_contract::results::Reported::Result(value)) => (Some(value), None),
+                    Some(pai_contract::results::Reported::Invalid(why)) => (None, Some(why)),
+                    None => (None, None),
+                };
                 TaskView {
                     task_index: index,
                     task_state: task.map_or(JobState::Waiting, |t| task_state(t, stopping)),
@@ -377,6 +394,8 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
                     decided_outcome: trigger_task
                         .is_some_and(|(r, i)| r == role.name && i64::from(i) == i64::from(index)),
                     retries: task.map_or(0, |t| t.retry_policy_status.total_retried_count),
+                    result,
+                    result_error,
                 }
             })
             .collect::<Vec<TaskView>>();

@@ -90,6 +90,12 @@ pub mod runtime {
     /// address space (a `posix_spawn`), and ends at once if that parent is gone already.
     /// Removed from the environment before anything else sees it.
     pub const PARENT_PID: &str = "PAI_RUNTIME_PARENT_PID";
+    /// Where the user command may write its result (JSON, [`crate::results`]); set by
+    /// the runtime for the user command.
+    pub const RESULT_FILE: &str = "PAI_RESULT_FILE";
+    /// Where the runtime writes the task's termination message: set by the embedded
+    /// default; in a pod the kubelet's `/dev/termination-log`.
+    pub const TERMINATION_LOG: &str = "PAI_TERMINATION_LOG";
 }
 
 /// The barrier's settings (frameworkbarrier's names, and ours for the peer table).

@@ -259,9 +259,59 @@ pub struct CompletionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// The task whose completion completed the attempt.
     pub trigger: Option<CompletionTrigger>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A task's pod as it ended (FrameworkController copies each container's
+    /// termination state, with its termination message, here).
+    pub pod: Option<PodCompletionStatus>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+/// A pod as it ended.
+pub struct PodCompletionStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The pod's reason.
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The pod's message.
+    pub message: Option<String>,
+    #[serde(default)]
+    /// Each container as it ended.
+    pub containers: Vec<ContainerCompletionStatus>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+/// A container as it ended.
+pub struct ContainerCompletionStatus {
+    /// The container's name.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its reason (`Error`, `OOMKilled`, …).
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its termination message.
+    pub message: Option<String>,
+    #[serde(default)]
+    /// The signal that ended it, if one did.
+    pub signal: i32,
+    #[serde(default)]
+    /// Its exit code.
+    pub code: i32,
 }
 
 impl CompletionStatus {
+    /// The termination message of the main container, where the status has it.
+    pub fn main_message(&self) -> Option<&str> {
+        self.pod
+            .as_ref()?
+            .containers
+            .iter()
+            .find(|c| c.name == MAIN_CONTAINER)?
+            .message
+            .as_deref()
+    }
+
     /// The status the controller writes for `code`: its phrase and type, as classified.
     pub fn of(code: i32, diagnostics: impl Into<String>) -> Self {
         let row = crate::exit::completion(code);
@@ -275,6 +325,7 @@ impl CompletionStatus {
             },
             diagnostics: Some(diagnostics.into()),
             trigger: None,
+            pod: None,
         }
     }
 }

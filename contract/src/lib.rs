@@ -15,6 +15,7 @@ pub mod names;
 pub mod paths;
 pub mod ports;
 pub mod read;
+pub mod results;
 pub mod ssh_key;
 pub mod training;
 

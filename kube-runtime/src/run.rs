@@ -4,7 +4,7 @@
 
 use std::ffi::OsString;
 use std::io::ErrorKind;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pai_contract::training::files as training_files;
@@ -55,6 +55,7 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
             .map(str::to_string)
     };
     let task = Task::from_env(get).map_err(RunError::Identity)?;
+    let result_file = get(pai_contract::env::runtime::RESULT_FILE).map(PathBuf::from);
     let grace = match get(GRACE_VAR) {
         Some(v) => Duration::from_secs(v.parse().map_err(|_| {
             RunError::Settings(format!("{GRACE_VAR}={v:?} is not a number of seconds"))
@@ -88,7 +89,46 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         grace,
         ssh,
     };
-    Ok(supervise(&plan, signals)?)
+    let ended = supervise(&plan, signals)?;
+    if let Some(file) = result_file {
+        report_result(&file);
+    }
+    Ok(ended)
+}
+
+/// Sends the user command's result (the file it may have written) as the container's
+/// termination message ([`pai_contract::results`]): where `PAI_TERMINATION_LOG` says (the
+/// embedded default) or the kubelet's file in a pod. A result that cannot be sent is
+/// reported as invalid; nothing here changes the task's exit code.
+fn report_result(file: &Path) {
+    use pai_contract::results;
+    let Some(message) = results::message(std::fs::read(file)) else {
+        return;
+    };
+    let target = std::env::var_os(pai_contract::env::runtime::TERMINATION_LOG)
+        .map(PathBuf::from)
+        .or_else(|| {
+            let kubelet = Path::new(results::KUBELET_TERMINATION_LOG);
+            kubelet.exists().then(|| kubelet.to_path_buf())
+        });
+    match target {
+        Some(target) => match std::fs::write(&target, &message) {
+            Ok(()) => tracing::info!(
+                bytes = message.len(),
+                "result sent as the termination message"
+            ),
+            Err(e) => {
+                tracing::warn!(path = %target.display(), error = %e, "cannot write the termination message; the result is not sent")
+            }
+        },
+        None => tracing::warn!(
+            "no termination message file (not in a pod, {} not set); the result is not sent",
+            pai_contract::env::runtime::TERMINATION_LOG
+        ),
+    }
+    if let Some(pai_contract::results::Reported::Invalid(why)) = results::read(&message) {
+        tracing::warn!("the result is not sent: {why}");
+    }
 }
 
 /// The task's ssh port `port`, served on demand, when the job can log in (its key pair, or
@@ -129,11 +169,26 @@ fn environment(layout: &Layout) -> Result<Vec<(OsString, OsString)>, RunError> {
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| !dynamic.iter().any(|(d, _)| d == k))
         .collect();
-    env.retain(|(k, _)| k != layout::ROOT_VAR);
+    // The runtime's own, not the user command's.
+    env.retain(|(k, _)| k != layout::ROOT_VAR && k != pai_contract::env::runtime::TERMINATION_LOG);
     env.push((
         layout::ROOT_VAR.into(),
         layout.root().as_os_str().to_owned(),
     ));
+    // Where the user command may leave its result (a path of its own choosing, set in
+    // `jobEnvs`, wins).
+    if !env
+        .iter()
+        .any(|(k, _)| k == pai_contract::env::runtime::RESULT_FILE)
+    {
+        env.push((
+            pai_contract::env::runtime::RESULT_FILE.into(),
+            layout
+                .root()
+                .join(pai_contract::results::RESULT_FILE_NAME)
+                .into_os_string(),
+        ));
+    }
     env.extend(dynamic);
     for (name, value) in defaults {
         if !env.iter().any(|(k, _)| *k == name) {

@@ -253,12 +253,17 @@ fn report_event((attempt, role, index, progress): Report) -> Event {
             role,
             index,
         },
-        Progress::Completed { code, diagnostics } => Event::TaskCompleted {
+        Progress::Completed {
+            code,
+            diagnostics,
+            message,
+        } => Event::TaskCompleted {
             attempt,
             role,
             index,
             code,
             diagnostics,
+            message,
         },
     }
 }
@@ -578,13 +583,23 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
             let launch = Launch {
                 runtime: inner.settings.runtime.clone(),
                 user_log,
-                root,
+                root: root.clone(),
                 assets: inner.assets.clone(),
                 peers_file: inner.store.peers_file(&name, attempt),
                 pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
                 host_env: inner.host_env.clone(),
                 init_env: init_env(inner, &name, task::container_env(fc.clone(), &init)),
-                main_env: task::container_env(fc, &main),
+                main_env: {
+                    let mut env = task::container_env(fc, &main);
+                    // The runtime writes the task's result here, as the kubelet's file.
+                    env.push((
+                        pai_contract::env::runtime::TERMINATION_LOG.to_string(),
+                        root.join(pai_contract::results::TERMINATION_LOG_NAME)
+                            .display()
+                            .to_string(),
+                    ));
+                    env
+                },
                 grace,
                 spawner: inner.spawner.clone(),
             };

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use pai_contract::exit::{ExitCode, codes};
 use pai_contract::framework::{
-    CompletionStatus, ExecutionType, Framework, FrameworkAttemptStatus, FrameworkState,
-    FrameworkStatus, RetryPolicyStatus, TaskAttemptStatus, TaskRoleStatus, TaskStatus,
-    attempt_config_map, instance_uid,
+    CompletionStatus, ContainerCompletionStatus, ExecutionType, Framework, FrameworkAttemptStatus,
+    FrameworkState, FrameworkStatus, MAIN_CONTAINER, PodCompletionStatus, RetryPolicyStatus,
+    TaskAttemptStatus, TaskRoleStatus, TaskStatus, attempt_config_map, instance_uid,
 };
 
 use crate::policy;
@@ -64,6 +64,8 @@ pub enum Event {
         index: u32,
         code: i32,
         diagnostics: String,
+        /// The main container's termination message (the task's result).
+        message: Option<String>,
     },
     /// `executionType` became `Stop`.
     Stop,
@@ -151,11 +153,25 @@ pub fn step(framework: &mut Framework, event: Event, cx: &mut Context<'_>) -> Ve
             index,
             code,
             diagnostics,
+            message,
         } => {
             if current_attempt(framework) != Some(attempt) {
                 return effects;
             }
-            task_completed(framework, &role, index, code, diagnostics, cx, &mut effects);
+            let mut completion = CompletionStatus::of(code, diagnostics);
+            // As FrameworkController copies the pod's containers' ends.
+            if let Some(message) = message {
+                completion.pod = Some(PodCompletionStatus {
+                    containers: vec![ContainerCompletionStatus {
+                        name: MAIN_CONTAINER.to_string(),
+                        message: Some(message),
+                        code,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                });
+            }
+            task_completed(framework, &role, index, completion, cx, &mut effects);
         }
         Event::Stop => stop(framework, cx, &mut effects),
         Event::Delete => delete(framework, cx, &mut effects),
@@ -467,11 +483,11 @@ fn task_completed(
     framework: &mut Framework,
     role: &str,
     index: u32,
-    code: i32,
-    diagnostics: String,
+    completion: CompletionStatus,
     cx: &mut Context<'_>,
     effects: &mut Vec<Effect>,
 ) {
+    let code = completion.code;
     let now = cx.now.clone();
     let Some(task) = task_mut(framework, role, index) else {
         return;
@@ -479,7 +495,7 @@ fn task_completed(
     if task.state == FrameworkState::Completed {
         return;
     }
-    complete_task(task, CompletionStatus::of(code, diagnostics), &now);
+    complete_task(task, completion, &now);
     tracing::info!(role, index, code, "task completed");
     if !decided(framework) && !deleting(framework) {
         let roles = framework
@@ -803,6 +819,7 @@ mod tests {
                 index,
                 code,
                 diagnostics: format!("exit {code}"),
+                message: None,
             })
         }
 
@@ -1236,6 +1253,7 @@ mod tests {
             index: 0,
             code: 1,
             diagnostics: String::new(),
+            message: None,
         });
         assert_eq!(stale, []);
         assert_eq!(sim.framework, before);

@@ -134,6 +134,8 @@ pub enum Progress {
     Completed {
         code: i32,
         diagnostics: String,
+        /// The main container's termination message (its result), if it wrote one.
+        message: Option<String>,
     },
 }
 
@@ -151,7 +153,27 @@ pub async fn run(
     report: impl Fn(Progress),
     mut stop: watch::Receiver<Option<StopRequest>>,
 ) {
-    let completed = |code, diagnostics| Progress::Completed { code, diagnostics };
+    let completed = |code, diagnostics| Progress::Completed {
+        code,
+        diagnostics,
+        message: None,
+    };
+    // What the runtime left as the main container's termination message (a result);
+    // at most the kubelet's 4096 bytes are read, as it keeps no more.
+    let termination_message = || {
+        use std::io::Read;
+        let mut text = String::new();
+        std::fs::File::open(
+            launch
+                .root
+                .join(pai_contract::results::TERMINATION_LOG_NAME),
+        )
+        .ok()?
+        .take(pai_contract::results::KUBELET_MAX_BYTES as u64)
+        .read_to_string(&mut text)
+        .ok()?;
+        Some(text)
+    };
     // The init container.
     let mut entry = tokio::process::Command::new(&launch.runtime.program);
     entry.args(&launch.runtime.args).arg("entry");
@@ -194,9 +216,17 @@ pub async fn run(
                 }
                 format!("the main container exited with code {code}: {last}")
             };
-            report(completed(code, diagnostics));
+            report(Progress::Completed {
+                code,
+                diagnostics,
+                message: termination_message(),
+            });
         }
-        Outcome::Stopped(request) => report(completed(request.code, request.reason)),
+        Outcome::Stopped(request) => report(Progress::Completed {
+            code: request.code,
+            diagnostics: request.reason,
+            message: termination_message(),
+        }),
         Outcome::CannotStart(message) => report(completed(1, message)),
     }
 }

@@ -476,6 +476,59 @@ async fn on_kubernetes_each_ended_attempt_is_kept_on_the_framework() {
     assert_eq!(again.job_status.attempts, view.job_status.attempts);
 }
 
+/// On a cluster a task's result is its main container's termination message, which
+/// FrameworkController copies into the task's completion status: the job's status reads
+/// it from the Framework alone (a message of the user's own, not the runtime's envelope,
+/// is no result: `pai_contract::results`' tests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_kubernetes_a_tasks_result_comes_from_its_termination_message() {
+    let h = Harness::kube("results").await;
+    h.submit(ALICE, "alice", "scored").await.expect("submitted");
+    h.running("alice", "scored").await;
+    let Place::Kube(api) = &h.place else {
+        unreachable!()
+    };
+    let name = Harness::framework_name("alice", "scored");
+    let sent =
+        pai_contract::results::message(Ok(br#"{"accuracy": 0.93}"#.to_vec())).expect("a message");
+    api.modify("frameworks", NS, &name, |f| {
+        f["status"]["state"] = json!("Completed");
+        let mut completion = CompletionStatus::of(0, "the main container exited with code 0");
+        completion.pod = Some(pai_contract::framework::PodCompletionStatus {
+            containers: vec![
+                pai_contract::framework::ContainerCompletionStatus {
+                    name: pai_contract::framework::INIT_CONTAINER.into(),
+                    ..Default::default()
+                },
+                pai_contract::framework::ContainerCompletionStatus {
+                    name: pai_contract::framework::MAIN_CONTAINER.into(),
+                    reason: Some("Completed".into()),
+                    message: Some(sent.clone()),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        });
+        let task = &mut f["status"]["attemptStatus"]["taskRoleStatuses"][0]["taskStatuses"][0];
+        task["state"] = json!("Completed");
+        task["attemptStatus"]["completionStatus"] =
+            serde_json::to_value(&completion).expect("json");
+        f["status"]["attemptStatus"]["completionStatus"] =
+            serde_json::to_value(CompletionStatus::of(0, "done")).expect("json");
+    });
+    let client = h.client(ALICE);
+    let mut changes = client.watch("alice", "scored").await.expect("watch");
+    let view = loop {
+        let view = changes.next().await.expect("a change").expect("a view");
+        if view.job_status.state.is_final() {
+            break view;
+        }
+    };
+    let task = &view.task_roles["worker"].task_statuses[0];
+    assert_eq!(task.result, Some(json!({"accuracy": 0.93})));
+    assert_eq!(task.result_error, None);
+}
+
 /// On a cluster, an earlier attempt's pod (and its log) is gone: the answer says so
 /// rather than serving the current attempt's log under the old number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -165,6 +165,85 @@ async fn a_failed_task_fails_the_job_with_its_code_and_name() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Each task's result: written to `$PAI_RESULT_FILE`, sent by the runtime as the main
+/// container's termination message, shown in the job's status, by `rest-lite results`
+/// and on the page; a result that cannot be sent is reported and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tasks_result_reaches_the_status_and_bad_ones_are_reported() {
+    let dir = scratch("results");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let command = r#"case $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX in
+0) printf '{"accuracy": 0.93, "checkpoint": "/out/ckpt-7"}' > "$PAI_RESULT_FILE" ;;
+1) echo 'accuracy: 0.5' > "$PAI_RESULT_FILE" ;;
+2) printf '%05000d' 7 > "$PAI_RESULT_FILE" ;;
+esac"#;
+    let spec = job("scored", json!([role("eval", 4, command)]), json!({}));
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "scored").await;
+    assert_eq!(
+        view["jobStatus"]["state"], "SUCCEEDED",
+        "results never change the outcome: {view:#}"
+    );
+    let tasks = &view["taskRoles"]["eval"]["taskStatuses"];
+    assert_eq!(
+        tasks[0]["result"],
+        json!({"accuracy": 0.93, "checkpoint": "/out/ckpt-7"})
+    );
+    assert!(tasks[1]["result"].is_null());
+    assert!(
+        tasks[1]["resultError"]
+            .as_str()
+            .is_some_and(|e| e.contains("not JSON")),
+        "{tasks:#}"
+    );
+    assert!(
+        tasks[2]["resultError"]
+            .as_str()
+            .is_some_and(|e| e.contains("5000 bytes") && e.contains("at most 4000")),
+        "{tasks:#}"
+    );
+    assert!(tasks[3]["result"].is_null() && tasks[3]["resultError"].is_null());
+
+    // The command line prints them, as JSON and for people.
+    let url = server.url.clone();
+    let token = server.token.clone().expect("the machine's token");
+    let cli = |args: &'static [&'static str]| {
+        let (url, token) = (url.clone(), token.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut all = args.to_vec();
+            all.extend(["--server", &url, "-u", "alice", "--token", &token]);
+            rest_lite(&all, &[])
+        })
+    };
+    let (code, stdout, stderr) = cli(&["results", "scored", "-o", "json"])
+        .await
+        .expect("join");
+    assert_eq!(code, Some(0), "{stderr}");
+    let printed: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(printed["eval-0"]["accuracy"], 0.93, "{printed:#}");
+    assert!(printed["eval-1"]["error"].is_string(), "{printed:#}");
+    assert!(printed.get("eval-3").is_none(), "{printed:#}");
+    let (_, table, _) = cli(&["results", "scored"]).await.expect("join");
+    assert!(
+        table.contains(r#"eval-0  SUCCEEDED  {"accuracy":0.93,"checkpoint":"/out/ckpt-7"}"#),
+        "{table}"
+    );
+    // And the page.
+    let page = tokio::task::spawn_blocking(move || get_text(&url, "/ui/jobs/alice/scored", &token))
+        .await
+        .expect("join");
+    assert!(
+        page.contains("result <code>{&quot;accuracy&quot;:0.93,"),
+        "{page}"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
     let dir = scratch("retry");

@@ -298,6 +298,16 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
     print(&view, args.output, || super::human::status(&view, now_ms()))
 }
 
+/// The results the job's tasks left: by task (`worker-0`), each the task's JSON value, or
+/// `{"error": why}` where it could not be sent; a table for people.
+pub fn results(args: StatusArgs) -> Result<ExitCode> {
+    let client = args.connection.client()?;
+    let user = args.connection.user(&client);
+    let view = block_on(async { Ok(client.job(&user, &args.job).await?) })?;
+    let results = super::human::results_of(&view);
+    print(&results, args.output, || super::human::results(&view))
+}
+
 /// Stops a job; one that already ended is said so (exit 1: nothing was stopped).
 pub fn stop(args: JobArgs) -> Result<ExitCode> {
     let client = args.connection.client()?;

@@ -111,6 +111,49 @@ impl Notes {
     }
 }
 
+/// Each task's result by its name (`worker-0`), in role and index order: its value, or
+/// `{"error": why}` where it could not be sent.
+pub fn results_of(view: &JobView) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    for (role, detail) in &view.task_roles {
+        for task in &detail.task_statuses {
+            let value = match (&task.result, &task.result_error) {
+                (Some(value), _) => value.clone(),
+                (None, Some(why)) => serde_json::json!({ "error": why }),
+                (None, None) => continue,
+            };
+            out.insert(format!("{role}-{}", task.task_index), value);
+        }
+    }
+    out
+}
+
+/// `rest-lite results`: a line per task that left a result (or failed to).
+pub fn results(view: &JobView) -> String {
+    let mut rows = vec![["TASK", "STATE", "RESULT"].map(String::from).to_vec()];
+    for (role, detail) in &view.task_roles {
+        for task in &detail.task_statuses {
+            let shown = match (&task.result, &task.result_error) {
+                (Some(value), _) => value.to_string(),
+                (None, Some(why)) => format!("(not sent: {why})"),
+                (None, None) => continue,
+            };
+            rows.push(vec![
+                format!("{role}-{}", task.task_index),
+                task.task_state.to_string(),
+                shown,
+            ]);
+        }
+    }
+    if rows.len() == 1 {
+        return format!(
+            "job {} has no results yet: a task leaves one by writing JSON to $PAI_RESULT_FILE before it ends\n",
+            view.name
+        );
+    }
+    table(&rows)
+}
+
 /// `rest-lite status`: the job in a few lines, then a line per task.
 pub fn status(view: &JobView, now_ms: i64) -> String {
     let s = &view.job_status;

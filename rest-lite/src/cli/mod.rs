@@ -54,6 +54,8 @@ enum Command {
     Status(client::StatusArgs),
     /// Print a task's output.
     Logs(client::LogsArgs),
+    /// Print the results the job's tasks left in $PAI_RESULT_FILE.
+    Results(client::StatusArgs),
     /// Stop a job.
     Stop(client::JobArgs),
     /// Delete a job and its tasks.
@@ -124,6 +126,7 @@ pub fn run() -> ExitCode {
         Command::Jobs(args) => client::jobs(args),
         Command::Status(args) => client::status(args),
         Command::Logs(args) => client::logs(args),
+        Command::Results(args) => client::results(args),
         Command::Stop(args) => client::stop(args),
         Command::Delete(args) => client::delete(args),
         Command::Ssh(args) => client::ssh(args),

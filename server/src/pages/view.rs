@@ -157,6 +157,9 @@ pub struct TaskRow {
     pub exit_code: Option<i32>,
     pub retries: i32,
     pub log_url: String,
+    /// Its result (compact JSON), or why it could not be sent.
+    pub result: Option<String>,
+    pub result_error: Option<String>,
     /// The last lines of its user command's output (`None`: not read for this page).
     pub tail: Option<String>,
     /// The last lines of the runtime's own (shown folded).
@@ -298,6 +301,8 @@ pub fn job_page(
                             job_url(&user, &view.name),
                             task.task_index
                         ),
+                        result: task.result.as_ref().map(|v| v.to_string()),
+                        result_error: task.result_error.clone(),
                         tail,
                         runtime_tail,
                         tail_note,
