@@ -2,6 +2,7 @@
 //! answers and the client reads. Built from a Framework ([`status::job_view`]), never from
 //! the server's state, so the client and the pages share them without the server.
 
+pub mod dependencies;
 pub mod jobs;
 pub mod path;
 pub mod ssh;

@@ -258,6 +258,8 @@ pub fn job_state(framework: &Framework) -> JobState {
                 .map(|c| c.code);
             match code {
                 Some(0) => JobState::Succeeded,
+                // Stopped by the server because a job it waited for ended otherwise.
+                _ if pai_contract::depends::failed(framework).is_some() => JobState::Failed,
                 _ if stopping || code == Some(codes::STOP_FRAMEWORK_REQUESTED) => JobState::Stopped,
                 Some(_) => JobState::Failed,
                 None => JobState::Unknown,
@@ -436,7 +438,11 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         completed_time,
         app_exit_code: completed.then(|| completion.map(|c| c.code)).flatten(),
         app_exit_diagnostics: completed
-            .then(|| completion.and_then(|c| c.diagnostics.clone()))
+            .then(|| {
+                pai_contract::depends::failed(framework)
+                    .map(String::from)
+                    .or_else(|| completion.and_then(|c| c.diagnostics.clone()))
+            })
             .flatten(),
         app_exit_trigger_task_role_name: trigger.and_then(|t| t.task_role_name.clone()).map(
             |kube| {
@@ -569,12 +575,15 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
         let (reason, message) = if on { (reason, message) } else { not_so(state) };
         cond(kind, on, reason, message, since(on, ended.clone(), None))
     };
+    let dependency_failed = pai_contract::depends::failed(framework).is_some();
     let failed_reason = match (&trigger, job.app_exit_code) {
+        _ if dependency_failed => "DependencyFailed".to_string(),
         (Some(_), _) => "TaskFailed".to_string(),
         (None, Some(code)) => format!("ExitCode{code}"),
         (None, None) => "Failed".to_string(),
     };
     let failed_message = match (&trigger, job.app_exit_code) {
+        _ if dependency_failed => diagnostics.clone(),
         (Some(task), Some(code)) => {
             format!("task {task} ended with exit code {code}: {diagnostics}")
         }

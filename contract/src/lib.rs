@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod attempts;
+pub mod depends;
 pub mod env;
 pub mod exit;
 pub mod framework;

@@ -142,6 +142,7 @@ pub(super) async fn drive(
         started: None,
         held: None,
         waiter: None,
+        waits_for_jobs: false,
     };
     let mut events = vec![Event::Resumed];
     // Deletions asked for in this batch of events, answered once it is carried out.
@@ -190,7 +191,18 @@ pub(super) async fn drive(
                 None => std::future::pending().await,
             }
         };
+        let released = async {
+            if driver.waits_for_jobs {
+                job.released.notified().await
+            } else {
+                std::future::pending().await
+            }
+        };
         tokio::select! {
+            () = released => {
+                driver.waits_for_jobs = false;
+                events.extend(driver.take_slots().await);
+            }
             held = admitted => {
                 driver.waiter = None;
                 job.set_queued(None);
@@ -243,6 +255,7 @@ pub(super) async fn remove(inner: &Arc<Inner>, job: &Job) {
     inner.jobs().remove(&name);
     job.gone.store(true, std::sync::atomic::Ordering::SeqCst);
     job.changed.send_modify(|v| *v += 1);
+    let _ = inner.changes.send(name.clone());
     tracing::info!(job = %name, "job deleted");
 }
 
@@ -295,6 +308,8 @@ struct Driver<'a> {
     held: Option<crate::slots::Held>,
     /// The attempt's place in the queue for slots, while it waits.
     waiter: Option<crate::slots::Waiter>,
+    /// The attempt waits for the jobs the job waits for (`dependsOn`).
+    waits_for_jobs: bool,
 }
 
 impl Driver<'_> {
@@ -324,30 +339,13 @@ impl Driver<'_> {
                         events.push(not_started(format!("the attempt could not be saved: {e}")));
                         continue;
                     }
-                    if self.held.is_none() {
-                        let tasks = self
-                            .job
-                            .framework()
-                            .spec
-                            .task_roles
-                            .iter()
-                            .map(|r| r.tasks())
-                            .sum();
-                        match self.inner.slots.ask(tasks).await {
-                            crate::slots::Asked::Held(held) => self.held = Some(held),
-                            crate::slots::Asked::Queued(waiter, queued) => {
-                                tracing::info!(job = %name, tasks, "queued for this machine's task slots");
-                                self.waiter = Some(waiter);
-                                self.job.set_queued(Some(queued));
-                                continue;
-                            }
-                            crate::slots::Asked::TooMany(message) => {
-                                events.push(not_started(message));
-                                continue;
-                            }
-                        }
+                    // Not before the jobs it waits for reached their states.
+                    if pai_contract::depends::holds(&self.job.framework()) {
+                        tracing::info!(job = %name, "waits for the jobs it depends on");
+                        self.waits_for_jobs = true;
+                        continue;
                     }
-                    events.push(self.place_now());
+                    events.extend(self.take_slots().await);
                 }
                 Effect::Launch => {
                     // The attempt (addresses, pods) is on disk before any task starts: a
@@ -399,6 +397,32 @@ impl Driver<'_> {
         Next::Events(events)
     }
 
+    /// Takes this machine's task slots for the attempt (queued when they are taken) and
+    /// places it: the event that says so, if any yet.
+    async fn take_slots(&mut self) -> Option<Event> {
+        if self.held.is_none() {
+            let tasks = self
+                .job
+                .framework()
+                .spec
+                .task_roles
+                .iter()
+                .map(|r| r.tasks())
+                .sum();
+            match self.inner.slots.ask(tasks).await {
+                crate::slots::Asked::Held(held) => self.held = Some(held),
+                crate::slots::Asked::Queued(waiter, queued) => {
+                    tracing::info!(job = %self.job.name(), tasks, "queued for this machine's task slots");
+                    self.waiter = Some(waiter);
+                    self.job.set_queued(Some(queued));
+                    return None;
+                }
+                crate::slots::Asked::TooMany(message) => return Some(not_started(message)),
+            }
+        }
+        Some(self.place_now())
+    }
+
     /// Places the current attempt's tasks (its slots are held): the event that says so.
     fn place_now(&mut self) -> Event {
         match place(self.inner, self.job) {
@@ -420,6 +444,9 @@ impl Driver<'_> {
         let state = self.job.framework().status.as_ref().map(|s| s.state);
         if state != Some(FrameworkState::AttemptCreationPending) && self.waiter.take().is_some() {
             self.job.set_queued(None);
+        }
+        if state != Some(FrameworkState::AttemptCreationPending) {
+            self.waits_for_jobs = false;
         }
         if matches!(
             state,

@@ -31,6 +31,8 @@ pub(crate) struct Job {
     pub(crate) gone: std::sync::atomic::AtomicBool,
     /// Why it waits for this machine's task slots, while it does.
     pub(crate) queued: Mutex<Option<crate::slots::Queued>>,
+    /// Told when the jobs it waits for reached their states (see [`crate::Local::release`]).
+    pub(crate) released: tokio::sync::Notify,
 }
 
 impl Job {
@@ -83,6 +85,8 @@ pub(crate) struct Inner {
     pub(crate) jobs: Mutex<BTreeMap<String, Arc<Job>>>,
     /// This machine's task slots, held by running attempts.
     pub(crate) slots: crate::slots::Slots,
+    /// The name of each job as it is saved or removed (for whoever watches them all).
+    pub(crate) changes: tokio::sync::broadcast::Sender<String>,
     /// Where tasks' ports come from.
     pub(crate) ports: crate::ports::Ports,
     /// Job directories that could not be read at start, by name, with the reason: their
@@ -133,6 +137,7 @@ impl Inner {
             .map_err(|e| Error::Other(format!("saving the job: {e}")))?
             .map_err(|e| Error::Other(e.to_string()))?;
         job.changed.send_modify(|v| *v += 1);
+        let _ = self.changes.send(job.name());
         Ok(())
     }
 }

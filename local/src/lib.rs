@@ -90,6 +90,7 @@ impl Machine {
             spawner,
             jobs: Mutex::new(BTreeMap::new()),
             slots,
+            changes: tokio::sync::broadcast::channel(4096).0,
             ports,
             unreadable: Mutex::new(BTreeMap::new()),
         });
@@ -161,6 +162,7 @@ fn insert(
         commands,
         gone: false.into(),
         queued: Default::default(),
+        released: tokio::sync::Notify::new(),
     });
     jobs.insert(name, job.clone());
     Ok((job, receiver))
@@ -269,6 +271,46 @@ impl Machine {
                 .map(|f| f.clone())
                 .collect()
         }
+    }
+
+    /// The name of each job as it changes (saved, deleted, removed); a receiver that
+    /// falls 4,096 changes behind is told it lagged.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.inner.changes.subscribe()
+    }
+
+    /// Lets job `name`, which waited for other jobs, run: marks its dependencies met
+    /// (saved) and wakes its controller. Nothing when it was released already.
+    pub async fn release(&self, name: &str) -> Result<(), Error> {
+        let job = self.inner.visible(name).ok_or(Error::NotFound)?;
+        {
+            let mut framework = job.framework();
+            if pai_contract::depends::released(&framework) {
+                return Ok(());
+            }
+            framework
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(
+                    pai_contract::depends::RELEASED.to_string(),
+                    jiff::Timestamp::now().to_string(),
+                );
+        }
+        self.inner.persist(&job).await?;
+        job.released.notify_one();
+        Ok(())
+    }
+
+    /// Ends job `name`, which waited for other jobs, FAILED: says why on it and stops it.
+    pub async fn refuse(&self, name: &str, why: &str) -> Result<(), Error> {
+        let job = self.inner.visible(name).ok_or(Error::NotFound)?;
+        job.framework()
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(pai_contract::depends::FAILED.to_string(), why.to_string());
+        self.set_execution(name, ExecutionType::Stop).await
     }
 
     /// Sets the Framework's `executionType` (Stop ends every task; Start changes

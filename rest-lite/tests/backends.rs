@@ -199,6 +199,56 @@ impl Harness {
         });
     }
 
+    /// Submits `job`, which waits for `depends_on` (`[{job, state}]`).
+    async fn submit_waiting(
+        &self,
+        user: &str,
+        job: &str,
+        depends_on: serde_json::Value,
+    ) -> Result<String, ClientError> {
+        let mut spec: serde_json::Value =
+            serde_json::from_str(&self.spec(user, job)).expect("spec");
+        spec["dependsOn"] = depends_on;
+        self.client(ALICE)
+            .submit(user, &spec.to_string(), SpecFormat::Json)
+            .await
+            .map(|m| m.message)
+    }
+
+    /// The job no longer waits for the jobs it depends on: on Kubernetes its Framework
+    /// says they were met and its pod template has no gate left; here its task runs.
+    async fn released(&self, user: &str, job: &str) {
+        match &self.place {
+            Place::Kube(api) => {
+                let released = tokio::time::timeout(
+                    DEADLINE,
+                    api.wait_for("frameworks", NS, &Self::framework_name(user, job), |f| {
+                        f["metadata"]["annotations"][pai_contract::depends::RELEASED].is_string()
+                    }),
+                )
+                .await
+                .expect("released in time");
+                assert!(
+                    released["spec"]["taskRoles"][0]["task"]["pod"]["spec"]["schedulingGates"]
+                        .is_null(),
+                    "{released:#}"
+                );
+            }
+            Place::Local => self.running(user, job).await,
+        }
+    }
+
+    /// The server restarted: the same API server or state directory, a new process.
+    fn restarted(self) -> Self {
+        let Harness { place, server, dir } = self;
+        server.kill();
+        let server = match &place {
+            Place::Kube(_) => Server::start_kube(&dir.join("kubeconfig"), NS, &token_file(&dir)),
+            Place::Local => Server::start_with_tokens(&dir.join("state"), &token_file(&dir)),
+        };
+        Harness { place, server, dir }
+    }
+
     /// After a stop request: on Kubernetes the test completes the attempt as
     /// FrameworkController would; here the backend does it itself.
     fn stop_carried_out(&self, user: &str, job: &str) {
@@ -235,6 +285,277 @@ fn api_error<T>(result: Result<T, ClientError>) -> (u16, String) {
         Err(other) => panic!("expected an API error, got {other}"),
         Ok(_) => panic!("expected an API error, got a success"),
     }
+}
+
+/// The view of `user`'s `job` once `done` holds for it.
+async fn view_once(h: &Harness, user: &str, job: &str, done: impl Fn(&JobView) -> bool) -> JobView {
+    let mut views = h.client(OPS).watch(user, job).await.expect("watch");
+    let until = async {
+        while let Some(view) = views.next().await {
+            let view = view.expect("a view");
+            if done(&view) {
+                return view;
+            }
+        }
+        panic!("the watch of {job} ended first");
+    };
+    tokio::time::timeout(DEADLINE, until)
+        .await
+        .expect("in time")
+}
+
+/// A three-job pipeline: each waits (WAITING, reason Dependencies) until the one before
+/// it succeeded, then runs.
+async fn a_pipeline_runs_job_after_job(h: &Harness) {
+    h.submit(ALICE, "alice", "prep").await.expect("prep");
+    h.submit_waiting("alice", "train", json!([{"job": "prep"}]))
+        .await
+        .expect("train");
+    h.submit_waiting(
+        "alice",
+        "eval",
+        json!([{"job": "train", "state": "SUCCEEDED"}]),
+    )
+    .await
+    .expect("eval");
+    let train = h.client(ALICE).job("alice", "train").await.expect("train");
+    assert_eq!(train.job_status.state, JobState::Waiting);
+    let waiting = train.job_status.waiting.clone().expect("why it waits");
+    assert_eq!(waiting.reason, "Dependencies");
+    assert!(
+        waiting
+            .message
+            .starts_with("waits for job prep to be SUCCEEDED (it is "),
+        "{}",
+        waiting.message
+    );
+    assert!(
+        train
+            .condition("Admitted")
+            .is_some_and(|c| c.status == "False" && c.reason == "Dependencies"),
+        "{:?}",
+        train.conditions
+    );
+    if let Place::Kube(api) = &h.place {
+        // Its pods would wait at the scheduler: the gate is in every pod template, and
+        // what it waits for is pinned to prep's Framework.
+        let framework = api
+            .get("frameworks", NS, &Harness::framework_name("alice", "train"))
+            .expect("train's Framework");
+        assert_eq!(
+            framework["spec"]["taskRoles"][0]["task"]["pod"]["spec"]["schedulingGates"],
+            json!([{"name": pai_contract::depends::GATE}])
+        );
+        let prep = api
+            .get("frameworks", NS, &Harness::framework_name("alice", "prep"))
+            .expect("prep's Framework");
+        let pinned: Vec<pai_contract::depends::Dependency> = serde_json::from_str(
+            framework["metadata"]["annotations"][pai_contract::depends::ANNOTATION]
+                .as_str()
+                .expect("the dependencies"),
+        )
+        .expect("JSON");
+        assert_eq!(pinned[0].uid.as_deref(), prep["metadata"]["uid"].as_str());
+        // FrameworkController made a pod from the gated template meanwhile.
+        api.create(
+            "pods",
+            NS,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "train-worker-0", "namespace": NS,
+                    "labels": {pai_contract::framework::LABEL_FRAMEWORK_NAME: Harness::framework_name("alice", "train")}},
+                "spec": {"containers": [{"name": "main", "image": "busybox"}],
+                    "schedulingGates": [{"name": pai_contract::depends::GATE}, {"name": "kueue.x-k8s.io/admission"}]}}),
+        );
+    }
+    h.running("alice", "prep").await;
+    h.said_hello("alice", "prep");
+    h.exit("alice", "prep", 0).await;
+    h.released("alice", "train").await;
+    if let Place::Kube(api) = &h.place {
+        // Its gate lifted, another's kept.
+        let pod = tokio::time::timeout(
+            DEADLINE,
+            api.wait_for("pods", NS, "train-worker-0", |p| {
+                p["spec"]["schedulingGates"]
+                    .as_array()
+                    .is_some_and(|g| g.len() == 1)
+            }),
+        )
+        .await
+        .expect("the pod's gate lifted in time");
+        assert_eq!(
+            pod["spec"]["schedulingGates"],
+            json!([{"name": "kueue.x-k8s.io/admission"}])
+        );
+    }
+    let eval = h.client(ALICE).job("alice", "eval").await.expect("eval");
+    assert_eq!(
+        eval.job_status.state,
+        JobState::Waiting,
+        "train runs, eval waits"
+    );
+    h.running("alice", "train").await;
+    h.exit("alice", "train", 0).await;
+    h.released("alice", "eval").await;
+    h.running("alice", "eval").await;
+    h.exit("alice", "eval", 0).await;
+    let done = view_once(h, "alice", "eval", |v| v.job_status.state.is_final()).await;
+    assert_eq!(done.job_status.state, JobState::Succeeded);
+}
+
+/// A job whose dependency ended otherwise, or was deleted, ends FAILED saying so; one
+/// that waited for that very state runs.
+async fn a_job_fails_when_its_dependency_cannot_reach_the_state(h: &Harness) {
+    h.submit(ALICE, "alice", "x").await.expect("x");
+    h.submit_waiting("alice", "y", json!([{"job": "x"}]))
+        .await
+        .expect("y");
+    h.submit_waiting("alice", "cleanup", json!([{"job": "x", "state": "FAILED"}]))
+        .await
+        .expect("cleanup");
+    h.running("alice", "x").await;
+    h.exit("alice", "x", 3).await;
+    if let Place::Kube(api) = &h.place {
+        // The server stops it; the test completes the stop as FrameworkController does.
+        tokio::time::timeout(
+            DEADLINE,
+            api.wait_for(
+                "frameworks",
+                NS,
+                &Harness::framework_name("alice", "y"),
+                |f| f["spec"]["executionType"] == "Stop",
+            ),
+        )
+        .await
+        .expect("stopped in time");
+        h.stop_carried_out("alice", "y");
+    }
+    let y = view_once(h, "alice", "y", |v| v.job_status.state.is_final()).await;
+    assert_eq!(y.job_status.state, JobState::Failed);
+    assert_eq!(
+        y.job_status.app_exit_diagnostics.as_deref(),
+        Some("job x ended FAILED; this job waited for it to be SUCCEEDED")
+    );
+    assert!(
+        y.condition("Failed")
+            .is_some_and(|c| c.status == "True" && c.reason == "DependencyFailed"),
+        "{:?}",
+        y.conditions
+    );
+    h.released("alice", "cleanup").await;
+
+    // Deleted while waited for.
+    h.submit(ALICE, "alice", "p").await.expect("p");
+    h.submit_waiting("alice", "q", json!([{"job": "p"}]))
+        .await
+        .expect("q");
+    h.client(ALICE).delete("alice", "p").await.expect("deleted");
+    if let Place::Kube(api) = &h.place {
+        tokio::time::timeout(
+            DEADLINE,
+            api.wait_for(
+                "frameworks",
+                NS,
+                &Harness::framework_name("alice", "q"),
+                |f| f["spec"]["executionType"] == "Stop",
+            ),
+        )
+        .await
+        .expect("stopped in time");
+        h.stop_carried_out("alice", "q");
+    }
+    let q = view_once(h, "alice", "q", |v| v.job_status.state.is_final()).await;
+    assert_eq!(q.job_status.state, JobState::Failed);
+    assert_eq!(
+        q.job_status.app_exit_diagnostics.as_deref(),
+        Some("job p, which this job waited for to be SUCCEEDED, was deleted")
+    );
+}
+
+/// Refused at submission, nothing made: a job that does not exist, the job itself, a
+/// job that ended in another state.
+async fn a_dependency_that_cannot_be_waited_for_is_refused(h: &Harness) {
+    let refused = |result: Result<String, ClientError>| match result {
+        Err(ClientError::Api {
+            status: 400,
+            message,
+            ..
+        }) => message,
+        other => panic!("expected a 400, got {other:?}"),
+    };
+    let message = refused(
+        h.submit_waiting("alice", "a", json!([{"job": "nosuch"}]))
+            .await,
+    );
+    assert!(
+        message.contains("dependsOn[0].job: user alice has no job \"nosuch\""),
+        "{message}"
+    );
+    let message = refused(h.submit_waiting("alice", "a", json!([{"job": "a"}])).await);
+    assert!(
+        message.contains("dependsOn[0].job: a job cannot wait for itself"),
+        "{message}"
+    );
+    let message = refused(
+        h.submit_waiting("alice", "a", json!([{"job": "x", "state": "DONE"}]))
+            .await,
+    );
+    assert!(
+        message.contains("dependsOn[0].state: \"DONE\" is not SUCCEEDED, FAILED or STOPPED"),
+        "{message}"
+    );
+    h.submit(ALICE, "alice", "b").await.expect("b");
+    h.running("alice", "b").await;
+    h.exit("alice", "b", 0).await;
+    view_once(h, "alice", "b", |v| v.job_status.state.is_final()).await;
+    let message = refused(
+        h.submit_waiting("alice", "a", json!([{"job": "b", "state": "FAILED"}]))
+            .await,
+    );
+    assert!(
+        message
+            .contains("job \"b\" ended SUCCEEDED; this job would wait for it to be FAILED forever"),
+        "{message}"
+    );
+    assert_eq!(
+        api_error(h.client(ALICE).job("alice", "a").await),
+        (404, "NoJobError".into()),
+        "nothing was made"
+    );
+    // One whose dependencies are met already runs at once.
+    h.submit_waiting("alice", "c", json!([{"job": "b"}]))
+        .await
+        .expect("c");
+    h.released("alice", "c").await;
+}
+
+/// A restart while a job waits loses nothing: the new server releases it.
+async fn a_restart_while_waiting(h: Harness) {
+    h.submit(ALICE, "alice", "first").await.expect("first");
+    h.submit_waiting("alice", "second", json!([{"job": "first"}]))
+        .await
+        .expect("second");
+    let h = h.restarted();
+    // (The watch waits out a server still reading the jobs.)
+    let second = view_once(&h, "alice", "second", |_| true).await;
+    assert_eq!(second.job_status.state, JobState::Waiting);
+    assert_eq!(
+        second.job_status.waiting.map(|w| w.reason).as_deref(),
+        Some("Dependencies")
+    );
+    h.running("alice", "first").await;
+    h.exit("alice", "first", 0).await;
+    h.released("alice", "second").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_kubernetes_a_restart_while_waiting_loses_nothing() {
+    a_restart_while_waiting(Harness::kube("restart_waiting").await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_this_machine_a_restart_while_waiting_loses_nothing() {
+    a_restart_while_waiting(Harness::local("restart_waiting").await).await;
 }
 
 async fn create_then_conflict(h: &Harness) {
@@ -642,6 +963,9 @@ on_both_backends!(
     stop_and_start_follow_the_rules,
     delete_frees_the_name,
     logs_are_the_tasks_output,
+    a_pipeline_runs_job_after_job,
+    a_job_fails_when_its_dependency_cannot_reach_the_state,
+    a_dependency_that_cannot_be_waited_for_is_refused,
     others_never_see_a_job,
 );
 

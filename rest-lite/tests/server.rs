@@ -1753,3 +1753,54 @@ async fn the_copy_keeps_frameworks_without_their_managed_fields() {
     );
     assert_eq!(copy.metadata.managed_fields, None);
 }
+
+/// A job that waits for a job that (by name) waits back for it is refused at submission
+/// with the cycle: possible when a job waited for was deleted and a new one took its
+/// name before its dependent was failed (this in-process server runs no dependency
+/// controller, so the dependent stays held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_cycle_is_refused_naming_it() {
+    let s = start().await;
+    let named = |name: &str, depends_on: serde_json::Value| {
+        let mut spec = common::base_job();
+        spec["jobName"] = json!(name);
+        if !depends_on.is_null() {
+            spec["dependsOn"] = depends_on;
+        }
+        spec.to_string()
+    };
+    assert_eq!(
+        submit(s.addr, "alice", &named("a", json!(null)))
+            .await
+            .status,
+        202
+    );
+    assert_eq!(
+        submit(s.addr, "alice", &named("b", json!([{"job": "a"}])))
+            .await
+            .status,
+        202
+    );
+    assert_eq!(
+        request(s.addr, "DELETE", "/api/v1/user/alice/jobs/a", None, "")
+            .await
+            .status,
+        202
+    );
+    let reply = until(s.addr, "/api/v1/user/alice/jobs/a", |r| r.status == 404).await;
+    assert_eq!(reply.status, 404);
+    let refused = submit(s.addr, "alice", &named("a", json!([{"job": "b"}]))).await;
+    assert_eq!(
+        refused.error(),
+        (400, "InvalidParametersError".to_string()),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused
+            .body
+            .contains("dependsOn[0].job: waiting for job \\\"b\\\" makes a cycle: a → b → a"),
+        "{}",
+        refused.body
+    );
+}

@@ -82,6 +82,32 @@ pub trait Backend: Send + Sync + 'static {
     fn held(&self, _framework: &Framework) -> Option<Arc<pai_api::waiting::Waiting>> {
         None
     }
+    /// The Framework `name` as the backend holds it now, without asking anyone (the
+    /// server's copy, the embedded default's jobs): what a job's dependencies are
+    /// checked against. `None`: not there, or the backend cannot tell at once.
+    fn peek(&self, _name: &str) -> Option<Arc<Framework>> {
+        None
+    }
+    /// The names of Frameworks as they change (`None` in the stream: changes were
+    /// missed, look at them all); `None`: the backend cannot tell.
+    fn changes(&self) -> Option<BoxStream<'static, Option<String>>> {
+        None
+    }
+    /// Lets the job `name`, which waited for other jobs, run: marks its dependencies met
+    /// and lifts what held its tasks. Idempotent: called again while its pods may still
+    /// be held.
+    fn release<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Ends the job `name`, which waited for other jobs, FAILED: one of them will never
+    /// reach its state (`why`).
+    fn refuse<'a>(
+        &'a self,
+        _name: &'a str,
+        _why: &'a str,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async { Ok(()) })
+    }
     /// Whether reads can be answered now (`/readyz`); the reason when not.
     fn ready(&self) -> Result<(), BackendError> {
         Ok(())

@@ -59,10 +59,11 @@ pub async fn submit(
         spec_text: &body.text,
         format: body.format,
     };
-    let framework = state
+    let mut framework = state
         .transformer
         .transform(submission, Seed::Random)
         .map_err(|e| ApiError::bad_spec(&e))?;
+    crate::depends::resolve(state.backend.as_ref(), &mut framework).await?;
     if dry_run {
         return Ok(Submitted::DryRun(Box::new(framework)));
     }

@@ -562,6 +562,117 @@ impl Backend for KubeBackend {
         .boxed()
     }
 
+    fn peek(&self, name: &str) -> Option<Arc<Framework>> {
+        self.store.get(name)
+    }
+
+    fn changes(&self) -> Option<futures::stream::BoxStream<'static, Option<String>>> {
+        use tokio::sync::broadcast::error::RecvError;
+        let changes = self.store.subscribe();
+        Some(
+            futures::stream::unfold(changes, |mut changes| async move {
+                let item = match changes.recv().await {
+                    Ok(crate::store::Change::Applied(f) | crate::store::Change::Deleted(f)) => {
+                        Some(f.metadata.name.clone().unwrap_or_default())
+                    }
+                    Err(RecvError::Lagged(_)) => None,
+                    Err(RecvError::Closed) => return None,
+                };
+                Some((item, changes))
+            })
+            .boxed(),
+        )
+    }
+
+    /// Marks the dependencies met and takes the gate out of the pod templates (one patch
+    /// under the version read: the pods of later attempts are not held), then lifts the
+    /// gate of every pod of the Framework that has it (FrameworkController may have made
+    /// them from the gated template).
+    fn release<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
+        async move {
+            let framework = self.store.get(name).ok_or(BackendError::NotFound)?;
+            if !pai_contract::depends::released(&framework) {
+                let mut ungated = (*framework).clone();
+                crate::depends::ungate_template(&mut ungated);
+                let patch = serde_json::json!({
+                    "metadata": {
+                        "resourceVersion": framework.metadata.resource_version,
+                        "annotations": {
+                            pai_contract::depends::RELEASED: jiff::Timestamp::now().to_string(),
+                        },
+                    },
+                    "spec": {"taskRoles": ungated.spec.task_roles},
+                });
+                self.api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .inspect(|_| self.answered())
+                    .map_err(|e| self.error(e))?;
+            }
+            let selector = format!("{}={name}", pai_contract::framework::LABEL_FRAMEWORK_NAME);
+            let pods = self
+                .pods
+                .list(&kube::api::ListParams::default().labels(&selector))
+                .await
+                .inspect(|_| self.answered())
+                .map_err(|e| self.error(e))?;
+            for pod in pods {
+                let Some(gates) = pod.spec.as_ref().and_then(|s| s.scheduling_gates.clone())
+                else {
+                    continue;
+                };
+                if !gates.iter().any(|g| g.name == pai_contract::depends::GATE) {
+                    continue;
+                }
+                let rest: Vec<_> = gates
+                    .into_iter()
+                    .filter(|g| g.name != pai_contract::depends::GATE)
+                    .collect();
+                // Only gates may be taken away; others' (Kueue's) stay, under the
+                // version read.
+                let patch = serde_json::json!({
+                    "metadata": {"resourceVersion": pod.metadata.resource_version},
+                    "spec": {"schedulingGates": if rest.is_empty() { serde_json::Value::Null } else { serde_json::json!(rest) }},
+                });
+                let pod_name = pod.metadata.name.clone().unwrap_or_default();
+                match self
+                    .pods
+                    .patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => self.answered(),
+                    // Changed or gone meanwhile: looked at again at the next change.
+                    Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+                    Err(e) => return Err(self.error(e)),
+                }
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    /// Says why on the Framework and stops it: FrameworkController completes it, and the
+    /// job reads FAILED with that reason.
+    fn refuse<'a>(
+        &'a self,
+        name: &'a str,
+        why: &'a str,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        async move {
+            let patch = serde_json::json!({
+                "metadata": {"annotations": {pai_contract::depends::FAILED: why}},
+                "spec": {"executionType": ExecutionType::Stop},
+            });
+            self.api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .inspect(|_| self.answered())
+                .map_err(|e| self.error(e))?;
+            Ok(())
+        }
+        .boxed()
+    }
+
     fn set_execution<'a>(
         &'a self,
         name: &'a str,

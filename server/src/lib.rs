@@ -5,6 +5,7 @@ pub mod admission;
 pub mod auth;
 pub mod backend;
 pub mod backoff;
+pub mod depends;
 pub mod error;
 pub mod events;
 pub mod extract;

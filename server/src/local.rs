@@ -100,6 +100,39 @@ impl Backend for LocalBackend {
         Box::pin(async move { Ok(self.0.get(name).map(Arc::new)) })
     }
 
+    fn peek(&self, name: &str) -> Option<Arc<Framework>> {
+        self.0.get(name).map(Arc::new)
+    }
+
+    fn changes(&self) -> Option<futures::stream::BoxStream<'static, Option<String>>> {
+        use futures::StreamExt;
+        use tokio::sync::broadcast::error::RecvError;
+        let changes = self.0.changes();
+        Some(
+            futures::stream::unfold(changes, |mut changes| async move {
+                let item = match changes.recv().await {
+                    Ok(name) => Some(name),
+                    Err(RecvError::Lagged(_)) => None,
+                    Err(RecvError::Closed) => return None,
+                };
+                Some((item, changes))
+            })
+            .boxed(),
+        )
+    }
+
+    fn release<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move { Ok(self.0.release(name).await?) })
+    }
+
+    fn refuse<'a>(
+        &'a self,
+        name: &'a str,
+        why: &'a str,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move { Ok(self.0.refuse(name, why).await?) })
+    }
+
     fn list<'a>(
         &'a self,
         user: Option<&'a str>,

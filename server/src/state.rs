@@ -41,7 +41,10 @@ impl AppState {
         access: crate::auth::Access,
     ) -> Self {
         let holds = backend.clone();
-        let views = crate::views::Views::holding(Arc::new(move |f| holds.held(f)));
+        // Jobs that wait for jobs first: nothing else holds them (their pods are gated).
+        let views = crate::views::Views::holding(Arc::new(move |f| {
+            crate::depends::held(holds.as_ref(), f).or_else(|| holds.held(f))
+        }));
         Self {
             backend,
             transformer: Arc::new(Transformer::new(config)),

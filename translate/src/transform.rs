@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection,
     DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource, KeyToPath,
-    LocalObjectReference, ObjectFieldSelector, PodSpec, PodTemplateSpec, ProjectedVolumeSource,
-    ResourceRequirements, SecretVolumeSource, SecurityContext, ServiceAccountTokenProjection,
-    Volume, VolumeMount, VolumeProjection,
+    LocalObjectReference, ObjectFieldSelector, PodSchedulingGate, PodSpec, PodTemplateSpec,
+    ProjectedVolumeSource, ResourceRequirements, SecretVolumeSource, SecurityContext,
+    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -57,6 +57,8 @@ struct JobParts<'a> {
     labels: BTreeMap<String, String>,
     /// What the gang engine reads on every pod.
     gang: crate::gang::PodMarks,
+    /// Whether the pods wait for other jobs (a scheduling gate until released).
+    gated: bool,
 }
 
 /// Builds Frameworks for one cluster configuration.
@@ -105,6 +107,7 @@ impl Transformer {
                 self.config.gang.queue(spec.virtual_cluster()),
                 spec.roles().iter().map(TaskRole::task_number).sum(),
             ),
+            gated: !spec.depends_on().is_empty(),
         };
         let task_roles = spec
             .roles()
@@ -145,6 +148,23 @@ impl Transformer {
             ])),
             ..ObjectMeta::default()
         };
+        if !spec.depends_on().is_empty() {
+            let dependencies: Vec<pai_contract::depends::Dependency> = spec
+                .depends_on()
+                .iter()
+                .map(|(job, state)| pai_contract::depends::Dependency {
+                    job: job.as_str().to_string(),
+                    state: *state,
+                    uid: None,
+                })
+                .collect();
+            if let (Some(annotations), Ok(text)) = (
+                framework.metadata.annotations.as_mut(),
+                serde_json::to_string(&dependencies),
+            ) {
+                annotations.insert(pai_contract::depends::ANNOTATION.to_string(), text);
+            }
+        }
         Ok(framework)
     }
 
@@ -310,6 +330,12 @@ impl Transformer {
             spec: Some(PodSpec {
                 restart_policy: Some("Never".to_string()),
                 scheduler_name: job.gang.scheduler_name.clone(),
+                // Held until the jobs it waits for reached their states.
+                scheduling_gates: job.gated.then(|| {
+                    vec![PodSchedulingGate {
+                        name: pai_contract::depends::GATE.to_string(),
+                    }]
+                }),
                 priority_class_name: job.gang.priority_class_name.clone(),
                 // The job's own account, which may read the job's Framework and peer
                 // table and nothing else; no token is mounted into the user's container.

@@ -66,7 +66,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
         // Closed like `serve`: only this user's token (in the run's private directory).
         let (access, token) = machine_access(&state_dir)?;
-        let state = AppState::new(Arc::new(backend), config, access);
+        let backend: Arc<dyn pai_server::backend::Backend> = Arc::new(backend);
+        tokio::spawn(pai_server::depends::run(backend.clone()));
+        let state = AppState::new(backend, config, access);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .context("listening on loopback")?;

@@ -225,6 +225,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             &args.local,
         )
         .await?;
+        // Jobs that wait for jobs, released or failed as those change.
+        tokio::spawn(pai_server::depends::run(backend.clone()));
         let describe = backend.describe();
         let state = AppState {
             body_limit: args.max_body_bytes,

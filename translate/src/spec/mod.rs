@@ -31,6 +31,8 @@ pub struct JobSpec {
     framework_env: pai_contract::training::Selection,
     /// OpenPAI's `virtualCluster`: the queue the gang engine admits the job from.
     virtual_cluster: Option<String>,
+    /// `dependsOn`: jobs of the same user that must reach a state before this one runs.
+    depends_on: Vec<(JobName, pai_contract::depends::Wanted)>,
 }
 
 /// The legacy directory fields, exported as `PAI_DATA_DIR`, `PAI_OUTPUT_DIR`, `PAI_CODE_DIR`
@@ -115,6 +117,11 @@ impl JobSpec {
     /// The queue the spec names (`virtualCluster`), a DNS label.
     pub fn virtual_cluster(&self) -> Option<&str> {
         self.virtual_cluster.as_deref()
+    }
+
+    /// The jobs this one waits for (`dependsOn`), each with the state it must reach.
+    pub fn depends_on(&self) -> &[(JobName, pai_contract::depends::Wanted)] {
+        &self.depends_on
     }
 
     pub fn framework_env(&self) -> &pai_contract::training::Selection {

@@ -39,6 +39,11 @@ pub struct JobSpecDocument {
     /// torchrun's variables (`pytorch`), an MPI hostfile (`mpi`). All three without
     /// the field; `[]` for none. Variables the job sets in `jobEnvs` win.
     framework_env: Option<Vec<FrameworkEnvItem>>,
+    /// Jobs of the same user that must reach a state before this one runs: it waits
+    /// (`WAITING`, reason `Dependencies`) until then, and ends `FAILED` if one ends in
+    /// another state or is deleted. Each job must exist when this one is submitted.
+    #[schema(max_items = 16)]
+    depends_on: Option<Vec<DependencyDocument>>,
     /// Retries of the whole job after a failure.
     #[schema(minimum = 0, maximum = 2147483647)]
     retry_count: Option<i64>,
@@ -57,6 +62,27 @@ pub struct JobSpecDocument {
     /// Legacy, accepted and kept.
     #[schema(value_type = Option<Object>)]
     extras: Option<serde_json::Value>,
+}
+
+/// A job this one waits for.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct DependencyDocument {
+    /// The job's name (of the same user; not this job).
+    job: String,
+    /// The state it must reach (default `SUCCEEDED`).
+    state: Option<DependencyState>,
+}
+
+/// The state a dependency must reach.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+#[allow(dead_code)]
+pub enum DependencyState {
+    Succeeded,
+    Failed,
+    Stopped,
 }
 
 /// One part of `frameworkEnv`.
@@ -186,6 +212,7 @@ pub fn state_rules(schemas: &mut Value) {
     let tasks = json!({"maximum": MAX_TASKS_PER_ROLE});
     let rules = [
         ("JobSpecDocument", "jobName", name_rule()),
+        ("DependencyDocument", "job", name_rule()),
         ("TensorflowOptions", "portLabel", label.clone()),
         ("TaskRoleDocument", "name", role_rule()),
         ("TaskRoleDocument", "taskNumber", tasks.clone()),

@@ -4,13 +4,13 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use pai_contract::env;
 use pai_contract::names::{
     FRAMEWORK_NAME_LEN, MAX_POD_NAME, MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE,
     max_task_role_name,
 };
 use pai_contract::ports::{HTTP_LABEL, SSH_LABEL};
 use pai_contract::training::{self, MASTER_PORT_LABEL, Part, Selection};
+use pai_contract::{depends, env};
 
 use super::error::{Errors, FieldPath, SpecErrors};
 use super::names::{JobName, PortLabel, RoleName};
@@ -50,6 +50,7 @@ const JOB_FIELDS: &[&str] = &[
     "jobEnvs",
     "retryCount",
     "frameworkEnv",
+    "dependsOn",
     // Legacy fields of OpenPAI v1, accepted; the directories reach the environment.
     "dataDir",
     "outputDir",
@@ -142,6 +143,10 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
             );
         }
     }
+    let depends_on = match obj.optional("dependsOn") {
+        Some((v, p)) => depends_on(v, &p, name.as_ref(), &mut errors),
+        None => Vec::new(),
+    };
     for key in ["gpuType", "authFile"] {
         if let Some((v, p)) = obj.optional(key) {
             reader::string(v, &p, &mut errors);
@@ -180,11 +185,79 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
                 legacy,
                 framework_env: selection,
                 virtual_cluster,
+                depends_on,
             })
         }
         // Every reader that returns None has recorded why.
         _ => Err(SpecErrors::single(&FieldPath::root(), "is not a valid job")),
     }
+}
+
+const DEPENDENCY_FIELDS: &[&str] = &["job", "state"];
+
+/// `dependsOn`: a list of `{job: <name>, state: SUCCEEDED|FAILED|STOPPED}` (the state
+/// defaults to SUCCEEDED), each job at most once, never the job itself, at most
+/// [`depends::MAX`].
+fn depends_on(
+    value: &Value,
+    path: &FieldPath,
+    own: Option<&JobName>,
+    errors: &mut Errors,
+) -> Vec<(JobName, depends::Wanted)> {
+    let Some(items) = reader::list(value, path, errors) else {
+        return Vec::new();
+    };
+    if items.len() > depends::MAX {
+        errors.push(
+            path,
+            format!(
+                "names {} jobs; at most {} may be waited for",
+                items.len(),
+                depends::MAX
+            ),
+        );
+        return Vec::new();
+    }
+    let mut out: Vec<(JobName, depends::Wanted)> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let p = path.index(i);
+        let Some(obj) = Object::new(item, p.clone(), DEPENDENCY_FIELDS, errors) else {
+            continue;
+        };
+        let job = obj.required("job", errors).and_then(|(v, p)| {
+            let s = reader::string(v, &p, errors)?;
+            match JobName::parse(s) {
+                Ok(name) if own.is_some_and(|own| own.as_str() == name.as_str()) => {
+                    errors.push(&p, "a job cannot wait for itself");
+                    None
+                }
+                Ok(name) if out.iter().any(|(n, _)| n.as_str() == name.as_str()) => {
+                    errors.push(&p, format!("job {s:?} is named twice"));
+                    None
+                }
+                Ok(name) => Some(name),
+                Err(rule) => {
+                    errors.push(&p, rule);
+                    None
+                }
+            }
+        });
+        let state = match obj.optional("state") {
+            Some((v, p)) => reader::string(v, &p, errors).and_then(|s| {
+                let wanted = depends::Wanted::parse(s);
+                if wanted.is_none() {
+                    errors.push(&p, format!("{s:?} is not SUCCEEDED, FAILED or STOPPED"));
+                }
+                wanted
+            }),
+            None => Some(depends::Wanted::Succeeded),
+        };
+        obj.finish(errors);
+        if let (Some(job), Some(state)) = (job, state) {
+            out.push((job, state));
+        }
+    }
+    out
 }
 
 /// `frameworkEnv`: a list of `tensorflow`, `pytorch`, `mpi`, each at most once, where
