@@ -105,7 +105,7 @@ fn main() {
     let mut framework = to_value(&framework_on_ports(
         "fw",
         &[("ps", 1), ("worker", 1)],
-        36000,
+        31600,
     ));
     set_pod_ip(&mut framework, "ps", 0, &address(0, 0));
     set_pod_ip(&mut framework, "worker", 0, &address(1, 0));

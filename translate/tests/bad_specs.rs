@@ -384,8 +384,45 @@ fn cases() -> Vec<Case> {
             vec![(
                 "colour",
                 Exact(
-                    "unknown field; known fields are jobName, image, taskRoles, jobEnvs, retryCount, frameworkEnv, dataDir, outputDir, codeDir, virtualCluster, gpuType, authFile, extras",
+                    "unknown field; known fields are jobName, image, taskRoles, jobEnvs, retryCount, frameworkEnv, dependsOn, dataDir, outputDir, codeDir, virtualCluster, gpuType, authFile, extras",
                 ),
+            )],
+        ),
+        case(
+            "dependsOn: itself, twice, a bad state, a bad name, an unknown field",
+            job(|v| {
+                v["dependsOn"] = json!([
+                    {"job": "job"},
+                    {"job": "prep"},
+                    {"job": "prep", "state": "FAILED"},
+                    {"job": "train", "state": "done"},
+                    {"job": "a b"},
+                    {"job": "eval", "after": 3}
+                ])
+            }),
+            vec![
+                ("dependsOn[0].job", Exact("a job cannot wait for itself")),
+                ("dependsOn[2].job", Exact("job \"prep\" is named twice")),
+                (
+                    "dependsOn[3].state",
+                    Exact("\"done\" is not SUCCEEDED, FAILED or STOPPED"),
+                ),
+                ("dependsOn[4].job", Prefix("")),
+                ("dependsOn[5].after", Prefix("unknown field")),
+            ],
+        ),
+        case(
+            "dependsOn names too many jobs",
+            job(|v| {
+                v["dependsOn"] = json!(
+                    (0..17)
+                        .map(|i| json!({"job": format!("j{i}")}))
+                        .collect::<Vec<_>>()
+                )
+            }),
+            vec![(
+                "dependsOn",
+                Exact("names 17 jobs; at most 16 may be waited for"),
             )],
         ),
         case(
