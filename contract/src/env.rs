@@ -93,6 +93,9 @@ pub mod runtime {
     /// Where the user command may write its result (JSON, [`crate::results`]); set by
     /// the runtime for the user command.
     pub const RESULT_FILE: &str = "PAI_RESULT_FILE";
+    /// A directory the tasks of one host share for the files that are the same in many
+    /// of them (set by the embedded default for `entry`; see the runtime's `shared`).
+    pub const SHARED_DIR: &str = "PAI_RUNTIME_SHARED_DIR";
     /// Where the runtime writes the task's termination message: set by the embedded
     /// default; in a pod the kubelet's `/dev/termination-log`.
     pub const TERMINATION_LOG: &str = "PAI_TERMINATION_LOG";

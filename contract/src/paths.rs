@@ -36,6 +36,9 @@ pub mod files {
     pub const FRAMEWORK_JSON: &str = "framework.json";
     /// The dynamic env file the run entry sources.
     pub const ENV_FILE: &str = "env.sh";
+    /// The exported variables about the job's tasks (the same in every task of a role),
+    /// beside `env.sh`'s own: `run` reads both.
+    pub const PEERS_ENV_FILE: &str = "env-peers.sh";
     /// The typed peer table.
     pub const PEERS_JSON: &str = "peers.json";
     /// The user's command.

@@ -99,6 +99,9 @@ pub mod files {
     /// Every per-task and list variable as a shell assignment (not exported), also
     /// those too large for the environment: `. "$PAI_RUNTIME_ROOT/peer-env.sh"`.
     pub const PEER_ENV: &str = "peer-env.sh";
+    /// The part of `peer-env.sh` that is the same in every task (the peers' variables),
+    /// which `peer-env.sh` sources.
+    pub const PEER_ENV_COMMON: &str = "peer-env-common.sh";
     /// The exported variables of the parts asked for, `export NAME='value'` lines: the
     /// main container's own variables (`jobEnvs`, the image's) win over them.
     pub const DEFAULTS_ENV: &str = "framework-env.sh";

@@ -99,6 +99,13 @@ pub fn fit(vars: Vec<Variable>, budget: usize) -> Fitted {
 pub fn peer_env<'a>(vars: impl IntoIterator<Item = &'a Variable>) -> Vec<u8> {
     let mut out =
         b"# Written by kube-runtime: every per-task and list variable of this job.\n".to_vec();
+    out.extend(peer_lines(vars));
+    out
+}
+
+/// The lines of [`peer_env`] without its heading.
+pub fn peer_lines<'a>(vars: impl IntoIterator<Item = &'a Variable>) -> Vec<u8> {
+    let mut out = Vec::new();
     for v in vars {
         if v.class == Class::Own {
             continue;

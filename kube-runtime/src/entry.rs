@@ -16,7 +16,7 @@ use pai_contract::exit::ExitCode;
 use pai_contract::training::{self, Selection, files as training_files};
 
 use crate::budget;
-use crate::dynamic_env::{DynamicEnvError, Me, Variable, dynamic_env};
+use crate::dynamic_env::{Class, DynamicEnvError, Me, Variable, dynamic_env};
 use crate::layout::{self, Layout, Task};
 use crate::shell;
 use crate::training_env;
@@ -118,25 +118,59 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         tracing::warn!("{note}");
     }
 
-    output::write(layout.root(), passed.framework.as_deref(), &passed.peers)
-        .map_err(|e| setup("cannot write the peer table into", layout.root(), e))?;
+    // What is the same in many tasks is written once per host where they share one
+    // (the embedded default), and hard-linked.
+    let shared = std::env::var_os(pai_contract::env::runtime::SHARED_DIR).map(PathBuf::from);
+    let shared = shared.as_deref();
+    let root = layout.root();
+    let put = |path: &Path, bytes: &[u8], mode: u32| {
+        crate::shared::write(path, bytes, mode, shared).map_err(|e| setup("cannot write", path, e))
+    };
+    if let Some(framework) = passed.framework.as_deref() {
+        output::write_json(
+            &root.join(pai_contract::paths::files::FRAMEWORK_JSON),
+            framework,
+        )
+        .map_err(|e| setup("cannot write the Framework into", root, e))?;
+    }
+    let peers_json = serde_json::to_vec_pretty(&passed.peers)
+        .map_err(|e| EntryError::Setup(format!("cannot write the peer table: {e}")))?;
+    put(
+        &root.join(pai_contract::paths::files::PEERS_JSON),
+        &peers_json,
+        0o644,
+    )?;
     let mode = file_mode()?;
     let dynamic_count = vars.len();
     let all: Vec<Variable> = vars
         .into_iter()
         .chain(training.vars.iter().cloned())
         .collect();
-    let peer_env = budget::peer_env(&all);
+    let is_training = |v: &Variable| training.vars.iter().any(|t| t.name == v.name);
+    // `peer-env.sh`: the peers' variables (the same in every task) in a file it sources,
+    // then this task's own training variables that list the job (`TF_CONFIG`).
+    let common = budget::peer_env(all.iter().filter(|v| !is_training(v)));
+    let common_path = root.join(training_files::PEER_ENV_COMMON);
+    put(&common_path, &common, mode)?;
+    let mut peer_env = format!(
+        "# Written by kube-runtime: every per-task and list variable of this job.\n. {}\n",
+        String::from_utf8_lossy(&crate::shell::quote(
+            common_path.as_os_str().as_encoded_bytes()
+        ))
+    )
+    .into_bytes();
+    peer_env.extend(budget::peer_lines(all.iter().filter(|v| is_training(v))));
     let fitted = budget::fit(all, training::MAX_DYNAMIC_ENV_BYTES);
     if let Some(summary) = fitted.summary() {
         tracing::warn!("{summary}");
     }
-    let (defaults, dynamic): (Vec<&Variable>, Vec<&Variable>) = fitted
-        .exported
-        .iter()
-        .partition(|v| training.vars.iter().any(|t| t.name == v.name));
-    write_file(&layout.env_file(), &render(&dynamic)?, mode)?;
-    let root = layout.root();
+    let (defaults, dynamic): (Vec<&Variable>, Vec<&Variable>) =
+        fitted.exported.iter().partition(|v| is_training(v));
+    // `env.sh`: this task's own; `env-peers.sh`: the peers' (the same in every task).
+    let (own, peers): (Vec<&Variable>, Vec<&Variable>) =
+        dynamic.into_iter().partition(|v| v.class == Class::Own);
+    write_file(&layout.env_file(), &render(&own)?, mode)?;
+    put(&layout.peers_env_file(), &render(&peers)?, mode)?;
     write_file(
         &root.join(training_files::DEFAULTS_ENV),
         &render(&defaults)?,
@@ -151,7 +185,7 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         )?;
     }
     if let Some(hostfile) = &training.hostfile {
-        write_file(
+        put(
             &root.join(training_files::HOSTFILE),
             hostfile.as_bytes(),
             mode,
@@ -377,20 +411,5 @@ fn file_mode() -> Result<u32, EntryError> {
 /// synced: the shared volume lives as long as the pod, which a machine's crash ends
 /// anyway.
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), EntryError> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let tmp = path.with_extension("tmp");
-    let write = || -> std::io::Result<()> {
-        let _ = std::fs::remove_file(&tmp);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        // The umask may have taken bits away; the mode is what was asked.
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        file.write_all(bytes)?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| setup("cannot write", path, e))
+    crate::shared::own(path, bytes, mode).map_err(|e| setup("cannot write", path, e))
 }

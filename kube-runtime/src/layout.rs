@@ -44,6 +44,10 @@ impl Layout {
     pub fn env_file(&self) -> PathBuf {
         self.root.join(files::ENV_FILE)
     }
+    /// The exported variables about the job's tasks (`env-peers.sh`).
+    pub fn peers_env_file(&self) -> PathBuf {
+        self.root.join(files::PEERS_ENV_FILE)
+    }
     /// The whole environment of the task, written by `run` for ssh sessions.
     pub fn env_all_file(&self) -> PathBuf {
         self.root.join(files::ENV_ALL)

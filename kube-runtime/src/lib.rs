@@ -14,6 +14,7 @@ pub mod layout;
 pub mod logs;
 pub mod procfs;
 pub mod run;
+pub mod shared;
 pub mod shell;
 pub mod supervisor;
 pub mod training_env;

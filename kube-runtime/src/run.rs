@@ -158,7 +158,14 @@ fn ssh_on_demand(
 /// defaults under it (`jobEnvs` and the image's variables win), and the job's `bin/`
 /// (its `ssh` with the task aliases) first on `PATH`.
 fn environment(layout: &Layout) -> Result<Vec<(OsString, OsString)>, RunError> {
-    let dynamic = read_env_file(&layout.env_file())?;
+    let mut dynamic = read_env_file(&layout.env_file())?;
+    // The peers' variables, apart (the same file in every task of a host); an older
+    // runtime's `entry` wrote them all into `env.sh`.
+    match read_env_file(&layout.peers_env_file()) {
+        Ok(peers) => dynamic.extend(peers),
+        Err(RunError::EnvFile { source, .. }) if source.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let defaults = match read_env_file(&layout.root().join(training_files::DEFAULTS_ENV)) {
         Ok(vars) => vars,
         // Written by every runtime that writes the aliases; an older init container's

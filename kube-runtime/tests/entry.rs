@@ -4,6 +4,7 @@
 mod common;
 
 use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -117,8 +118,24 @@ fn entry_prepares_everything_and_run_starts_the_command_with_its_peers() {
     );
     assert!(root.join("peers.json").exists() && root.join("framework.json").exists());
 
-    let vars: Vec<(OsString, OsString)> =
+    // This task's own variables in env.sh, the peers' in env-peers.sh (a pod has no
+    // shared directory: files of its own).
+    let mut vars: Vec<(OsString, OsString)> =
         shell::parse(&std::fs::read(root.join("env.sh")).expect("env.sh")).expect("parses");
+    let peers: Vec<(OsString, OsString)> =
+        shell::parse(&std::fs::read(root.join("env-peers.sh")).expect("env-peers.sh"))
+            .expect("parses");
+    assert!(
+        !peers.iter().any(|(k, _)| k == "PAI_TASK_ROLE_INDEX"),
+        "only the peers' in env-peers.sh"
+    );
+    assert_eq!(
+        std::fs::metadata(root.join("env-peers.sh"))
+            .expect("stat")
+            .nlink(),
+        1
+    );
+    vars.extend(peers);
     let get = |n: &str| {
         vars.iter()
             .find(|(k, _)| k == n)

@@ -615,7 +615,14 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                 peers_file: inner.store.peers_file(&name, attempt),
                 pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
                 host_env: inner.host_env.clone(),
-                init_env: init_env(inner, &name, task::container_env(fc.clone(), &init)),
+                init_env: {
+                    let mut env = init_env(inner, &name, task::container_env(fc.clone(), &init));
+                    env.push((
+                        pai_contract::env::runtime::SHARED_DIR.to_string(),
+                        inner.store.shared_dir(&name, attempt).display().to_string(),
+                    ));
+                    env
+                },
                 main_env: {
                     let mut env = task::container_env(fc, &main);
                     // The runtime writes the task's result here, as the kubelet's file.

@@ -165,6 +165,15 @@ impl Store {
     }
 
     /// Where attempt `attempt`'s peer table of job `name` is published.
+    /// Where the tasks of an attempt keep one copy of the files that are the same in
+    /// many of them (`PAI_RUNTIME_SHARED_DIR`); removed with the job.
+    pub fn shared_dir(&self, name: &str, attempt: i32) -> PathBuf {
+        self.job_dir(name)
+            .join("attempts")
+            .join(attempt.to_string())
+            .join(".shared")
+    }
+
     pub fn peers_file(&self, name: &str, attempt: i32) -> PathBuf {
         self.job_dir(name).join(format!("peers-{attempt}.json"))
     }

@@ -219,6 +219,59 @@ async fn an_unreadable_job_is_skipped_and_the_rest_served() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// What is the same in every task of an attempt (the peers' variables, the peer table)
+/// is one read-only file, hard-linked into each task's root, not a copy per task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tasks_of_an_attempt_share_one_copy_of_the_peers_files() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = scratch("shared");
+    let state = dir.join("state");
+    let server = Server::start(&state);
+    let client = server.client();
+    client
+        .submit(
+            "alice",
+            &spec("shared", 4, "true", json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    assert_eq!(
+        final_view(&client, "alice", "shared").await["jobStatus"]["state"],
+        "SUCCEEDED"
+    );
+    let attempt = only_entry(&state.join("jobs")).join("attempts").join("0");
+    for file in ["env-peers.sh", "peer-env-common.sh", "peers.json"] {
+        let stats: Vec<std::fs::Metadata> = (0..4)
+            .map(|i| std::fs::metadata(attempt.join(format!("worker-{i}")).join(file)).expect(file))
+            .collect();
+        assert!(
+            stats.iter().all(|m| m.ino() == stats[0].ino()),
+            "{file}: one inode"
+        );
+        assert_eq!(
+            stats[0].nlink(),
+            5,
+            "{file}: four tasks and the shared copy"
+        );
+        assert_eq!(stats[0].mode() & 0o222, 0, "{file}: read-only");
+        assert_eq!(
+            stats[0].mode() & 0o077 & !0o044,
+            0,
+            "{file}: nobody else writes"
+        );
+    }
+    // Each task's own stays its own.
+    let own = |i: u32| {
+        std::fs::metadata(attempt.join(format!("worker-{i}")).join("env.sh"))
+            .expect("env.sh")
+            .ino()
+    };
+    assert_ne!(own(0), own(1));
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_and_the_files_holding_the_environment_are_private() {
     let dir = scratch("private");

@@ -118,7 +118,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     if daemons.is_empty()
         && let Some(on_demand) = &on_demand
     {
-        on_demand.daemon_ended(0);
+        on_demand.daemon_ended(0, false);
     }
 
     let user_log_path = plan.log_dir.join(crate::logs::USER_LOG);
@@ -175,7 +175,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
                 *status = Some(ended);
             } else if let Some(name) = daemons.remove(&pid) {
                 if let Some(on_demand) = &on_demand {
-                    on_demand.daemon_ended(daemons.len());
+                    on_demand.daemon_ended(daemons.len(), cleaning_up);
                 }
                 if ended.code() == 0 {
                     info!(daemon = %name, "daemon script finished");

@@ -156,8 +156,9 @@ impl OnDemand {
         self.sessions.lock().remove(&pid);
     }
 
-    /// A daemon script ended; `left`: how many still run.
-    pub fn daemon_ended(&self, left: usize) {
+    /// A daemon script ended; `left`: how many still run; `task_ending`: the task's
+    /// clean-up ended it (the user command had ended), which is no trouble to report.
+    pub fn daemon_ended(&self, left: usize, task_ending: bool) {
         let path = std::fs::read_to_string(self.dir.join(SSHD_PATH_FILE))
             .ok()
             .map(|p| PathBuf::from(p.trim()))
@@ -170,7 +171,11 @@ impl OnDemand {
         *ready = match path {
             Some(path) => Readiness::Ready(path),
             None if left == 0 => {
-                warn!("no daemon script prepared sshd (see its log); ssh connections are closed");
+                if !task_ending {
+                    warn!(
+                        "no daemon script prepared sshd (see its log); ssh connections are closed"
+                    );
+                }
                 Readiness::Unavailable
             }
             None => return,
