@@ -310,6 +310,8 @@ impl Machine {
             .annotations
             .get_or_insert_with(Default::default)
             .insert(pai_contract::depends::FAILED.to_string(), why.to_string());
+        // Saved whether or not the job was being stopped already.
+        self.inner.persist(&job).await?;
         self.set_execution(name, ExecutionType::Stop).await
     }
 

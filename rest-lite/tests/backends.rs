@@ -238,6 +238,22 @@ impl Harness {
         }
     }
 
+    /// The server stopped the job (its dependency failed): on Kubernetes the test then
+    /// completes the stop as FrameworkController does; here the backend does it all.
+    async fn stopped_by_the_server(&self, user: &str, job: &str) {
+        if let Place::Kube(api) = &self.place {
+            tokio::time::timeout(
+                DEADLINE,
+                api.wait_for("frameworks", NS, &Self::framework_name(user, job), |f| {
+                    f["spec"]["executionType"] == "Stop"
+                }),
+            )
+            .await
+            .expect("stopped in time");
+            self.stop_carried_out(user, job);
+        }
+    }
+
     /// The server restarted: the same API server or state directory, a new process.
     fn restarted(self) -> Self {
         let Harness { place, server, dir } = self;
@@ -415,21 +431,7 @@ async fn a_job_fails_when_its_dependency_cannot_reach_the_state(h: &Harness) {
         .expect("cleanup");
     h.running("alice", "x").await;
     h.exit("alice", "x", 3).await;
-    if let Place::Kube(api) = &h.place {
-        // The server stops it; the test completes the stop as FrameworkController does.
-        tokio::time::timeout(
-            DEADLINE,
-            api.wait_for(
-                "frameworks",
-                NS,
-                &Harness::framework_name("alice", "y"),
-                |f| f["spec"]["executionType"] == "Stop",
-            ),
-        )
-        .await
-        .expect("stopped in time");
-        h.stop_carried_out("alice", "y");
-    }
+    h.stopped_by_the_server("alice", "y").await;
     let y = view_once(h, "alice", "y", |v| v.job_status.state.is_final()).await;
     assert_eq!(y.job_status.state, JobState::Failed);
     assert_eq!(
@@ -450,20 +452,7 @@ async fn a_job_fails_when_its_dependency_cannot_reach_the_state(h: &Harness) {
         .await
         .expect("q");
     h.client(ALICE).delete("alice", "p").await.expect("deleted");
-    if let Place::Kube(api) = &h.place {
-        tokio::time::timeout(
-            DEADLINE,
-            api.wait_for(
-                "frameworks",
-                NS,
-                &Harness::framework_name("alice", "q"),
-                |f| f["spec"]["executionType"] == "Stop",
-            ),
-        )
-        .await
-        .expect("stopped in time");
-        h.stop_carried_out("alice", "q");
-    }
+    h.stopped_by_the_server("alice", "q").await;
     let q = view_once(h, "alice", "q", |v| v.job_status.state.is_final()).await;
     assert_eq!(q.job_status.state, JobState::Failed);
     assert_eq!(

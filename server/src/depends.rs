@@ -211,7 +211,8 @@ impl Controller {
             }
             return;
         }
-        if !depends::holds(framework) {
+        // Not held, or ended meanwhile (stopped while it waited): nothing to decide.
+        if !depends::holds(framework) || job_state(framework).is_final() {
             self.forget(&name);
             return;
         }

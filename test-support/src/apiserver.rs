@@ -1021,6 +1021,18 @@ async fn get_one(State(shared): State<Arc<Shared>>, Path(params): Path<Params>) 
     }
 }
 
+/// 409: a write named a resourceVersion that is no longer the object's.
+fn stale(key: &Key) -> Response {
+    status(
+        409,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
+            key.resource, key.name
+        ),
+    )
+}
+
 fn not_found(key: &Key) -> Response {
     status(
         404,
@@ -1112,14 +1124,7 @@ async fn replace(
         .as_str()
         .unwrap_or_default();
     if !sent.is_empty() && current["metadata"]["resourceVersion"] != sent {
-        return status(
-            409,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
-                key.resource, key.name
-            ),
-        );
+        return stale(&key);
     }
     let updated = insert(&mut store, &shared.events, key, object, "MODIFIED");
     axum::Json(updated).into_response()
@@ -1179,14 +1184,7 @@ async fn patch(
     if let Some(sent) = patch["metadata"]["resourceVersion"].as_str()
         && object["metadata"]["resourceVersion"].as_str() != Some(sent)
     {
-        return status(
-            409,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
-                key.resource, key.name
-            ),
-        );
+        return stale(&key);
     }
     merge(&mut object, &patch);
     if let Err(invalid) = crate::validation::admit(&key.resource, &mut object) {
