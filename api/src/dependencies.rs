@@ -3,12 +3,10 @@
 //! the Frameworks of its dependencies, used by the server on a cluster and on this
 //! machine alike.
 
-use std::sync::Arc;
-
 use pai_contract::Framework;
 use pai_contract::depends::{self, Dependency};
 
-use crate::status::job_state;
+use crate::status::{JobState, job_state};
 use crate::waiting::Waiting;
 
 /// What a held job's dependencies say.
@@ -25,22 +23,37 @@ pub enum Decision {
 /// The reason a job waits for its dependencies.
 pub const REASON: &str = "Dependencies";
 
-/// The decision for `framework` (held: [`depends::holds`]); `lookup` finds a Framework of
-/// the same namespace by its name.
-pub fn decide(framework: &Framework, lookup: impl Fn(&str) -> Option<Arc<Framework>>) -> Decision {
+/// What a dependency's job is now: its state and its Framework's UID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub state: JobState,
+    pub uid: Option<String>,
+}
+
+impl Seen {
+    /// What `framework` is now.
+    pub fn of(framework: &Framework) -> Self {
+        Self {
+            state: job_state(framework),
+            uid: framework.metadata.uid.clone(),
+        }
+    }
+}
+
+/// The decision for `framework` (held: [`depends::holds`]); `lookup` tells what a job of
+/// the same namespace is now, by its Framework's name.
+pub fn decide(framework: &Framework, lookup: impl Fn(&str) -> Option<Seen>) -> Decision {
     let user = framework.user_name().unwrap_or_default().to_string();
     let mut waiting = Vec::new();
     for Dependency { job, state, uid } in depends::of(framework) {
         let wanted = state.as_str();
         let name = pai_contract::names::framework_name(&user, &job);
-        let found =
-            lookup(&name).filter(|f| uid.is_none() || f.metadata.uid.as_deref() == uid.as_deref());
-        let Some(dependency) = found else {
+        let found = lookup(&name).filter(|f| uid.is_none() || f.uid.as_deref() == uid.as_deref());
+        let Some(Seen { state: now, .. }) = found else {
             return Decision::Failed(format!(
                 "job {job}, which this job waited for to be {wanted}, was deleted"
             ));
         };
-        let now = job_state(&dependency);
         if now.to_string() == wanted {
             continue;
         }

@@ -85,6 +85,11 @@ pub fn of(framework: &Framework) -> Vec<Dependency> {
         .unwrap_or_default()
 }
 
+/// Whether it names jobs it waits for (met or not).
+pub fn waits(framework: &Framework) -> bool {
+    annotation(framework, ANNOTATION).is_some()
+}
+
 /// Why its dependencies failed it, if they did.
 pub fn failed(framework: &Framework) -> Option<&str> {
     annotation(framework, FAILED)

@@ -255,7 +255,7 @@ pub(super) async fn remove(inner: &Arc<Inner>, job: &Job) {
     inner.jobs().remove(&name);
     job.gone.store(true, std::sync::atomic::Ordering::SeqCst);
     job.changed.send_modify(|v| *v += 1);
-    let _ = inner.changes.send(name.clone());
+    let _ = inner.changes.send((name.clone(), false));
     tracing::info!(job = %name, "job deleted");
 }
 

@@ -85,8 +85,9 @@ pub(crate) struct Inner {
     pub(crate) jobs: Mutex<BTreeMap<String, Arc<Job>>>,
     /// This machine's task slots, held by running attempts.
     pub(crate) slots: crate::slots::Slots,
-    /// The name of each job as it is saved or removed (for whoever watches them all).
-    pub(crate) changes: tokio::sync::broadcast::Sender<String>,
+    /// The name of each job as it is saved or removed, and whether it names jobs it
+    /// waits for (for whoever watches them all).
+    pub(crate) changes: tokio::sync::broadcast::Sender<(String, bool)>,
     /// Where tasks' ports come from.
     pub(crate) ports: crate::ports::Ports,
     /// Job directories that could not be read at start, by name, with the reason: their
@@ -137,7 +138,10 @@ impl Inner {
             .map_err(|e| Error::Other(format!("saving the job: {e}")))?
             .map_err(|e| Error::Other(e.to_string()))?;
         job.changed.send_modify(|v| *v += 1);
-        let _ = self.changes.send(job.name());
+        if self.changes.receiver_count() > 0 {
+            let waits = pai_contract::depends::waits(&job.framework());
+            let _ = self.changes.send((job.name(), waits));
+        }
         Ok(())
     }
 }

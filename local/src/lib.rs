@@ -273,10 +273,18 @@ impl Machine {
         }
     }
 
-    /// The name of each job as it changes (saved, deleted, removed); a receiver that
-    /// falls 4,096 changes behind is told it lagged.
-    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+    /// The name of each job as it changes (saved, deleted, removed), and whether it
+    /// names jobs it waits for; a receiver that falls 4,096 changes behind is told it
+    /// lagged.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<(String, bool)> {
         self.inner.changes.subscribe()
+    }
+
+    /// `read` of the Framework `name` as it is now, without a copy of it.
+    pub fn inspect<T>(&self, name: &str, read: impl FnOnce(&Framework) -> T) -> Option<T> {
+        let job = self.inner.visible(name)?;
+        let framework = job.framework();
+        Some(read(&framework))
     }
 
     /// Lets job `name`, which waited for other jobs, run: marks its dependencies met

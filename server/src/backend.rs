@@ -40,6 +40,15 @@ pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
 /// is deleted, and then the stream ends.
 pub type FrameworkStream = BoxStream<'static, Result<Option<Arc<Framework>>, BackendError>>;
 
+/// A Framework that changed (or went away).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Changed {
+    pub name: String,
+    /// Whether it names jobs it waits for (`dependsOn`): only such a job is looked at
+    /// for itself; any job is looked at as what others wait for.
+    pub waits: bool,
+}
+
 /// The operations the jobs API needs of a place that runs Frameworks.
 pub trait Backend: Send + Sync + 'static {
     /// A short description for the start-up line: which backend, where.
@@ -88,9 +97,14 @@ pub trait Backend: Send + Sync + 'static {
     fn peek(&self, _name: &str) -> Option<Arc<Framework>> {
         None
     }
-    /// The names of Frameworks as they change (`None` in the stream: changes were
-    /// missed, look at them all); `None`: the backend cannot tell.
-    fn changes(&self) -> Option<BoxStream<'static, Option<String>>> {
+    /// What job (Framework) `name` is now, as [`Backend::peek`] would tell, without a
+    /// copy of it: its state and UID.
+    fn seen(&self, name: &str) -> Option<pai_api::dependencies::Seen> {
+        self.peek(name).map(|f| pai_api::dependencies::Seen::of(&f))
+    }
+    /// Frameworks as they change (`None` in the stream: changes were missed, look at
+    /// them all); `None`: the backend cannot tell.
+    fn changes(&self) -> Option<BoxStream<'static, Option<Changed>>> {
         None
     }
     /// Lets the job `name`, which waited for other jobs, run: marks its dependencies met

@@ -28,7 +28,7 @@ pub fn held(backend: &dyn Backend, framework: &Framework) -> Option<Arc<Waiting>
     if !depends::holds(framework) {
         return None;
     }
-    match decide(framework, |name| backend.peek(name)) {
+    match decide(framework, |name| backend.seen(name)) {
         Decision::Waiting(waiting) => Some(Arc::new(waiting)),
         // Met or failed: the controller acts at once; until then it is on its way.
         Decision::Met | Decision::Failed(_) => None,
@@ -151,7 +151,7 @@ pub async fn run(backend: Arc<dyn Backend>) {
     controller.look_at_all().await;
     while let Some(change) = changes.next().await {
         match change {
-            Some(name) => controller.changed(&name).await,
+            Some(changed) => controller.changed(changed).await,
             None => controller.look_at_all().await,
         }
     }
@@ -177,10 +177,14 @@ impl Controller {
         }
     }
 
-    /// Job `name` changed: itself, and the held jobs that wait for it.
-    async fn changed(&mut self, name: &str) {
-        let mut names = vec![name.to_string()];
-        if let Some(dependents) = self.waiting_on.get(name) {
+    /// A job changed: itself when it names jobs it waits for, and the held jobs that
+    /// wait for it. Jobs that neither wait nor are waited for cost a lookup in a map.
+    async fn changed(&mut self, changed: crate::backend::Changed) {
+        let mut names = Vec::new();
+        if changed.waits {
+            names.push(changed.name.clone());
+        }
+        if let Some(dependents) = self.waiting_on.get(&changed.name) {
             names.extend(dependents.iter().cloned());
         }
         for name in names {
@@ -222,7 +226,7 @@ impl Controller {
             self.waiting_on.entry(on).or_default().insert(name.clone());
         }
         let backend = self.backend.clone();
-        match decide(framework, |n| backend.peek(n)) {
+        match decide(framework, |n| backend.seen(n)) {
             Decision::Waiting(_) => {}
             Decision::Met => {
                 tracing::info!(job = %name, "every job it waited for reached its state; it runs");

@@ -566,14 +566,19 @@ impl Backend for KubeBackend {
         self.store.get(name)
     }
 
-    fn changes(&self) -> Option<futures::stream::BoxStream<'static, Option<String>>> {
+    fn changes(
+        &self,
+    ) -> Option<futures::stream::BoxStream<'static, Option<crate::backend::Changed>>> {
         use tokio::sync::broadcast::error::RecvError;
         let changes = self.store.subscribe();
         Some(
             futures::stream::unfold(changes, |mut changes| async move {
                 let item = match changes.recv().await {
                     Ok(crate::store::Change::Applied(f) | crate::store::Change::Deleted(f)) => {
-                        Some(f.metadata.name.clone().unwrap_or_default())
+                        Some(crate::backend::Changed {
+                            name: f.metadata.name.clone().unwrap_or_default(),
+                            waits: pai_contract::depends::waits(&f),
+                        })
                     }
                     Err(RecvError::Lagged(_)) => None,
                     Err(RecvError::Closed) => return None,

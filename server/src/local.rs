@@ -104,14 +104,20 @@ impl Backend for LocalBackend {
         self.0.get(name).map(Arc::new)
     }
 
-    fn changes(&self) -> Option<futures::stream::BoxStream<'static, Option<String>>> {
+    fn seen(&self, name: &str) -> Option<pai_api::dependencies::Seen> {
+        self.0.inspect(name, pai_api::dependencies::Seen::of)
+    }
+
+    fn changes(
+        &self,
+    ) -> Option<futures::stream::BoxStream<'static, Option<crate::backend::Changed>>> {
         use futures::StreamExt;
         use tokio::sync::broadcast::error::RecvError;
         let changes = self.0.changes();
         Some(
             futures::stream::unfold(changes, |mut changes| async move {
                 let item = match changes.recv().await {
-                    Ok(name) => Some(name),
+                    Ok((name, waits)) => Some(crate::backend::Changed { name, waits }),
                     Err(RecvError::Lagged(_)) => None,
                     Err(RecvError::Closed) => return None,
                 };
