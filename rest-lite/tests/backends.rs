@@ -525,8 +525,11 @@ async fn a_restart_while_waiting(h: Harness) {
         .await
         .expect("second");
     let h = h.restarted();
-    // (The watch waits out a server still reading the jobs.)
-    let second = view_once(&h, "alice", "second", |_| true).await;
+    let second = h
+        .client(ALICE)
+        .job("alice", "second")
+        .await
+        .expect("second");
     assert_eq!(second.job_status.state, JobState::Waiting);
     assert_eq!(
         second.job_status.waiting.map(|w| w.reason).as_deref(),

@@ -58,7 +58,8 @@ impl Server {
             .args(["--namespace", namespace, "--token-file"])
             .arg(tokens);
         Self::quiet(&mut command);
-        Self::spawn(&mut command, &["kubernetes at"])
+        // Reads are answered once the jobs were listed (until then a 503 says so).
+        Self::spawn_until(&mut command, &["kubernetes at"], Some("listed the jobs"))
     }
 
     fn quiet(command: &mut Command) {
@@ -89,18 +90,32 @@ impl Server {
     /// Starts `command`; returns once its start-up line, which must say each of
     /// `expected`, is written.
     pub fn spawn(command: &mut Command, expected: &[&str]) -> Self {
+        Self::spawn_until(command, expected, None)
+    }
+
+    /// [`Server::spawn`], and then, given `also`, until a log line says that too.
+    pub fn spawn_until(command: &mut Command, expected: &[&str], also: Option<&str>) -> Self {
         let mut child = command.spawn().expect("rest-lite serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel();
+        let (also_tx, also_rx) = mpsc::channel();
+        let wanted = also.map(str::to_string);
         // Reads the log all along, as a log collector would.
         std::thread::spawn(move || {
             let mut tx = Some(tx);
+            let mut also_tx = wanted.map(|a| (a, also_tx));
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 if line.contains("rest-lite serving")
                     && let Some(tx) = tx.take()
                 {
                     let _ = tx.send(line);
+                } else if also_tx
+                    .as_ref()
+                    .is_some_and(|(a, _)| line.contains(a.as_str()))
+                    && let Some((_, also_tx)) = also_tx.take()
+                {
+                    let _ = also_tx.send(());
                 }
             }
         });
@@ -113,6 +128,11 @@ impl Server {
             let _ = child.kill();
             let _ = child.wait();
             panic!("the start-up line {line:?} does not say {expected:?}");
+        }
+        if also.is_some() && also_rx.recv_timeout(DEADLINE).is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server never logged {also:?}");
         }
         let line = line.unwrap_or_default();
         let url = line
