@@ -6,8 +6,8 @@
 //! and the file system's block allocation led the profile). In a pod, the root is the
 //! pod's own volume: the file is written there, as always.
 //!
-//! A shared copy is named by its content's SHA-256, so two tasks that would write
-//! different bytes never share one; it is read-only (a task appending to its copy would
+//! A shared copy is named by its content's SHA-256 and its mode, so two tasks that would
+//! write different bytes never share one; it is read-only (a task appending to its copy would
 //! change every task's), and written beside its name and renamed, so a task never links
 //! a copy half written.
 
@@ -44,12 +44,15 @@ pub fn own(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
 
 fn link(path: &Path, bytes: &[u8], mode: u32, dir: &Path) -> std::io::Result<()> {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
-    let name: String = digest
+    // The mode is part of the name: the same bytes asked with another mode are another
+    // copy (a link has its inode's mode).
+    let mut name: String = digest
         .as_ref()
         .iter()
         .take(16)
         .map(|b| format!("{b:02x}"))
         .collect();
+    name.push_str(&format!("-{mode:o}"));
     let copy = dir.join(&name);
     if std::fs::symlink_metadata(&copy).is_err() {
         std::fs::create_dir_all(dir)?;
