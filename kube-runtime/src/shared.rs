@@ -8,8 +8,8 @@
 //!
 //! A shared copy is named by its content's SHA-256 and its mode, so two tasks that would
 //! write different bytes never share one; it is read-only (a task appending to its copy would
-//! change every task's), and written beside its name and renamed, so a task never links
-//! a copy half written.
+//! change every task's), and written beside its name and linked there, so a task never
+//! links a copy half written and two tasks writing at once end with one copy.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -56,10 +56,20 @@ fn link(path: &Path, bytes: &[u8], mode: u32, dir: &Path) -> std::io::Result<()>
     let copy = dir.join(&name);
     if std::fs::symlink_metadata(&copy).is_err() {
         std::fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+        // Unique to this writer (tasks are processes; a test's writers are threads).
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!("{name}.{}.{write}.tmp", std::process::id()));
         own(&tmp, bytes, mode)?;
-        // Another task may have put the same bytes there meanwhile: either is whole.
-        std::fs::rename(&tmp, &copy)?;
+        // A link, unlike a rename, never replaces: a task that put the same bytes there
+        // meanwhile keeps its copy, and this one is linked to it too.
+        let made = std::fs::hard_link(&tmp, &copy);
+        let _ = std::fs::remove_file(&tmp);
+        match made {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
     }
     match std::fs::remove_file(path) {
         Ok(()) => {}
@@ -98,6 +108,34 @@ mod tests {
         assert_eq!(inode("a").nlink(), 3, "a, b and the shared copy");
         let own = std::fs::metadata(dir.join("a/own")).expect("stat");
         assert_eq!((own.nlink(), own.mode() & 0o777), (1, 0o600));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn tasks_writing_at_once_end_with_one_copy() {
+        let dir = std::env::temp_dir().join(format!("shared-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let shared = dir.join("shared");
+        let bytes = vec![b'x'; 256 * 1024];
+        for round in 0..20 {
+            let paths: Vec<_> = (0..8).map(|t| dir.join(format!("{round}-{t}"))).collect();
+            std::thread::scope(|scope| {
+                for path in &paths {
+                    let (bytes, shared) = (&bytes, &shared);
+                    std::fs::create_dir_all(path).expect("dir");
+                    scope.spawn(move || {
+                        let mut this = bytes.clone();
+                        this.extend_from_slice(format!("{round}").as_bytes());
+                        write(&path.join("f"), &this, 0o600, Some(shared)).expect("write");
+                    });
+                }
+            });
+            let inodes: std::collections::HashSet<u64> = paths
+                .iter()
+                .map(|p| std::fs::metadata(p.join("f")).expect("stat").ino())
+                .collect();
+            assert_eq!(inodes.len(), 1, "round {round}");
+        }
         std::fs::remove_dir_all(&dir).ok();
     }
 }

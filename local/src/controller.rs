@@ -209,7 +209,7 @@ pub(super) async fn drive(
                 match held {
                     Some(held) => {
                         driver.held = Some(held);
-                        events.push(driver.place_now());
+                        events.push(driver.place_now().await);
                     }
                     None => events.push(not_started("this machine's task slots are closed".into())),
                 }
@@ -420,12 +420,18 @@ impl Driver<'_> {
                 crate::slots::Asked::TooMany(message) => return Some(not_started(message)),
             }
         }
-        Some(self.place_now())
+        Some(self.place_now().await)
     }
 
     /// Places the current attempt's tasks (its slots are held): the event that says so.
-    fn place_now(&mut self) -> Event {
-        match place(self.inner, self.job) {
+    async fn place_now(&mut self) -> Event {
+        // Off the async workers: a large job's placement binds a port per task, and the
+        // server's other requests must not wait behind it.
+        let (inner, job) = (self.inner.clone(), self.job.clone());
+        let placed = tokio::task::spawn_blocking(move || place(&inner, &job))
+            .await
+            .unwrap_or_else(|e| Err(format!("placing the attempt failed: {e}")));
+        match placed {
             Ok((placements, launches)) => {
                 self.placed = launches;
                 Event::Placed(placements)
