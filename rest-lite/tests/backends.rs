@@ -480,6 +480,16 @@ async fn a_dependency_that_cannot_be_waited_for_is_refused(h: &Harness) {
         message.contains("dependsOn[0].job: user alice has no job \"nosuch\""),
         "{message}"
     );
+    // Another user's job is not one to wait for, nor is its existence told.
+    h.submit(BOB, "bob", "bobs").await.expect("bob's job");
+    let message = refused(
+        h.submit_waiting("alice", "a", json!([{"job": "bobs"}]))
+            .await,
+    );
+    assert!(
+        message.contains("dependsOn[0].job: user alice has no job \"bobs\""),
+        "{message}"
+    );
     let message = refused(h.submit_waiting("alice", "a", json!([{"job": "a"}])).await);
     assert!(
         message.contains("dependsOn[0].job: a job cannot wait for itself"),

@@ -476,6 +476,20 @@ async fn pages_sign_in_with_a_cookie_and_show_each_user_only_their_jobs() {
         runtime.body
     );
     assert!(!runtime.body.contains("hello from"), "{}", runtime.body);
+    // A page for people: a `source` it does not know shows the output.
+    let unknown = request(
+        &url,
+        "GET",
+        "/ui/jobs/alice/mine/logs/worker/1?source=bogus",
+        &[("Cookie", &cookie)],
+        "",
+    );
+    assert_eq!(unknown.status, 200);
+    assert!(
+        unknown.body.contains("hello from worker-1") && !unknown.body.contains("[runtime "),
+        "{}",
+        unknown.body
+    );
 
     // Bob sees neither Alice's job in his list nor her job's page or logs.
     let bearer = format!("Bearer {BOB}");

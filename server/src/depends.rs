@@ -128,15 +128,24 @@ async fn cycle(
 /// Removes the dependencies' scheduling gate from every role's pod template.
 pub fn ungate_template(framework: &mut Framework) {
     for role in &mut framework.spec.task_roles {
-        if let Some(spec) = role.task.pod.spec.as_mut()
-            && let Some(gates) = spec.scheduling_gates.as_mut()
-        {
-            gates.retain(|g| g.name != depends::GATE);
-            if gates.is_empty() {
-                spec.scheduling_gates = None;
-            }
+        if let Some(spec) = role.task.pod.spec.as_mut() {
+            ungate(spec);
         }
     }
+}
+
+/// Takes the dependencies' gate out of a pod spec (others' gates stay); whether it had it.
+pub fn ungate(spec: &mut k8s_openapi::api::core::v1::PodSpec) -> bool {
+    let Some(gates) = spec.scheduling_gates.as_mut() else {
+        return false;
+    };
+    let before = gates.len();
+    gates.retain(|g| g.name != depends::GATE);
+    let had = gates.len() != before;
+    if gates.is_empty() {
+        spec.scheduling_gates = None;
+    }
+    had
 }
 
 /// Releases or fails held jobs as their dependencies change, while the backend runs.
@@ -207,7 +216,7 @@ impl Controller {
         // A released job whose attempt is being made may still have a pod created from
         // its gated template: released again (idempotent) until its tasks run.
         if depends::released(framework)
-            && !depends::of(framework).is_empty()
+            && depends::waits(framework)
             && job_state(framework) == JobState::Waiting
         {
             if let Err(e) = self.backend.release(&name).await {

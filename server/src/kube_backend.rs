@@ -622,22 +622,15 @@ impl Backend for KubeBackend {
                 .inspect(|_| self.answered())
                 .map_err(|e| self.error(e))?;
             for pod in pods {
-                let Some(gates) = pod.spec.as_ref().and_then(|s| s.scheduling_gates.clone())
-                else {
-                    continue;
-                };
-                if !gates.iter().any(|g| g.name == pai_contract::depends::GATE) {
+                let mut spec = pod.spec.clone().unwrap_or_default();
+                if !crate::depends::ungate(&mut spec) {
                     continue;
                 }
-                let rest: Vec<_> = gates
-                    .into_iter()
-                    .filter(|g| g.name != pai_contract::depends::GATE)
-                    .collect();
                 // Only gates may be taken away; others' (Kueue's) stay, under the
                 // version read.
                 let patch = serde_json::json!({
                     "metadata": {"resourceVersion": pod.metadata.resource_version},
-                    "spec": {"schedulingGates": if rest.is_empty() { serde_json::Value::Null } else { serde_json::json!(rest) }},
+                    "spec": {"schedulingGates": spec.scheduling_gates},
                 });
                 let pod_name = pod.metadata.name.clone().unwrap_or_default();
                 match self

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use pai_api::jobs::JobSummary;
-use pai_api::status::{JobState, JobView};
+use pai_api::status::{JobState, JobView, TaskView};
 use pai_api::time::{age, readable};
 
 /// Columns padded to their widest cell, two spaces apart; the last one unpadded.
@@ -111,39 +111,46 @@ impl Notes {
     }
 }
 
+/// Each task that left a result or failed to: its name (`worker-0`), the task, and its
+/// value or why it could not be sent; in role and index order.
+fn task_results(
+    view: &JobView,
+) -> impl Iterator<Item = (String, &TaskView, Result<&serde_json::Value, &str>)> {
+    view.task_roles.iter().flat_map(|(role, detail)| {
+        detail.task_statuses.iter().filter_map(move |task| {
+            let reported = match (&task.result, &task.result_error) {
+                (Some(value), _) => Ok(value),
+                (None, Some(why)) => Err(why.as_str()),
+                (None, None) => return None,
+            };
+            Some((format!("{role}-{}", task.task_index), task, reported))
+        })
+    })
+}
+
 /// Each task's result by its name (`worker-0`), in role and index order: its value, or
 /// `{"error": why}` where it could not be sent.
 pub fn results_of(view: &JobView) -> serde_json::Map<String, serde_json::Value> {
-    let mut out = serde_json::Map::new();
-    for (role, detail) in &view.task_roles {
-        for task in &detail.task_statuses {
-            let value = match (&task.result, &task.result_error) {
-                (Some(value), _) => value.clone(),
-                (None, Some(why)) => serde_json::json!({ "error": why }),
-                (None, None) => continue,
+    task_results(view)
+        .map(|(name, _, reported)| {
+            let value = match reported {
+                Ok(value) => value.clone(),
+                Err(why) => serde_json::json!({ "error": why }),
             };
-            out.insert(format!("{role}-{}", task.task_index), value);
-        }
-    }
-    out
+            (name, value)
+        })
+        .collect()
 }
 
 /// `rest-lite results`: a line per task that left a result (or failed to).
 pub fn results(view: &JobView) -> String {
     let mut rows = vec![["TASK", "STATE", "RESULT"].map(String::from).to_vec()];
-    for (role, detail) in &view.task_roles {
-        for task in &detail.task_statuses {
-            let shown = match (&task.result, &task.result_error) {
-                (Some(value), _) => value.to_string(),
-                (None, Some(why)) => format!("(not sent: {why})"),
-                (None, None) => continue,
-            };
-            rows.push(vec![
-                format!("{role}-{}", task.task_index),
-                task.task_state.to_string(),
-                shown,
-            ]);
-        }
+    for (name, task, reported) in task_results(view) {
+        let shown = match reported {
+            Ok(value) => value.to_string(),
+            Err(why) => format!("(not sent: {why})"),
+        };
+        rows.push(vec![name, task.task_state.to_string(), shown]);
     }
     if rows.len() == 1 {
         return format!(

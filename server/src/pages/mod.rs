@@ -334,7 +334,7 @@ async fn job_page(
 #[derive(Deserialize, Default)]
 struct LogPageQuery {
     #[serde(default)]
-    source: Option<String>,
+    source: crate::routes::LogSource,
 }
 
 /// A task's whole log in the current attempt, as plain text (never HTML: a task writes
@@ -346,13 +346,9 @@ async fn task_log(
     Path((user, job, role, index)): Path<(String, String, String, String)>,
     query: Result<axum::extract::Query<LogPageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    use pai_contract::log_lines::Source;
-    // A page for people: an unknown `source` shows the output.
-    let source = match query.ok().and_then(|q| q.0.source).as_deref() {
-        Some("runtime") => Source::Runtime,
-        Some("all") => Source::All,
-        _ => Source::User,
-    };
+    // The API's `source`; a page for people: an unknown one shows the output.
+    let source: pai_contract::log_lines::Source =
+        query.map(|q| q.0.source).unwrap_or_default().into();
     let here = format!("{}/logs/{role}/{index}", view::job_url(&user, &job));
     let (caller, framework) = match caller_and_job(&state, &headers, &here, &user, &job).await {
         Ok(found) => found,
