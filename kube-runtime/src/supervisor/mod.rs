@@ -20,13 +20,12 @@
 
 mod procs;
 pub mod signals;
+mod spawn;
 pub mod ssh;
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,6 +37,7 @@ use crate::logs::{CappedLog, Echo, EchoBudget, tee};
 pub use procs::Ended;
 use procs::{reap, signal_group, signal_rest};
 use signals::{Signals, forwarded};
+use spawn::{Environment, Stream, Streams};
 
 /// What to supervise.
 #[derive(Clone, Debug)]
@@ -105,12 +105,19 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     if on_demand.is_some() {
         daemon_env.push((ssh::ON_DEMAND_VAR.into(), "1".into()));
     }
+    let daemon_env =
+        Environment::new(daemon_env.iter().map(|(k, v)| (k, v))).map_err(|source| {
+            SuperviseError::Spawn {
+                program: "the daemons".into(),
+                source,
+            }
+        })?;
     let mut daemons: HashMap<Pid, String> = HashMap::new();
     for (name, script) in &plan.daemons {
         match start_daemon(name, script, &daemon_env, plan) {
-            Ok(child) => {
-                info!(daemon = %name, pid = child.id(), "started");
-                daemons.insert(Pid::from_raw(child.id() as i32), name.clone());
+            Ok(pid) => {
+                info!(daemon = %name, %pid, "started");
+                daemons.insert(pid, name.clone());
             }
             Err(e) => warn!(daemon = %name, error = %e, "cannot start; the job goes on without it"),
         }
@@ -129,34 +136,32 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
             None
         }
     };
-    let mut user = signals::unblock_in_child(&mut Command::new(&plan.program))
-        .args(&plan.args)
-        .env_clear()
-        .envs(plan.env.iter().map(|(k, v)| (k, v)))
-        .process_group(0)
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| SuperviseError::Spawn {
-            program: plan.program.display().to_string(),
-            source,
-        })?;
-    let user_pid = Pid::from_raw(user.id() as i32);
-    info!(pid = user.id(), "user command started");
+    let spawn_error = |source| SuperviseError::Spawn {
+        program: plan.program.display().to_string(),
+        source,
+    };
+    let env = Environment::new(plan.env.iter().map(|(k, v)| (k, v))).map_err(spawn_error)?;
+    let (stdout, stdout_writer) = std::io::pipe().map_err(spawn_error)?;
+    let (stderr, stderr_writer) = std::io::pipe().map_err(spawn_error)?;
+    let args: Vec<&OsStr> = plan.args.iter().map(OsString::as_os_str).collect();
+    let user_pid = spawn::spawn(
+        &plan.program,
+        &args,
+        &env,
+        Streams {
+            stdin: Stream::Inherit,
+            stdout: Stream::To(stdout_writer.into()),
+            stderr: Stream::To(stderr_writer.into()),
+        },
+    )
+    .map_err(spawn_error)?;
+    drop(env);
+    info!(pid = %user_pid, "user command started");
     let budget = EchoBudget::for_stdout(plan.log_cap);
-    let copiers: Vec<_> = [
-        user.stdout
-            .take()
-            .map(|s| tee(s, Echo::Stdout, user_log.clone(), budget.clone())),
-        user.stderr
-            .take()
-            .map(|s| tee(s, Echo::Stderr, user_log.clone(), budget.clone())),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    drop(user);
+    let copiers = [
+        tee(stdout, Echo::Stdout, user_log.clone(), budget.clone()),
+        tee(stderr, Echo::Stderr, user_log.clone(), budget.clone()),
+    ];
 
     let mut status: Option<Ended> = None;
     // After a forwarded TERM or INT: when to KILL the user command's group.
@@ -257,23 +262,20 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
 
 /// Starts a daemon, its output (both streams) into `init-<name>.log`, capped and rotated
 /// as the user log is.
-fn start_daemon(
-    name: &str,
-    script: &Path,
-    env: &[(OsString, OsString)],
-    plan: &Plan,
-) -> std::io::Result<Child> {
+fn start_daemon(name: &str, script: &Path, env: &Environment, plan: &Plan) -> std::io::Result<Pid> {
     let log = CappedLog::create(&plan.log_dir.join(format!("init-{name}.log")), plan.log_cap)?;
     let (reader, writer) = std::io::pipe()?;
-    let child = signals::unblock_in_child(&mut Command::new("/bin/sh"))
-        .arg(script)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(writer.try_clone()?)
-        .stderr(writer)
-        .spawn()?;
+    let null = std::fs::File::open("/dev/null")?;
+    let pid = spawn::spawn(
+        Path::new("/bin/sh"),
+        &[script.as_os_str()],
+        env,
+        Streams {
+            stdin: Stream::To(null.into()),
+            stdout: Stream::To(writer.try_clone()?.into()),
+            stderr: Stream::To(writer.into()),
+        },
+    )?;
     // Ends when the daemon and everything it started have closed the pipe.
     drop(tee(
         reader,
@@ -281,5 +283,5 @@ fn start_daemon(
         Some(Arc::new(Mutex::new(log))),
         EchoBudget::unbounded(),
     ));
-    Ok(child)
+    Ok(pid)
 }

@@ -1,11 +1,9 @@
 //! Signals arrive through a signalfd: they are blocked for the whole process (before any
 //! thread starts, so every thread inherits the mask) and read as data in the main loop.
 //! Children must not inherit that mask (nor one our own parent left us: `unshare --fork`
-//! blocks nearly everything), so [`unblock_in_child`] clears it between fork and exec.
+//! blocks nearly everything): [`super::spawn`] starts every child with none blocked.
 
 use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -72,19 +70,5 @@ impl Signals {
             }
         }
         Ok(signals)
-    }
-}
-
-/// Makes `command`'s process start with no signal blocked.
-#[allow(unsafe_code)]
-pub fn unblock_in_child(command: &mut Command) -> &mut Command {
-    // SAFETY: the closure runs between fork and exec, where only async-signal-safe calls
-    // are allowed; it calls pthread_sigmask (sigprocmask) on a set built on the stack,
-    // and allocates nothing.
-    unsafe {
-        command.pre_exec(|| {
-            pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
-                .map_err(std::io::Error::from)
-        })
     }
 }

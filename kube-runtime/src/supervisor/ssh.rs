@@ -12,15 +12,13 @@
 
 use std::ffi::OsString;
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::signals;
+use super::spawn::{self, Environment, Stream, Streams};
 
 /// Set for the daemon scripts when the supervisor listens on the ssh port.
 pub const ON_DEMAND_VAR: &str = "PAI_SSH_ON_DEMAND";
@@ -239,18 +237,22 @@ fn start(program: &Path, stream: TcpStream, sshd: &Sshd) -> std::io::Result<u32>
         .append(true)
         .open(&sshd.log)?;
     let input = stream.try_clone()?;
-    let child = signals::unblock_in_child(&mut Command::new(program))
-        .arg("-i")
-        .arg("-e")
-        .arg("-f")
-        .arg(sshd.dir.join("sshd_config"))
-        .env_clear()
-        .envs(sshd.env.iter().map(|(k, v)| (k, v)))
-        .process_group(0)
-        .stdin(Stdio::from(std::os::fd::OwnedFd::from(input)))
-        .stdout(Stdio::from(std::os::fd::OwnedFd::from(stream)))
-        .stderr(log)
-        .spawn()?;
+    let config = sshd.dir.join("sshd_config");
+    let pid = spawn::spawn(
+        program,
+        &[
+            "-i".as_ref(),
+            "-e".as_ref(),
+            "-f".as_ref(),
+            config.as_os_str(),
+        ],
+        &Environment::new(sshd.env.iter().map(|(k, v)| (k, v)))?,
+        Streams {
+            stdin: Stream::To(input.into()),
+            stdout: Stream::To(stream.into()),
+            stderr: Stream::To(log.into()),
+        },
+    )?;
     // Reaped by the supervisor's loop, as every child is.
-    Ok(child.id())
+    Ok(pid.as_raw().unsigned_abs())
 }
