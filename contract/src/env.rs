@@ -300,9 +300,9 @@ pub fn kubelet_expand(value: &str, lookup: impl Fn(&str) -> Option<String>) -> S
 
 /// True for a POSIX shell identifier: `[A-Za-z_][A-Za-z0-9_]*`.
 pub fn is_shell_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 #[cfg(test)]

@@ -72,10 +72,9 @@ pub fn parse(text: &[u8]) -> Result<Vec<(OsString, OsString)>, EnvFileError> {
             .position(|&b| b == b'=')
             .ok_or(EnvFileError::Syntax { line })?;
         let name = &after_export[..eq];
-        let name_text = String::from_utf8_lossy(name);
-        if !pai_contract::env::is_shell_identifier(&name_text) {
+        if !std::str::from_utf8(name).is_ok_and(pai_contract::env::is_shell_identifier) {
             return Err(EnvFileError::Name {
-                name: name_text.into_owned(),
+                name: String::from_utf8_lossy(name).into_owned(),
             });
         }
         let mut cursor = &after_export[eq + 1..];

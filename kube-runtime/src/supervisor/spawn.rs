@@ -36,8 +36,19 @@ impl Environment {
     pub fn new<'a>(
         vars: impl IntoIterator<Item = (&'a OsString, &'a OsString)>,
     ) -> std::io::Result<Self> {
-        let vars = vars.into_iter();
-        let mut entries = Vec::with_capacity(vars.size_hint().0);
+        let mut vars: Vec<(&OsString, &OsString)> = vars.into_iter().collect();
+        // Stable: of one name, the later pair stays later, and is the one kept. The
+        // names are compared as they are (no scan for `=` per comparison), and runs
+        // already in order (the job's files are written sorted) are merged, not sorted.
+        vars.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        vars.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
+        let mut entries = Vec::with_capacity(vars.len());
         for (name, value) in vars {
             let mut entry = Vec::with_capacity(name.len() + value.len() + 2);
             entry.extend_from_slice(name.as_bytes());
@@ -54,26 +65,8 @@ impl Environment {
             })?;
             entries.push(entry);
         }
-        // Stable: of one name, the later pair stays later, and is the one kept.
-        entries.sort_by(|a, b| name_of(a).cmp(name_of(b)));
-        entries.dedup_by(|later, kept| {
-            let same = name_of(later) == name_of(kept);
-            if same {
-                std::mem::swap(later, kept);
-            }
-            same
-        });
         Ok(Self(entries))
     }
-}
-
-/// The bytes of `NAME=value` before the first `=`.
-fn name_of(entry: &CString) -> &[u8] {
-    let bytes = entry.as_bytes();
-    bytes
-        .iter()
-        .position(|b| *b == b'=')
-        .map_or(bytes, |at| &bytes[..at])
 }
 
 /// Where one of a child's standard streams goes.
