@@ -3,9 +3,10 @@
 # $PAI_CONTAINER_SSH_PORT for the holders of the job's key (ssh/job_key, which every task
 # of the job has) and of the private half of $PAI_SSH_PUB_KEY. Sessions see the job's
 # environment. Every reason not to start is one line in this log, never a failure of the
-# task. When the supervisor holds the port ($PAI_SSH_ON_DEMAND), this prepares sshd and
-# names it in ssh/sshd.path: the supervisor starts `sshd -i` for each connection, and no
-# sshd runs until someone connects. Otherwise it runs sshd itself.
+# task. When the supervisor holds the port ($PAI_SSH_ON_DEMAND), it runs this script at
+# the first connection, not at the task's start: this prepares sshd and names it in
+# ssh/sshd.path, and the supervisor starts `sshd -i` for each connection; nothing of ssh
+# runs until someone connects. Otherwise this runs at the start and runs sshd itself.
 set -u
 root="${PAI_RUNTIME_ROOT:-/usr/local/pai}"
 dir="$root/ssh"

@@ -76,8 +76,8 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
     });
     let daemon_env = daemon_environment(layout, &env);
     let env = std::sync::Arc::new(env);
-    let ssh =
-        ssh_port.and_then(|port| ssh_on_demand(layout, port, user_key, &task, &daemon_env, &env));
+    let ssh = ssh_port
+        .and_then(|port| ssh_on_demand(layout, port, user_key, &task, &daemons, &daemon_env, &env));
     let plan = Plan {
         program: "/bin/sh".into(),
         args: vec![layout.main_sh().into_os_string()],
@@ -138,6 +138,7 @@ fn ssh_on_demand(
     port: u16,
     user_key: bool,
     task: &Task,
+    daemons: &[(String, PathBuf)],
     daemon_env: &[(OsString, OsString)],
     env: &std::sync::Arc<Vec<(OsString, OsString)>>,
 ) -> Option<Sshd> {
@@ -151,6 +152,10 @@ fn ssh_on_demand(
         log: task.log_dir(layout).join(crate::supervisor::ssh::SSHD_LOG),
         env: daemon_env.to_vec(),
         session: SessionEnv::new(layout.env_all_file(), env.clone()),
+        setup: daemons
+            .iter()
+            .find(|(name, _)| name == crate::supervisor::ssh::SETUP_SCRIPT)
+            .map(|(_, path)| path.clone()),
     })
 }
 

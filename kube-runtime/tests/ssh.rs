@@ -1,6 +1,6 @@
-//! A real sshd, prepared by `init/10-sshd.sh` and started by the supervisor for each
-//! connection (none runs before the first), accepts the job's key, and a command run over
-//! ssh sees the job's `PAI_*` variables. Needs openssh-server and an ssh client (`.ci/run`
+//! A real sshd, prepared by `init/10-sshd.sh` at the first connection and started by the
+//! supervisor for each connection (neither runs before the first), accepts the job's key,
+//! and a command run over ssh sees the job's `PAI_*` variables. Needs openssh-server and an ssh client (`.ci/run`
 //! installs them).
 
 mod common;
@@ -147,8 +147,11 @@ fn on_demand_task(name: &str) -> Option<OnDemandTask> {
     std::fs::create_dir_all(task.log_dir()).expect("log dir, to watch");
     task.env_file(&[("PAI_HOST_IP_ps_0", OsStr::new("10.1.0.1"))]);
     let release = task.fifo("release");
+    // The user command starts after the supervisor holds the ssh port.
+    let up = task.root().join("up");
     task.main(&format!(
-        "read line < {}\necho released\n",
+        "echo up > {}\nread line < {}\necho released\n",
+        up.display(),
         release.display()
     ));
     let child = task
@@ -160,7 +163,7 @@ fn on_demand_task(name: &str) -> Option<OnDemandTask> {
         .expect("run");
 
     let log = task.log_dir().join("init-10-sshd.sh.log");
-    wait_for_text(&log, "(on demand)");
+    wait_for_text(&up, "up");
     Some(OnDemandTask {
         task,
         key,
@@ -190,6 +193,10 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
         0,
         "no sshd runs before the first connection"
     );
+    assert!(
+        !log.exists() && !task.root().join("ssh/sshd_config").exists(),
+        "sshd is not prepared before the first connection"
+    );
     let ssh = ssh_to(
         &key,
         port,
@@ -210,6 +217,9 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
         String::from_utf8_lossy(&ssh.stdout),
         "job=alice~ssh it's ps=10.1.0.1\n"
     );
+    // Prepared once, for the first connection.
+    let prepared = std::fs::read_to_string(&log).expect("the setup script's log");
+    assert_eq!(prepared.matches("(on demand)").count(), 1, "{prepared}");
     // The sessions' environment was written for the first connection, private.
     use std::os::unix::fs::PermissionsExt;
     let env_all = task.root().join("env-all.sh");

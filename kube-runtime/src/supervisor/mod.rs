@@ -89,11 +89,26 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         source,
     })?;
 
+    let environment = |vars: &[(OsString, OsString)]| {
+        Environment::new(vars.iter().map(|(k, v)| (k, v))).map_err(|source| SuperviseError::Spawn {
+            program: "the daemon scripts".into(),
+            source,
+        })
+    };
+    let mut on_demand_env = plan.daemon_env.clone();
+    on_demand_env.push((ssh::ON_DEMAND_VAR.into(), "1".into()));
+    let on_demand_env = Arc::new(environment(&on_demand_env)?);
     // The ssh port is held before anything starts: nobody takes it in between.
     let on_demand = plan.ssh.clone().and_then(|sshd| {
         let port = sshd.port;
         let session = sshd.session.clone();
-        ssh::OnDemand::listen(sshd)
+        let setup = sshd.setup.clone().map(|script| ssh::Setup {
+            script,
+            env: on_demand_env.clone(),
+            log_dir: plan.log_dir.clone(),
+            log_cap: plan.log_cap,
+        });
+        ssh::OnDemand::listen(sshd, setup)
             .inspect_err(|e| {
                 warn!(port, error = %e, "cannot hold the ssh port; the daemon scripts start sshd themselves");
                 // Their sshd's sessions read it: now, not at the first connection.
@@ -101,31 +116,23 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
             })
             .ok()
     });
-    let mut daemon_env = plan.daemon_env.clone();
-    if on_demand.is_some() {
-        daemon_env.push((ssh::ON_DEMAND_VAR.into(), "1".into()));
-    }
-    let daemon_env =
-        Environment::new(daemon_env.iter().map(|(k, v)| (k, v))).map_err(|source| {
-            SuperviseError::Spawn {
-                program: "the daemons".into(),
-                source,
-            }
-        })?;
+    let daemon_env = match on_demand {
+        Some(_) => on_demand_env,
+        None => Arc::new(environment(&plan.daemon_env)?),
+    };
     let mut daemons: HashMap<Pid, String> = HashMap::new();
     for (name, script) in &plan.daemons {
-        match start_daemon(name, script, &daemon_env, plan) {
+        if on_demand.is_some() && name == ssh::SETUP_SCRIPT {
+            // Run at the first ssh connection instead.
+            continue;
+        }
+        match start_script(name, script, &daemon_env, &plan.log_dir, plan.log_cap) {
             Ok(pid) => {
                 info!(daemon = %name, %pid, "started");
                 daemons.insert(pid, name.clone());
             }
             Err(e) => warn!(daemon = %name, error = %e, "cannot start; the job goes on without it"),
         }
-    }
-    if daemons.is_empty()
-        && let Some(on_demand) = &on_demand
-    {
-        on_demand.daemon_ended(0, false);
     }
 
     let user_log_path = plan.log_dir.join(crate::logs::USER_LOG);
@@ -173,15 +180,12 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     let mut note = |ended: Vec<(Pid, Ended)>, status: &mut Option<Ended>, cleaning_up: bool| {
         for (pid, ended) in ended {
             if let Some(on_demand) = &on_demand {
-                on_demand.reaped(pid.as_raw().unsigned_abs());
+                on_demand.reaped(pid.as_raw().unsigned_abs(), cleaning_up);
             }
             if pid == user_pid {
                 info!(code = ended.code(), "user command ended");
                 *status = Some(ended);
             } else if let Some(name) = daemons.remove(&pid) {
-                if let Some(on_demand) = &on_demand {
-                    on_demand.daemon_ended(daemons.len(), cleaning_up);
-                }
                 if ended.code() == 0 {
                     info!(daemon = %name, "daemon script finished");
                 } else if cleaning_up {
@@ -260,10 +264,16 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     Ok(status.unwrap_or(Ended::Exited(0)))
 }
 
-/// Starts a daemon, its output (both streams) into `init-<name>.log`, capped and rotated
-/// as the user log is.
-fn start_daemon(name: &str, script: &Path, env: &Environment, plan: &Plan) -> std::io::Result<Pid> {
-    let log = CappedLog::create(&plan.log_dir.join(format!("init-{name}.log")), plan.log_cap)?;
+/// Starts a daemon script, its output (both streams) into `init-<name>.log` in
+/// `log_dir`, capped and rotated as the user log is.
+fn start_script(
+    name: &str,
+    script: &Path,
+    env: &Environment,
+    log_dir: &Path,
+    log_cap: u64,
+) -> std::io::Result<Pid> {
+    let log = CappedLog::create(&log_dir.join(format!("init-{name}.log")), log_cap)?;
     let (reader, writer) = std::io::pipe()?;
     let null = std::fs::File::open("/dev/null")?;
     let pid = spawn::spawn(
@@ -276,7 +286,7 @@ fn start_daemon(name: &str, script: &Path, env: &Environment, plan: &Plan) -> st
             stderr: Stream::To(writer.into()),
         },
     )?;
-    // Ends when the daemon and everything it started have closed the pipe.
+    // Ends when the script and everything it started have closed the pipe.
     drop(tee(
         reader,
         Echo::Nowhere,

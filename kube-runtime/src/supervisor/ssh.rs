@@ -3,12 +3,15 @@
 //! connection, so no sshd runs until someone connects, and nothing else can take the
 //! port in between.
 //!
-//! sshd's configuration (its config file, authorised keys, the session script) is still
-//! made by the `init/` script that used to start it (`init/10-sshd.sh`): told by
-//! [`ON_DEMAND_VAR`] that the supervisor listens, it writes which sshd to run into
-//! [`SSHD_PATH_FILE`] and ends. A connection that comes before that waits for it; one
-//! that comes after every daemon script ended without it is closed (that script said why
-//! in its log).
+//! Nothing of ssh costs the task anything until then: sshd's configuration (its config
+//! file, authorised keys, the session script) is made by the `init/` script that used to
+//! start sshd ([`SETUP_SCRIPT`], `init/10-sshd.sh`), and while the supervisor holds the
+//! port that script runs at the first connection, not at the task's start (one shell
+//! less per task). Told by [`ON_DEMAND_VAR`] that the supervisor listens, it writes which
+//! sshd to run into [`SSHD_PATH_FILE`] and ends; connections wait for it. When it ends
+//! without naming one (no key, no sshd in the image: it says why in its log), every
+//! connection is closed. When the port cannot be held, the script runs at the start as
+//! every daemon script does, and starts sshd itself.
 
 use std::ffi::OsString;
 use std::net::{TcpListener, TcpStream};
@@ -16,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use nix::unistd::Pid;
 use tracing::{info, warn};
 
 use super::spawn::{self, Environment, Stream, Streams};
@@ -26,17 +30,31 @@ pub const ON_DEMAND_VAR: &str = "PAI_SSH_ON_DEMAND";
 pub const SSHD_PATH_FILE: &str = "sshd.path";
 /// The log of the sshd processes, in the task's log directory.
 pub const SSHD_LOG: &str = "sshd.log";
+/// The `init/` script that prepares sshd: run at the first connection when the
+/// supervisor holds the port.
+pub const SETUP_SCRIPT: &str = "10-sshd.sh";
 /// How long a connection waits for the configuration before it is closed.
 const READY_BOUND: Duration = Duration::from_secs(60);
 
 /// Whether sshd can be started for a connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Readiness {
-    /// The daemon scripts still run.
-    Preparing,
+    /// Nobody connected yet: nothing is prepared.
+    Unprepared,
+    /// The setup script (this pid) runs.
+    Preparing(Pid),
     Ready(PathBuf),
-    /// Every daemon script ended and none said which sshd to run.
+    /// The setup script ended without naming an sshd, or there is none.
     Unavailable,
+}
+
+/// How to run the setup script: as a daemon script is run (the supervisor reaps it and
+/// tells [`OnDemand`]), its output into `init-<name>.log` in `log_dir`.
+pub struct Setup {
+    pub script: PathBuf,
+    pub env: Arc<Environment>,
+    pub log_dir: PathBuf,
+    pub log_cap: u64,
 }
 
 /// sshd processes that may run at once; a connection beyond is closed. A resident sshd
@@ -55,13 +73,14 @@ impl Sessions {
     }
 }
 
-/// The listener's view of the daemon scripts and of the sshd processes it started; the
+/// The listener's view of the setup script and of the sshd processes it started; the
 /// supervisor tells it when they end.
 #[derive(Clone)]
 pub struct OnDemand {
     ready: Arc<(Mutex<Readiness>, Condvar)>,
     dir: PathBuf,
     sessions: Sessions,
+    setup: Arc<Option<Setup>>,
 }
 
 /// What the sshd processes need: where the configuration is, where they log, their
@@ -74,6 +93,8 @@ pub struct Sshd {
     pub log: PathBuf,
     pub env: Vec<(OsString, OsString)>,
     pub session: SessionEnv,
+    /// The `init/` script that prepares sshd ([`SETUP_SCRIPT`]), if the task has it.
+    pub setup: Option<PathBuf>,
 }
 
 /// `env-all.sh`: the task's whole environment (0600), which ssh sessions source. Written
@@ -132,61 +153,99 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 impl OnDemand {
-    /// Binds `sshd.port` on every address and serves it from a thread of its own.
-    pub fn listen(sshd: Sshd) -> std::io::Result<Self> {
+    /// Binds `sshd.port` on every address and serves it from a thread of its own; `setup`
+    /// prepares sshd at the first connection.
+    pub fn listen(sshd: Sshd, setup: Option<Setup>) -> std::io::Result<Self> {
         let listener = TcpListener::bind(("0.0.0.0", sshd.port))?;
         let this = Self {
-            ready: Arc::new((Mutex::new(Readiness::Preparing), Condvar::new())),
+            ready: Arc::new((Mutex::new(Readiness::Unprepared), Condvar::new())),
             dir: sshd.dir.clone(),
             sessions: Sessions::default(),
+            setup: Arc::new(setup),
         };
         let serving = this.clone();
         let port = sshd.port;
         std::thread::Builder::new()
             .name("sshd-on-demand".into())
             .spawn(move || serving.serve(&listener, &sshd))?;
-        info!(port, "ssh port held; sshd starts for each connection");
+        info!(
+            port,
+            "ssh port held; sshd is prepared at the first connection and starts for each"
+        );
         Ok(this)
     }
 
-    /// A child of the supervisor ended (reaped): one of its sshd processes, maybe.
-    pub fn reaped(&self, pid: u32) {
+    /// A child of the supervisor ended (reaped): one of its sshd processes or the setup
+    /// script, maybe. `task_ending`: the task's clean-up ended it (the user command had
+    /// ended), which is no trouble to report.
+    pub fn reaped(&self, pid: u32, task_ending: bool) {
         self.sessions.lock().remove(&pid);
-    }
-
-    /// A daemon script ended; `left`: how many still run; `task_ending`: the task's
-    /// clean-up ended it (the user command had ended), which is no trouble to report.
-    pub fn daemon_ended(&self, left: usize, task_ending: bool) {
-        let path = std::fs::read_to_string(self.dir.join(SSHD_PATH_FILE))
-            .ok()
-            .map(|p| PathBuf::from(p.trim()))
-            .filter(|p| p.is_absolute());
         let (lock, changed) = &*self.ready;
         let mut ready = lock.lock().unwrap_or_else(|p| p.into_inner());
-        if *ready != Readiness::Preparing {
+        if !matches!(*ready, Readiness::Preparing(setup) if setup.as_raw().unsigned_abs() == pid) {
             return;
         }
-        *ready = match path {
+        *ready = match self.sshd_path() {
             Some(path) => Readiness::Ready(path),
-            None if left == 0 => {
+            None => {
                 if !task_ending {
                     warn!(
-                        "no daemon script prepared sshd (see its log); ssh connections are closed"
+                        "the ssh setup script prepared no sshd (its log says why); ssh connections are closed"
                     );
                 }
                 Readiness::Unavailable
             }
-            None => return,
         };
         changed.notify_all();
     }
 
-    /// What a connection gets: the sshd to run, or `None`.
+    /// The sshd a script named in [`SSHD_PATH_FILE`].
+    fn sshd_path(&self) -> Option<PathBuf> {
+        std::fs::read_to_string(self.dir.join(SSHD_PATH_FILE))
+            .ok()
+            .map(|p| PathBuf::from(p.trim()))
+            .filter(|p| p.is_absolute())
+    }
+
+    /// What a connection gets: the sshd to run, or `None`. The first one starts the
+    /// setup script, and every one waits for it to end.
     fn wait_ready(&self) -> Option<PathBuf> {
         let (lock, changed) = &*self.ready;
-        let ready = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ready = lock.lock().unwrap_or_else(|p| p.into_inner());
+        if *ready == Readiness::Unprepared {
+            // Another script of the image may have prepared sshd already.
+            *ready = match (self.sshd_path(), &*self.setup) {
+                (Some(path), _) => Readiness::Ready(path),
+                (None, Some(setup)) => {
+                    match super::start_script(
+                        SETUP_SCRIPT,
+                        &setup.script,
+                        &setup.env,
+                        &setup.log_dir,
+                        setup.log_cap,
+                    ) {
+                        // Entered under the lock: the supervisor, reaping a script that
+                        // ended at once, looks for its pid only after this.
+                        Ok(pid) => {
+                            info!(script = SETUP_SCRIPT, %pid, "preparing sshd for the first connection");
+                            Readiness::Preparing(pid)
+                        }
+                        Err(e) => {
+                            warn!(script = %setup.script.display(), error = %e, "cannot start the ssh setup script; ssh connections are closed");
+                            Readiness::Unavailable
+                        }
+                    }
+                }
+                (None, None) => {
+                    warn!(
+                        "no {SETUP_SCRIPT} among the init scripts and no sshd prepared; ssh connections are closed"
+                    );
+                    Readiness::Unavailable
+                }
+            };
+        }
         let (ready, _) = changed
-            .wait_timeout_while(ready, READY_BOUND, |r| *r == Readiness::Preparing)
+            .wait_timeout_while(ready, READY_BOUND, |r| matches!(r, Readiness::Preparing(_)))
             .unwrap_or_else(|p| p.into_inner());
         match &*ready {
             Readiness::Ready(path) => Some(path.clone()),
