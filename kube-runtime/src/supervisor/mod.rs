@@ -18,6 +18,7 @@
 //!
 //! A daemon that ends is logged and never ends the job.
 
+mod daemon;
 mod procs;
 pub mod signals;
 mod spawn;
@@ -25,7 +26,7 @@ pub mod ssh;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,7 @@ use nix::unistd::{Pid, getpid};
 use tracing::{info, warn};
 
 use crate::logs::{CappedLog, Echo, EchoBudget, tee};
+use daemon::start_script;
 pub use procs::Ended;
 use procs::{reap, signal_group, signal_rest};
 use signals::{Signals, forwarded};
@@ -262,36 +264,4 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         let _ = copier.join();
     }
     Ok(status.unwrap_or(Ended::Exited(0)))
-}
-
-/// Starts a daemon script, its output (both streams) into `init-<name>.log` in
-/// `log_dir`, capped and rotated as the user log is.
-fn start_script(
-    name: &str,
-    script: &Path,
-    env: &Environment,
-    log_dir: &Path,
-    log_cap: u64,
-) -> std::io::Result<Pid> {
-    let log = CappedLog::create(&log_dir.join(format!("init-{name}.log")), log_cap)?;
-    let (reader, writer) = std::io::pipe()?;
-    let null = std::fs::File::open("/dev/null")?;
-    let pid = spawn::spawn(
-        Path::new("/bin/sh"),
-        &[script.as_os_str()],
-        env,
-        Streams {
-            stdin: Stream::To(null.into()),
-            stdout: Stream::To(writer.try_clone()?.into()),
-            stderr: Stream::To(writer.into()),
-        },
-    )?;
-    // Ends when the script and everything it started have closed the pipe.
-    drop(tee(
-        reader,
-        Echo::Nowhere,
-        Some(Arc::new(Mutex::new(log))),
-        EchoBudget::unbounded(),
-    ));
-    Ok(pid)
 }

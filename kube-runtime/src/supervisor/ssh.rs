@@ -22,6 +22,7 @@ use std::time::Duration;
 use nix::unistd::Pid;
 use tracing::{info, warn};
 
+use super::daemon;
 use super::spawn::{self, Environment, Stream, Streams};
 
 /// Set for the daemon scripts when the supervisor listens on the ssh port.
@@ -217,7 +218,7 @@ impl OnDemand {
             *ready = match (self.sshd_path(), &*self.setup) {
                 (Some(path), _) => Readiness::Ready(path),
                 (None, Some(setup)) => {
-                    match super::start_script(
+                    match daemon::start_script(
                         SETUP_SCRIPT,
                         &setup.script,
                         &setup.env,
