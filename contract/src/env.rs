@@ -99,6 +99,10 @@ pub mod runtime {
     /// Where the runtime writes the task's termination message: set by the embedded
     /// default; in a pod the kubelet's `/dev/termination-log`.
     pub const TERMINATION_LOG: &str = "PAI_TERMINATION_LOG";
+    /// Set (`1`) by the embedded default for `entry`: the server keeps the task's ports
+    /// bound from their allocation until the task's main container starts, so `entry`
+    /// does not check that they are free (they are held for it, not taken).
+    pub const PORTS_HELD: &str = "PAI_RUNTIME_PORTS_HELD";
 }
 
 /// The barrier's settings (frameworkbarrier's names, and ours for the peer table).

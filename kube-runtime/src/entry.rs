@@ -370,6 +370,10 @@ fn pass_barrier() -> Result<Passed, EntryError> {
 /// Every port of this task must be free on this host (host networking, or several tasks
 /// on one machine); one that is not fails the attempt as a conflict, to be retried.
 fn check_ports(passed: &Passed, me: &Me) -> Result<(), EntryError> {
+    if std::env::var_os(pai_contract::env::runtime::PORTS_HELD).is_some_and(|v| v == "1") {
+        // The server holds them for this task until its main container starts.
+        return Ok(());
+    }
     let Some(task) = passed
         .peers
         .roles

@@ -541,8 +541,9 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
     // readers (its status, the job list) must not wait for it. Only this driver changes
     // the attempt and its tasks, so what is read from the copy stays current.
     let framework = job.framework().clone();
-    let own_ports = ports::allocate(&framework, &inner.ports)
+    let allocation = ports::allocate(&framework, &inner.ports)
         .map_err(|e| format!("no free ports on this machine: {e}"))?;
+    let own_ports = &allocation.ports;
     job.framework()
         .metadata
         .annotations
@@ -627,6 +628,11 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                         pai_contract::env::runtime::SHARED_DIR.to_string(),
                         inner.store.shared_dir(&name, attempt).display().to_string(),
                     ));
+                    // Bound by this server until the main container starts.
+                    env.push((
+                        pai_contract::env::runtime::PORTS_HELD.to_string(),
+                        "1".to_string(),
+                    ));
                     env
                 },
                 main_env: {
@@ -642,6 +648,7 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                 },
                 grace,
                 spawner: inner.spawner.clone(),
+                ports: allocation.held(&role.name, index),
             };
             pods.push(Placement {
                 role: role.name.clone(),

@@ -3,8 +3,10 @@
 //! outgoing connections (so no client connection of this machine takes a port a task
 //! was told to bind), in turn from where the last job's ended (so a port just given up
 //! is the last to be given again), starting at a random place (so another server of
-//! this machine does not follow the same order); all are held until the whole attempt
-//! has its ports, so no two tasks get the same one.
+//! this machine does not follow the same order). Each port stays bound by the server
+//! from its allocation until its task's main container starts ([`HeldPorts`]), so
+//! nothing of this machine takes it meanwhile (the barrier, the init container), and no
+//! two tasks get the same one.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, TcpListener};
@@ -54,36 +56,74 @@ impl Ports {
     }
 }
 
+/// A task's ports, bound by the server from their allocation until [`HeldPorts::release`]
+/// (just before the task's main container starts, where its processes bind them).
+/// Dropping the last clone releases them too.
+#[derive(Clone, Debug, Default)]
+pub struct HeldPorts(std::sync::Arc<Mutex<Vec<TcpListener>>>);
+
+impl HeldPorts {
+    /// Unbinds them: the task's processes may bind them now.
+    pub fn release(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// What [`allocate`] gives: every task's ports, and the ports themselves, held, by role
+/// (Framework name) and index.
+#[derive(Debug)]
+pub struct Allocation {
+    pub ports: TaskPorts,
+    pub held: HashMap<String, Vec<HeldPorts>>,
+}
+
+impl Allocation {
+    /// Task `index` of `role`'s held ports (none for a task that has none).
+    pub fn held(&self, role: &str, index: u32) -> HeldPorts {
+        self.held
+            .get(role)
+            .and_then(|tasks| tasks.get(index as usize))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
 /// Each task's ports by role (Framework name) and index: the labels and counts of its
-/// role's plan, with ports of `ports`' range that are free on this host.
-pub fn allocate(framework: &Framework, ports_range: &Ports) -> std::io::Result<TaskPorts> {
+/// role's plan, with ports of `ports`' range that are free on this host, held.
+pub fn allocate(framework: &Framework, ports_range: &Ports) -> std::io::Result<Allocation> {
     let mut next = ports_range.next.lock().unwrap_or_else(|e| e.into_inner());
     let mut tried = 0;
-    let mut held = Vec::new();
+    let mut held = HashMap::new();
     let mut plans = HashMap::new();
     for role in &framework.spec.task_roles {
         let template = role.port_plan();
         let count = usize::try_from(role.task_number).unwrap_or(0);
         let mut tasks = Vec::with_capacity(count);
+        let mut listeners = Vec::with_capacity(count);
         for _ in 0..count {
             let mut plan = PortPlan::default();
+            let mut bound = Vec::new();
             for (label, ports) in template.iter() {
                 let range = ports_range;
                 let mut mine = Vec::with_capacity(ports.len());
                 for _ in ports.iter() {
                     let (port, listener) = range.take(&mut next, &mut tried)?;
                     mine.push(port);
-                    held.push(listener);
+                    bound.push(listener);
                 }
                 plan.push(label, mine)
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
             }
             tasks.push(plan);
+            listeners.push(HeldPorts(std::sync::Arc::new(Mutex::new(bound))));
         }
         plans.insert(role.name.clone(), tasks);
+        held.insert(role.name.clone(), listeners);
     }
-    drop(held);
-    Ok(TaskPorts::new(plans))
+    Ok(Allocation {
+        ports: TaskPorts::new(plans),
+        held,
+    })
 }
 
 #[cfg(test)]
@@ -99,7 +139,8 @@ mod tests {
             20000,
         );
         let range = Ports::new(31000..=31199);
-        let plans = allocate(&framework, &range).expect("ports");
+        let allocation = allocate(&framework, &range).expect("ports");
+        let plans = &allocation.ports;
         let mut all: Vec<u16> = plans.plans().flat_map(|p| p.all_ports()).collect();
         let count = all.len();
         all.sort_unstable();
@@ -109,16 +150,22 @@ mod tests {
             let template = role.port_plan();
             let tasks = plans.role(&role.name);
             assert_eq!(tasks.len(), role.task_number as usize);
-            for plan in tasks {
+            for (index, plan) in tasks.iter().enumerate() {
                 let labels: Vec<_> = plan.iter().map(|(l, p)| (l.to_string(), p.len())).collect();
                 let expected: Vec<_> = template
                     .iter()
                     .map(|(l, p)| (l.to_string(), p.len()))
                     .collect();
                 assert_eq!(labels, expected);
+                // Held by the allocation until the task's release, then free.
                 for port in plan.all_ports() {
                     assert!((31000..=31199).contains(&port), "{port} is of the range");
-                    TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).expect("free");
+                    TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
+                        .expect_err("held until the task starts");
+                }
+                allocation.held(&role.name, index as u32).release();
+                for port in plan.all_ports() {
+                    TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).expect("free once released");
                 }
             }
         }
@@ -132,14 +179,17 @@ mod tests {
         let one = pai_test_support::frameworks::framework_on_ports("fw", &[("w", 1)], 20000);
         let count = one.spec.task_roles[0].port_plan().all_ports().count();
         if count == 1 {
-            let plans = allocate(&one, &range).expect("31201 is free");
+            let allocation = allocate(&one, &range).expect("31201 is free");
             assert_eq!(
-                plans
+                allocation
+                    .ports
                     .plans()
                     .flat_map(|p| p.all_ports())
                     .collect::<Vec<_>>(),
                 [31201]
             );
+            // Released when the allocation (the task's launch) goes.
+            drop(allocation);
         }
         let two = pai_test_support::frameworks::framework_on_ports("fw", &[("w", 2)], 20000);
         let error = allocate(&two, &range).expect_err("too few ports");

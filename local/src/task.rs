@@ -114,6 +114,8 @@ pub struct Launch {
     pub user_log: PathBuf,
     /// Where its processes are started.
     pub spawner: procs::Spawner,
+    /// Its ports, bound by the server until its main container starts.
+    pub ports: crate::ports::HeldPorts,
 }
 
 impl Launch {
@@ -198,7 +200,8 @@ pub async fn run(
             ),
         ));
     }
-    // The main container.
+    // The main container: its processes bind the task's ports from now on.
+    launch.ports.release();
     let run = tokio::process::Command::new(launch.root.join(pai_contract::paths::files::RUN));
     let started = {
         let report = &report;

@@ -1117,3 +1117,61 @@ fn get_text(url: &str, path: &str, token: &str) -> String {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     body.to_string()
 }
+
+/// A task's ports stay bound by the server from their allocation until its main
+/// container starts: while its init container runs (a `prep/` script here), nothing of
+/// this machine can bind them; its user command then can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_ports_are_held_until_its_main_container_starts() {
+    let dir = scratch("held-ports");
+    let (first, last) = (31600, 31639);
+    // The only prep/ script: which ports of the range can be bound now.
+    let assets = dir.join("assets");
+    std::fs::create_dir_all(assets.join("prep")).expect("prep");
+    std::fs::create_dir_all(assets.join("init")).expect("init");
+    let during_init = dir.join("during-init");
+    std::fs::write(
+        assets.join("prep/10-ports.sh"),
+        format!(
+            "exec perl -MIO::Socket::INET -e 'for my $p ({first}..{last}) {{ \
+             my $s = IO::Socket::INET->new(LocalAddr => \"0.0.0.0\", LocalPort => $p, \
+             Listen => 1, ReuseAddr => 1); print \"$p \", ($s ? \"free\" : \"taken\"), \"\\n\" }}' > {}\n",
+            during_init.display()
+        ),
+    )
+    .expect("prep script");
+    let server = Server::spawn(
+        Server::command(&dir.join("state"))
+            .args(["--backend", "local", "--port-range"])
+            .arg(format!("{first}-{last}"))
+            .arg("--assets")
+            .arg(&assets),
+        &["this machine (embedded default)"],
+    )
+    .with_machine_token(&dir.join("state"));
+    let client = server.client();
+    // The user command binds its own port.
+    let bind = "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => \"0.0.0.0\", \
+                LocalPort => $ENV{PAI_CURRENT_CONTAINER_PORT}, Listen => 1, ReuseAddr => 1) \
+                or die \"cannot bind: $!\\n\"; print \"bound $ENV{PAI_CURRENT_CONTAINER_PORT}\\n\"'";
+    let spec = job("held", json!([role("worker", 1, bind)]), json!({}));
+    client
+        .submit("alice", &spec, SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "held").await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    let port = view["taskRoles"]["worker"]["taskStatuses"][0]["containerPorts"]["http"]
+        .as_str()
+        .expect("the task's http port")
+        .to_string();
+    let seen = std::fs::read_to_string(&during_init).expect("the prep script's report");
+    assert!(
+        seen.lines().any(|l| l == format!("{port} taken")),
+        "port {port} was not held while the init container ran:\n{seen}"
+    );
+    let log = log_of(&client, "alice", "held", "worker", 0).await;
+    assert_eq!(log, format!("bound {port}\n"));
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
