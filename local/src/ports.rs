@@ -74,7 +74,7 @@ impl HeldPorts {
 #[derive(Debug)]
 pub struct Allocation {
     pub ports: TaskPorts,
-    pub held: HashMap<String, Vec<HeldPorts>>,
+    held: HashMap<String, Vec<HeldPorts>>,
 }
 
 impl Allocation {
