@@ -8,4 +8,5 @@ pub mod path;
 pub mod ssh;
 pub mod status;
 pub mod time;
+pub mod v2;
 pub mod waiting;

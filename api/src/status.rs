@@ -83,6 +83,15 @@ pub struct JobStatus {
     pub app_exit_trigger_task_role_name: Option<String>,
     pub app_exit_trigger_task_index: Option<i32>,
     pub total_task_number: u32,
+    /// GPUs of all its tasks together.
+    #[serde(default)]
+    pub total_gpu_number: u32,
+    /// The virtual cluster (queue) it runs in: the one its spec named, else `default`.
+    #[serde(default)]
+    pub virtual_cluster: String,
+    /// The protocol its spec was written in: `1` (a job config) or `2`.
+    #[serde(default)]
+    pub protocol_version: String,
     /// Tasks whose user command runs now.
     #[serde(default)]
     pub running_task_number: u32,
@@ -326,6 +335,7 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
     let own_ports = framework.task_ports();
     let mut task_roles = BTreeMap::new();
     let mut total_tasks = 0;
+    let mut total_gpus = 0u32;
     let mut running_task_number = 0;
     for role in &framework.spec.task_roles {
         let pai_name = role.pai_name().to_string();
@@ -342,6 +352,7 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         let role_ports = ports_view(&role.port_plan());
         let own = own_ports.role(&role.name);
         total_tasks += tasks;
+        total_gpus = total_gpus.saturating_add(gpus.saturating_mul(tasks));
         // Each task's status by index, in one pass: the view is linear in the tasks.
         let mut by_index: Vec<Option<&TaskStatus>> = vec![None; tasks as usize];
         if let Some(observed) = statuses.iter().find(|r| r.name == role.name) {
@@ -453,6 +464,9 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         ),
         app_exit_trigger_task_index: trigger.and_then(|t| t.task_index),
         total_task_number: total_tasks,
+        total_gpu_number: total_gpus,
+        virtual_cluster: framework.virtual_cluster().to_string(),
+        protocol_version: framework.protocol_version().to_string(),
         running_task_number,
         total_task_role_number: framework.spec.task_roles.len(),
         attempts: attempt_views(framework),

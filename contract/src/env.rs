@@ -163,6 +163,14 @@ pub mod fc {
     /// The pod's UID.
     pub const POD_UID: &str = "FC_POD_UID";
 }
+/// This task's address (OpenPAI's runtime name; the same as `PAI_HOST_IP_<role>_<i>`).
+pub const CURRENT_CONTAINER_IP: &str = "PAI_CURRENT_CONTAINER_IP";
+/// This task's address (OpenPAI's other name).
+pub const CONTAINER_HOST_IP: &str = "PAI_CONTAINER_HOST_IP";
+/// This task's first `http` port (OpenPAI's runtime name).
+pub const CONTAINER_HOST_PORT: &str = "PAI_CONTAINER_HOST_PORT";
+/// This task's index in its role (OpenPAI protocol v2's name).
+pub const TASK_INDEX: &str = "PAI_TASK_INDEX";
 /// Prefix of the variables this contract defines.
 pub const PAI_PREFIX: &str = "PAI_";
 
@@ -205,12 +213,41 @@ pub fn min_succeeded_task_count(role: &str) -> String {
 pub fn resource(role: &str) -> String {
     format!("PAI_RESOURCE_{role}")
 }
-/// The `gpu_count` of a [`resource`] value.
+/// The `gpu_count` of a [`resource`] value, in either protocol's form (v2 writes
+/// `<gpu>,<cpu>,<memoryMB>,<shmMB>`).
 pub fn resource_gpu_count(value: &str) -> Option<u32> {
-    value
+    if let Some(n) = value
         .split(',')
         .find_map(|part| part.strip_prefix("gpu_count:"))
-        .and_then(|n| n.parse().ok())
+    {
+        return n.parse().ok();
+    }
+    let parts: Vec<&str> = value.split(',').collect();
+    match parts.as_slice() {
+        [gpu, _, _, _] if parts.iter().all(|p| p.parse::<u64>().is_ok()) => gpu.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The variables OpenPAI's protocol v2 rest-server adds for every task
+/// (`runtime-env.js`), set for v2 jobs beside the v1 contract's.
+pub mod v2 {
+    /// `<user>~<job>`, as `PAI_JOB_NAME`.
+    pub const FRAMEWORK_NAME: &str = "PAI_FRAMEWORK_NAME";
+    /// The job's virtual cluster (`defaults.virtualCluster`; `default` without one).
+    pub const VIRTUAL_CLUSTER: &str = "PAI_VIRTUAL_CLUSTER";
+    /// The user, as `PAI_USER_NAME`.
+    pub const USERNAME: &str = "PAI_USERNAME";
+    /// Tasks of the job.
+    pub const TASKS_NUM: &str = "PAI_TASKS_NUM";
+    /// Tasks of the job.
+    pub const JOB_TASK_COUNT: &str = "PAI_JOB_TASK_COUNT";
+    /// Roles of the job.
+    pub const TASK_ROLES_NUM: &str = "PAI_TASK_ROLES_NUM";
+    /// Roles of the job.
+    pub const JOB_TASK_ROLE_COUNT: &str = "PAI_JOB_TASK_ROLE_COUNT";
+    /// The roles, comma separated, as `PAI_TASK_ROLE_LIST`.
+    pub const JOB_TASK_ROLE_LIST: &str = "PAI_JOB_TASK_ROLE_LIST";
 }
 /// `PAI_CONTAINER_HOST_<label>_PORT_LIST`: this task's ports of `label`.
 pub fn container_host_label_port_list(label: &str) -> String {
@@ -228,6 +265,11 @@ pub fn is_task_own(name: &str) -> bool {
             | CONTAINER_HOST_PORT_LIST
             | CURRENT_CONTAINER_PORT
             | CONTAINER_SSH_PORT
+            | CURRENT_CONTAINER_IP
+            | CONTAINER_HOST_IP
+            | CONTAINER_HOST_PORT
+            | TASK_INDEX
+            | SSH_PUB_KEY
     ) || name
         .strip_prefix("PAI_CONTAINER_HOST_")
         .and_then(|rest| rest.strip_suffix("_PORT_LIST"))
@@ -347,6 +389,8 @@ mod tests {
             Some(4)
         );
         assert_eq!(resource_gpu_count("cpu_count:2"), None);
+        assert_eq!(resource_gpu_count("4,8,16384,512"), Some(4));
+        assert_eq!(resource_gpu_count("4,8,x,512"), None);
     }
 
     #[test]

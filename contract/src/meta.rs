@@ -16,6 +16,11 @@ pub const ANNOTATION_JOB: &str = "rest-lite.openpai.io/job-name";
 pub const ANNOTATION_SPEC: &str = "rest-lite.openpai.io/job-spec";
 /// Annotation: the spec's format as submitted, `json` or `yaml`.
 pub const ANNOTATION_SPEC_FORMAT: &str = "rest-lite.openpai.io/job-spec-format";
+/// Annotation: the job's virtual cluster (`virtualCluster`, v2 `defaults.virtualCluster`),
+/// when the spec names one.
+pub const ANNOTATION_VIRTUAL_CLUSTER: &str = "rest-lite.openpai.io/virtual-cluster";
+/// Annotation: the protocol the spec was written in (`1`, `2`).
+pub const ANNOTATION_PROTOCOL: &str = "rest-lite.openpai.io/protocol-version";
 /// Annotation on a pod template: the role's name exactly as given.
 pub const ANNOTATION_ROLE: &str = "rest-lite.openpai.io/role-name";
 /// Annotation the embedded default puts on a Framework: each task's own ports, as JSON

@@ -197,6 +197,17 @@ impl Framework {
         self.annotation(meta::ANNOTATION_JOB)
     }
 
+    /// The job's virtual cluster: the one its spec named, else `default` (OpenPAI's).
+    pub fn virtual_cluster(&self) -> &str {
+        self.annotation(meta::ANNOTATION_VIRTUAL_CLUSTER)
+            .unwrap_or("default")
+    }
+
+    /// The protocol its spec was written in (`1` for Frameworks that do not say).
+    pub fn protocol_version(&self) -> &str {
+        self.annotation(meta::ANNOTATION_PROTOCOL).unwrap_or("1")
+    }
+
     /// The spec exactly as submitted, with its format ([`meta::ANNOTATION_SPEC_FORMAT`];
     /// detected from the text for Frameworks that lack it).
     pub fn spec_text(&self) -> Option<(&str, SpecFormat)> {

@@ -21,6 +21,12 @@ pub struct JobKey {
     pub host_private: String,
     /// The tasks' host key (public half), in the same form.
     pub host_public: String,
+    /// A v2 job's secrets (JSON), kept with the keys and as closely: the task's runtime
+    /// renders `<% $secrets.… %>` from them. Never printed.
+    pub secrets: Option<String>,
+    /// The `.dockerconfigjson` of the job's image pull Secret (a v2 job's registry
+    /// credentials); a cluster makes the Secret, this machine pulls no images.
+    pub registry: Option<String>,
 }
 
 impl std::fmt::Debug for JobKey {
@@ -40,16 +46,21 @@ impl JobKey {
     /// The files a task finds the keys in (a Secret's keys on a cluster, files of the
     /// job's directory here), with the mode each is written with: the private halves
     /// for their user alone.
-    pub fn files(&self) -> [(&'static str, &str, u32); 4] {
+    pub fn files(&self) -> Vec<(&'static str, &str, u32)> {
         use crate::training::{
             JOB_HOST_KEY_FILE, JOB_HOST_PUBLIC_KEY_FILE, JOB_KEY_FILE, JOB_PUBLIC_KEY_FILE,
+            JOB_SECRETS_FILE,
         };
-        [
-            (JOB_KEY_FILE, &self.private, 0o600),
-            (JOB_PUBLIC_KEY_FILE, &self.public, 0o644),
-            (JOB_HOST_KEY_FILE, &self.host_private, 0o600),
-            (JOB_HOST_PUBLIC_KEY_FILE, &self.host_public, 0o644),
-        ]
+        let mut files = vec![
+            (JOB_KEY_FILE, self.private.as_str(), 0o600),
+            (JOB_PUBLIC_KEY_FILE, self.public.as_str(), 0o644),
+            (JOB_HOST_KEY_FILE, self.host_private.as_str(), 0o600),
+            (JOB_HOST_PUBLIC_KEY_FILE, self.host_public.as_str(), 0o644),
+        ];
+        if let Some(secrets) = &self.secrets {
+            files.push((JOB_SECRETS_FILE, secrets.as_str(), 0o600));
+        }
+        files
     }
 
     /// A fresh key pair; `comment` names it in `authorized_keys` (e.g. `alice~mnist`).
@@ -61,6 +72,8 @@ impl JobKey {
             public,
             host_private,
             host_public,
+            secrets: None,
+            registry: None,
         })
     }
 }

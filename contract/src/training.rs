@@ -80,9 +80,21 @@ pub const JOB_HOST_KEY_FILE: &str = "host_ed25519";
 /// The tasks' host public key.
 pub const JOB_HOST_PUBLIC_KEY_FILE: &str = "host_ed25519.pub";
 
-/// The Secret holding the job's ssh key pair, owned by Framework `framework`.
+/// A v2 job's secrets (JSON), beside the job's key pair: the init container renders
+/// `<% $secrets.… %>` in the user's command from it. Readable by the init container's
+/// user alone.
+pub const JOB_SECRETS_FILE: &str = "secrets.json";
+
+/// The Secret holding the job's ssh key pair (and a v2 job's secrets), owned by
+/// Framework `framework`.
 pub fn job_ssh_secret(framework: &str) -> String {
     format!("{framework}-ssh")
+}
+
+/// The job's image pull Secret (`kubernetes.io/dockerconfigjson`), owned by Framework
+/// `framework`: the credentials of a v2 job's `dockerimage` prerequisites.
+pub fn job_registry_secret(framework: &str) -> String {
+    format!("{framework}-registry")
 }
 
 /// The ssh alias of a task inside its job (`worker-1`).

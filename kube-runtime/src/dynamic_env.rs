@@ -79,6 +79,16 @@ pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicE
         ),
         own_var(names::TASK_ROLE_INDEX, role_index.to_string()),
     ];
+    // This task's address and index under the names OpenPAI's runtime also gave them.
+    let ip = mine.ip.to_string();
+    env.extend([
+        own_var(names::CURRENT_CONTAINER_IP, ip.clone()),
+        own_var(names::CONTAINER_HOST_IP, ip),
+        own_var(names::TASK_INDEX, me.index.to_string()),
+    ]);
+    if let Some(http) = mine.ports.first(HTTP_LABEL) {
+        env.push(own_var(names::CONTAINER_HOST_PORT, http.to_string()));
+    }
     // This task's own ports: the same as its template's on Kubernetes; its own on a
     // shared host (the embedded default), where they override the role's.
     let mine = mine.ports;
@@ -209,6 +219,14 @@ mod tests {
         assert!(own.contains(&"PAI_CONTAINER_SSH_PORT"), "{own:?}");
         assert!(own.contains(&"PAI_CONTAINER_HOST_ssh_PORT_LIST"), "{own:?}");
         assert!(own.contains(&"PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"));
+        for name in [
+            "PAI_CURRENT_CONTAINER_IP",
+            "PAI_CONTAINER_HOST_IP",
+            "PAI_TASK_INDEX",
+            "PAI_CONTAINER_HOST_PORT",
+        ] {
+            assert!(own.contains(&name), "{name} in {own:?}");
+        }
         for v in &env {
             if v.class != Class::Own {
                 assert!(

@@ -90,6 +90,7 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     // in each of them.
     create_private_dir(&layout.root().join("ssh"))?;
     let host_key_known = install_job_key(layout)?;
+    let secrets = job_secrets()?;
     run_prep(layout, assets, &log_dir)?;
 
     let passed = pass_barrier()?;
@@ -97,8 +98,16 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         kube_role: task.kube_role.clone(),
         index: task.index,
     };
-    let vars = dynamic_env(&passed.peers, &me)?;
+    let mut vars = dynamic_env(&passed.peers, &me)?;
     check_ports(&passed, &me)?;
+    // A v2 job's public key may come from its secrets (`userssh: <% $secrets.key %>`):
+    // the rendered key is this task's own variable, which the daemons (sshd) see.
+    if let (Some(secrets), Ok(key)) = (&secrets, std::env::var(names::SSH_PUB_KEY))
+        && key.contains("<%")
+    {
+        let rendered = render_secrets(&key, secrets, names::SSH_PUB_KEY);
+        vars.push(Variable::new(names::SSH_PUB_KEY, rendered, Class::Own));
+    }
     let role = passed
         .peers
         .roles
@@ -196,6 +205,10 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     }
     write_ssh_client(layout, &training.ssh_config, mode)?;
     let mut script = std::os::unix::ffi::OsStrExt::as_bytes(user_cmd.as_os_str()).to_vec();
+    if let Some(secrets) = &secrets {
+        let text = String::from_utf8_lossy(&script).into_owned();
+        script = render_secrets(&text, secrets, names::USER_CMD).into_bytes();
+    }
     script.push(b'\n');
     write_file(&layout.main_sh(), &script, mode)?;
     info!(
@@ -240,6 +253,52 @@ fn render(vars: &[&Variable]) -> Result<Vec<u8>, EntryError> {
             .map(|v| (OsStr::new(&v.name), OsStr::new(&v.value))),
     )
     .map_err(|e| EntryError::Setup(format!("cannot render an env file: {e}")))
+}
+
+/// A v2 job's secrets, when it has any: the JSON file beside the job's key pair
+/// (`PAI_JOB_SSH_DIR`, the Secret's volume on a cluster), as the `$secrets` scope of the
+/// templates it renders.
+fn job_secrets() -> Result<Option<serde_json::Value>, EntryError> {
+    let Some(dir) = std::env::var_os(training::JOB_SSH_DIR_VAR).filter(|d| !d.is_empty()) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(dir).join(training::JOB_SECRETS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(setup("cannot read the job's secrets", &path, e)),
+    };
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| setup("the job's secrets are not JSON", &path, e))?;
+    Ok(Some(serde_json::json!({ "$secrets": value })))
+}
+
+/// `text` with its `<% $secrets.… %>` names replaced (OpenPAI's runtime renders them
+/// in the task). Only the count is logged, never a value; a name the secrets do not
+/// hold stays as written, and is said.
+fn render_secrets(text: &str, scope: &serde_json::Value, what: &str) -> String {
+    use pai_contract::template;
+    let names: Vec<String> = template::names_in(text, "$secrets").collect();
+    if names.is_empty() {
+        return text.to_string();
+    }
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| template::lookup(scope, n).is_none())
+        .collect();
+    if !missing.is_empty() {
+        tracing::warn!(
+            "{what}: {} name no secret of the job and stay as written",
+            missing
+                .iter()
+                .map(|n| format!("<% {n} %>"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    info!(what, references = names.len(), "secrets rendered");
+    // The scope holds `$secrets` alone: any other name stays as it was.
+    template::render(text, scope)
 }
 
 /// The job's key pair, when the pod has one (`PAI_JOB_SSH_DIR`), copied to

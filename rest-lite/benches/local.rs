@@ -7,6 +7,12 @@
 //! "every user command running"; the job's watch reaching SUCCEEDED is the end. The
 //! server, 64 task trees (entry, prep, barrier, run, shell) and the clock share the
 //! machine's cores.
+//!
+//! The floor, measured in the same run: the same user commands started directly by this
+//! process, each `/bin/sh <script>` with the environment a task of the job had (worker 0
+//! dumps it), to the last line in a FIFO. The job's time over the floor is what the
+//! platform adds. `BENCH_REST_LITE` runs another build of the server (an earlier
+//! commit's, say) under the same harness.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -42,7 +48,9 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
 
-    let mut server = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+    let binary = std::env::var("BENCH_REST_LITE")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rest-lite").to_string());
+    let mut server = Command::new(&binary)
         .args(["serve", "--backend", "local", "--listen", "127.0.0.1:0"])
         .arg("--state-dir")
         .arg(dir.join("state"))
@@ -95,7 +103,7 @@ async fn main() {
                 {"name": "ps", "taskNumber": 4, "cpuNumber": 1, "memoryMB": 128,
                  "command": "echo \"ps $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" >> \"$UP\""},
                 {"name": "worker", "taskNumber": tasks - 4, "cpuNumber": 1, "memoryMB": 128,
-                 "command": "echo \"worker $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" >> \"$UP\""}
+                 "command": format!("{WORKER}\n[ \"$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" != 0 ] || env -0 > \"$UP.env\"")}
             ],
             "jobEnvs": {"UP": fifo.display().to_string()}
         })
@@ -136,6 +144,7 @@ async fn main() {
     }
     let _ = server.kill();
     let _ = server.wait();
+    let floor = floor(&dir, tasks);
     let _ = std::fs::remove_dir_all(&dir);
 
     running.sort_by(f64::total_cmp);
@@ -152,6 +161,17 @@ async fn main() {
             times[0],
             percentile(times, 0.5),
             times[times.len() - 1]
+        );
+    }
+    if let Some(floor) = floor {
+        println!(
+            "| floor: the same {tasks} commands started directly | 1 | {floor:.0} | {floor:.0} | {floor:.0} |"
+        );
+        println!(
+            "| every user command running / floor | | {:.2} | {:.2} | {:.2} |",
+            running[0] / floor,
+            percentile(&running, 0.5) / floor,
+            running[running.len() - 1] / floor
         );
     }
     health.sort_by(f64::total_cmp);
@@ -171,6 +191,54 @@ async fn main() {
             times[times.len() - 1]
         );
     }
+}
+
+/// What every worker runs (worker 0 also dumps its environment for the floor).
+const WORKER: &str = "echo \"worker $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" >> \"$UP\"";
+
+/// The floor, in ms: `tasks` shells running the workers' command with the environment a
+/// task had (its index and `UP` set per shell), all started from here, to the last line.
+fn floor(dir: &Path, tasks: u32) -> Option<f64> {
+    let dump = std::fs::read(dir.join("up-0.env")).ok()?;
+    let env: Vec<(String, String)> = dump
+        .split(|b| *b == 0)
+        .filter_map(|entry| {
+            let entry = String::from_utf8_lossy(entry);
+            let (k, v) = entry.split_once('=')?;
+            Some((k.to_string(), v.to_string()))
+        })
+        .filter(|(k, _)| k != "UP" && k != "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX")
+        .collect();
+    let script = dir.join("floor.sh");
+    std::fs::write(&script, format!("{WORKER}\n")).ok()?;
+    let fifo = dir.join("floor-up");
+    Command::new("mkfifo").arg(&fifo).status().ok()?;
+    let lines = read_lines(&fifo);
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for index in 0..tasks {
+        let child = Command::new("/bin/sh")
+            .arg(&script)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("UP", &fifo)
+            .env(
+                "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX",
+                index.to_string(),
+            )
+            .stdout(Stdio::null())
+            .spawn()
+            .ok()?;
+        children.push(child);
+    }
+    for _ in 0..tasks {
+        lines.recv_timeout(Duration::from_secs(120)).ok()?;
+    }
+    let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+    for mut child in children {
+        let _ = child.wait();
+    }
+    Some(elapsed)
 }
 
 /// Every 100 ms until told to stop: the time `/healthz` and `GET` of the job take, in

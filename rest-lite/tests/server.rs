@@ -1209,6 +1209,20 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
         ("/api/v1/user/{user}/jobs/{job}/logs", "get"),
         ("/api/v1/user/{user}/jobs/{job}/executionType", "put"),
         ("/api/v1/whoami", "get"),
+        ("/api/v2/jobs", "get"),
+        ("/api/v2/jobs", "post"),
+        ("/api/v2/jobs/{job_id}", "get"),
+        ("/api/v2/jobs/{job_id}/config", "get"),
+        ("/api/v2/jobs/{job_id}/executionType", "put"),
+        ("/api/v2/jobs/{job_id}/attempts/{attempt_id}", "get"),
+        (
+            "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts",
+            "get",
+        ),
+        (
+            "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts/{task_attempt_id}/logs",
+            "get",
+        ),
         ("/api/v1/openapi.json", "get"),
         ("/healthz", "get"),
         ("/readyz", "get"),
@@ -1260,6 +1274,7 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
         assert_eq!(
             secured,
             path.starts_with("/api/v1/user")
+                || path.starts_with("/api/v2/")
                 || path == "/api/v1/jobs"
                 || path == "/api/v1/whoami"
                 || path == "/metrics",

@@ -67,8 +67,16 @@ pub async fn submit(
     if dry_run {
         return Ok(Submitted::DryRun(Box::new(framework)));
     }
-    let key = JobKey::generate(&format!("{user}~{job}"))
+    let mut key = JobKey::generate(&format!("{user}~{job}"))
         .map_err(|e| ApiError::from(BackendError::Other(e.to_string())))?;
+    // A v2 job's secrets and registry credentials go where its key goes (a Secret owned
+    // by the Framework, a private file of the job here), never into the Framework.
+    key.secrets = spec.secrets().map(|s| s.to_json());
+    if !spec.registry_auths().is_empty() {
+        key.registry = Some(pai_translate::spec::secrets::docker_config_json(
+            spec.registry_auths(),
+        ));
+    }
     state
         .backend
         .create(framework, key)

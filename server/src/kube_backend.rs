@@ -486,6 +486,13 @@ impl Backend for KubeBackend {
                     other => other,
                 });
             }
+            if let Some(config) = &key.registry {
+                let secret = registry_secret(&created, config);
+                if let Err(e) = self.secrets.create(&PostParams::default(), &secret).await {
+                    // The pods then pull without the credentials; say so, keep the job.
+                    tracing::warn!(framework = %created.name(), error = %self.error(e), "cannot create the job's image pull Secret");
+                }
+            }
             let uid = created.metadata.uid.clone();
             self.visible(changes, created.name(), |f| {
                 f.is_some_and(|f| f.metadata.uid == uid)
@@ -820,6 +827,28 @@ impl Backend for KubeBackend {
             Ok(())
         }
         .boxed()
+    }
+}
+
+/// The image pull Secret of `framework`'s registry credentials, owned by it.
+fn registry_secret(framework: &Framework, config: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(training::job_registry_secret(framework.name())),
+            namespace: framework.metadata.namespace.clone(),
+            labels: framework.metadata.labels.clone(),
+            owner_references: Some(vec![framework.owner_reference()]),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/dockerconfigjson".to_string()),
+        data: Some(
+            [(
+                ".dockerconfigjson".to_string(),
+                ByteString(config.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Secret::default()
     }
 }
 

@@ -26,6 +26,7 @@ pub mod ssh;
 pub mod state;
 pub mod store;
 pub mod tls;
+pub mod v2;
 pub mod views;
 
 pub use router::{metrics_router, router};

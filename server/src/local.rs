@@ -42,10 +42,21 @@ impl Backend for LocalBackend {
     }
 
     fn warnings(&self, spec: &pai_translate::spec::JobSpec) -> Vec<String> {
+        let mut images: Vec<&str> = spec
+            .roles()
+            .iter()
+            .map(|r| r.image_or(spec.image()))
+            .collect();
+        images.dedup();
         let mut out = vec![format!(
-            "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used)",
+            "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used{})",
             self.task_user(),
-            spec.image()
+            images.join(", "),
+            if spec.registry_auths().is_empty() {
+                ""
+            } else {
+                ", nor its registry credentials"
+            }
         )];
         out.extend(pai_translate::warnings::missing_programs(
             spec,

@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 use pai_contract::names::MAX_TASKS_PER_ROLE;
 use pai_translate::spec::schema;
 
-use super::routes;
+use super::{routes, v2};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -29,6 +29,14 @@ use super::routes;
         routes::set_execution,
         routes::delete_job,
         routes::whoami,
+        v2::submit,
+        v2::list,
+        v2::get_job,
+        v2::get_attempt,
+        v2::get_config,
+        v2::set_execution,
+        v2::get_task,
+        v2::get_task_logs,
         routes::healthz,
         routes::readyz,
         routes::metrics,
@@ -37,6 +45,7 @@ use super::routes;
     modifiers(&BearerTokens),
     tags(
         (name = "jobs", description = "Submit, watch, stop and delete multi-role jobs"),
+        (name = "v2", description = "OpenPAI's v2 REST API, as its official SDK calls it"),
         (name = "operations", description = "Probes, metrics and this document"),
     )
 )]
@@ -63,7 +72,9 @@ impl Modify for BearerTokens {
             ),
         );
         for (path, item) in openapi.paths.paths.iter_mut() {
-            if !(path.starts_with("/api/v1/") || path == "/metrics") || path == DOCUMENT_PATH {
+            if !(path.starts_with("/api/v1/") || path.starts_with("/api/v2/") || path == "/metrics")
+                || path == DOCUMENT_PATH
+            {
                 continue;
             }
             for operation in [

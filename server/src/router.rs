@@ -6,7 +6,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, put};
 
 use crate::state::AppState;
-use crate::{auth, guard, metrics, openapi, routes};
+use crate::{auth, guard, metrics, openapi, routes, v2};
 
 /// Every route of the API.
 pub fn router(state: AppState) -> Router {
@@ -34,6 +34,26 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/v1/user/{user}/jobs/{job}/logs", get(routes::get_logs))
         .route("/api/v1/whoami", get(routes::whoami))
+        // OpenPAI's v2 REST API, as its SDK calls it.
+        .route("/api/v2/jobs", get(v2::list).post(v2::submit))
+        .route("/api/v2/jobs/{job_id}", get(v2::get_job))
+        .route("/api/v2/jobs/{job_id}/config", get(v2::get_config))
+        .route(
+            "/api/v2/jobs/{job_id}/executionType",
+            put(v2::set_execution),
+        )
+        .route(
+            "/api/v2/jobs/{job_id}/attempts/{attempt_id}",
+            get(v2::get_attempt),
+        )
+        .route(
+            "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts",
+            get(v2::get_task),
+        )
+        .route(
+            "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts/{task_attempt_id}/logs",
+            get(v2::get_task_logs),
+        )
         .route(
             "/api/v1/user/{user}/jobs/{job}/executionType",
             put(routes::set_execution),

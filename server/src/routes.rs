@@ -328,12 +328,22 @@ pub async fn set_execution(
     job: Job,
     ApiJson(body): ApiJson<ExecutionBody>,
 ) -> ApiResult {
-    jobs::set_execution(&state, &job, body.value).await?;
+    let message = execute(&state, &job, body).await?;
+    Ok((StatusCode::ACCEPTED, Json(message)).into_response())
+}
+
+/// Starts or stops `job` as `body` asks (v1's and v2's route alike).
+pub async fn execute(
+    state: &AppState,
+    job: &Job,
+    body: ExecutionBody,
+) -> Result<Message, ApiError> {
+    jobs::set_execution(state, job, body.value).await?;
     let doing = match body.value {
         Execution::Start => "starting",
         Execution::Stop => "stopping",
     };
-    Ok(accepted(format!("job {} is {doing}", job.job)))
+    Ok(Message::new(format!("job {} is {doing}", job.job)))
 }
 
 /// `DELETE /api/v1/user/{user}/jobs/{job}`: the Framework and, with it, its pods.

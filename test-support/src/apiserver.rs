@@ -352,6 +352,17 @@ impl ApiServer {
             .cloned()
     }
 
+    /// Every stored object of `resource` in `namespace`.
+    pub fn list(&self, resource: &str, namespace: &str) -> Vec<Value> {
+        self.shared
+            .lock()
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == resource && k.namespace == namespace)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
     /// Changes a stored object as a controller would (new resourceVersion, MODIFIED event).
     /// Panics, like [`ApiServer::create`], on a change a real API server would refuse.
     pub fn modify(

@@ -27,6 +27,34 @@ fn job(roles: usize, tasks_per_role: usize) -> String {
     .to_string()
 }
 
+/// The same job as [`job`] in OpenPAI's protocol v2, with a parameter its commands name.
+fn job_v2(roles: usize, tasks_per_role: usize) -> String {
+    let roles: serde_json::Map<String, serde_json::Value> = (0..roles)
+        .map(|i| {
+            (
+                format!("role{i}"),
+                serde_json::json!({
+                    "instances": tasks_per_role, "dockerImage": "image",
+                    "resourcePerInstance": {"cpu": 4, "memoryMB": 8192, "gpu": 1,
+                        "ports": {"main": 2}},
+                    "commands": ["python train.py --epochs <% $parameters.epochs %> --rank $PAI_TASK_INDEX"]
+                }),
+            )
+        })
+        .collect();
+    serde_json::json!({"protocolVersion": 2, "name": "bench", "type": "job",
+        "parameters": {"epochs": 3},
+        "prerequisites": [{"name": "image", "type": "dockerimage", "uri": "pytorch/pytorch"}],
+        "taskRoles": roles})
+    .to_string()
+}
+
+/// `json` as YAML.
+fn yaml(json: &str) -> String {
+    let value: serde_json::Value = serde_json::from_str(json).expect("json");
+    serde_saphyr::to_string(&value).expect("yaml")
+}
+
 fn measure(name: &str, iterations: usize, mut f: impl FnMut()) {
     for _ in 0..iterations / 10 + 1 {
         f();
@@ -66,6 +94,19 @@ fn main() {
         ("TensorFlow example (2 roles, 4 tasks)", tf, n(20_000)),
         ("1,000 tasks in 2 roles", job(2, 500), n(20_000)),
         ("1,000 tasks in 50 roles", job(50, 20), n(2_000)),
+        // Protocol v2 beside v1, the same jobs (#37).
+        ("v2: 1,000 tasks in 2 roles", job_v2(2, 500), n(20_000)),
+        ("v2: 1,000 tasks in 50 roles", job_v2(50, 20), n(2_000)),
+        (
+            "v1 YAML: 1,000 tasks in 2 roles",
+            yaml(&job(2, 500)),
+            n(20_000),
+        ),
+        (
+            "v2 YAML: 1,000 tasks in 2 roles",
+            yaml(&job_v2(2, 500)),
+            n(20_000),
+        ),
     ];
     let user = UserName::parse("alice").expect("user");
     let transformer = Transformer::new(ClusterConfig::default());

@@ -7,7 +7,7 @@ use pai_contract::PortPlan;
 use pai_contract::env as names;
 use pai_contract::ports::{HTTP_LABEL, SSH_LABEL, join_ports};
 
-use crate::spec::{JobSpec, TaskRole, UserName};
+use crate::spec::{JobSpec, Protocol, TaskRole, UserName};
 
 /// `-1`, FrameworkController's "disabled", for a count the spec leaves unset.
 const UNSET_COUNT: i64 = -1;
@@ -39,13 +39,41 @@ pub fn job_env(user: &UserName, spec: &JobSpec, default_fs_uri: &str) -> Vec<(St
         (names::OUTPUT_DIR.to_string(), legacy.output_dir.clone()),
         (names::CODE_DIR.to_string(), legacy.code_dir.clone()),
     ];
+    if spec.protocol() == Protocol::V2 {
+        let tasks: u32 = roles.iter().map(TaskRole::task_number).sum();
+        let job = format!("{}~{}", user.as_str(), spec.name().as_str());
+        let list = roles
+            .iter()
+            .map(|r| r.name().as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        env.extend([
+            (names::v2::FRAMEWORK_NAME.to_string(), job),
+            (
+                names::v2::VIRTUAL_CLUSTER.to_string(),
+                spec.virtual_cluster_or_default().to_string(),
+            ),
+            (names::v2::USERNAME.to_string(), user.as_str().to_string()),
+            (names::v2::TASKS_NUM.to_string(), tasks.to_string()),
+            (names::v2::JOB_TASK_COUNT.to_string(), tasks.to_string()),
+            (
+                names::v2::TASK_ROLES_NUM.to_string(),
+                roles.len().to_string(),
+            ),
+            (
+                names::v2::JOB_TASK_ROLE_COUNT.to_string(),
+                roles.len().to_string(),
+            ),
+            (names::v2::JOB_TASK_ROLE_LIST.to_string(), list),
+        ]);
+    }
     env.extend(spec.job_envs().iter().cloned());
     env
 }
 
 /// The variables that describe `role` to the whole job ([`names::role_family`]). Only
 /// the role's own template carries them; the runtime hands them to the other roles.
-pub fn role_family_env(role: &TaskRole) -> Vec<(String, String)> {
+pub fn role_family_env(role: &TaskRole, protocol: Protocol) -> Vec<(String, String)> {
     let (min_failed, min_succeeded) = min_counts(role);
     let res = role.resources();
     let [
@@ -64,21 +92,27 @@ pub fn role_family_env(role: &TaskRole) -> Vec<(String, String)> {
         (succeeded_count, min_succeeded.to_string()),
         (
             resource,
-            format!(
-                "cpu_count:{},memMB:{},shmMB:{},gpu_count:{}",
-                res.cpu, res.memory_mb, res.shm_mb, res.gpu
-            ),
+            match protocol {
+                Protocol::V1 => format!(
+                    "cpu_count:{},memMB:{},shmMB:{},gpu_count:{}",
+                    res.cpu, res.memory_mb, res.shm_mb, res.gpu
+                ),
+                // OpenPAI v2's form (runtime-env.js).
+                Protocol::V2 => {
+                    format!("{},{},{},{}", res.gpu, res.cpu, res.memory_mb, res.shm_mb)
+                }
+            },
         ),
     ]
 }
 
 /// The variables of one role, added to [`job_env`] in its tasks: its family, the
 /// `PAI_CURRENT_*` names and its ports.
-pub fn role_env(role: &TaskRole, plan: &PortPlan) -> Vec<(String, String)> {
+pub fn role_env(role: &TaskRole, plan: &PortPlan, protocol: Protocol) -> Vec<(String, String)> {
     let res = role.resources();
     let (min_failed, min_succeeded) = min_counts(role);
     let first_port = |label| plan.first(label).map(|p| p.to_string()).unwrap_or_default();
-    let mut env = role_family_env(role);
+    let mut env = role_family_env(role, protocol);
     env.extend([
         (
             names::CURRENT_TASK_ROLE_NAME.to_string(),
@@ -131,12 +165,12 @@ pub fn role_env(role: &TaskRole, plan: &PortPlan) -> Vec<(String, String)> {
     env
 }
 
-/// The role's completion counts as the environment shows them: `minFailedTaskCount`
-/// (1 when unset) and `minSucceededTaskCount` (−1 when unset: every task must complete).
+/// The role's completion counts as the environment shows them, −1 for one that is off
+/// (`minSucceededTaskCount` unset: every task must complete).
 fn min_counts(role: &TaskRole) -> (i64, i64) {
     let c = role.completion();
     (
-        i64::from(c.min_failed),
+        c.min_failed.map_or(UNSET_COUNT, i64::from),
         c.min_succeeded.map_or(UNSET_COUNT, i64::from),
     )
 }

@@ -50,6 +50,9 @@ pub struct Submission<'a> {
 /// What every role of one job shares.
 struct JobParts<'a> {
     image: &'a str,
+    protocol: crate::spec::Protocol,
+    /// The job's own pull Secret, when its images need credentials.
+    pull_secret: Option<String>,
     /// The Framework's name.
     name: &'a str,
     selection: String,
@@ -88,8 +91,12 @@ impl Transformer {
         let name = framework_name(user, spec.name());
         let plans = allocate(spec, self.config.port_range, seed)?;
 
+        let tasks: u32 = spec.roles().iter().map(TaskRole::task_number).sum();
         let job = JobParts {
             image: spec.image(),
+            protocol: spec.protocol(),
+            pull_secret: (!spec.registry_auths().is_empty())
+                .then(|| training::job_registry_secret(&name)),
             name: &name,
             selection: spec.framework_env().to_string(),
             env: job_env(user, spec, &self.config.default_fs_uri),
@@ -101,12 +108,21 @@ impl Transformer {
                     meta::MANAGED_BY.to_string(),
                 ),
             ]),
-            gang: crate::gang::pod_marks(
-                &self.config.gang,
-                &name,
-                self.config.gang.queue(spec.virtual_cluster()),
-                spec.roles().iter().map(TaskRole::task_number).sum(),
-            ),
+            // A v2 job may turn gang allocation off: its pods are then placed one by
+            // one (by the engine's scheduler, without a group).
+            gang: if spec.gang_allocation() {
+                crate::gang::pod_marks(
+                    &self.config.gang,
+                    &name,
+                    self.config.gang.queue(spec.virtual_cluster()),
+                    tasks,
+                )
+            } else {
+                crate::gang::PodMarks {
+                    scheduler_name: self.config.gang.scheduler().map(str::to_string),
+                    ..crate::gang::PodMarks::default()
+                }
+            },
             gated: !spec.depends_on().is_empty(),
         };
         let task_roles = spec
@@ -140,7 +156,11 @@ impl Transformer {
                     meta::ANNOTATION_JOB.to_string(),
                     spec.name().as_str().to_string(),
                 ),
-                (meta::ANNOTATION_SPEC.to_string(), spec_text.to_string()),
+                // Never the secrets: their values are masked as OpenPAI masks them.
+                (
+                    meta::ANNOTATION_SPEC.to_string(),
+                    stored_text(spec, spec_text, format),
+                ),
                 (
                     meta::ANNOTATION_SPEC_FORMAT.to_string(),
                     format.as_str().to_string(),
@@ -148,6 +168,18 @@ impl Transformer {
             ])),
             ..ObjectMeta::default()
         };
+        if let Some(annotations) = framework.metadata.annotations.as_mut() {
+            annotations.insert(
+                meta::ANNOTATION_PROTOCOL.to_string(),
+                spec.protocol().as_str().to_string(),
+            );
+            if let Some(cluster) = spec.virtual_cluster() {
+                annotations.insert(
+                    meta::ANNOTATION_VIRTUAL_CLUSTER.to_string(),
+                    cluster.to_string(),
+                );
+            }
+        }
         if !spec.depends_on().is_empty() {
             let dependencies: Vec<pai_contract::depends::Dependency> = spec
                 .depends_on()
@@ -174,7 +206,9 @@ impl Transformer {
             name: role.name().task_role().to_string(),
             task_number: i32::try_from(role.task_number()).unwrap_or(i32::MAX),
             framework_attempt_completion_policy: CompletionPolicySpec {
-                min_failed_task_count: i32::try_from(completion.min_failed).unwrap_or(i32::MAX),
+                min_failed_task_count: completion
+                    .min_failed
+                    .map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX)),
                 min_succeeded_task_count: completion
                     .min_succeeded
                     .map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX)),
@@ -241,7 +275,7 @@ impl Transformer {
             ..Container::default()
         };
 
-        let role_vars = role_env(role, plan);
+        let role_vars = role_env(role, plan, job.protocol);
         let runtime_vars = [
             (
                 names::KILL_GRACE_SEC.to_string(),
@@ -283,7 +317,7 @@ impl Transformer {
         main_mounts.push(mount(SHM_VOLUME, paths::DEV_SHM));
         let main = Container {
             name: MAIN_CONTAINER.to_string(),
-            image: Some(job.image.to_string()),
+            image: Some(role.image_or(job.image).to_string()),
             command: Some(vec![paths::RUN.to_string()]),
             env: Some(env),
             resources: Some(ResourceRequirements {
@@ -342,12 +376,15 @@ impl Transformer {
                 service_account_name: Some(access::job_account(job.name)),
                 automount_service_account_token: Some(false),
                 host_network: cfg.host_network.then_some(true),
-                image_pull_secrets: (!cfg.image_pull_secrets.is_empty()).then(|| {
-                    cfg.image_pull_secrets
+                image_pull_secrets: {
+                    let names: Vec<LocalObjectReference> = cfg
+                        .image_pull_secrets
                         .iter()
+                        .chain(&job.pull_secret)
                         .map(|name| LocalObjectReference { name: name.clone() })
-                        .collect()
-                }),
+                        .collect();
+                    (!names.is_empty()).then_some(names)
+                },
                 termination_grace_period_seconds: Some(cfg.termination_grace_period_sec),
                 init_containers: Some(vec![init]),
                 containers: vec![main],
@@ -375,6 +412,16 @@ impl Transformer {
                 ..PodSpec::default()
             }),
         }
+    }
+}
+
+/// The text kept in the Framework and read back as the job's config: as submitted, with
+/// a v2 job's secrets masked.
+fn stored_text(spec: &JobSpec, text: &str, format: SpecFormat) -> String {
+    if spec.secrets().is_some() {
+        crate::spec::masked(text, format)
+    } else {
+        text.to_string()
     }
 }
 

@@ -15,7 +15,8 @@ const PORT_BYTES: usize = "65535".len();
 
 /// Warnings that follow from the spec alone, wherever it runs.
 pub fn spec_warnings(spec: &JobSpec) -> Vec<String> {
-    let mut out = Vec::new();
+    // What the spec asks that is not done as it asks, each naming its field.
+    let mut out = spec.notes().to_vec();
     let selection = spec.framework_env();
     let mut generated: Vec<&str> = Vec::new();
     if selection.tensorflow.is_some() {

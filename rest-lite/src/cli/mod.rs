@@ -194,6 +194,10 @@ fn transform(args: TransformArgs) -> Result<()> {
         },
         seed,
     )?;
+    // What the spec asks that is not done as it asks: on stderr, the Framework on stdout.
+    for warning in pai_translate::warnings::spec_warnings(&spec) {
+        eprintln!("rest-lite: warning: {warning}");
+    }
     let rendered = match args.output {
         Output::Yaml => serde_saphyr::to_string(&framework).context("rendering YAML")?,
         Output::Json => {

@@ -76,13 +76,40 @@ pub fn request(
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|s| s.parse().ok())
         .expect("status");
-    let headers = lines
+    let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
+    let chunked = headers
+        .iter()
+        .any(|(n, v): &(String, String)| n == "transfer-encoding" && v.contains("chunked"));
     Answer {
         status,
         headers,
-        body: body.to_string(),
+        body: if chunked {
+            dechunk(body)
+        } else {
+            body.to_string()
+        },
     }
+}
+
+/// A chunked body's data.
+fn dechunk(raw: &str) -> String {
+    let mut raw = raw.as_bytes();
+    let mut out = Vec::new();
+    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&raw[..end])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
+        let rest = &raw[end + 2..];
+        match size {
+            Some(size) if size > 0 && rest.len() >= size => {
+                out.extend_from_slice(&rest[..size]);
+                raw = rest[size..].strip_prefix(b"\r\n").unwrap_or(&rest[size..]);
+            }
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -16,6 +16,8 @@ pub struct Server {
     pub url: String,
     /// This machine's token, which a server without a token file accepts alone.
     pub token: Option<String>,
+    /// Every line the server logged so far.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -100,12 +102,17 @@ impl Server {
         let (tx, rx) = mpsc::channel();
         let (also_tx, also_rx) = mpsc::channel();
         let wanted = also.map(str::to_string);
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
         // Reads the log all along, as a log collector would.
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             let mut also_tx = wanted.map(|a| (a, also_tx));
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
+                kept.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(line.clone());
                 if line.contains("rest-lite serving")
                     && let Some(tx) = tx.take()
                 {
@@ -145,7 +152,17 @@ impl Server {
             child,
             url,
             token: None,
+            log,
         }
+    }
+
+    /// What the server logged so far, a line each.
+    #[allow(dead_code)]
+    pub fn log(&self) -> String {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .join("\n")
     }
 
     /// The server's process id.

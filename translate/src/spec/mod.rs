@@ -1,11 +1,14 @@
-//! The OpenPAI v1 job spec: text (JSON or YAML) in, a [`JobSpec`] that cannot hold an
-//! invalid job out, or every broken rule at once. The types are here; reading them
-//! from text ([`JobSpec::parse`]) is `validate`'s.
+//! OpenPAI job specs: text (JSON or YAML) in, a [`JobSpec`] that cannot hold an invalid
+//! job out, or every broken rule at once. Two front doors, one job: a v1 job config
+//! (`validate`) and a job protocol v2 document (`v2`, told apart by `protocolVersion`)
+//! both become the same [`JobSpec`], which the rest of the crate translates alike.
 
 mod error;
 pub mod names;
 mod reader;
 pub mod schema;
+pub mod secrets;
+pub mod v2;
 mod validate;
 
 pub use error::{FieldPath, SpecError, SpecErrors};
@@ -18,6 +21,25 @@ pub const MAX_SPEC_BYTES: usize = 200 * 1024;
 pub const DEFAULT_SHM_MB: u32 = 64;
 
 pub use pai_contract::SpecFormat;
+pub use secrets::{RegistryAuth, Secrets, masked};
+
+/// Which door a spec came in by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// An OpenPAI v1 job config (`jobName`, `taskRoles` as a list).
+    V1,
+    /// OpenPAI's job protocol v2 (`protocolVersion: 2`).
+    V2,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V1 => "1",
+            Self::V2 => "2",
+        }
+    }
+}
 
 /// A valid job: every rule of the spec holds.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +55,17 @@ pub struct JobSpec {
     virtual_cluster: Option<String>,
     /// `dependsOn`: jobs of the same user that must reach a state before this one runs.
     depends_on: Vec<(JobName, pai_contract::depends::Wanted)>,
+    protocol: Protocol,
+    /// What the spec asks that is not done here as it asks, each naming the field: told
+    /// at every submission (never a silent drop).
+    notes: Vec<String>,
+    /// Protocol v2's `secrets`: kept out of the Framework, rendered into the command by
+    /// the runtime inside the task.
+    secrets: Option<Secrets>,
+    /// Credentials of the registries the roles' images come from (v2 `auth`).
+    registry_auths: Vec<RegistryAuth>,
+    /// Whether the job's tasks are admitted together (v2 `extras.gangAllocation`).
+    gang_allocation: bool,
 }
 
 /// The legacy directory fields, exported as `PAI_DATA_DIR`, `PAI_OUTPUT_DIR`, `PAI_CODE_DIR`
@@ -53,6 +86,8 @@ pub struct TaskRole {
     ports: Vec<PortRequest>,
     command: String,
     completion: CompletionPolicy,
+    /// The role's own image (v2's per-role `dockerImage`); the job's otherwise.
+    image: Option<String>,
 }
 
 /// What each task of a role asks for. `shm_mb ≤ memory_mb`.
@@ -67,8 +102,10 @@ pub struct Resources {
 /// When a role completes the job's attempt. Both counts are ≤ the role's task number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompletionPolicy {
-    /// Failed tasks that fail the attempt (≥ 1: a role whose tasks all fail always fails).
-    pub min_failed: u32,
+    /// Failed tasks that fail the attempt. Always set for a v1 job (a role whose tasks
+    /// all fail always fails it); `None` only where a v2 job says `minFailedInstances:
+    /// -1` (failures never end the job, as OpenPAI meant it).
+    pub min_failed: Option<u32>,
     /// Succeeded tasks that succeed the attempt; `None`: every task must complete.
     pub min_succeeded: Option<u32>,
 }
@@ -127,6 +164,36 @@ impl JobSpec {
     pub fn framework_env(&self) -> &pai_contract::training::Selection {
         &self.framework_env
     }
+
+    /// The door the spec came in by.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// What the spec asks that is not done as it asks (warnings at submission).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The job's secrets (v2), if it has any.
+    pub fn secrets(&self) -> Option<&Secrets> {
+        self.secrets.as_ref()
+    }
+
+    /// Registry credentials for the roles' images (v2).
+    pub fn registry_auths(&self) -> &[RegistryAuth] {
+        &self.registry_auths
+    }
+
+    /// Whether the gang engine admits the job's tasks together (v2 may turn it off).
+    pub fn gang_allocation(&self) -> bool {
+        self.gang_allocation
+    }
+
+    /// The queue's name as OpenPAI tells it to tasks (`PAI_VIRTUAL_CLUSTER`).
+    pub fn virtual_cluster_or_default(&self) -> &str {
+        self.virtual_cluster().unwrap_or("default")
+    }
 }
 
 impl TaskRole {
@@ -150,5 +217,9 @@ impl TaskRole {
     }
     pub fn completion(&self) -> CompletionPolicy {
         self.completion
+    }
+    /// The image the role's tasks run in.
+    pub fn image_or<'a>(&'a self, job_image: &'a str) -> &'a str {
+        self.image.as_deref().unwrap_or(job_image)
     }
 }

@@ -3,7 +3,27 @@
 
 use serde_json::{Map, Value};
 
-use super::error::{Errors, FieldPath};
+use super::SpecFormat;
+use super::error::{Errors, FieldPath, SpecErrors};
+
+/// The document `text` holds, in either format; one document only.
+pub(crate) fn document(text: &str, format: SpecFormat) -> Result<Value, SpecErrors> {
+    let root = FieldPath::root();
+    match format {
+        SpecFormat::Json => serde_json::from_str(text)
+            .map_err(|e| SpecErrors::single(&root, format!("not valid JSON: {e}"))),
+        SpecFormat::Yaml => serde_saphyr::from_str(text).map_err(|e| match e.without_snippet() {
+            serde_saphyr::Error::MultipleDocuments { location, .. } => SpecErrors::single(
+                &root,
+                format!(
+                    "the file holds more than one YAML document (another starts with '---' at line {}): a job is one document; a v2 job's secrets go under its own `secrets:` field",
+                    location.line()
+                ),
+            ),
+            other => SpecErrors::single(&root, format!("not valid YAML: {other}")),
+        }),
+    }
+}
 
 /// JSON's name for the kind of a value, for messages.
 pub(crate) fn kind(value: &Value) -> &'static str {

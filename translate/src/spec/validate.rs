@@ -33,12 +33,11 @@ impl JobSpec {
                 ),
             ));
         }
-        let value: serde_json::Value = match format {
-            SpecFormat::Json => serde_json::from_str(text)
-                .map_err(|e| SpecErrors::single(&root, format!("not valid JSON: {e}")))?,
-            SpecFormat::Yaml => serde_saphyr::from_str(text)
-                .map_err(|e| SpecErrors::single(&root, format!("not valid YAML: {e}")))?,
-        };
+        let value = reader::document(text, format)?;
+        // Protocol v2 says so at its top; a v1 job config has no such field.
+        if value.get("protocolVersion").is_some() {
+            return super::v2::job(&value, text, format);
+        }
         job(&value)
     }
 }
@@ -76,7 +75,7 @@ const ROLE_FIELDS: &[&str] = &[
 
 const PORT_FIELDS: &[&str] = &["label", "beginAt", "portNumber"];
 
-const I32_MAX: i64 = i32::MAX as i64;
+pub(super) const I32_MAX: i64 = i32::MAX as i64;
 /// Ports below this are never handed out.
 const FIRST_USER_PORT: i64 = 1024;
 
@@ -186,6 +185,11 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
                 framework_env: selection,
                 virtual_cluster,
                 depends_on,
+                protocol: super::Protocol::V1,
+                notes: Vec::new(),
+                secrets: None,
+                registry_auths: Vec::new(),
+                gang_allocation: true,
             })
         }
         // Every reader that returns None has recorded why.
@@ -343,7 +347,7 @@ fn framework_env(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option
 
 /// The ports the parts need: PyTorch's master role gets a `master` port unless it has
 /// one; TensorFlow's label must be a port of every role in its cluster.
-fn training_ports(
+pub(super) fn training_ports(
     roles: &mut [TaskRole],
     selection: &Selection,
     path: &FieldPath,
@@ -383,7 +387,11 @@ fn training_ports(
     }
 }
 
-fn image<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Option<&'a str> {
+pub(super) fn image<'a>(
+    value: &'a Value,
+    path: &FieldPath,
+    errors: &mut Errors,
+) -> Option<&'a str> {
     let s = reader::text(value, path, errors)?;
     if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
         errors.push(
@@ -542,9 +550,10 @@ fn role(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<TaskRole
         command: command?.to_string(),
         completion: CompletionPolicy {
             // null means 1: a role whose tasks all fail must fail the job.
-            min_failed: min_failed?.unwrap_or(1),
+            min_failed: Some(min_failed?.unwrap_or(1)),
             min_succeeded: min_succeeded?,
         },
+        image: None,
     })
 }
 
@@ -678,7 +687,7 @@ fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
 }
 
 /// Every role gets one `http` and one `ssh` port unless it asks for them itself.
-fn with_implicit_ports(mut ports: Vec<PortRequest>) -> Vec<PortRequest> {
+pub(super) fn with_implicit_ports(mut ports: Vec<PortRequest>) -> Vec<PortRequest> {
     for label in [HTTP_LABEL, SSH_LABEL] {
         if !ports.iter().any(|p| p.label.as_str() == label)
             && let Ok(label) = PortLabel::parse(label)
@@ -756,7 +765,12 @@ fn is_reserved(name: &str) -> bool {
 
 /// Pods are named `<framework>-<task role>-<index>` and must fit a DNS label; the
 /// Framework's name has a fixed length, so the room left is the role's.
-fn pod_names_fit(name: &RoleName, task_number: i64, path: &FieldPath, errors: &mut Errors) {
+pub(super) fn pod_names_fit(
+    name: &RoleName,
+    task_number: i64,
+    path: &FieldPath,
+    errors: &mut Errors,
+) {
     let tasks = u32::try_from(task_number).unwrap_or(MAX_TASKS_PER_ROLE);
     let room = max_task_role_name(tasks);
     let kube = name.task_role();

@@ -1,0 +1,116 @@
+//! OpenPAI's official JavaScript SDK, `@microsoft/openpai-js-sdk` 0.1.5 from npm, unchanged,
+//! against the real `rest-lite serve` on this machine: `tests/sdk/openpai-sdk.js` submits
+//! a protocol v2 job, lists it, reads it and its config, finds a task's ssh address as
+//! the SDK's `pai ssh` does, reads a task and its log, stops it, and sees a bad job
+//! refused. Needs Node.js and the SDK (`npm ci --prefix rest-lite/tests/sdk`, which
+//! `.ci/run` does); says what is missing and skips without them, except under `CI=true`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+use common::serve::Server;
+use pai_test_support::needs;
+
+const TOKEN: &str = "sdk-user-token";
+
+fn sdk_dir() -> PathBuf {
+    common::repo_root().join("rest-lite/tests/sdk")
+}
+
+#[test]
+fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
+    if !needs::present(
+        "node",
+        needs::program("node").is_some(),
+        "apt-get install nodejs npm",
+    ) || !needs::present(
+        "the OpenPAI SDK from npm",
+        sdk_dir()
+            .join("node_modules/@microsoft/openpai-js-sdk/package.json")
+            .is_file(),
+        "npm ci --prefix rest-lite/tests/sdk",
+    ) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rest-lite-sdk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch");
+    let tokens = dir.join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "users:\n  - {{name: alice, tokenSha256: {}}}\n",
+            pai_server::auth::hash(TOKEN)
+        ),
+    )
+    .expect("tokens");
+    let server = Server::start_with_tokens(&dir.join("state"), &tokens);
+    let output = Command::new("node")
+        .arg(sdk_dir().join("openpai-sdk.js"))
+        .current_dir(sdk_dir())
+        .env("REST_LITE_URL", &server.url)
+        .env("REST_LITE_TOKEN", TOKEN)
+        .env("REST_LITE_USER", "alice")
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the SDK script failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let steps: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let step = |name: &str| -> &Value {
+        steps
+            .iter()
+            .find(|s| s["step"] == name)
+            .unwrap_or_else(|| panic!("no step {name} in {stdout}"))
+    };
+    assert_eq!(step("submit")["message"], "job sdk_job submitted");
+    assert_eq!(step("list")["protocolVersion"], "2");
+    assert_eq!(step("list")["totalTaskNumber"], 2);
+    assert_eq!(step("get")["state"], "RUNNING");
+    assert_eq!(step("get")["username"], "alice");
+    // The config as submitted, the secret masked as OpenPAI masks it.
+    assert_eq!(step("config")["secrets"], "******");
+    assert_eq!(step("config")["parameters"]["word"], "hello");
+    assert!(!stdout.contains("sdk-secret-value"), "{stdout}");
+    // The ssh address the SDK finds is a task's sshd (run by the runtime on demand).
+    let ssh = step("ssh");
+    assert_eq!(ssh["ip"], "127.0.0.1");
+    if needs::present(
+        "sshd",
+        needs::program("sshd").is_some(),
+        "apt-get install openssh-server",
+    ) {
+        assert!(
+            ssh["banner"]
+                .as_str()
+                .is_some_and(|b| b.starts_with("SSH-2.0-")),
+            "{ssh}"
+        );
+    }
+    assert_eq!(step("task")["state"], "RUNNING");
+    let logs = step("logs");
+    assert_eq!(logs["names"], serde_json::json!(["all", "runtime"]));
+    assert_eq!(logs["text"], "ready hello 1\n");
+    assert_eq!(step("stopped")["state"], "STOPPED");
+    let refused = step("refused");
+    assert_eq!(refused["status"], 400);
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("name: \"bad job\" breaks")),
+        "{refused}"
+    );
+    step("done");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

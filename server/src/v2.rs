@@ -1,0 +1,510 @@
+//! OpenPAI's v2 REST API, as its official SDK (`@microsoft/openpai-js-sdk`) and web
+//! portal call it: submit (protocol v2 as `text/yaml`, or any spec the v1 route takes),
+//! the job list with OpenPAI's filters, a job as `{user}~{job}`, its config (secrets
+//! masked), start and stop, a task's attempts and where its log is. Each handler finds
+//! the job by the same rule as v1 ([`Job::find`]) and calls the same service
+//! ([`crate::jobs`]); only the paths and the answers' shapes are v2's.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use pai_api::jobs::Message;
+use pai_api::status::JobState;
+use pai_api::v2::{
+    JobListV2, JobSummariesWithTotalCount, JobSummaryV2, LogLocation, PodLogInfo, TaskStatusV2,
+};
+
+use super::auth::Caller;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ApiJson, ApiPath, ApiQuery, Job, SpecBody, user_name};
+use super::jobs::{self, Submitted};
+use super::routes::{ExecutionBody, JobErrors, ListErrors, SubmitErrors};
+use crate::state::AppState;
+use pai_translate::spec::schema::JobSpecDocument;
+
+type ApiResult = Result<Response, ApiError>;
+
+/// `/api/v2/jobs/{job_id}…`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct JobIdPath {
+    /// `<user>~<job>`: the owner and the job's name, split at the first `~` (as OpenPAI
+    /// splits it).
+    pub job_id: String,
+}
+
+/// `/api/v2/jobs/{job_id}/attempts/{attempt_id}`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct AttemptPath {
+    /// `<user>~<job>`.
+    pub job_id: String,
+    /// The job's attempt, from 0: only the current one is kept.
+    pub attempt_id: i32,
+}
+
+/// `/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct TaskPath {
+    /// `<user>~<job>`.
+    pub job_id: String,
+    /// The job's attempt (the current one).
+    pub attempt_id: i32,
+    /// The role's name as in the spec.
+    pub role: String,
+    /// The task's index in its role.
+    pub index: u32,
+}
+
+/// `…/attempts/{task_attempt_id}/logs`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct TaskLogPath {
+    /// `<user>~<job>`.
+    pub job_id: String,
+    /// The job's attempt.
+    pub attempt_id: i32,
+    /// The role's name as in the spec.
+    pub role: String,
+    /// The task's index in its role.
+    pub index: u32,
+    /// The task's attempt (its retries so far).
+    pub task_attempt_id: i32,
+}
+
+/// The job `job_id` names, by the v1 rule (a 404 for anything the caller may not see).
+async fn find(state: &AppState, caller: &Caller, job_id: &str) -> Result<Job, ApiError> {
+    let Some((user, job)) = job_id.split_once('~') else {
+        return Err(ApiError::bad_request(format!(
+            "job id {job_id:?}: must be <user>~<job>"
+        )));
+    };
+    Job::find(state, caller, user, job).await
+}
+
+/// The job's current attempt.
+fn current_attempt(job: &Job) -> i32 {
+    job.framework
+        .status
+        .as_ref()
+        .map_or(0, |s| s.attempt_status.id)
+}
+
+/// A 404 for an attempt that is not the current one.
+fn no_attempt(job: &Job, attempt: i32) -> ApiError {
+    ApiError::no_task(format!(
+        "job {}~{} has no attempt {attempt} kept: its current attempt is {} (an earlier attempt's end is in jobStatus.attempts)",
+        job.user,
+        job.job,
+        current_attempt(job)
+    ))
+}
+
+/// `POST /api/v2/jobs`: a job for the token's user.
+#[utoipa::path(
+    post,
+    path = "/api/v2/jobs",
+    operation_id = "createJob",
+    tag = "v2",
+    request_body(description = "an OpenPAI job protocol v2 document (or a v1 job config), as the SDK sends it (text/yaml) or as JSON", content((JobSpecDocument = "text/yaml"), (JobSpecDocument = "application/yaml"), (JobSpecDocument = "application/json"))),
+    responses(
+        (status = 202, description = "accepted, with what is not done as the spec asks", body = Message),
+        SubmitErrors
+    )
+)]
+pub async fn submit(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    body: SpecBody,
+) -> ApiResult {
+    if caller.user.is_empty() {
+        return Err(ApiError::bad_request(
+            "the token names no user: submit with /api/v1/user/{user}/jobs",
+        ));
+    }
+    let user = user_name(&caller.user)?;
+    match jobs::submit(&state, &caller, &user, None, false, &body).await? {
+        Submitted::Created { job, warnings } => Ok((
+            StatusCode::ACCEPTED,
+            Json(Message {
+                message: format!("job {job} submitted"),
+                warnings,
+            }),
+        )
+            .into_response()),
+        Submitted::DryRun(framework) => Ok(Json(framework).into_response()),
+    }
+}
+
+/// `GET /api/v2/jobs` query: OpenPAI's filters.
+#[derive(Deserialize, Default, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only this user's jobs.
+    username: Option<String>,
+    /// Only jobs of this virtual cluster.
+    vc: Option<String>,
+    /// Only jobs in this state.
+    state: Option<JobState>,
+    /// Only jobs whose user, name or virtual cluster contains this.
+    keyword: Option<String>,
+    /// Only jobs with one of these tags (comma separated): tags are not kept here, so
+    /// none.
+    tags_contain: Option<String>,
+    /// Jobs with none of these tags: every job (none has tags).
+    #[allow(dead_code)]
+    tags_not_contain: Option<String>,
+    /// Jobs to skip.
+    #[param(minimum = 0)]
+    offset: Option<usize>,
+    /// At most this many (5000 by default, at most 50000).
+    #[param(minimum = 1, maximum = 50000)]
+    limit: Option<usize>,
+    /// `<field>,<ASC|DESC>`: jobName, submissionTime (the default, DESC), username, vc,
+    /// retries, totalTaskNumber, totalGpuNumber, state.
+    order: Option<String>,
+    /// `true`: `{totalCount, data}` instead of a list.
+    with_total_count: Option<String>,
+}
+
+const DEFAULT_LIMIT: usize = 5000;
+const MAX_LIMIT: usize = 50_000;
+
+/// How a list is ordered.
+fn order_of(order: Option<&str>) -> Result<(String, bool), ApiError> {
+    let Some(order) = order else {
+        return Ok(("submissionTime".to_string(), true));
+    };
+    let (field, direction) = order.split_once(',').unwrap_or((order, "ASC"));
+    let descending = match direction.to_ascii_uppercase().as_str() {
+        "ASC" => false,
+        "DESC" => true,
+        _ => {
+            return Err(ApiError::bad_request(format!(
+                "order: {direction:?} is not ASC or DESC"
+            )));
+        }
+    };
+    const FIELDS: [&str; 8] = [
+        "jobName",
+        "submissionTime",
+        "username",
+        "vc",
+        "retries",
+        "totalTaskNumber",
+        "totalGpuNumber",
+        "state",
+    ];
+    if !FIELDS.contains(&field) {
+        return Err(ApiError::bad_request(format!(
+            "order: {field:?} is not one of {}",
+            FIELDS.join(", ")
+        )));
+    }
+    Ok((field.to_string(), descending))
+}
+
+fn compare(a: &JobSummaryV2, b: &JobSummaryV2, field: &str) -> std::cmp::Ordering {
+    match field {
+        "jobName" => a.name.cmp(&b.name),
+        "username" => a.username.cmp(&b.username),
+        "vc" => a.virtual_cluster.cmp(&b.virtual_cluster),
+        "retries" => a.retries.cmp(&b.retries),
+        "totalTaskNumber" => a.total_task_number.cmp(&b.total_task_number),
+        "totalGpuNumber" => a.total_gpu_number.cmp(&b.total_gpu_number),
+        "state" => a.state.to_string().cmp(&b.state.to_string()),
+        _ => a.submission_time.cmp(&b.submission_time),
+    }
+    .then_with(|| a.name.cmp(&b.name))
+}
+
+/// `GET /api/v2/jobs`: the jobs the caller may see (a non-admin: their own), filtered,
+/// ordered and paged as OpenPAI does.
+#[utoipa::path(
+    get,
+    path = "/api/v2/jobs",
+    operation_id = "listJobs",
+    tag = "v2",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "the jobs; with withTotalCount=true, {totalCount, data}", body = JobListV2),
+        ListErrors
+    )
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> ApiResult {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit: {limit} is not from 1 to {MAX_LIMIT}"
+        )));
+    }
+    let (field, descending) = order_of(query.order.as_deref())?;
+    let filter = jobs::ListFilter {
+        state: query.state,
+        ..jobs::ListFilter::default()
+    };
+    let page = jobs::list(&state, &caller, query.username.as_deref(), &filter).await?;
+    let tagged = query.tags_contain.as_deref().is_some_and(|t| !t.is_empty());
+    let mut matching: Vec<JobSummaryV2> = page
+        .jobs
+        .iter()
+        .map(JobSummaryV2::from)
+        .filter(|_| !tagged)
+        .filter(|j| query.vc.as_deref().is_none_or(|vc| j.virtual_cluster == vc))
+        .filter(|j| {
+            query.keyword.as_deref().is_none_or(|k| {
+                j.username.contains(k) || j.name.contains(k) || j.virtual_cluster.contains(k)
+            })
+        })
+        .collect();
+    matching.sort_by(|a, b| {
+        let order = compare(a, b, &field);
+        if descending { order.reverse() } else { order }
+    });
+    let total = matching.len();
+    let data: Vec<JobSummaryV2> = matching
+        .into_iter()
+        .skip(query.offset.unwrap_or(0))
+        .take(limit)
+        .collect();
+    let list = if query.with_total_count.as_deref() == Some("true") {
+        JobListV2::WithTotalCount(JobSummariesWithTotalCount {
+            total_count: total,
+            data,
+        })
+    } else {
+        JobListV2::List(data)
+    };
+    Ok(Json(list).into_response())
+}
+
+/// `GET /api/v2/jobs/{job_id}`: the job with its current attempt.
+#[utoipa::path(
+    get,
+    path = "/api/v2/jobs/{job_id}",
+    operation_id = "getJob",
+    tag = "v2",
+    params(JobIdPath),
+    responses(
+        (status = 200, description = "the job's status (the v1 job view)", body = pai_api::status::JobView),
+        JobErrors
+    )
+)]
+pub async fn get_job(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath(path): ApiPath<JobIdPath>,
+) -> ApiResult {
+    let job = find(&state, &caller, &path.job_id).await?;
+    Ok(view(&state, &job))
+}
+
+fn view(state: &AppState, job: &Job) -> Response {
+    let made = state.views.at(&job.framework, &job.url());
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        made.json.clone(),
+    )
+        .into_response()
+}
+
+/// `GET /api/v2/jobs/{job_id}/attempts/{attempt_id}`: the job as of one attempt (the
+/// current one; an earlier one's end is in `jobStatus.attempts`).
+#[utoipa::path(
+    get,
+    path = "/api/v2/jobs/{job_id}/attempts/{attempt_id}",
+    operation_id = "getJobAttempt",
+    tag = "v2",
+    params(AttemptPath),
+    responses(
+        (status = 200, description = "the job's status in that attempt", body = pai_api::status::JobView),
+        JobErrors
+    )
+)]
+pub async fn get_attempt(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath(path): ApiPath<AttemptPath>,
+) -> ApiResult {
+    let job = find(&state, &caller, &path.job_id).await?;
+    if path.attempt_id != current_attempt(&job) {
+        return Err(no_attempt(&job, path.attempt_id));
+    }
+    Ok(view(&state, &job))
+}
+
+/// `GET /api/v2/jobs/{job_id}/config`: the spec as submitted, a v2 job's secrets masked
+/// (`secrets: "******"`), as YAML (JSON is YAML too).
+#[utoipa::path(
+    get,
+    path = "/api/v2/jobs/{job_id}/config",
+    operation_id = "getJobConfig",
+    tag = "v2",
+    params(JobIdPath),
+    responses(
+        (status = 200, description = "the spec as submitted, secrets masked", content((JobSpecDocument = "text/yaml"))),
+        JobErrors
+    )
+)]
+pub async fn get_config(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath(path): ApiPath<JobIdPath>,
+) -> ApiResult {
+    let job = find(&state, &caller, &path.job_id).await?;
+    let text = job.framework.spec_text().map_or("", |(text, _)| text);
+    Ok(([(header::CONTENT_TYPE, "text/yaml")], text.to_string()).into_response())
+}
+
+/// `PUT /api/v2/jobs/{job_id}/executionType` `{"value": "START" | "STOP"}`.
+#[utoipa::path(
+    put,
+    path = "/api/v2/jobs/{job_id}/executionType",
+    operation_id = "updateJobExecutionType",
+    tag = "v2",
+    params(JobIdPath),
+    request_body = ExecutionBody,
+    responses(
+        (status = 202, description = "accepted", body = Message),
+        (status = 409, description = "the job completed or is stopping and cannot be started again (`ConflictJobError`)", body = ErrorBody),
+        (status = 413, description = "the body is larger than the server's limit", body = ErrorBody),
+        (status = 415, description = "the body is not application/json", body = ErrorBody),
+        JobErrors
+    )
+)]
+pub async fn set_execution(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath(path): ApiPath<JobIdPath>,
+    ApiJson(body): ApiJson<ExecutionBody>,
+) -> ApiResult {
+    let job = find(&state, &caller, &path.job_id).await?;
+    let message = super::routes::execute(&state, &job, body).await?;
+    Ok((StatusCode::ACCEPTED, Json(message)).into_response())
+}
+
+/// The task `path` names, in the job's view.
+async fn task(
+    state: &AppState,
+    caller: &Caller,
+    path: (&str, i32, &str, u32),
+) -> Result<(Job, pai_api::status::TaskView, i32), ApiError> {
+    let (job_id, attempt, role, index) = path;
+    let job = find(state, caller, job_id).await?;
+    if attempt != current_attempt(&job) {
+        return Err(no_attempt(&job, attempt));
+    }
+    let made = state.views.at(&job.framework, &job.url());
+    let task = made
+        .view
+        .task_roles
+        .get(role)
+        .and_then(|r| r.task_statuses.get(index as usize))
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::no_task(format!(
+                "job {}~{} has no task {role}-{index}",
+                job.user, job.job
+            ))
+        })?;
+    Ok((job, task, attempt))
+}
+
+/// `GET …/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts`: a task
+/// and its attempts.
+#[utoipa::path(
+    get,
+    path = "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts",
+    operation_id = "getTask",
+    tag = "v2",
+    params(TaskPath),
+    responses(
+        (status = 200, description = "the task and its attempts (the current one)", body = TaskStatusV2),
+        JobErrors
+    )
+)]
+pub async fn get_task(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath(path): ApiPath<TaskPath>,
+) -> ApiResult {
+    let (job, task, attempt) = task(
+        &state,
+        &caller,
+        (&path.job_id, path.attempt_id, &path.role, path.index),
+    )
+    .await?;
+    Ok(Json(TaskStatusV2::of(
+        &task,
+        &path.role,
+        job.user.as_str(),
+        &job.job,
+        attempt,
+        task.retries,
+    ))
+    .into_response())
+}
+
+/// `GET …/attempts/{task_attempt_id}/logs`: where the task's log is read: `all` (the
+/// user command's output with the runtime's warnings and errors) and `runtime` (the
+/// runtime's own lines), absolute URLs on this server read with the same token. Only
+/// the task's current attempt's log is kept.
+#[utoipa::path(
+    get,
+    path = "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts/{task_attempt_id}/logs",
+    operation_id = "getTaskLogs",
+    tag = "v2",
+    params(TaskLogPath),
+    responses(
+        (status = 200, description = "the task's log locations", body = PodLogInfo),
+        JobErrors
+    )
+)]
+pub async fn get_task_logs(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    headers: HeaderMap,
+    ApiPath(path): ApiPath<TaskLogPath>,
+) -> ApiResult {
+    let (job, task, attempt) = task(
+        &state,
+        &caller,
+        (&path.job_id, path.attempt_id, &path.role, path.index),
+    )
+    .await?;
+    if path.task_attempt_id != task.retries {
+        return Err(ApiError::no_task(format!(
+            "task {}-{} of job {}~{} has no attempt {} kept: its current attempt is {}",
+            path.role, path.index, job.user, job.job, path.task_attempt_id, task.retries
+        )));
+    }
+    // The guard has checked the Host against the names this server answers to.
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let scheme = if state.tls { "https" } else { "http" };
+    let base = format!("{scheme}://{host}{}&attempt={attempt}", task.container_log);
+    Ok(Json(PodLogInfo {
+        locations: vec![
+            LogLocation {
+                name: "all".to_string(),
+                uri: base.clone(),
+            },
+            LogLocation {
+                name: "runtime".to_string(),
+                uri: format!("{base}&source=runtime"),
+            },
+        ],
+    })
+    .into_response())
+}

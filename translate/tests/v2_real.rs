@@ -1,0 +1,434 @@
+//! OpenPAI's job protocol v2 with the job files people published: every file in
+//! `tests/fixtures/v2/` (each names its repository, commit and path in its first line)
+//! is read and translated here, and what each becomes is compared with what OpenPAI's
+//! rest-server makes of it (microsoft/pai `src/rest-server/src/models/v2/job/k8s.js`
+//! and `runtime-env.js`, transcribed below as rules over the raw document) on the
+//! fields both produce, and with what its runtime's plugins do (microsoft/openpai-runtime
+//! `src/plugins`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use pai_contract::Framework;
+use pai_translate::config::ClusterConfig;
+use pai_translate::gang::Engine;
+use pai_translate::spec::{JobSpec, SpecFormat};
+use serde_json::Value;
+
+fn fixtures() -> Vec<(String, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2");
+    let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .map(|e| e.expect("entry").path())
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&p).expect("read"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn fixture(name: &str) -> String {
+    fixtures()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no fixture {name}"))
+        .1
+}
+
+fn transformed(name: &str) -> (JobSpec, Framework) {
+    let text = fixture(name);
+    let spec = JobSpec::parse(&text, SpecFormat::Yaml).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let framework = common::transform(&text, 7).unwrap_or_else(|e| panic!("{name}: {e}"));
+    (spec, framework)
+}
+
+/// The init container's `USER_CMD` of role `role` (spec order), as the process reads it.
+fn user_cmd(framework: &Framework, role: usize) -> String {
+    let pod = framework.spec.task_roles[role]
+        .task
+        .pod
+        .spec
+        .as_ref()
+        .expect("pod");
+    let init = &pod.init_containers.as_ref().expect("init")[0];
+    let env = pai_local::task::container_env(Vec::new(), init);
+    common::get(&env, "USER_CMD").expect("USER_CMD").to_string()
+}
+
+fn role_index(framework: &Framework, pai_name: &str) -> usize {
+    framework
+        .spec
+        .task_roles
+        .iter()
+        .position(|r| r.pai_name() == pai_name)
+        .unwrap_or_else(|| panic!("no role {pai_name}"))
+}
+
+/// The files OpenPAI itself refuses, and why we do.
+const REFUSED: [(&str, &str); 4] = [
+    // An Ansible template ({{jobname}}), not YAML a job can be read from.
+    (
+        "pai__contrib_api-stress-test_roles_locust_config_files_job.yml",
+        "not valid YAML",
+    ),
+    // Two YAML documents (the job, then its secrets for the runtime's test).
+    (
+        "runtime__test_docker_image_acr_registry.yaml",
+        "more than one YAML document",
+    ),
+    (
+        "runtime__test_docker_image_auth.yaml",
+        "more than one YAML document",
+    ),
+    // Names prerequisites it does not declare (OpenPAI: "Prerequisite … does not exist").
+    (
+        "runtime__test_git_repo_test_job.yaml",
+        "taskRoles.worker.dockerImage: names no dockerimage prerequisite",
+    ),
+];
+
+#[test]
+fn every_published_file_is_accepted_or_refused_naming_the_field() {
+    let files = fixtures();
+    assert!(files.len() >= 45, "{} fixtures", files.len());
+    for (name, text) in files {
+        assert!(
+            text.starts_with("# Source: microsoft/")
+                && text.lines().next().unwrap().contains(" @ "),
+            "{name} cites its repository and commit"
+        );
+        let refused = REFUSED.iter().find(|(n, _)| *n == name);
+        match (JobSpec::parse(&text, SpecFormat::Yaml), refused) {
+            (Ok(spec), None) => {
+                assert_eq!(spec.protocol(), pai_translate::spec::Protocol::V2, "{name}");
+                common::transform(&text, 1).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+            (Err(e), Some((_, why))) => {
+                assert!(e.to_string().contains(why), "{name}: {e}")
+            }
+            (Ok(_), Some(_)) => panic!("{name} should be refused"),
+            (Err(e), None) => panic!("{name} refused: {e}"),
+        }
+    }
+}
+
+/// What OpenPAI's rest-server makes of role `role` of `doc` (k8s.js `generateTaskRole`,
+/// `generateFrameworkDescription`): JavaScript's `x ? x : default` for the counts.
+struct Reference {
+    task_number: i64,
+    min_failed: i64,
+    min_succeeded: i64,
+    image: String,
+    cpu: i64,
+    memory: String,
+    gpu: i64,
+    shm_mb: i64,
+    ports: BTreeMap<String, i64>,
+    job_retries: i64,
+}
+
+fn truthy(v: Option<&Value>) -> Option<i64> {
+    v.and_then(Value::as_i64).filter(|n| *n != 0)
+}
+
+fn reference(doc: &Value, role: &str) -> Reference {
+    let r = &doc["taskRoles"][role];
+    let task_number = r["instances"].as_i64().unwrap_or(1);
+    let image_name = r["dockerImage"].as_str().unwrap();
+    let image = doc["prerequisites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "dockerimage" && p["name"] == image_name)
+        .unwrap()["uri"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let res = &r["resourcePerInstance"];
+    let mut ports: BTreeMap<String, i64> = res["ports"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_i64().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for label in ["ssh", "http"] {
+        ports.entry(label.to_string()).or_insert(1);
+    }
+    Reference {
+        task_number,
+        min_failed: truthy(
+            r.get("completion")
+                .and_then(|c| c.get("minFailedInstances")),
+        )
+        .unwrap_or(1),
+        min_succeeded: truthy(
+            r.get("completion")
+                .and_then(|c| c.get("minSucceededInstances")),
+        )
+        .unwrap_or(task_number),
+        image,
+        cpu: res["cpu"].as_i64().unwrap(),
+        memory: format!("{}Mi", res["memoryMB"].as_i64().unwrap()),
+        gpu: res["gpu"].as_i64().unwrap(),
+        shm_mb: truthy(r.get("extraContainerOptions").and_then(|o| o.get("shmMB"))).unwrap_or(512),
+        ports,
+        job_retries: doc["jobRetryCount"].as_i64().unwrap_or(0),
+    }
+}
+
+#[test]
+fn each_role_is_what_openpais_conversion_makes_of_it() {
+    let mut compared = 0;
+    for (name, text) in fixtures() {
+        if REFUSED.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        let doc: Value = serde_saphyr::from_str(&text).unwrap();
+        let framework = common::transform(&text, 3).unwrap();
+        assert_eq!(
+            i64::from(framework.spec.retry_policy.max_retry_count),
+            reference(
+                &doc,
+                doc["taskRoles"].as_object().unwrap().keys().next().unwrap()
+            )
+            .job_retries,
+            "{name}: jobRetryCount"
+        );
+        for role in doc["taskRoles"].as_object().unwrap().keys() {
+            let want = reference(&doc, role);
+            let got = &framework.spec.task_roles[role_index(&framework, role)];
+            let what = format!("{name}, role {role}");
+            assert_eq!(i64::from(got.task_number), want.task_number, "{what}");
+            let policy = &got.framework_attempt_completion_policy;
+            assert_eq!(
+                i64::from(policy.min_failed_task_count),
+                want.min_failed,
+                "{what}"
+            );
+            assert_eq!(
+                i64::from(policy.min_succeeded_task_count),
+                want.min_succeeded,
+                "{what}"
+            );
+            let pod = got.task.pod.spec.as_ref().unwrap();
+            let main = &pod.containers[0];
+            assert_eq!(main.image.as_deref(), Some(want.image.as_str()), "{what}");
+            let limits = main.resources.as_ref().unwrap().limits.as_ref().unwrap();
+            assert_eq!(limits["cpu"].0, want.cpu.to_string(), "{what}");
+            assert_eq!(limits["memory"].0, want.memory, "{what}");
+            assert_eq!(
+                limits
+                    .get("nvidia.com/gpu")
+                    .map_or(0, |q| q.0.parse::<i64>().unwrap()),
+                want.gpu,
+                "{what}"
+            );
+            let memory_mb: i64 = want.memory.trim_end_matches("Mi").parse().unwrap();
+            let shm = pod
+                .volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|v| v.name == "dshm")
+                .and_then(|v| v.empty_dir.as_ref())
+                .and_then(|e| e.size_limit.as_ref())
+                .unwrap();
+            // OpenPAI asks 512 MiB of /dev/shm even of a smaller task; here it is capped
+            // at the task's memory.
+            assert_eq!(shm.0, format!("{}Mi", want.shm_mb.min(memory_mb)), "{what}");
+            let env = common::main_env(&framework, role_index(&framework, role));
+            for (label, count) in &want.ports {
+                let var = format!("PAI_CONTAINER_HOST_{label}_PORT_LIST");
+                let ports = common::get(&env, &var).unwrap_or_else(|| panic!("{what}: {var}"));
+                assert_eq!(ports.split(',').count() as i64, *count, "{what}: {var}");
+            }
+            compared += 1;
+        }
+    }
+    assert!(compared >= 45, "{compared} roles compared");
+}
+
+#[test]
+fn templates_are_rendered_as_openpai_renders_them() {
+    // Parameters, folded YAML and the marketplace's Horovod command.
+    let (_, framework) =
+        transformed("pai__marketplace-v2_horovod-pytorch-synthetic-benchmark.yaml");
+    let master = user_cmd(&framework, role_index(&framework, "master"));
+    // After the ssh plugin's sshbarrier, which this role asks for.
+    let barrier = master.find("ssh -o BatchMode=yes").expect(&master);
+    let command = master
+        .find("sleep 10\nmpirun --allow-run-as-root")
+        .expect(&master);
+    assert!(barrier < command, "{master}");
+    assert!(
+        master.contains("-x NCCL_DEBUG=INFO -x NCCL_SOCKET_IFNAME=eth0"),
+        "{master}"
+    );
+    assert!(
+        master.contains("--model resnet50\n--batch-size 64")
+            || master.contains("--model resnet50 --batch-size 64"),
+        "{master}"
+    );
+    assert!(!master.contains("<%"), "{master}");
+    // `$data.uri[0]` and `$data.name` in the cmd plugin's callbacks, run before the
+    // commands; its taskSucceeds callback after them, only once they succeeded.
+    let (_, framework) = transformed("runtime__test_cmd_with_callbacks_test_job.yaml");
+    let cmd = user_cmd(&framework, 0);
+    let pre = cmd.find("wget -qO- https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz | tar xvz && mv cifar-10-batches-py data_cifar10").expect(&cmd);
+    let main = cmd.find("echo \"Commands start ...\"").expect(&cmd);
+    let post = cmd.find("echo \"PostCommands start ...\"").expect(&cmd);
+    assert!(pre < main && main < post, "{cmd}");
+    // The same plugin declared as a prerequisite the role names.
+    let (_, framework) = transformed("runtime__test_cmd_with_prerequisites_test_job.yaml");
+    let cmd = user_cmd(&framework, 0);
+    assert!(
+        cmd.contains("data_cifar10") && cmd.contains("PostCommands start"),
+        "{cmd}"
+    );
+}
+
+#[test]
+fn completion_counts_mean_what_openpai_meant() {
+    // minSucceededInstances -1: the role never ends the job by its successes.
+    let (_, framework) =
+        transformed("pai__examples_tensorflow_cifar10_cifar10_vgg16_tf_gpu_distributed.yaml");
+    let policy = &framework.spec.task_roles[0].framework_attempt_completion_policy;
+    assert_eq!(
+        (
+            policy.min_failed_task_count,
+            policy.min_succeeded_task_count
+        ),
+        (1, -1)
+    );
+    // Not given: the role's instances (a role whose tasks all succeeded ends the job).
+    let (_, framework) =
+        transformed("pai__marketplace-v2_horovod-pytorch-synthetic-benchmark.yaml");
+    let worker = &framework.spec.task_roles[role_index(&framework, "worker")];
+    assert_eq!(
+        worker
+            .framework_attempt_completion_policy
+            .min_succeeded_task_count,
+        worker.task_number
+    );
+}
+
+#[test]
+fn the_ssh_plugin_keeps_a_secret_key_out_of_the_framework() {
+    let text = fixture("runtime__test_ssh_test_job.yaml");
+    let (spec, framework) = transformed("runtime__test_ssh_test_job.yaml");
+    let key = spec.secrets().expect("secrets").strings()[0].to_string();
+    assert!(key.starts_with("ssh-rsa "));
+    let json = serde_json::to_string(&framework).unwrap();
+    assert!(!json.contains(&key), "the key is in the Framework");
+    // The task's runtime renders it from the job's secrets.
+    let env = common::main_env(&framework, 0);
+    assert_eq!(
+        common::get(&env, "PAI_SSH_PUB_KEY"),
+        Some("<% $secrets.userssh %>")
+    );
+    // The spec kept in the Framework is the submitted one with the secrets masked.
+    let (stored, _) = framework.spec_text().unwrap();
+    assert!(stored.contains("secrets: \"******\""), "{stored}");
+    assert_eq!(
+        stored.replace("secrets: \"******\"\n", ""),
+        text.replace(&format!("secrets:\n  userssh: {key}\n"), ""),
+    );
+}
+
+#[test]
+fn sshbarrier_waits_for_every_task_in_the_roles_that_ask() {
+    let (_, framework) = transformed("runtime__test_sshbarrier_test_job.yaml");
+    let master = user_cmd(&framework, role_index(&framework, "master"));
+    let worker = user_cmd(&framework, role_index(&framework, "worker"));
+    assert!(
+        master.contains("PAI_TASK_ROLE_LIST") && master.contains("ssh -o BatchMode=yes"),
+        "{master}"
+    );
+    assert!(master.contains("within 30 minutes"), "{master}");
+    assert!(!worker.contains("BatchMode"), "{worker}");
+}
+
+#[test]
+fn gang_allocation_off_leaves_the_pods_ungrouped() {
+    let mut config = ClusterConfig::default();
+    config.gang.engine = Engine::Coscheduling;
+    let grouped = common::transform_with(
+        &fixture("pai__examples_tensorflow_cifar10_cifar10_vgg16_tf_cpu.yaml"),
+        1,
+        config.clone(),
+    )
+    .unwrap();
+    assert!(pai_translate::gang::group(&grouped).is_some());
+    let text = fixture("pai__examples_mnist_500_tasks_yaml_CPU_500Task_MNIST.yaml");
+    let spec = JobSpec::parse(&text, SpecFormat::Yaml).unwrap();
+    assert!(!spec.gang_allocation());
+    let framework = common::transform_with(&text, 1, config).unwrap();
+    assert!(pai_translate::gang::group(&framework).is_none());
+    assert!(
+        pai_translate::warnings::spec_warnings(&spec)
+            .iter()
+            .any(|w| w.starts_with("extras.gangAllocation: false")),
+    );
+}
+
+#[test]
+fn what_is_not_done_is_said_by_name() {
+    let notes = |name: &str| {
+        let spec = JobSpec::parse(&fixture(name), SpecFormat::Yaml).unwrap();
+        pai_translate::warnings::spec_warnings(&spec)
+    };
+    let w = notes("runtime__test_gang_ssh_conflict.yaml");
+    assert!(
+        w.iter()
+            .any(|w| w.contains("tensorboard plugin is not run")),
+        "{w:?}"
+    );
+    let w = notes("pai__examples_Distributed-example_cifar10-single-mul-DDP-nccl.yaml");
+    assert!(
+        w.iter().any(|w| w.starts_with("extras.hivedScheduler")),
+        "{w:?}"
+    );
+    let w = notes("pai__marketplace-v2_tensorflow-cifar10.yaml");
+    assert!(
+        w.iter()
+            .any(|w| w.starts_with("prerequisites[3]: data prerequisite \"cifar10\"")),
+        "{w:?}"
+    );
+    // Said once, though the plugin is for both roles.
+    let w = notes("pai__examples_mnist_500_tasks_yaml_CPU_500Task_MNIST.yaml");
+    assert_eq!(
+        w.iter().filter(|w| w.contains("teamwise_storage")).count(),
+        1,
+        "{w:?}"
+    );
+}
+
+#[test]
+fn tasks_get_the_v2_variables() {
+    let (_, framework) =
+        transformed("pai__marketplace-v2_horovod-pytorch-synthetic-benchmark.yaml");
+    let env = common::main_env(&framework, role_index(&framework, "master"));
+    for (name, value) in [
+        ("PAI_FRAMEWORK_NAME", "alice~horovod_pytorch"),
+        ("PAI_JOB_NAME", "alice~horovod_pytorch"),
+        ("PAI_USERNAME", "alice"),
+        ("PAI_VIRTUAL_CLUSTER", "default"),
+        ("PAI_TASKS_NUM", "2"),
+        ("PAI_JOB_TASK_COUNT", "2"),
+        ("PAI_TASK_ROLES_NUM", "2"),
+        ("PAI_JOB_TASK_ROLE_COUNT", "2"),
+        ("PAI_JOB_TASK_ROLE_LIST", "master,worker"),
+        ("PAI_TASK_ROLE_LIST", "master,worker"),
+        // v2's form: gpu,cpu,memoryMB,shmMB.
+        ("PAI_RESOURCE_master", "4,16,16384,512"),
+        ("PAI_MIN_SUCCEEDED_TASK_COUNT_master", "1"),
+    ] {
+        assert_eq!(common::get(&env, name), Some(value), "{name}");
+    }
+}
