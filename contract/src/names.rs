@@ -50,6 +50,18 @@ pub fn is_dns_label(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
+/// Whether `value` is a Kubernetes label value: empty, or at most 63 of letters, digits,
+/// `-`, `_` and `.`, starting and ending with a letter or digit.
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
+}
+
 /// Whether `name` is a DNS-1123 subdomain (dot-separated labels, at most 253): the rule
 /// of most object names, service accounts among them.
 pub fn is_dns_subdomain(name: &str) -> bool {

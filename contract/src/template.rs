@@ -114,7 +114,21 @@ pub fn js_string(value: &Value) -> String {
 /// `template` with every name `context` holds replaced by its value; other names, and
 /// malformed tags, kept as written (names in OpenPAI's normal form `<% name %>`).
 pub fn render(template: &str, context: &Value) -> String {
-    let mut out = String::with_capacity(template.len());
+    render_within(template, context, usize::MAX).unwrap_or_default()
+}
+
+/// The rendering would be longer than the limit given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("rendered, it would be over {limit} bytes")]
+pub struct TooLong {
+    /// The limit.
+    pub limit: usize,
+}
+
+/// [`render`], stopping as soon as the text passes `limit` bytes: a value named many
+/// times cannot make it grow without bound.
+pub fn render_within(template: &str, context: &Value, limit: usize) -> Result<String, TooLong> {
+    let mut out = String::with_capacity(template.len().min(limit));
     for piece in parse(template) {
         match piece {
             Piece::Text(text) | Piece::Malformed(text) => out.push_str(text),
@@ -127,8 +141,11 @@ pub fn render(template: &str, context: &Value) -> String {
                 }
             },
         }
+        if out.len() > limit {
+            return Err(TooLong { limit });
+        }
     }
-    out
+    Ok(out)
 }
 
 /// The names of `template` under `scope` (`$secrets`), e.g. `$secrets.password`.
@@ -199,6 +216,20 @@ mod tests {
         );
         // Not a name anything holds: kept, in OpenPAI's spacing.
         assert_eq!(render("a <%two words%>", &json!({})), "a <% two words %>");
+    }
+
+    #[test]
+    fn a_rendering_stops_at_its_limit() {
+        let context = json!({"$parameters": {"big": "x".repeat(1000)}});
+        let template = "<% $parameters.big %>".repeat(100);
+        assert_eq!(
+            render_within(&template, &context, 10_000),
+            Err(TooLong { limit: 10_000 })
+        );
+        assert_eq!(
+            render_within(&template, &context, 100_000).map(|s| s.len()),
+            Ok(100_000)
+        );
     }
 
     #[test]

@@ -105,7 +105,7 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     if let (Some(secrets), Ok(key)) = (&secrets, std::env::var(names::SSH_PUB_KEY))
         && key.contains("<%")
     {
-        let rendered = render_secrets(&key, secrets, names::SSH_PUB_KEY);
+        let rendered = render_secrets(&key, secrets, names::SSH_PUB_KEY)?;
         vars.push(Variable::new(names::SSH_PUB_KEY, rendered, Class::Own));
     }
     let role = passed
@@ -207,7 +207,7 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     let mut script = std::os::unix::ffi::OsStrExt::as_bytes(user_cmd.as_os_str()).to_vec();
     if let Some(secrets) = &secrets {
         let text = String::from_utf8_lossy(&script).into_owned();
-        script = render_secrets(&text, secrets, names::USER_CMD).into_bytes();
+        script = render_secrets(&text, secrets, names::USER_CMD)?.into_bytes();
     }
     script.push(b'\n');
     write_file(&layout.main_sh(), &script, mode)?;
@@ -276,11 +276,11 @@ fn job_secrets() -> Result<Option<serde_json::Value>, EntryError> {
 /// `text` with its `<% $secrets.… %>` names replaced (OpenPAI's runtime renders them
 /// in the task). Only the count is logged, never a value; a name the secrets do not
 /// hold stays as written, and is said.
-fn render_secrets(text: &str, scope: &serde_json::Value, what: &str) -> String {
+fn render_secrets(text: &str, scope: &serde_json::Value, what: &str) -> Result<String, EntryError> {
     use pai_contract::template;
     let names: Vec<String> = template::names_in(text, "$secrets").collect();
     if names.is_empty() {
-        return text.to_string();
+        return Ok(text.to_string());
     }
     let missing: Vec<&String> = names
         .iter()
@@ -298,8 +298,12 @@ fn render_secrets(text: &str, scope: &serde_json::Value, what: &str) -> String {
     }
     info!(what, references = names.len(), "secrets rendered");
     // The scope holds `$secrets` alone: any other name stays as it was.
-    template::render(text, scope)
+    template::render_within(text, scope, MAX_RENDERED_BYTES)
+        .map_err(|e| EntryError::Setup(format!("{what} with the job's secrets: {e}")))
 }
+
+/// The most a command rendered with the job's secrets may grow to.
+const MAX_RENDERED_BYTES: usize = 16 << 20;
 
 /// The job's key pair, when the pod has one (`PAI_JOB_SSH_DIR`), copied to
 /// `ssh/job_key` (0600, the task's user alone) and `ssh/job_key.pub`, where sshd

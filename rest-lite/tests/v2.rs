@@ -423,3 +423,28 @@ async fn the_v2_list_filters_orders_and_pages_as_openpai_does() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_userssh_key_from_the_secrets_is_rendered_in_the_task() {
+    let dir = scratch("userssh");
+    let server = Server::start_with_tokens(&dir.join("state"), &tokens(&dir));
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFromTheSecrets user@laptop";
+    let text = format!(
+        "protocolVersion: 2\nname: keyed\ntype: job\nsecrets:\n  key: {key}\nprerequisites: [{{name: i, type: dockerimage, uri: busybox}}]\ntaskRoles:\n  w:\n    dockerImage: i\n    resourcePerInstance: {{cpu: 1, memoryMB: 100, gpu: 0}}\n    commands: ['echo \"key=$PAI_SSH_PUB_KEY\"']\nextras:\n  com.microsoft.pai.runtimeplugin:\n    - {{plugin: ssh, parameters: {{jobssh: true, userssh: {{type: custom, value: '<% $secrets.key %>'}}}}}}\n"
+    );
+    let answer = submit(&server, &text);
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    let client = Client::new(&server.url, Some(TOKEN.to_string()));
+    let done = final_view(&client, "keyed").await;
+    assert_eq!(done.job_status.state, JobState::Succeeded, "{done:#?}");
+    let log = get(
+        &server,
+        "/api/v1/user/alice/jobs/keyed/logs?role=w&index=0",
+        TOKEN,
+    );
+    assert_eq!(log.body, format!("key={key}\n"));
+    // Readers of the job see the template, not the key.
+    let view = get(&server, "/api/v2/jobs/alice~keyed/config", TOKEN);
+    assert!(!view.body.contains("FromTheSecrets"), "{}", view.body);
+    let _ = std::fs::remove_dir_all(&dir);
+}

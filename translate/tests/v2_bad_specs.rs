@@ -121,10 +121,6 @@ fn each_rule_of_the_protocol() {
             "prerequisites[1].name: duplicate dockerimage prerequisite \"img\"",
         ),
         (
-            with(|v| v["taskRoles"]["worker"]["completion"] = json!({"minFailedInstances": 3})),
-            "taskRoles.worker.completion.minFailedInstances: must be at most instances (2), got 3",
-        ),
-        (
             with(|v| v["taskRoles"]["worker"]["completion"] = json!({"minSucceededInstances": -2})),
             "taskRoles.worker.completion.minSucceededInstances: must be an integer ≥ -1, got -2",
         ),
@@ -151,8 +147,8 @@ fn each_rule_of_the_protocol() {
             "defaults.deployment: names no deployment: \"prod\"",
         ),
         (
-            with(|v| v["defaults"] = json!({"virtualCluster": "Bad_VC"})),
-            "defaults.virtualCluster: \"Bad_VC\" is not a queue name",
+            with(|v| v["defaults"] = json!({"virtualCluster": "my vc!"})),
+            "defaults.virtualCluster: \"my vc!\" is not a virtual cluster's name",
         ),
         (
             with(|v| {
@@ -203,6 +199,9 @@ fn each_rule_of_the_protocol() {
 fn what_openpai_accepted_and_is_not_done_is_a_warning() {
     let v = with(|v| {
         v["taskRoles"]["worker"]["taskRetryCount"] = json!(3);
+        v["taskRoles"]["worker"]["completion"] =
+            json!({"minFailedInstances": 3, "minSucceededTaskCount": 1});
+        v["taskRoles"]["worker"]["resourcePerInstance"]["ports"] = json!({"unused": 0});
         v["taskRoles"]["worker"]["extraContainerOptions"] = json!({"infiniband": true});
         v["taskRoles"]["worker"]["commands"] =
             json!(["echo <% $parameters.missing %> <% $secrets.none %>"]);
@@ -218,6 +217,9 @@ fn what_openpai_accepted_and_is_not_done_is_a_warning() {
     let notes = spec.notes().join("\n");
     for want in [
         "taskRoles.worker.taskRetryCount: 3 is not used",
+        "taskRoles.worker.completion.minFailedInstances: 3 is more than instances (2) and can never be reached",
+        "taskRoles.worker.completion.minSucceededTaskCount: v1's name, read as minSucceededInstances",
+        "taskRoles.worker.resourcePerInstance.ports.unused: 0 ports asked for",
         "taskRoles.worker.extraContainerOptions.infiniband: no InfiniBand device",
         "<% $parameters.missing %> names nothing",
         "<% $secrets.none %> names no secret",
@@ -229,6 +231,11 @@ fn what_openpai_accepted_and_is_not_done_is_a_warning() {
     ] {
         assert!(notes.contains(want), "missing {want:?} in\n{notes}");
     }
+    let completion = spec.roles()[0].completion();
+    assert_eq!(
+        (completion.min_failed, completion.min_succeeded),
+        (None, Some(1))
+    );
     // The names that name nothing stay in the command as OpenPAI leaves them.
     assert_eq!(
         spec.roles()[0].command(),

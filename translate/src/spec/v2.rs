@@ -59,7 +59,13 @@ const ROLE_FIELDS: &[&str] = &[
     "commands",
 ];
 const RESOURCE_FIELDS: &[&str] = &["cpu", "memoryMB", "gpu", "ports"];
-const COMPLETION_FIELDS: &[&str] = &["minFailedInstances", "minSucceededInstances"];
+const COMPLETION_FIELDS: &[&str] = &[
+    "minFailedInstances",
+    "minSucceededInstances",
+    // v1's names, which early v2 files wrote (OpenPAI's schema then let them through).
+    "minFailedTaskCount",
+    "minSucceededTaskCount",
+];
 const IMAGE_FIELDS: &[&str] = &[
     "protocolVersion",
     "name",
@@ -605,13 +611,16 @@ fn defaults<'d, 'a>(
                 let Some(s) = reader::string(v, &p, errors) else {
                     continue;
                 };
-                if pai_contract::names::is_dns_label(s) {
+                // OpenPAI's virtual clusters are named by its operators (`VC1`); a name
+                // that cannot be a queue of the cluster's gang engine is refused at
+                // submission there, where the queue is looked up.
+                if pai_contract::names::is_label_value(s) && !s.is_empty() {
                     cluster = Some(s.to_string());
                 } else {
                     errors.push(
                         &p,
                         format!(
-                            "{s:?} is not a queue name: lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit"
+                            "{s:?} is not a virtual cluster's name: letters, digits, '-', '_' and '.', at most 63, starting and ending with a letter or digit"
                         ),
                     );
                 }
@@ -810,7 +819,23 @@ fn render(
             _ => {}
         }
     }
-    template::render(text, scopes)
+    match template::render_within(text, scopes, MAX_COMMAND_BYTES) {
+        Ok(text) => text,
+        Err(e) => {
+            errors.push(path, too_long(e.limit));
+            String::new()
+        }
+    }
+}
+
+/// The longest command a role may have: the init container gets it in `USER_CMD`, and
+/// Linux takes at most 128 KiB for one `NAME=value` of a process's environment.
+const MAX_COMMAND_BYTES: usize = pai_contract::training::MAX_VARIABLE_BYTES - "USER_CMD=".len() - 1;
+
+fn too_long(limit: usize) -> String {
+    format!(
+        "rendered (with its deployment's and plugins' commands), the command is over {limit} bytes: the task gets it in one environment variable (USER_CMD), which Linux holds to 128 KiB"
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -853,7 +878,7 @@ fn role(
     if let (Some(name), Some(n)) = (&name, instances) {
         pod_names_fit(name, n, path, errors);
     }
-    let completion = completion(obj.optional("completion"), instances, errors);
+    let completion = completion(obj.optional("completion"), instances, errors, notes);
     let gang = extras.gang_allocation;
     if let Some((v, p)) = obj.optional("taskRetryCount")
         && let Some(n) = reader::integer(v, &p, i64::from(i32::MIN), I32_MAX, errors)
@@ -925,7 +950,7 @@ fn role(
     notes.extend(extra_notes);
     let resources = obj
         .required("resourcePerInstance", errors)
-        .and_then(|(v, p)| resources(v, &p, shm, errors));
+        .and_then(|(v, p)| resources(v, &p, shm, errors, notes));
     let scopes = context.scopes(map);
     let command = obj
         .required("commands", errors)
@@ -988,12 +1013,17 @@ fn role(
     }
     let mut ports = resources.as_ref()?.1.clone();
     ports = with_implicit_ports(std::mem::take(&mut ports));
+    let command = compose(&command?, &around);
+    if command.len() > MAX_COMMAND_BYTES {
+        errors.push(&path.field("commands"), too_long(MAX_COMMAND_BYTES));
+        return None;
+    }
     Some(TaskRole {
         name: name?,
         task_number: instances? as u32,
         resources: resources?.0,
         ports,
-        command: compose(&command?, &around),
+        command,
         completion: completion?,
         image,
     })
@@ -1006,6 +1036,7 @@ fn completion(
     value: Option<(&Value, FieldPath)>,
     instances: Option<i64>,
     errors: &mut Errors,
+    notes: &mut Vec<String>,
 ) -> Option<CompletionPolicy> {
     let tasks = instances.unwrap_or(1);
     let mut policy = CompletionPolicy {
@@ -1017,26 +1048,46 @@ fn completion(
     };
     let obj = Object::new(v, p, COMPLETION_FIELDS, errors)?;
     let mut ok = true;
-    for key in COMPLETION_FIELDS {
-        let Some((v, kp)) = obj.optional(key) else {
+    for (key, v1) in [
+        ("minFailedInstances", "minFailedTaskCount"),
+        ("minSucceededInstances", "minSucceededTaskCount"),
+    ] {
+        let found = match (obj.optional(key), obj.optional(v1)) {
+            (Some(given), old) => {
+                if let Some((_, op)) = old {
+                    notes.push(format!("{op}: not used: {key} is given"));
+                }
+                Some(given)
+            }
+            (None, Some((v, op))) => {
+                notes.push(format!(
+                    "{op}: v1's name, read as {key} (OpenPAI's rest-server ignored it; write {key})"
+                ));
+                Some((v, op))
+            }
+            (None, None) => None,
+        };
+        let Some((v, kp)) = found else {
             continue;
         };
         let Some(n) = reader::integer(v, &kp, -1, I32_MAX, errors) else {
             ok = false;
             continue;
         };
-        if n > tasks {
-            errors.push(&kp, format!("must be at most instances ({tasks}), got {n}"));
-            ok = false;
-            continue;
-        }
         let count = match n {
+            // FrameworkController never reaches a count above the role's tasks: off.
+            n if n > tasks => {
+                notes.push(format!(
+                    "{kp}: {n} is more than instances ({tasks}) and can never be reached: it is off, as on FrameworkController"
+                ));
+                None
+            }
             -1 => None,
-            0 if *key == "minFailedInstances" => Some(1),
+            0 if key == "minFailedInstances" => Some(1),
             0 => Some(tasks as u32),
             n => Some(n as u32),
         };
-        if *key == "minFailedInstances" {
+        if key == "minFailedInstances" {
             policy.min_failed = count;
         } else {
             policy.min_succeeded = count;
@@ -1079,6 +1130,7 @@ fn resources(
     path: &FieldPath,
     shm: Option<(i64, FieldPath)>,
     errors: &mut Errors,
+    notes: &mut Vec<String>,
 ) -> Option<(Resources, Vec<PortRequest>)> {
     let obj = Object::new(value, path.clone(), RESOURCE_FIELDS, errors)?;
     let cpu = obj
@@ -1097,7 +1149,11 @@ fn resources(
                 for (label, count) in map {
                     let lp = p.field(label);
                     let label = PortLabel::parse(label).map_err(|rule| errors.push(&lp, rule));
-                    let count = reader::integer(count, &lp, 1, 65535 - 1024 + 1, errors);
+                    let count = reader::integer(count, &lp, 0, 65535 - 1024 + 1, errors);
+                    if count == Some(0) {
+                        notes.push(format!("{lp}: 0 ports asked for: none is given"));
+                        continue;
+                    }
                     if let (Ok(label), Some(count)) = (label, count) {
                         ports.push(PortRequest {
                             label,
