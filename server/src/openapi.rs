@@ -181,28 +181,32 @@ fn add_links(document: &mut serde_json::Value) {
 /// index or a page's size, and on the spec's schemas.
 fn state_rules(document: &mut serde_json::Value) {
     use serde_json::{Value, json};
-    let rule = |name: &str| match name {
+    // OpenPAI's v2 list pages by its own bounds (its `limit` up to 50,000), stated on
+    // its parameters.
+    let rule = |name: &str, v2: bool| match name {
         "user" | "job" | "username" => Some(schema::name_rule()),
         "role" => Some(schema::role_rule()),
         "index" => Some(json!({"minimum": 0, "maximum": MAX_TASKS_PER_ROLE - 1})),
-        "limit" => Some(json!({"minimum": 1, "maximum": crate::jobs::MAX_PAGE})),
+        "limit" if !v2 => Some(json!({"minimum": 1, "maximum": crate::jobs::MAX_PAGE})),
         _ => None,
     };
     if let Some(paths) = document.get_mut("paths").and_then(Value::as_object_mut) {
-        let operations = paths
-            .values_mut()
-            .filter_map(Value::as_object_mut)
-            .flat_map(|item| item.values_mut());
-        let parameters = operations
-            .filter_map(|operation| operation.get_mut("parameters"))
-            .filter_map(Value::as_array_mut)
-            .flatten();
-        for parameter in parameters {
-            let name = parameter["name"].as_str().unwrap_or_default();
-            if let (Some(Value::Object(rule)), Some(Value::Object(schema))) =
-                (rule(name), parameter.get_mut("schema"))
-            {
-                schema.extend(rule);
+        for (path, item) in paths.iter_mut() {
+            let v2 = path.starts_with("/api/v2/");
+            let parameters = item
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|item| item.values_mut())
+                .filter_map(|operation| operation.get_mut("parameters"))
+                .filter_map(Value::as_array_mut)
+                .flatten();
+            for parameter in parameters {
+                let name = parameter["name"].as_str().unwrap_or_default();
+                if let (Some(Value::Object(rule)), Some(Value::Object(schema))) =
+                    (rule(name, v2), parameter.get_mut("schema"))
+                {
+                    schema.extend(rule);
+                }
             }
         }
     }
@@ -281,6 +285,9 @@ mod tests {
             assert_eq!(limit["minimum"], 1, "{list}");
             assert_eq!(limit["maximum"], crate::jobs::MAX_PAGE, "{list}");
         }
+        // OpenPAI's v2 list has its own bound.
+        let limit = parameter(&document, "/api/v2/jobs", "limit");
+        assert_eq!(limit["maximum"], 50_000);
         assert_eq!(parameter(&document, logs, "role")["pattern"], ROLE_PATTERN);
         assert_eq!(
             parameter(&document, logs, "index")["maximum"],

@@ -301,6 +301,20 @@ pub async fn get_ssh_key(State(state): State<AppState>, job: Job) -> ApiResult {
         .into_response())
 }
 
+/// The errors of `PUT …/executionType` beside a job route's.
+#[derive(utoipa::IntoResponses)]
+pub enum ExecutionErrors {
+    /// The job completed or is stopping and cannot be started again (`ConflictJobError`).
+    #[response(status = 409)]
+    Conflict(#[to_schema] ErrorBody),
+    /// The body is larger than the server's limit.
+    #[response(status = 413)]
+    TooLarge(#[to_schema] ErrorBody),
+    /// The body is not application/json.
+    #[response(status = 415)]
+    UnsupportedType(#[to_schema] ErrorBody),
+}
+
 /// The body of `PUT …/executionType`.
 #[derive(Deserialize, utoipa::ToSchema)]
 pub struct ExecutionBody {
@@ -317,9 +331,7 @@ pub struct ExecutionBody {
     request_body = ExecutionBody,
     responses(
         (status = 202, description = "accepted", body = Message),
-        (status = 409, description = "the job completed or is stopping and cannot be started again (`ConflictJobError`)", body = ErrorBody),
-        (status = 413, description = "the body is larger than the server's limit", body = ErrorBody),
-        (status = 415, description = "the body is not application/json", body = ErrorBody),
+        ExecutionErrors,
         JobErrors
     )
 )]

@@ -18,10 +18,10 @@ use pai_api::v2::{
 };
 
 use super::auth::Caller;
-use super::error::{ApiError, ErrorBody};
+use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Job, SpecBody, user_name};
 use super::jobs::{self, Submitted};
-use super::routes::{ExecutionBody, JobErrors, ListErrors, SubmitErrors};
+use super::routes::{ExecutionBody, ExecutionErrors, JobErrors, ListErrors, SubmitErrors};
 use crate::state::AppState;
 use pai_translate::spec::schema::JobSpecDocument;
 
@@ -33,6 +33,7 @@ type ApiResult = Result<Response, ApiError>;
 pub struct JobIdPath {
     /// `<user>~<job>`: the owner and the job's name, split at the first `~` (as OpenPAI
     /// splits it).
+    #[param(pattern = r"^[A-Za-z0-9\-._]+~[A-Za-z0-9\-._~]+$")]
     pub job_id: String,
 }
 
@@ -41,6 +42,7 @@ pub struct JobIdPath {
 #[into_params(parameter_in = Path)]
 pub struct AttemptPath {
     /// `<user>~<job>`.
+    #[param(pattern = r"^[A-Za-z0-9\-._]+~[A-Za-z0-9\-._~]+$")]
     pub job_id: String,
     /// The job's attempt, from 0: only the current one is kept.
     pub attempt_id: i32,
@@ -51,6 +53,7 @@ pub struct AttemptPath {
 #[into_params(parameter_in = Path)]
 pub struct TaskPath {
     /// `<user>~<job>`.
+    #[param(pattern = r"^[A-Za-z0-9\-._]+~[A-Za-z0-9\-._~]+$")]
     pub job_id: String,
     /// The job's attempt (the current one).
     pub attempt_id: i32,
@@ -65,6 +68,7 @@ pub struct TaskPath {
 #[into_params(parameter_in = Path)]
 pub struct TaskLogPath {
     /// `<user>~<job>`.
+    #[param(pattern = r"^[A-Za-z0-9\-._]+~[A-Za-z0-9\-._~]+$")]
     pub job_id: String,
     /// The job's attempt.
     pub attempt_id: i32,
@@ -375,9 +379,7 @@ pub async fn get_config(
     request_body = ExecutionBody,
     responses(
         (status = 202, description = "accepted", body = Message),
-        (status = 409, description = "the job completed or is stopping and cannot be started again (`ConflictJobError`)", body = ErrorBody),
-        (status = 413, description = "the body is larger than the server's limit", body = ErrorBody),
-        (status = 415, description = "the body is not application/json", body = ErrorBody),
+        ExecutionErrors,
         JobErrors
     )
 )]

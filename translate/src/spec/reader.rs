@@ -6,22 +6,121 @@ use serde_json::{Map, Value};
 use super::SpecFormat;
 use super::error::{Errors, FieldPath, SpecErrors};
 
-/// The document `text` holds, in either format; one document only.
-pub(crate) fn document(text: &str, format: SpecFormat) -> Result<Value, SpecErrors> {
+/// A parsed document, and the keys of its top-level `taskRoles` map in the order they
+/// are written (a parsed map keeps no order; a v2 job's roles are listed as written).
+pub(crate) struct Document {
+    pub value: Value,
+    pub role_order: Vec<String>,
+}
+
+/// The document `text` holds, in either format; one document only. Parsed once, the
+/// roles' order noted on the way.
+pub(crate) fn document(text: &str, format: SpecFormat) -> Result<Document, SpecErrors> {
+    use serde::de::DeserializeSeed;
     let root = FieldPath::root();
-    match format {
-        SpecFormat::Json => serde_json::from_str(text)
-            .map_err(|e| SpecErrors::single(&root, format!("not valid JSON: {e}"))),
-        SpecFormat::Yaml => serde_saphyr::from_str(text).map_err(|e| match e.without_snippet() {
-            serde_saphyr::Error::MultipleDocuments { location, .. } => SpecErrors::single(
-                &root,
-                format!(
-                    "the file holds more than one YAML document (another starts with '---' at line {}): a job is one document; a v2 job's secrets go under its own `secrets:` field",
-                    location.line()
-                ),
-            ),
-            other => SpecErrors::single(&root, format!("not valid YAML: {other}")),
-        }),
+    let mut role_order = Vec::new();
+    let seed = Collect {
+        roles: Some(&mut role_order),
+        depth: 0,
+    };
+    let value = match format {
+        SpecFormat::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            seed.deserialize(&mut de)
+                .and_then(|v| de.end().map(|()| v))
+                .map_err(|e| SpecErrors::single(&root, format!("not valid JSON: {e}")))?
+        }
+        SpecFormat::Yaml => {
+            serde_saphyr::with_deserializer_from_str(text, |de| seed.deserialize(de)).map_err(
+                |e| match e.without_snippet() {
+                    serde_saphyr::Error::MultipleDocuments { location, .. } => SpecErrors::single(
+                        &root,
+                        format!(
+                            "the file holds more than one YAML document (another starts with '---' at line {}): a job is one document; a v2 job's secrets go under its own `secrets:` field",
+                            location.line()
+                        ),
+                    ),
+                    other => SpecErrors::single(&root, format!("not valid YAML: {other}")),
+                },
+            )?
+        }
+    };
+    Ok(Document { value, role_order })
+}
+
+/// Deserializes any value as a [`Value`]; at the top (`depth` 0) the keys of the
+/// `taskRoles` map are noted, in order, into `roles`.
+struct Collect<'o> {
+    roles: Option<&'o mut Vec<String>>,
+    depth: u8,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Collect<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Collect<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON or YAML value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, d)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(item) = seq.next_element::<Value>()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let Collect { mut roles, depth } = self;
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = match roles.as_deref_mut() {
+                // The roles' map: its keys in order, its values as they are.
+                Some(order) if depth == 1 => {
+                    order.push(key.clone());
+                    map.next_value::<Value>()?
+                }
+                Some(_) if depth == 0 && key == "taskRoles" => map.next_value_seed(Collect {
+                    roles: roles.as_deref_mut(),
+                    depth: 1,
+                })?,
+                _ => map.next_value::<Value>()?,
+            };
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
     }
 }
 

@@ -122,7 +122,7 @@ pub fn masked(text: &str, format: SpecFormat) -> String {
 }
 
 fn parse(text: &str, format: SpecFormat) -> Option<Value> {
-    super::reader::document(text, format).ok()
+    super::reader::document(text, format).ok().map(|d| d.value)
 }
 
 /// The YAML text with the block of the top-level `secrets:` key replaced by one line.

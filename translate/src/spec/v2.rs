@@ -11,7 +11,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use pai_contract::names::MAX_TASKS_PER_ROLE;
@@ -25,7 +24,7 @@ use super::secrets::{RegistryAuth, Secrets};
 use super::validate::{I32_MAX, image, pod_names_fit, training_ports, with_implicit_ports};
 use super::{
     CompletionPolicy, JobSpec, LegacyDirs, MAX_SPEC_BYTES, PortRequest, PortStart, Protocol,
-    Resources, SpecFormat, TaskRole,
+    Resources, TaskRole,
 };
 
 const JOB_FIELDS: &[&str] = &[
@@ -122,11 +121,11 @@ struct Around {
 }
 
 /// Reads a v2 document (`value`, parsed from `text`) into a [`JobSpec`].
-pub(super) fn job(value: &Value, text: &str, format: SpecFormat) -> Result<JobSpec, SpecErrors> {
-    if text.len() > MAX_SPEC_BYTES {
+pub(super) fn job(value: &Value, order: &[String], bytes: usize) -> Result<JobSpec, SpecErrors> {
+    if bytes > MAX_SPEC_BYTES {
         return Err(SpecErrors::single(
             &FieldPath::root(),
-            format!("the spec is {} bytes; at most {MAX_SPEC_BYTES}", text.len()),
+            format!("the spec is {bytes} bytes; at most {MAX_SPEC_BYTES}"),
         ));
     }
     let mut errors = Errors::default();
@@ -205,7 +204,6 @@ pub(super) fn job(value: &Value, text: &str, format: SpecFormat) -> Result<JobSp
         Some((v, p)) => extras(v, &p, &mut errors, &mut notes),
         None => Extras::default(),
     };
-    let order = role_order(text, format);
     let roles_value = obj.required("taskRoles", &mut errors);
     obj.finish(&mut errors);
 
@@ -221,7 +219,7 @@ pub(super) fn job(value: &Value, text: &str, format: SpecFormat) -> Result<JobSp
     if let Some((v, p)) = roles_value {
         match v {
             Value::Object(map) if !map.is_empty() => {
-                for key in ordered(map, &order) {
+                for key in ordered(map, order) {
                     let path = p.field(key);
                     if let Some(role) = role(
                         key,
@@ -330,45 +328,6 @@ fn v2_name<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Optio
     }
 }
 
-/// The roles' names in the order the document writes them (a JSON object's order is
-/// not kept by the parsed value; OpenPAI lists roles as written).
-fn role_order(text: &str, format: SpecFormat) -> Vec<String> {
-    #[derive(Deserialize)]
-    struct Doc {
-        #[serde(rename = "taskRoles", default)]
-        task_roles: Keys,
-    }
-    #[derive(Default)]
-    struct Keys(Vec<String>);
-    impl<'de> Deserialize<'de> for Keys {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct Visit;
-            impl<'de> serde::de::Visitor<'de> for Visit {
-                type Value = Keys;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a map")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> Result<Keys, A::Error> {
-                    let mut keys = Vec::new();
-                    while let Some((k, _)) = map.next_entry::<String, serde::de::IgnoredAny>()? {
-                        keys.push(k);
-                    }
-                    Ok(Keys(keys))
-                }
-            }
-            d.deserialize_map(Visit)
-        }
-    }
-    let doc: Option<Doc> = match format {
-        SpecFormat::Json => serde_json::from_str(text).ok(),
-        SpecFormat::Yaml => serde_saphyr::from_str(text).ok(),
-    };
-    doc.map(|d| d.task_roles.0).unwrap_or_default()
-}
-
 /// The keys of `map` in `order`, then any the order missed.
 fn ordered<'m>(map: &'m Map<String, Value>, order: &[String]) -> Vec<&'m str> {
     let mut keys: Vec<&str> = order
@@ -383,6 +342,36 @@ fn ordered<'m>(map: &'m Map<String, Value>, order: &[String]) -> Vec<&'m str> {
     keys
 }
 
+/// The items of a list that must hold at least one object when given (`what` names
+/// them), each with its path; what is not an object is an error.
+fn objects<'a>(
+    value: &'a Value,
+    path: &FieldPath,
+    what: &str,
+    errors: &mut Errors,
+) -> Vec<(FieldPath, &'a Value, &'a Map<String, Value>)> {
+    let Some(items) = reader::list(value, path, errors) else {
+        return Vec::new();
+    };
+    if items.is_empty() {
+        errors.push(path, format!("must list at least one {what} when given"));
+    }
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| match item {
+            Value::Object(map) => Some((path.index(i), item, map)),
+            other => {
+                errors.push(
+                    &path.index(i),
+                    format!("must be an object, got {}", kind(other)),
+                );
+                None
+            }
+        })
+        .collect()
+}
+
 /// `prerequisites`: the declared ones by (kind, name).
 fn prerequisites<'a>(
     value: &'a Value,
@@ -391,18 +380,7 @@ fn prerequisites<'a>(
     notes: &mut Vec<String>,
 ) -> HashMap<(&'static str, String), Prerequisite<'a>> {
     let mut out = HashMap::new();
-    let Some(items) = reader::list(value, path, errors) else {
-        return out;
-    };
-    if items.is_empty() {
-        errors.push(path, "must list at least one prerequisite when given");
-    }
-    for (i, item) in items.iter().enumerate() {
-        let p = path.index(i);
-        let Value::Object(map) = item else {
-            errors.push(&p, format!("must be an object, got {}", kind(item)));
-            continue;
-        };
+    for (p, item, map) in objects(value, path, "prerequisite", errors) {
         let name = match map.get("name") {
             Some(v) => v2_name(v, &p.field("name"), errors),
             None => {
@@ -519,18 +497,7 @@ fn deployments<'a>(
     notes: &mut Vec<String>,
 ) -> Vec<Deployment<'a>> {
     let mut out: Vec<Deployment<'a>> = Vec::new();
-    let Some(items) = reader::list(value, path, errors) else {
-        return out;
-    };
-    if items.is_empty() {
-        errors.push(path, "must list at least one deployment when given");
-    }
-    for (i, item) in items.iter().enumerate() {
-        let p = path.index(i);
-        let Value::Object(map) = item else {
-            errors.push(&p, format!("must be an object, got {}", kind(item)));
-            continue;
-        };
+    for (p, _, map) in objects(value, path, "deployment", errors) {
         for key in map.keys() {
             if !["protocolVersion", "name", "taskRoles"].contains(&key.as_str()) {
                 notes.push(format!("{}: not used", p.field(key)));

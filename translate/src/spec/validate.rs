@@ -33,12 +33,12 @@ impl JobSpec {
                 ),
             ));
         }
-        let value = reader::document(text, format)?;
+        let document = reader::document(text, format)?;
         // Protocol v2 says so at its top; a v1 job config has no such field.
-        if value.get("protocolVersion").is_some() {
-            return super::v2::job(&value, text, format);
+        if document.value.get("protocolVersion").is_some() {
+            return super::v2::job(&document.value, &document.role_order, text.len());
         }
-        job(&value)
+        job(&document.value)
     }
 }
 
