@@ -92,6 +92,9 @@ pub struct JobStatus {
     /// The protocol its spec was written in: `1` (a job config) or `2`.
     #[serde(default)]
     pub protocol_version: String,
+    /// Its tags, in the order added (OpenPAI's v2 API adds and removes them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// Tasks whose user command runs now.
     #[serde(default)]
     pub running_task_number: u32,
@@ -467,6 +470,7 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         total_gpu_number: total_gpus,
         virtual_cluster: framework.virtual_cluster().to_string(),
         protocol_version: framework.protocol_version().to_string(),
+        tags: pai_contract::tags::of(framework.metadata.annotations.as_ref()),
         running_task_number,
         total_task_role_number: framework.spec.task_roles.len(),
         attempts: attempt_views(framework),

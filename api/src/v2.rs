@@ -36,7 +36,7 @@ pub struct JobSummaryV2 {
     pub total_task_role_number: usize,
     /// `1` or `2`: the protocol its spec was written in.
     pub protocol_version: String,
-    /// Tags are not kept here: always empty.
+    /// Its tags, in the order added.
     pub tags: Vec<String>,
 }
 
@@ -59,7 +59,7 @@ impl From<&JobSummary> for JobSummaryV2 {
             total_task_number: s.total_task_number,
             total_task_role_number: s.total_task_role_number,
             protocol_version: s.protocol_version.clone(),
-            tags: Vec::new(),
+            tags: s.tags.clone(),
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod ports;
 pub mod read;
 pub mod results;
 pub mod ssh_key;
+pub mod tags;
 pub mod template;
 pub mod training;
 

@@ -344,6 +344,30 @@ impl Machine {
         }
     }
 
+    /// Changes job `name`'s annotations by `change` under the job's lock, and keeps the
+    /// result when `change` says it changed something (`Ok(true)`); `change`'s own error
+    /// changes nothing.
+    pub async fn annotate<E>(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut std::collections::BTreeMap<String, String>) -> Result<bool, E>,
+    ) -> Result<Result<bool, E>, Error> {
+        let job = self.inner.visible(name).ok_or(Error::NotFound)?;
+        let outcome = {
+            let mut framework = job.framework();
+            let mut annotations = framework.metadata.annotations.clone().unwrap_or_default();
+            let outcome = change(&mut annotations);
+            if matches!(outcome, Ok(true)) {
+                framework.metadata.annotations = Some(annotations);
+            }
+            outcome
+        };
+        if matches!(outcome, Ok(true)) {
+            self.inner.persist(&job).await?;
+        }
+        Ok(outcome)
+    }
+
     /// The container log of the task whose pod is `pod`: of the current attempt (with
     /// `follow`, until the task completes), or all of `earlier`'s, kept on this machine
     /// until the job is deleted.

@@ -1,8 +1,8 @@
 //! OpenPAI's official JavaScript SDK, `@microsoft/openpai-js-sdk` 0.1.5 from npm, unchanged,
 //! against the real `rest-lite serve` on this machine: `tests/sdk/openpai-sdk.js` submits
 //! a protocol v2 job, lists it, reads it and its config, finds a task's ssh address as
-//! the SDK's `pai ssh` does, reads a task and its log, stops it, and sees a bad job
-//! refused. Needs Node.js and the SDK (`npm ci --prefix rest-lite/tests/sdk`, which
+//! the SDK's `pai ssh` does, reads a task and its log, tags it and finds it by its tag,
+//! stops it, and sees a bad job refused. Needs Node.js and the SDK (`npm ci --prefix rest-lite/tests/sdk`, which
 //! `.ci/run` does); says what is missing and skips without them, except under `CI=true`.
 
 mod common;
@@ -101,6 +101,11 @@ fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
     let logs = step("logs");
     assert_eq!(logs["names"], serde_json::json!(["all", "runtime"]));
     assert_eq!(logs["text"], "ready hello 1\n");
+    assert_eq!(
+        step("tags")["tagged"],
+        serde_json::json!([["sdk_job", ["sdk-tag"]]])
+    );
+    assert_eq!(step("tags")["untagged"], 0);
     assert_eq!(step("stopped")["state"], "STOPPED");
     let refused = step("refused");
     assert_eq!(refused["status"], 400);

@@ -1214,6 +1214,8 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
         ("/api/v2/jobs/{job_id}", "get"),
         ("/api/v2/jobs/{job_id}/config", "get"),
         ("/api/v2/jobs/{job_id}/executionType", "put"),
+        ("/api/v2/jobs/{job_id}/tag", "put"),
+        ("/api/v2/jobs/{job_id}/tag", "delete"),
         ("/api/v2/jobs/{job_id}/attempts/{attempt_id}", "get"),
         (
             "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts",

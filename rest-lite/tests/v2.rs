@@ -404,6 +404,126 @@ async fn the_v2_list_filters_orders_and_pages_as_openpai_does() {
     assert_eq!(counted["data"].as_array().map(Vec::len), Some(1));
     assert_eq!(counted["data"][0]["protocolVersion"], "2");
     assert!(names("/api/v2/jobs?tagsContain=x").is_empty());
+    // Tags, as the SDK adds and removes them: on the Framework, in the lists' filters.
+    let tag = |method: &str, job: &str, value: &str| {
+        request(
+            &server.url,
+            method,
+            &format!("/api/v2/jobs/alice~{job}/tag"),
+            &[
+                ("Authorization", &format!("Bearer {TOKEN}")),
+                ("Content-Type", "application/json"),
+            ],
+            &json!({"value": value}).to_string(),
+        )
+    };
+    for (job, value) in [
+        ("b_job", "abnormal"),
+        ("c_job", "abnormal"),
+        ("c_job", "low_gpu_utilization"),
+    ] {
+        let answer = tag("PUT", job, value);
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(
+        names("/api/v2/jobs?tagsContain=abnormal&order=jobName"),
+        ["b_job", "c_job"]
+    );
+    assert_eq!(
+        names("/api/v2/jobs?tagsContain=x,low_gpu_utilization"),
+        ["c_job"]
+    );
+    assert_eq!(
+        names("/api/v2/jobs?tagsNotContain=low_gpu_utilization&order=jobName"),
+        ["a_job", "b_job"]
+    );
+    let c = api
+        .get(
+            "frameworks",
+            NS,
+            &pai_contract::names::framework_name("alice", "c_job"),
+        )
+        .expect("c_job");
+    assert_eq!(
+        c["metadata"]["annotations"][pai_contract::tags::ANNOTATION],
+        r#"["abnormal","low_gpu_utilization"]"#
+    );
+    let view = get(&server, "/api/v1/user/alice/jobs/c_job", TOKEN);
+    let view: Value = serde_json::from_str(&view.body).expect("json");
+    assert_eq!(
+        view["jobStatus"]["tags"],
+        json!(["abnormal", "low_gpu_utilization"])
+    );
+    assert_eq!(tag("DELETE", "c_job", "abnormal").status, 200);
+    assert_eq!(names("/api/v2/jobs?tagsContain=abnormal"), ["b_job"]);
+    let missing = tag("DELETE", "c_job", "abnormal");
+    assert_eq!(missing.status, 404, "{}", missing.body);
+    assert!(missing.body.contains("NoTagError"), "{}", missing.body);
+    let bad = tag("PUT", "c_job", "a,b");
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    // Tags added at once by eight clients: each one answered 200 is kept (a write that
+    // met another is made again on the newer Framework, never over it).
+    let url = server.url.clone();
+    let answers: Vec<(String, u16)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let url = url.clone();
+                scope.spawn(move || {
+                    let value = format!("t{i}");
+                    let answer = request(
+                        &url,
+                        "PUT",
+                        "/api/v2/jobs/alice~a_job/tag",
+                        &[
+                            ("Authorization", &format!("Bearer {TOKEN}")),
+                            ("Content-Type", "application/json"),
+                        ],
+                        &json!({"value": value}).to_string(),
+                    );
+                    (value, answer.status)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    let a = api
+        .get(
+            "frameworks",
+            NS,
+            &pai_contract::names::framework_name("alice", "a_job"),
+        )
+        .expect("a_job");
+    let kept: Vec<String> = serde_json::from_str(
+        a["metadata"]["annotations"][pai_contract::tags::ANNOTATION]
+            .as_str()
+            .unwrap_or("[]"),
+    )
+    .expect("tags");
+    for (value, status) in &answers {
+        assert!(*status == 200 || *status == 409, "{value}: {status}");
+        if *status == 200 {
+            assert!(
+                kept.contains(value),
+                "{value} was answered 200 and lost: {kept:?}"
+            );
+        }
+    }
+    assert!(answers.iter().any(|(_, s)| *s == 200));
+    // Bob cannot tag Alice's job, nor learn that it exists.
+    let bobs = request(
+        &server.url,
+        "PUT",
+        "/api/v2/jobs/alice~c_job/tag",
+        &[
+            ("Authorization", &format!("Bearer {OTHER}")),
+            ("Content-Type", "application/json"),
+        ],
+        r#"{"value": "mine"}"#,
+    );
+    assert_eq!(bobs.status, 404, "{}", bobs.body);
     let bad = get(&server, "/api/v2/jobs?order=color,ASC", TOKEN);
     assert_eq!(bad.status, 400, "{}", bad.body);
     assert!(bad.body.contains("InvalidParametersError"), "{}", bad.body);

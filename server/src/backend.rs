@@ -29,6 +29,9 @@ pub enum BackendError {
     Refused(String),
     #[error("the cluster at {address} cannot be reached: {message}")]
     Unavailable { address: String, message: String },
+    /// A change of a job's tags that cannot be made.
+    #[error(transparent)]
+    Tag(#[from] pai_contract::tags::TagError),
     #[error("{0}")]
     Other(String),
 }
@@ -130,6 +133,13 @@ pub trait Backend: Send + Sync + 'static {
         &'a self,
         name: &'a str,
         execution: ExecutionType,
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
+    /// Changes Framework `name`'s tags by `edit` (read, changed and written as one
+    /// change: an edit made meanwhile is never lost); returns once readers see it.
+    fn edit_tags<'a>(
+        &'a self,
+        name: &'a str,
+        edit: &'a pai_contract::tags::Edit,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
     /// The main container's log of pod `pod`; with `follow`, it goes on as the task writes.
     /// `earlier`: the log of that earlier attempt of the task instead of the current

@@ -173,6 +173,10 @@ impl From<BackendError> for ApiError {
                 Self::bad_request(format!("the cluster rejected the job: {reason}"))
             }
             BackendError::Refused(reason) => Self::bad_request(reason),
+            BackendError::Tag(e @ pai_contract::tags::TagError::Missing(_)) => {
+                Self::new(StatusCode::NOT_FOUND, "NoTagError", e.to_string())
+            }
+            BackendError::Tag(e) => Self::bad_request(e.to_string()),
             e @ BackendError::Unavailable { .. } => Self::unavailable(e.to_string()),
             BackendError::Other(message) => Self::internal(message),
         }

@@ -702,6 +702,60 @@ impl Backend for KubeBackend {
         .boxed()
     }
 
+    fn edit_tags<'a>(
+        &'a self,
+        name: &'a str,
+        edit: &'a pai_contract::tags::Edit,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        async move {
+            // The server's copy first; after a conflict (another change came between the
+            // read and the write), the API server's own, then again.
+            let mut current = self.get(name).await?.ok_or(BackendError::NotFound)?;
+            for _ in 0..TAG_WRITES {
+                let mut annotations = current.metadata.annotations.clone().unwrap_or_default();
+                if !pai_contract::tags::apply(&mut annotations, edit)? {
+                    return Ok(());
+                }
+                let tags = annotations.get(pai_contract::tags::ANNOTATION);
+                let patch = serde_json::json!({"metadata": {
+                    "resourceVersion": current.metadata.resource_version,
+                    "annotations": {pai_contract::tags::ANNOTATION: tags},
+                }});
+                let changes = self.store.subscribe();
+                match self
+                    .api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .inspect(|_| self.answered())
+                    .map_err(|e| self.error(e))
+                {
+                    Ok(patched) => {
+                        let version = patched.metadata.resource_version;
+                        self.visible(changes, name, |f| {
+                            f.is_none_or(|f| f.metadata.resource_version == version)
+                        })
+                        .await;
+                        return Ok(());
+                    }
+                    Err(BackendError::Conflict(_)) => {
+                        current = Arc::new(
+                            self.api
+                                .get(name)
+                                .await
+                                .inspect(|_| self.answered())
+                                .map_err(|e| self.error(e))?,
+                        );
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            Err(BackendError::Conflict(format!(
+                "the job changed {TAG_WRITES} times while its tags were written: try again"
+            )))
+        }
+        .boxed()
+    }
+
     fn logs<'a>(
         &'a self,
         pod: &'a str,
@@ -851,6 +905,9 @@ fn registry_secret(framework: &Framework, config: &str) -> Secret {
         ..Secret::default()
     }
 }
+
+/// Writes of a tag change tried before its conflicts are given back.
+const TAG_WRITES: usize = 3;
 
 /// The Secret with `framework`'s key pair, owned by it.
 fn job_secret(framework: &Framework, key: &JobKey) -> Secret {

@@ -165,6 +165,22 @@ impl Backend for LocalBackend {
         Box::pin(async move { Ok(self.0.set_execution(name, execution).await?) })
     }
 
+    fn edit_tags<'a>(
+        &'a self,
+        name: &'a str,
+        edit: &'a pai_contract::tags::Edit,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            self.0
+                .annotate(name, |annotations| {
+                    pai_contract::tags::apply(annotations, edit)
+                })
+                .await?
+                .map_err(BackendError::Tag)
+                .map(drop)
+        })
+    }
+
     fn logs<'a>(
         &'a self,
         pod: &'a str,

@@ -35,6 +35,8 @@ use super::{routes, v2};
         v2::get_attempt,
         v2::get_config,
         v2::set_execution,
+        v2::add_tag,
+        v2::delete_tag,
         v2::get_task,
         v2::get_task_logs,
         routes::healthz,

@@ -39,6 +39,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v2/jobs/{job_id}", get(v2::get_job))
         .route("/api/v2/jobs/{job_id}/config", get(v2::get_config))
         .route(
+            "/api/v2/jobs/{job_id}/tag",
+            put(v2::add_tag).delete(v2::delete_tag),
+        )
+        .route(
             "/api/v2/jobs/{job_id}/executionType",
             put(v2::set_execution),
         )

@@ -301,10 +301,11 @@ pub async fn get_ssh_key(State(state): State<AppState>, job: Job) -> ApiResult {
         .into_response())
 }
 
-/// The errors of `PUT …/executionType` beside a job route's.
+/// The errors of a change of a job (its execution type, its tags) beside a job route's.
 #[derive(utoipa::IntoResponses)]
 pub enum ExecutionErrors {
-    /// The job completed or is stopping and cannot be started again (`ConflictJobError`).
+    /// The change conflicts with the job (`ConflictJobError`): a job that completed or is
+    /// stopping cannot be started again; a tag change kept meeting other changes.
     #[response(status = 409)]
     Conflict(#[to_schema] ErrorBody),
     /// The body is larger than the server's limit.

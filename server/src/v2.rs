@@ -16,6 +16,7 @@ use pai_api::status::JobState;
 use pai_api::v2::{
     JobListV2, JobSummariesWithTotalCount, JobSummaryV2, LogLocation, PodLogInfo, TaskStatusV2,
 };
+use pai_contract::tags::Edit;
 
 use super::auth::Caller;
 use super::error::ApiError;
@@ -157,11 +158,9 @@ pub struct ListQuery {
     state: Option<JobState>,
     /// Only jobs whose user, name or virtual cluster contains this.
     keyword: Option<String>,
-    /// Only jobs with one of these tags (comma separated): tags are not kept here, so
-    /// none.
+    /// Only jobs with at least one of these tags (comma separated).
     tags_contain: Option<String>,
-    /// Jobs with none of these tags: every job (none has tags).
-    #[allow(dead_code)]
+    /// Only jobs with none of these tags (comma separated).
     tags_not_contain: Option<String>,
     /// Jobs to skip.
     #[param(minimum = 0)]
@@ -257,12 +256,24 @@ pub async fn list(
         ..jobs::ListFilter::default()
     };
     let page = jobs::list(&state, &caller, query.username.as_deref(), &filter).await?;
-    let tagged = query.tags_contain.as_deref().is_some_and(|t| !t.is_empty());
+    let tags = |list: &Option<String>| -> Option<Vec<String>> {
+        list.as_deref()
+            .filter(|t| !t.is_empty())
+            .map(|t| t.split(',').map(str::to_string).collect())
+    };
+    let (some_of, none_of) = (tags(&query.tags_contain), tags(&query.tags_not_contain));
     let mut matching: Vec<JobSummaryV2> = page
         .jobs
         .iter()
         .map(JobSummaryV2::from)
-        .filter(|_| !tagged)
+        .filter(|j| {
+            some_of
+                .as_ref()
+                .is_none_or(|wanted| j.tags.iter().any(|t| wanted.contains(t)))
+                && none_of
+                    .as_ref()
+                    .is_none_or(|unwanted| !j.tags.iter().any(|t| unwanted.contains(t)))
+        })
         .filter(|j| query.vc.as_deref().is_none_or(|vc| j.virtual_cluster == vc))
         .filter(|j| {
             query.keyword.as_deref().is_none_or(|k| {
@@ -392,6 +403,96 @@ pub async fn set_execution(
     let job = find(&state, &caller, &path.job_id).await?;
     let message = super::routes::execute(&state, &job, body).await?;
     Ok((StatusCode::ACCEPTED, Json(message)).into_response())
+}
+
+/// The body of `PUT` and `DELETE …/tag`.
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct TagBody {
+    /// The tag: 1 to 64 bytes, no ',' and no control characters.
+    value: String,
+}
+
+/// `PUT /api/v2/jobs/{job_id}/tag` `{"value": "<tag>"}`: adds a tag to the job (its
+/// owner's or an operator's).
+#[utoipa::path(
+    put,
+    path = "/api/v2/jobs/{job_id}/tag",
+    operation_id = "addTag",
+    tag = "v2",
+    params(JobIdPath),
+    request_body = TagBody,
+    responses(
+        (status = 200, description = "the tag is the job's", body = Message),
+        ExecutionErrors,
+        JobErrors
+    )
+)]
+pub async fn add_tag(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath(path): ApiPath<JobIdPath>,
+    ApiJson(body): ApiJson<TagBody>,
+) -> ApiResult {
+    let job = find(&state, &caller, &path.job_id).await?;
+    let edit = Edit::Add(body.value);
+    edit_tags(&state, &job, &edit).await?;
+    Ok(Json(Message::new(format!(
+        "job {} is tagged {:?}",
+        job.job,
+        tag_of(&edit)
+    )))
+    .into_response())
+}
+
+/// `DELETE /api/v2/jobs/{job_id}/tag` `{"value": "<tag>"}`: removes one of the job's
+/// tags (404 `NoTagError` when it has no such tag).
+#[utoipa::path(
+    delete,
+    path = "/api/v2/jobs/{job_id}/tag",
+    operation_id = "deleteTag",
+    tag = "v2",
+    params(JobIdPath),
+    request_body = TagBody,
+    responses(
+        (status = 200, description = "the tag is removed", body = Message),
+        ExecutionErrors,
+        JobErrors
+    )
+)]
+pub async fn delete_tag(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath(path): ApiPath<JobIdPath>,
+    ApiJson(body): ApiJson<TagBody>,
+) -> ApiResult {
+    let job = find(&state, &caller, &path.job_id).await?;
+    let edit = Edit::Remove(body.value);
+    edit_tags(&state, &job, &edit).await?;
+    Ok(Json(Message::new(format!(
+        "job {} is no longer tagged {:?}",
+        job.job,
+        tag_of(&edit)
+    )))
+    .into_response())
+}
+
+fn tag_of(edit: &Edit) -> &str {
+    match edit {
+        Edit::Add(tag) | Edit::Remove(tag) => tag,
+    }
+}
+
+async fn edit_tags(state: &AppState, job: &Job, edit: &Edit) -> Result<(), ApiError> {
+    state
+        .backend
+        .edit_tags(job.name(), edit)
+        .await
+        .map_err(|e| match e {
+            super::backend::BackendError::NotFound => job.not_found(),
+            other => other.into(),
+        })?;
+    tracing::info!(user = %job.user, job = %job.job, edit = ?edit, "tags changed");
+    Ok(())
 }
 
 /// The task `path` names, in the job's view.

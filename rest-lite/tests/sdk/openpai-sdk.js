@@ -127,6 +127,12 @@ async function main() {
   }
   step('logs', { names: logs.locations.map((l) => l.name), text });
 
+  await client.job.addTag(user, job.name, 'sdk-tag');
+  const tagged = await client.job.listJobs({ username: user, tagsContain: 'sdk-tag' });
+  await client.job.deleteTag(user, job.name, 'sdk-tag');
+  const untagged = await client.job.listJobs({ username: user, tagsContain: 'sdk-tag' });
+  step('tags', { tagged: tagged.map((j) => [j.name, j.tags]), untagged: untagged.length });
+
   const stopped = await client.job.updateJobExecutionType(user, job.name, 'STOP');
   step('stop', { message: stopped.message });
   const done = await until('stopped', (d) => d.jobStatus.state === 'STOPPED');
