@@ -179,6 +179,13 @@ fn each_rule_of_the_protocol() {
         ),
         (
             with(|v| {
+                v["taskRoles"]["worker"]["instances"] = json!(6000);
+                v["taskRoles"]["other"] = v["taskRoles"]["worker"].clone();
+            }),
+            "taskRoles: the job has 12000 tasks; FrameworkController runs at most 10000 in one Framework",
+        ),
+        (
+            with(|v| {
                 v["prerequisites"][0]["auth"] =
                     json!({"username": "u", "password": "<% $secrets.pw %>"});
             }),

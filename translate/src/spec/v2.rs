@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Map, Value, json};
 
-use pai_contract::names::MAX_TASKS_PER_ROLE;
+use pai_contract::names::{MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE};
 use pai_contract::template::{self, Piece};
 use pai_contract::training::Selection;
 
@@ -120,7 +120,8 @@ struct Around {
     post: Vec<(String, bool)>,
 }
 
-/// Reads a v2 document (`value`, parsed from `text`) into a [`JobSpec`].
+/// Reads a v2 document into a [`JobSpec`]: `value` is the document, `order` its roles'
+/// names as written, `bytes` the size of its text.
 pub(super) fn job(value: &Value, order: &[String], bytes: usize) -> Result<JobSpec, SpecErrors> {
     if bytes > MAX_SPEC_BYTES {
         return Err(SpecErrors::single(
@@ -236,6 +237,15 @@ pub(super) fn job(value: &Value, order: &[String], bytes: usize) -> Result<JobSp
                     }
                 }
                 check_names(&roles, &p, &mut errors);
+                let tasks: u64 = roles.iter().map(|r| u64::from(r.task_number)).sum();
+                if tasks > u64::from(MAX_TASKS_PER_FRAMEWORK) {
+                    errors.push(
+                        &p,
+                        format!(
+                            "the job has {tasks} tasks; FrameworkController runs at most {MAX_TASKS_PER_FRAMEWORK} in one Framework"
+                        ),
+                    );
+                }
             }
             Value::Object(_) => errors.push(&p, "must name at least one role"),
             other => errors.push(
