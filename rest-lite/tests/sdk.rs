@@ -36,18 +36,8 @@ fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
     ) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("rest-lite-sdk-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch");
-    let tokens = dir.join("tokens.yaml");
-    std::fs::write(
-        &tokens,
-        format!(
-            "users:\n  - {{name: alice, tokenSha256: {}}}\n",
-            pai_server::auth::hash(TOKEN)
-        ),
-    )
-    .expect("tokens");
+    let dir = common::scratch("sdk", "job");
+    let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
     let server = Server::start_with_tokens(&dir.join("state"), &tokens);
     let output = Command::new("node")
         .arg(sdk_dir().join("openpai-sdk.js"))

@@ -25,25 +25,11 @@ const NS: &str = "jobs";
 const SECRET: &str = "open-sesame";
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rest-lite-v2-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch");
-    dir
+    common::scratch("v2", name)
 }
 
 fn tokens(dir: &Path) -> PathBuf {
-    use pai_server::auth::hash;
-    let path = dir.join("tokens.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "users:\n  - {{name: alice, tokenSha256: {}}}\n  - {{name: bob, tokenSha256: {}}}\n",
-            hash(TOKEN),
-            hash(OTHER)
-        ),
-    )
-    .expect("tokens");
-    path
+    common::token_file(dir, &[("alice", TOKEN, false), ("bob", OTHER, false)])
 }
 
 fn example() -> String {

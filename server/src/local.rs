@@ -42,12 +42,13 @@ impl Backend for LocalBackend {
     }
 
     fn warnings(&self, spec: &pai_translate::spec::JobSpec) -> Vec<String> {
-        let mut images: Vec<&str> = spec
-            .roles()
-            .iter()
-            .map(|r| r.image_or(spec.image()))
-            .collect();
-        images.dedup();
+        let mut images: Vec<&str> = Vec::new();
+        for role in spec.roles() {
+            let image = role.image_or(spec.image());
+            if !images.contains(&image) {
+                images.push(image);
+            }
+        }
         let mut out = vec![format!(
             "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used{})",
             self.task_user(),

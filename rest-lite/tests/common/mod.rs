@@ -9,6 +9,28 @@ mod spec;
 #[allow(unused_imports)]
 pub use spec::*;
 
+/// A fresh directory `rest-lite-<area>-<name>-<pid>` under the temporary directory.
+pub fn scratch(area: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rest-lite-{area}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch");
+    dir
+}
+
+/// A token file in `dir` admitting `users` (name, token, admin).
+pub fn token_file(dir: &std::path::Path, users: &[(&str, &str, bool)]) -> std::path::PathBuf {
+    let path = dir.join("tokens.yaml");
+    let mut text = String::from("users:\n");
+    for (name, token, admin) in users {
+        text.push_str(&format!(
+            "  - {{name: {name}, tokenSha256: {}, admin: {admin}}}\n",
+            pai_server::auth::hash(token)
+        ));
+    }
+    std::fs::write(&path, text).expect("token file");
+    path
+}
+
 /// The jobs API of `state` on a free loopback port, served in the background, and a
 /// client of it.
 pub async fn serve_in_process(state: pai_server::AppState) -> pai_client::Client {
