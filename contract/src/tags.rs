@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 pub const ANNOTATION: &str = "rest-lite.openpai.io/tags";
 /// Most tags a job has.
 pub const MAX_TAGS: usize = 32;
-/// Longest tag, in bytes.
-pub const MAX_TAG_BYTES: usize = 64;
+/// Longest tag, in characters.
+pub const MAX_TAG_CHARS: usize = 64;
 
 /// One change of a job's tags.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub enum Edit {
 pub enum TagError {
     /// The tag breaks the rule.
     #[error(
-        "tag {0:?}: 1 to {MAX_TAG_BYTES} bytes, no ',' (the list's filters separate tags by it) and no control characters"
+        "tag {0:?}: 1 to {MAX_TAG_CHARS} characters, no ',' (the list's filters separate tags by it) and no control characters"
     )]
     Invalid(String),
     /// The job has as many tags as it may.
@@ -38,7 +38,7 @@ pub enum TagError {
 
 /// Whether `tag` may be a tag.
 pub fn valid(tag: &str) -> bool {
-    (1..=MAX_TAG_BYTES).contains(&tag.len())
+    (1..=MAX_TAG_CHARS).contains(&tag.chars().count())
         && !tag.contains(',')
         && !tag.contains(char::is_control)
 }
@@ -93,12 +93,21 @@ mod tests {
             apply(&mut annotations, &Edit::Remove("x".into())),
             Err(TagError::Missing("x".into()))
         );
-        for bad in ["", "a,b", "new\nline", &"x".repeat(65)] {
+        for bad in ["", "a,b", "new\nline", &"x".repeat(65), "\u{85}"] {
             assert_eq!(
                 apply(&mut annotations, &Edit::Add(bad.to_string())),
                 Err(TagError::Invalid(bad.to_string()))
             );
         }
+        // Characters, not bytes: 64 of them, of two bytes each.
+        assert_eq!(
+            apply(&mut annotations, &Edit::Add("é".repeat(64))),
+            Ok(true)
+        );
+        assert_eq!(
+            apply(&mut annotations, &Edit::Remove("é".repeat(64))),
+            Ok(true)
+        );
         assert_eq!(apply(&mut annotations, &Edit::Remove("a".into())), Ok(true));
         assert_eq!(
             apply(&mut annotations, &Edit::Remove("b c".into())),

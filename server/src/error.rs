@@ -176,6 +176,9 @@ impl From<BackendError> for ApiError {
             BackendError::Tag(e @ pai_contract::tags::TagError::Missing(_)) => {
                 Self::new(StatusCode::NOT_FOUND, "NoTagError", e.to_string())
             }
+            BackendError::Tag(e @ pai_contract::tags::TagError::TooMany) => {
+                Self::conflict(e.to_string())
+            }
             BackendError::Tag(e) => Self::bad_request(e.to_string()),
             e @ BackendError::Unavailable { .. } => Self::unavailable(e.to_string()),
             BackendError::Other(message) => Self::internal(message),

@@ -408,7 +408,12 @@ pub async fn set_execution(
 /// The body of `PUT` and `DELETE …/tag`.
 #[derive(Deserialize, utoipa::ToSchema)]
 pub struct TagBody {
-    /// The tag: 1 to 64 bytes, no ',' and no control characters.
+    /// The tag: 1 to 64 characters, no ',' and no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^,\u0000-\u001f\u007f-\u009f]+$"
+    )]
     value: String,
 }
 
