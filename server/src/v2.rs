@@ -438,15 +438,7 @@ pub async fn add_tag(
     ApiPath(path): ApiPath<JobIdPath>,
     ApiJson(body): ApiJson<TagBody>,
 ) -> ApiResult {
-    let job = find(&state, &caller, &path.job_id).await?;
-    let edit = Edit::Add(body.value);
-    edit_tags(&state, &job, &edit).await?;
-    Ok(Json(Message::new(format!(
-        "job {} is tagged {:?}",
-        job.job,
-        tag_of(&edit)
-    )))
-    .into_response())
+    change_tags(&state, &caller, &path.job_id, Edit::Add(body.value)).await
 }
 
 /// `DELETE /api/v2/jobs/{job_id}/tag` `{"value": "<tag>"}`: removes one of the job's
@@ -470,34 +462,26 @@ pub async fn delete_tag(
     ApiPath(path): ApiPath<JobIdPath>,
     ApiJson(body): ApiJson<TagBody>,
 ) -> ApiResult {
-    let job = find(&state, &caller, &path.job_id).await?;
-    let edit = Edit::Remove(body.value);
-    edit_tags(&state, &job, &edit).await?;
-    Ok(Json(Message::new(format!(
-        "job {} is no longer tagged {:?}",
-        job.job,
-        tag_of(&edit)
-    )))
-    .into_response())
+    change_tags(&state, &caller, &path.job_id, Edit::Remove(body.value)).await
 }
 
-fn tag_of(edit: &Edit) -> &str {
-    match edit {
-        Edit::Add(tag) | Edit::Remove(tag) => tag,
-    }
-}
-
-async fn edit_tags(state: &AppState, job: &Job, edit: &Edit) -> Result<(), ApiError> {
+/// Changes the tags of the job `job_id` names by `edit`, and says what was done.
+async fn change_tags(state: &AppState, caller: &Caller, job_id: &str, edit: Edit) -> ApiResult {
+    let job = find(state, caller, job_id).await?;
     state
         .backend
-        .edit_tags(job.name(), edit)
+        .edit_tags(job.name(), &edit)
         .await
         .map_err(|e| match e {
             super::backend::BackendError::NotFound => job.not_found(),
             other => other.into(),
         })?;
     tracing::info!(user = %job.user, job = %job.job, edit = ?edit, "tags changed");
-    Ok(())
+    let message = match &edit {
+        Edit::Add(tag) => format!("job {} is tagged {tag:?}", job.job),
+        Edit::Remove(tag) => format!("job {} is no longer tagged {tag:?}", job.job),
+    };
+    Ok(Json(Message::new(message)).into_response())
 }
 
 /// The task `path` names, in the job's view.
