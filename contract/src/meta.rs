@@ -19,6 +19,8 @@ pub const ANNOTATION_SPEC_FORMAT: &str = "rest-lite.openpai.io/job-spec-format";
 /// Annotation: the job's virtual cluster (`virtualCluster`, v2 `defaults.virtualCluster`),
 /// when the spec names one.
 pub const ANNOTATION_VIRTUAL_CLUSTER: &str = "rest-lite.openpai.io/virtual-cluster";
+/// The virtual cluster of a job whose spec names none (OpenPAI's name for it).
+pub const DEFAULT_VIRTUAL_CLUSTER: &str = "default";
 /// Annotation: the protocol the spec was written in (`1`, `2`).
 pub const ANNOTATION_PROTOCOL: &str = "rest-lite.openpai.io/protocol-version";
 /// Annotation on a pod template: the role's name exactly as given.

@@ -197,10 +197,15 @@ impl Framework {
         self.annotation(meta::ANNOTATION_JOB)
     }
 
-    /// The job's virtual cluster: the one its spec named, else `default` (OpenPAI's).
+    /// The job's virtual cluster: the one its spec named, else OpenPAI's default.
     pub fn virtual_cluster(&self) -> &str {
         self.annotation(meta::ANNOTATION_VIRTUAL_CLUSTER)
-            .unwrap_or("default")
+            .unwrap_or(meta::DEFAULT_VIRTUAL_CLUSTER)
+    }
+
+    /// The current attempt's id (0 before FrameworkController wrote a status).
+    pub fn attempt_id(&self) -> i32 {
+        self.status.as_ref().map_or(0, |s| s.attempt_status.id)
     }
 
     /// The protocol its spec was written in (`1` for Frameworks that do not say).

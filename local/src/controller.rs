@@ -61,7 +61,7 @@ pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
         return;
     }
     let name = framework.metadata.name.clone().unwrap_or_default();
-    let attempt = framework.status.as_ref().map_or(0, |s| s.attempt_status.id);
+    let attempt = framework.attempt_id();
     let mut left = Vec::new();
     let roles = framework
         .status
@@ -480,7 +480,7 @@ impl Driver<'_> {
     fn launch(&mut self) -> Result<(), String> {
         let (name, attempt, table) = {
             let framework = self.job.framework();
-            let attempt = framework.status.as_ref().map_or(0, |s| s.attempt_status.id);
+            let attempt = framework.attempt_id();
             // Every address and port is known now: the table is written once, before any
             // task looks for it (each task reads it once; nothing rereads the Framework).
             let table = match pai_barrier::readiness(&framework) {

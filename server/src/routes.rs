@@ -303,7 +303,7 @@ pub async fn get_ssh_key(State(state): State<AppState>, job: Job) -> ApiResult {
 
 /// The errors of a change of a job (its execution type, its tags) beside a job route's.
 #[derive(utoipa::IntoResponses)]
-pub enum ExecutionErrors {
+pub enum ChangeErrors {
     /// The change conflicts with the job (`ConflictJobError`): a job that completed or is
     /// stopping cannot be started again; a tag change kept meeting other changes.
     #[response(status = 409)]
@@ -332,7 +332,7 @@ pub struct ExecutionBody {
     request_body = ExecutionBody,
     responses(
         (status = 202, description = "accepted", body = Message),
-        ExecutionErrors,
+        ChangeErrors,
         JobErrors
     )
 )]
@@ -613,11 +613,7 @@ pub async fn get_logs(
         return Err(no_task());
     }
     let pod = job.framework.pod_name(role, query.index);
-    let current = job
-        .framework
-        .status
-        .as_ref()
-        .map_or(0, |s| s.attempt_status.id);
+    let current = job.framework.attempt_id();
     let earlier = match query.attempt.map(|a| i32::try_from(a).unwrap_or(i32::MAX)) {
         Some(attempt) if attempt > current => {
             return Err(ApiError::no_task(format!(

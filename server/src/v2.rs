@@ -22,7 +22,7 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Job, SpecBody, user_name};
 use super::jobs::{self, Submitted};
-use super::routes::{ExecutionBody, ExecutionErrors, JobErrors, ListErrors, SubmitErrors};
+use super::routes::{ChangeErrors, ExecutionBody, JobErrors, ListErrors, SubmitErrors};
 use crate::state::AppState;
 use pai_translate::spec::schema::JobSpecDocument;
 
@@ -91,21 +91,13 @@ async fn find(state: &AppState, caller: &Caller, job_id: &str) -> Result<Job, Ap
     Job::find(state, caller, user, job).await
 }
 
-/// The job's current attempt.
-fn current_attempt(job: &Job) -> i32 {
-    job.framework
-        .status
-        .as_ref()
-        .map_or(0, |s| s.attempt_status.id)
-}
-
 /// A 404 for an attempt that is not the current one.
 fn no_attempt(job: &Job, attempt: i32) -> ApiError {
     ApiError::no_task(format!(
         "job {}~{} has no attempt {attempt} kept: its current attempt is {} (an earlier attempt's end is in jobStatus.attempts)",
         job.user,
         job.job,
-        current_attempt(job)
+        job.framework.attempt_id()
     ))
 }
 
@@ -351,7 +343,7 @@ pub async fn get_attempt(
     ApiPath(path): ApiPath<AttemptPath>,
 ) -> ApiResult {
     let job = find(&state, &caller, &path.job_id).await?;
-    if path.attempt_id != current_attempt(&job) {
+    if path.attempt_id != job.framework.attempt_id() {
         return Err(no_attempt(&job, path.attempt_id));
     }
     Ok(view(&state, &job))
@@ -390,7 +382,7 @@ pub async fn get_config(
     request_body = ExecutionBody,
     responses(
         (status = 202, description = "accepted", body = Message),
-        ExecutionErrors,
+        ChangeErrors,
         JobErrors
     )
 )]
@@ -428,7 +420,7 @@ pub struct TagBody {
     request_body = TagBody,
     responses(
         (status = 200, description = "the tag is the job's", body = Message),
-        ExecutionErrors,
+        ChangeErrors,
         JobErrors
     )
 )]
@@ -452,7 +444,7 @@ pub async fn add_tag(
     request_body = TagBody,
     responses(
         (status = 200, description = "the tag is removed", body = Message),
-        ExecutionErrors,
+        ChangeErrors,
         JobErrors
     )
 )]
@@ -492,7 +484,7 @@ async fn task(
 ) -> Result<(Job, pai_api::status::TaskView, i32), ApiError> {
     let (job_id, attempt, role, index) = path;
     let job = find(state, caller, job_id).await?;
-    if attempt != current_attempt(&job) {
+    if attempt != job.framework.attempt_id() {
         return Err(no_attempt(&job, attempt));
     }
     let made = state.views.at(&job.framework, &job.url());

@@ -192,7 +192,8 @@ impl JobSpec {
 
     /// The queue's name as OpenPAI tells it to tasks (`PAI_VIRTUAL_CLUSTER`).
     pub fn virtual_cluster_or_default(&self) -> &str {
-        self.virtual_cluster().unwrap_or("default")
+        self.virtual_cluster()
+            .unwrap_or(pai_contract::meta::DEFAULT_VIRTUAL_CLUSTER)
     }
 }
 
