@@ -5,6 +5,7 @@
 
 mod error;
 pub mod names;
+mod parse;
 mod reader;
 pub mod schema;
 pub mod secrets;

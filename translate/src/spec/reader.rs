@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value};
 
-use super::SpecFormat;
 use super::error::{Errors, FieldPath, SpecErrors};
+use pai_contract::SpecFormat;
 
 /// A parsed document, and the keys of its top-level `taskRoles` map in the order they
 /// are written (a parsed map keeps no order; a v2 job's roles are listed as written).

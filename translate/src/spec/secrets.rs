@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::SpecFormat;
+use pai_contract::SpecFormat;
 
 /// What OpenPAI writes where the secrets were (`protocolSecret.js`).
 pub const MASK: &str = "******";

@@ -23,8 +23,7 @@ use super::reader::{self, Object, kind};
 use super::secrets::{RegistryAuth, Secrets};
 use super::validate::{I32_MAX, image, pod_names_fit, training_ports, with_implicit_ports};
 use super::{
-    CompletionPolicy, JobSpec, LegacyDirs, MAX_SPEC_BYTES, PortRequest, PortStart, Protocol,
-    Resources, TaskRole,
+    CompletionPolicy, JobSpec, LegacyDirs, PortRequest, PortStart, Protocol, Resources, TaskRole,
 };
 
 const JOB_FIELDS: &[&str] = &[
@@ -121,14 +120,8 @@ struct Around {
 }
 
 /// Reads a v2 document into a [`JobSpec`]: `value` is the document, `order` its roles'
-/// names as written, `bytes` the size of its text.
-pub(super) fn job(value: &Value, order: &[String], bytes: usize) -> Result<JobSpec, SpecErrors> {
-    if bytes > MAX_SPEC_BYTES {
-        return Err(SpecErrors::single(
-            &FieldPath::root(),
-            format!("the spec is {bytes} bytes; at most {MAX_SPEC_BYTES}"),
-        ));
-    }
+/// names as written.
+pub(super) fn job(value: &Value, order: &[String]) -> Result<JobSpec, SpecErrors> {
     let mut errors = Errors::default();
     let mut notes = Vec::new();
     let Some(obj) = Object::new(value, FieldPath::root(), JOB_FIELDS, &mut errors) else {

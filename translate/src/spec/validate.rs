@@ -16,31 +16,9 @@ use super::error::{Errors, FieldPath, SpecErrors};
 use super::names::{JobName, PortLabel, RoleName};
 use super::reader::{self, Object, kind};
 use super::{
-    CompletionPolicy, DEFAULT_SHM_MB, JobSpec, LegacyDirs, MAX_SPEC_BYTES, PortRequest, PortStart,
-    Resources, SpecFormat, TaskRole,
+    CompletionPolicy, DEFAULT_SHM_MB, JobSpec, LegacyDirs, PortRequest, PortStart, Resources,
+    TaskRole,
 };
-
-impl JobSpec {
-    /// Parses and validates `text`. Fails with every broken rule.
-    pub fn parse(text: &str, format: SpecFormat) -> Result<Self, SpecErrors> {
-        let root = FieldPath::root();
-        if text.len() > MAX_SPEC_BYTES {
-            return Err(SpecErrors::single(
-                &root,
-                format!(
-                    "the spec is {} bytes; at most {MAX_SPEC_BYTES} fit in the Framework's annotations",
-                    text.len()
-                ),
-            ));
-        }
-        let document = reader::document(text, format)?;
-        // Protocol v2 says so at its top; a v1 job config has no such field.
-        if document.value.get("protocolVersion").is_some() {
-            return super::v2::job(&document.value, &document.role_order, text.len());
-        }
-        job(&document.value)
-    }
-}
 
 const JOB_FIELDS: &[&str] = &[
     "jobName",
