@@ -79,6 +79,8 @@ pub const ENV_FILE_MODE: &str = "PAI_ENV_FILE_MODE";
 
 /// The runtime's own variables, set by rest-lite or the runtime for the task's processes.
 pub mod runtime {
+    /// Prefix of most of the runtime's own settings.
+    pub const PREFIX: &str = "PAI_RUNTIME_";
     /// Where the runtime's files of this task are (`--root` wins; default `/usr/local/pai`).
     pub const ROOT: &str = "PAI_RUNTIME_ROOT";
     /// The directory of the task's logs, for the `init/` daemons' scripts.
@@ -191,27 +193,27 @@ pub fn role_family(role: &str) -> [String; 6] {
 
 /// `PAI_TASK_ROLE_TASK_COUNT_<role>`: tasks of `role`.
 pub fn task_role_task_count(role: &str) -> String {
-    format!("PAI_TASK_ROLE_TASK_COUNT_{role}")
+    format!("PAI_TASK_ROLE_TASK_COUNT_{}", var_part(role))
 }
 /// `PAI_MIN_FAILED_INSTANCE_<role>`: `role`'s `minFailedTaskCount`.
 pub fn min_failed_instance(role: &str) -> String {
-    format!("PAI_MIN_FAILED_INSTANCE_{role}")
+    format!("PAI_MIN_FAILED_INSTANCE_{}", var_part(role))
 }
 /// `PAI_MIN_SUCCEEDED_INSTANCE_<role>`: `role`'s `minSucceededTaskCount`.
 pub fn min_succeeded_instance(role: &str) -> String {
-    format!("PAI_MIN_SUCCEEDED_INSTANCE_{role}")
+    format!("PAI_MIN_SUCCEEDED_INSTANCE_{}", var_part(role))
 }
 /// `PAI_MIN_FAILED_TASK_COUNT_<role>`: OpenPAI's other name of the same value.
 pub fn min_failed_task_count(role: &str) -> String {
-    format!("PAI_MIN_FAILED_TASK_COUNT_{role}")
+    format!("PAI_MIN_FAILED_TASK_COUNT_{}", var_part(role))
 }
 /// `PAI_MIN_SUCCEEDED_TASK_COUNT_<role>`: OpenPAI's other name of the same value.
 pub fn min_succeeded_task_count(role: &str) -> String {
-    format!("PAI_MIN_SUCCEEDED_TASK_COUNT_{role}")
+    format!("PAI_MIN_SUCCEEDED_TASK_COUNT_{}", var_part(role))
 }
 /// `cpu_count:<n>,memMB:<n>,shmMB:<n>,gpu_count:<n>`
 pub fn resource(role: &str) -> String {
-    format!("PAI_RESOURCE_{role}")
+    format!("PAI_RESOURCE_{}", var_part(role))
 }
 /// The `gpu_count` of a [`resource`] value, in either protocol's form (v2 writes
 /// `<gpu>,<cpu>,<memoryMB>,<shmMB>`).
@@ -276,21 +278,93 @@ pub fn is_task_own(name: &str) -> bool {
         .is_some_and(|label| !label.is_empty())
 }
 
+/// True for the names a job's own variables (`jobEnvs`) may not take: FrameworkController's
+/// `FC_*`, and what the runtime reads as its settings (a task could otherwise point the
+/// runtime at files of the machine that runs it).
+pub fn is_reserved(name: &str) -> bool {
+    name.starts_with(FC_PREFIX)
+        || name.starts_with(runtime::PREFIX)
+        || matches!(
+            name,
+            USER_CMD
+                | KUBE_APISERVER_ADDRESS
+                | KILL_GRACE_SEC
+                | LOG_MAX_BYTES
+                | ENV_FILE_MODE
+                | runtime::LOG_DIR
+                | runtime::RESULT_FILE
+                | runtime::TERMINATION_LOG
+        )
+}
+
+/// True for the `PAI_*` names the platform sets in a task (fixed names and the families
+/// named after roles, tasks and labels), whose value wins over a job's own variable of the
+/// same name. `PAI_SSH_PUB_KEY` is the job's to give.
+pub fn is_set_by_platform(name: &str) -> bool {
+    const FIXED: &[&str] = &[
+        JOB_NAME,
+        USER_NAME,
+        DEFAULT_FS_URI,
+        TASK_ROLE_COUNT,
+        TASK_ROLE_LIST,
+        CURRENT_TASK_ROLE_NAME,
+        DATA_DIR,
+        OUTPUT_DIR,
+        CODE_DIR,
+        TASK_ROLE_INDEX,
+        TASK_INDEX,
+        v2::FRAMEWORK_NAME,
+        v2::VIRTUAL_CLUSTER,
+        v2::USERNAME,
+        v2::TASKS_NUM,
+        v2::JOB_TASK_COUNT,
+        v2::TASK_ROLES_NUM,
+        v2::JOB_TASK_ROLE_COUNT,
+        v2::JOB_TASK_ROLE_LIST,
+    ];
+    const FAMILIES: &[&str] = &[
+        "PAI_CURRENT_",
+        "PAI_CONTAINER_",
+        "PAI_HOST_IP_",
+        "PAI_PORT_LIST_",
+        "PAI_TASK_ROLE_",
+        "PAI_MIN_",
+        "PAI_RESOURCE_",
+    ];
+    name != SSH_PUB_KEY
+        && name.starts_with(PAI_PREFIX)
+        && (FIXED.contains(&name)
+            || FAMILIES.iter().any(|f| name.starts_with(f))
+            // `PAI_<role>_<index>_<label>_PORT`
+            || (name.ends_with("_PORT")
+                && name.split('_').skip(2).any(|i| i.parse::<u32>().is_ok())))
+}
+
+/// A role's name as it appears in variable names: `-`, `.` and `~` (which OpenPAI v1
+/// allowed in role names, and no shell allows in a variable's name) written as `_`.
+pub fn var_part(role: &str) -> std::borrow::Cow<'_, str> {
+    if role.contains(['-', '.', '~']) {
+        std::borrow::Cow::Owned(role.replace(['-', '.', '~'], "_"))
+    } else {
+        std::borrow::Cow::Borrowed(role)
+    }
+}
+
 /// `PAI_PORT_LIST_<role>_<index>_<label>`: the ports of `label` of a task.
 pub fn port_list(role: &str, index: u32, label: &str) -> String {
-    format!("PAI_PORT_LIST_{role}_{index}_{label}")
+    format!("PAI_PORT_LIST_{}_{index}_{label}", var_part(role))
 }
 /// `PAI_HOST_IP_<role>_<index>`: the address of a task.
 pub fn host_ip(role: &str, index: u32) -> String {
-    format!("PAI_HOST_IP_{role}_{index}")
+    format!("PAI_HOST_IP_{}_{index}", var_part(role))
 }
 /// `ip:port,ip:port`, port being the role's `http` port.
 pub fn task_role_host_list(role: &str) -> String {
-    format!("PAI_TASK_ROLE_{role}_HOST_LIST")
+    format!("PAI_TASK_ROLE_{}_HOST_LIST", var_part(role))
 }
 /// `PAI_<role>_<index>_<label>_PORT`: the first port of `label` of a task.
 pub fn task_port(role: &str, index: u32, label: &str) -> String {
-    format!("PAI_{role}_{index}_{label}_PORT")
+    format!("PAI_{}_{index}_{label}_PORT", var_part(role))
 }
 
 /// Escapes a value for a container `env` entry, whose `$(NAME)` references the kubelet

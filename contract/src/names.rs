@@ -79,11 +79,12 @@ pub fn framework_name(user: &str, job: &str) -> String {
     name
 }
 
-/// The task-role name of a role named `role` in the spec: lower-cased, `_` removed. Empty
+/// The task-role name of a role named `role` in the spec: lower-cased, `_`, `-`, `.` and
+/// `~` removed. Empty
 /// when `role` has no letter or digit; callers refuse that.
 pub fn task_role_name(role: &str) -> String {
     role.chars()
-        .filter(|&c| c != '_')
+        .filter(|&c| !matches!(c, '_' | '-' | '.' | '~'))
         .map(|c| c.to_ascii_lowercase())
         .collect()
 }

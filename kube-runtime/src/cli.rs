@@ -75,10 +75,7 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
             pai_barrier::logging::init();
             match run::run(&Layout::from_env(root), &signals) {
                 Ok(ended) => ExitCode::from(u8::try_from(ended.code()).unwrap_or(1)),
-                Err(e) => fail(
-                    pai_contract::exit::ExitCode::TransientFailure.code(),
-                    &e.to_string(),
-                ),
+                Err(e) => fail(e.exit_code().code(), &e.to_string()),
             }
         }
         "entry" => {

@@ -8,6 +8,7 @@
 
 pub mod budget;
 pub mod cli;
+pub mod code;
 pub mod dynamic_env;
 pub mod entry;
 pub mod layout;

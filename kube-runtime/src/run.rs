@@ -41,7 +41,29 @@ pub enum RunError {
     #[error("{0}")]
     Settings(String),
     #[error(transparent)]
+    Code(#[from] crate::code::CodeError),
+    #[error(transparent)]
     Supervise(#[from] SuperviseError),
+}
+
+impl RunError {
+    /// The task's exit code: code that cannot be put in place fails it for good (a retry
+    /// finds the same), anything else may pass.
+    pub fn exit_code(&self) -> pai_contract::exit::ExitCode {
+        match self {
+            Self::Code(_) => pai_contract::exit::ExitCode::PermanentFailure,
+            _ => pai_contract::exit::ExitCode::TransientFailure,
+        }
+    }
+}
+
+/// The user command's shell: bash, as OpenPAI's container script ran the command, where
+/// the image has it; `sh` otherwise.
+pub fn user_shell() -> &'static str {
+    ["/bin/bash", "/usr/bin/bash"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .unwrap_or("/bin/sh")
 }
 
 /// Loads the environment and supervises the task to its end.
@@ -74,12 +96,17 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         tracing::warn!(error = %e, "cannot list the init scripts; no daemon starts");
         Vec::new()
     });
+    if let Some(code_dir) = get(pai_contract::env::CODE_DIR).filter(|c| !c.is_empty()) {
+        let workdir = std::env::current_dir()
+            .map_err(|e| RunError::Settings(format!("cannot read the working directory: {e}")))?;
+        crate::code::fetch(&code_dir, &workdir)?;
+    }
     let daemon_env = daemon_environment(layout, &env);
     let env = std::sync::Arc::new(env);
     let ssh = ssh_port
         .and_then(|port| ssh_on_demand(layout, port, user_key, &task, &daemons, &daemon_env, &env));
     let plan = Plan {
-        program: "/bin/sh".into(),
+        program: user_shell().into(),
         args: vec![layout.main_sh().into_os_string()],
         daemons,
         env,

@@ -63,6 +63,9 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// The user tasks run as, the one to log in to them as over ssh.
     fn task_user(&self) -> String;
+    /// Where this backend runs tasks: this machine's processes, or a cluster's pods (the
+    /// place a job's code and virtual cluster are checked for).
+    fn runs_here(&self) -> bool;
     /// What a user submitting `spec` here should know (see [`pai_translate::warnings`]).
     fn warnings(&self, _spec: &pai_translate::spec::JobSpec) -> Vec<String> {
         Vec::new()

@@ -53,6 +53,15 @@ pub async fn submit(
             "the job name in the path ({path_job:?}) is not the spec's jobName ({job:?})"
         )));
     }
+    // What the place can do with the spec's code and virtual cluster: refused here,
+    // before anything is created, or said with the other warnings.
+    let place = if state.backend.runs_here() {
+        pai_translate::place::Place::ThisMachine
+    } else {
+        pai_translate::place::Place::Cluster(state.transformer.config())
+    };
+    let place_warnings =
+        pai_translate::place::check(&spec, user, place).map_err(|e| ApiError::bad_spec(&e))?;
     let submission = Submission {
         user,
         spec: &spec,
@@ -89,6 +98,7 @@ pub async fn submit(
         })?;
     tracing::info!(user = %user, job = %job, "job submitted");
     let mut warnings = pai_translate::warnings::spec_warnings(&spec);
+    warnings.extend(place_warnings);
     warnings.extend(state.backend.warnings(&spec));
     Ok(Submitted::Created { job, warnings })
 }

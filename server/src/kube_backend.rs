@@ -379,6 +379,10 @@ impl KubeBackend {
 }
 
 impl Backend for KubeBackend {
+    fn runs_here(&self) -> bool {
+        false
+    }
+
     /// The image's user, which the server cannot see: root, as in the images of
     /// TensorFlow, PyTorch and Horovod.
     fn task_user(&self) -> String {

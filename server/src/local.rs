@@ -41,6 +41,10 @@ impl Backend for LocalBackend {
         self.0.describe()
     }
 
+    fn runs_here(&self) -> bool {
+        true
+    }
+
     fn warnings(&self, spec: &pai_translate::spec::JobSpec) -> Vec<String> {
         let mut images: Vec<&str> = Vec::new();
         for role in spec.roles() {

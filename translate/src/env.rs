@@ -16,7 +16,11 @@ const UNSET_COUNT: i64 = -1;
 pub fn job_env(user: &UserName, spec: &JobSpec, default_fs_uri: &str) -> Vec<(String, String)> {
     let roles = spec.roles();
     let legacy = spec.legacy();
-    let mut env = vec![
+    let dir = |value: &str| crate::place::resolve_dir(value, user, spec.name(), default_fs_uri);
+    // The job's own variables first: where the platform sets the same name, its value,
+    // later in the list, is the one a task sees.
+    let mut env: Vec<(String, String)> = spec.job_envs().to_vec();
+    env.extend([
         (
             names::JOB_NAME.to_string(),
             format!("{}~{}", user.as_str(), spec.name().as_str()),
@@ -35,10 +39,10 @@ pub fn job_env(user: &UserName, spec: &JobSpec, default_fs_uri: &str) -> Vec<(St
                 .collect::<Vec<_>>()
                 .join(","),
         ),
-        (names::DATA_DIR.to_string(), legacy.data_dir.clone()),
-        (names::OUTPUT_DIR.to_string(), legacy.output_dir.clone()),
-        (names::CODE_DIR.to_string(), legacy.code_dir.clone()),
-    ];
+        (names::DATA_DIR.to_string(), dir(&legacy.data_dir)),
+        (names::OUTPUT_DIR.to_string(), dir(&legacy.output_dir)),
+        (names::CODE_DIR.to_string(), dir(&legacy.code_dir)),
+    ]);
     if spec.protocol() == Protocol::V2 {
         let tasks: u32 = roles.iter().map(TaskRole::task_number).sum();
         let job = format!("{}~{}", user.as_str(), spec.name().as_str());
@@ -67,7 +71,6 @@ pub fn job_env(user: &UserName, spec: &JobSpec, default_fs_uri: &str) -> Vec<(St
             (names::v2::JOB_TASK_ROLE_LIST.to_string(), list),
         ]);
     }
-    env.extend(spec.job_envs().iter().cloned());
     env
 }
 

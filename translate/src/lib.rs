@@ -8,6 +8,7 @@
 pub mod config;
 pub mod env;
 pub mod gang;
+pub mod place;
 pub mod ports;
 pub mod spec;
 pub mod transform;

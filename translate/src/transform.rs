@@ -75,6 +75,11 @@ impl Transformer {
         Self { config }
     }
 
+    /// The configuration Frameworks are made by.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
     /// The Framework that runs `submission`. Fails when the ports cannot be allocated
     /// (a valid spec's names always fit FrameworkController's rules).
     pub fn transform(
@@ -137,11 +142,15 @@ impl Transformer {
             FrameworkSpec {
                 description: Some(format!("{}~{}", user.as_str(), spec.name().as_str())),
                 execution_type: ExecutionType::Start,
-                retry_policy: RetryPolicySpec {
-                    // Permanent failures (210) are never retried, conflicts (201) are
-                    // retried without counting; other failures count against retryCount.
-                    fancy_retry_policy: true,
-                    max_retry_count: i32::try_from(spec.retry_count()).unwrap_or(i32::MAX),
+                // With the fancy policy permanent failures (210) are never retried,
+                // conflicts (201) are retried without counting; other failures count
+                // against retryCount. Its −2 retries always, without it (as OpenPAI).
+                retry_policy: {
+                    let (fancy_retry_policy, max_retry_count) = spec.retries().policy();
+                    RetryPolicySpec {
+                        fancy_retry_policy,
+                        max_retry_count,
+                    }
                 },
                 task_roles,
             },

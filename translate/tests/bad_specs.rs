@@ -104,12 +104,12 @@ fn cases() -> Vec<Case> {
             vec![("taskRoles[0]", Exact("must be an object, got string"))],
         ),
         case(
-            "dot in role name",
-            job(|v| role(v, 0)["name"] = json!("ps.1")),
+            "space in role name",
+            job(|v| role(v, 0)["name"] = json!("ps 1")),
             vec![(
                 "taskRoles[0].name",
                 Exact(
-                    "must match ^[A-Za-z0-9_]+$, since it is part of variable names like PAI_HOST_IP_<role>_0; '.' is not allowed",
+                    r"must match ^[A-Za-z0-9\-._~]+$ (letters, digits, '-', '.', '_', '~'); ' ' is not allowed",
                 ),
             )],
         ),
@@ -143,8 +143,10 @@ fn cases() -> Vec<Case> {
             )],
         ),
         case(
-            "task number as a string",
-            job(|v| role(v, 0)["taskNumber"] = json!("2")),
+            // A number written as a string is read as OpenPAI's validator read it; a
+            // string that is no number is not.
+            "task number as a word",
+            job(|v| role(v, 0)["taskNumber"] = json!("two")),
             vec![(
                 "taskRoles[0].taskNumber",
                 Exact("must be an integer from 1 to 10000, got string"),
@@ -197,16 +199,16 @@ fn cases() -> Vec<Case> {
             ],
         ),
         case(
-            "missing cpuNumber",
-            job(|v| remove(role(v, 0), "cpuNumber")),
-            vec![("taskRoles[0].cpuNumber", Exact("is required"))],
+            "missing command",
+            job(|v| remove(role(v, 0), "command")),
+            vec![("taskRoles[0].command", Exact("is required"))],
         ),
         case(
-            "too little memory",
-            job(|v| role(v, 0)["memoryMB"] = json!(50)),
+            "no memory",
+            job(|v| role(v, 0)["memoryMB"] = json!(0)),
             vec![(
                 "taskRoles[0].memoryMB",
-                Exact("must be an integer ≥ 100, got 50"),
+                Exact("must be an integer ≥ 1, got 0"),
             )],
         ),
         case(
@@ -328,13 +330,21 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "reserved env name",
-            job(|v| v["jobEnvs"] = json!({"PAI_JOB_NAME": "x"})),
-            vec![(
-                "jobEnvs.PAI_JOB_NAME",
-                Exact(
-                    "the name is reserved: the platform sets PAI_* and FC_* variables, USER_CMD and KUBE_APISERVER_ADDRESS (only PAI_SSH_PUB_KEY may be given)",
+            job(|v| v["jobEnvs"] = json!({"PAI_RUNTIME_ROOT": "/", "FC_TASK_INDEX": "0"})),
+            vec![
+                (
+                    "jobEnvs.FC_TASK_INDEX",
+                    Exact(
+                        "the name is reserved: FrameworkController sets FC_* variables, and the runtime reads USER_CMD, KUBE_APISERVER_ADDRESS and its own settings (PAI_RUNTIME_*, …)",
+                    ),
                 ),
-            )],
+                (
+                    "jobEnvs.PAI_RUNTIME_ROOT",
+                    Exact(
+                        "the name is reserved: FrameworkController sets FC_* variables, and the runtime reads USER_CMD, KUBE_APISERVER_ADDRESS and its own settings (PAI_RUNTIME_*, …)",
+                    ),
+                ),
+            ],
         ),
         case(
             "env value an object",
@@ -345,9 +355,9 @@ fn cases() -> Vec<Case> {
             )],
         ),
         case(
-            "negative retryCount",
-            job(|v| v["retryCount"] = json!(-1)),
-            vec![("retryCount", Exact("must be an integer ≥ 0, got -1"))],
+            "retryCount below OpenPAI's -2",
+            job(|v| v["retryCount"] = json!(-3)),
+            vec![("retryCount", Exact("must be an integer ≥ -2, got -3"))],
         ),
         case(
             "legacy dataDir not a string",
@@ -363,20 +373,17 @@ fn cases() -> Vec<Case> {
             )],
         ),
         case(
-            "typo in a role hides a required field",
+            "typo in a role is named",
             job(|v| {
                 let r = role(v, 0);
                 let mem = r["memoryMB"].take();
                 remove(r, "memoryMB");
                 r["memoryMb"] = mem;
             }),
-            vec![
-                ("taskRoles[0].memoryMB", Exact("is required")),
-                (
-                    "taskRoles[0].memoryMb",
-                    Exact("unknown field, did you mean \"memoryMB\"?"),
-                ),
-            ],
+            vec![(
+                "taskRoles[0].memoryMb",
+                Exact("unknown field, did you mean \"memoryMB\"?"),
+            )],
         ),
         case(
             "unknown field far from any",
@@ -384,7 +391,7 @@ fn cases() -> Vec<Case> {
             vec![(
                 "colour",
                 Exact(
-                    "unknown field; known fields are jobName, image, taskRoles, jobEnvs, retryCount, frameworkEnv, dependsOn, dataDir, outputDir, codeDir, virtualCluster, gpuType, authFile, extras",
+                    "unknown field; known fields are jobName, image, taskRoles, codeDir, dataDir, outputDir, virtualCluster, retryCount, jobEnvs, killAllOnCompletedTaskNumber, gpuType, authFile, extras, frameworkEnv, dependsOn",
                 ),
             )],
         ),

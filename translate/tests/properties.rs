@@ -130,8 +130,8 @@ proptest! {
         roles in job_strategy(),
         pick in any::<prop::sample::Index>(),
         field in prop::sample::select(vec![
-            ("taskNumber", json!(0)), ("cpuNumber", json!(0)), ("memoryMB", json!(99)),
-            ("gpuNumber", json!(-2)), ("command", json!("")), ("name", json!("a-b")),
+            ("taskNumber", json!(0)), ("cpuNumber", json!(0)), ("memoryMB", json!(0)),
+            ("gpuNumber", json!(-2)), ("command", json!("")), ("name", json!("a b")),
             ("shmMB", json!(513)), ("minFailedTaskCount", json!(0)),
         ]),
     ) {

@@ -245,7 +245,7 @@ fn now_ms() -> i64 {
 }
 
 fn message(message: &Message) -> Result<ExitCode> {
-    println!("{}", message.message);
+    say!("{}", message.message);
     warn(message);
     Ok(ExitCode::SUCCESS)
 }
@@ -253,7 +253,7 @@ fn message(message: &Message) -> Result<ExitCode> {
 /// A submission's warnings, one line each on standard error.
 pub fn warn(message: &Message) {
     for warning in &message.warnings {
-        eprintln!("rest-lite: warning: {warning}");
+        tell!("rest-lite: warning: {warning}");
     }
 }
 
@@ -319,9 +319,10 @@ pub fn stop(args: JobArgs) -> Result<ExitCode> {
             .app_exit_code
             .map(|c| format!(", exit code {c}"))
             .unwrap_or_default();
-        eprintln!(
+        tell!(
             "rest-lite: job {} already ended ({}{code}): nothing to stop",
-            args.job, status.state
+            args.job,
+            status.state
         );
         return Ok(ExitCode::FAILURE);
     }
@@ -345,14 +346,14 @@ pub fn ssh(args: SshArgs) -> Result<ExitCode> {
         let files = PrivateDir::kept(&user, &args.job)?;
         let login = Login::prepare(&files, &client, &user, &args, &info)?;
         for c in &info.containers {
-            println!(
+            say!(
                 "{}: {}",
                 c.id,
                 login.command_line(&c.ssh_port, &c.ssh_user, &c.ssh_ip)
             );
         }
         for u in &info.unavailable {
-            println!("{}: {}", u.id, u.reason);
+            say!("{}: {}", u.id, u.reason);
         }
         return Ok(ExitCode::SUCCESS);
     }

@@ -54,7 +54,7 @@ pub async fn follow(client: &Client, user: &str, job: &str, verbose: bool) -> Re
         tokio::select! {
             _ = &mut ctrl_c, if !interrupted => {
                 interrupted = true;
-                eprintln!("rest-lite: stopping {job}");
+                tell!("rest-lite: stopping {job}");
                 client.stop(user, job).await?;
             }
             change = changes.next() => match change {
@@ -89,7 +89,7 @@ pub async fn follow(client: &Client, user: &str, job: &str, verbose: bool) -> Re
 pub fn outcome(job: &str, view: &JobView, interrupted: bool) -> ExitCode {
     let status = &view.job_status;
     let state = status.state;
-    eprintln!(
+    tell!(
         "rest-lite: job {job} {state} (exit code {}, {} retr{}){}",
         status
             .app_exit_code

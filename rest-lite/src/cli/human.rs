@@ -99,12 +99,12 @@ impl Notes {
             && now != self.held
             && let Some(line) = waiting(view, jiff::Timestamp::now().as_millisecond())
         {
-            eprintln!("rest-lite: job {job} {line}");
+            tell!("rest-lite: job {job} {line}");
         }
         self.held = now;
         for end in &view.job_status.attempts {
             if end.retried && self.told.is_none_or(|told| end.attempt > told) {
-                eprintln!("rest-lite: job {job}: {}", end.line());
+                tell!("rest-lite: job {job}: {}", end.line());
                 self.told = Some(end.attempt);
             }
         }

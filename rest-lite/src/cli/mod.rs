@@ -1,5 +1,23 @@
 //! Command-line parsing and dispatch; each command is a thin call into the library.
 
+/// A line on standard output that a reader who went away (`| head`) does not turn into
+/// a panic: `println!` panics on a closed pipe. The commands but `serve` and `run` end
+/// by SIGPIPE there as other Unix tools do; `run` carries its job to the end quietly.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// [`say!`] on standard error.
+macro_rules! tell {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod client;
 mod follow;
 mod hints;
@@ -135,9 +153,9 @@ pub fn run() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            tell!("error: {err:#}");
             if let Some(hint) = hints::next_step(&err) {
-                eprintln!("hint: {hint}");
+                tell!("hint: {hint}");
             }
             ExitCode::from(EXIT_BAD_INPUT)
         }
@@ -185,6 +203,9 @@ fn transform(args: TransformArgs) -> Result<()> {
     let format = spec_file::format_of(&args.spec, &text);
     let spec = JobSpec::parse(&text, format)?;
     let seed = args.seed.map_or(Seed::Random, Seed::Fixed);
+    // A Framework is for a cluster: its code and virtual cluster are checked for one.
+    let place_warnings =
+        pai_translate::place::check(&spec, &user, pai_translate::place::Place::Cluster(&config))?;
     let framework = Transformer::new(config).transform(
         Submission {
             user: &user,
@@ -195,8 +216,11 @@ fn transform(args: TransformArgs) -> Result<()> {
         seed,
     )?;
     // What the spec asks that is not done as it asks: on stderr, the Framework on stdout.
-    for warning in pai_translate::warnings::spec_warnings(&spec) {
-        eprintln!("rest-lite: warning: {warning}");
+    for warning in pai_translate::warnings::spec_warnings(&spec)
+        .into_iter()
+        .chain(place_warnings)
+    {
+        tell!("rest-lite: warning: {warning}");
     }
     let rendered = match args.output {
         Output::Yaml => serde_saphyr::to_string(&framework).context("rendering YAML")?,

@@ -74,7 +74,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             .context("listening on loopback")?;
         let url = format!("http://{}", listener.local_addr()?);
         tokio::spawn(async move { axum::serve(listener, router(state)).await });
-        eprintln!(
+        tell!(
             "rest-lite: running {job} on this machine; API at {url}, state in {dir} (other commands meanwhile: REST_LITE_SERVER={url} REST_LITE_STATE_DIR={dir} rest-lite status {job})",
             dir = state_dir.display()
         );

@@ -90,8 +90,8 @@ pub fn token(args: TokenArgs) -> Result<ExitCode> {
     }
     std::fs::rename(&temporary, &args.file)
         .with_context(|| format!("replacing {}", args.file.display()))?;
-    println!("{token}");
-    eprintln!(
+    say!("{token}");
+    tell!(
         "rest-lite: added a token for {}{} to {}; a running server reads it when restarted. Give it to the client with --token or REST_LITE_TOKEN, or sign in to the pages with it.",
         args.user,
         if args.admin { " (admin)" } else { "" },

@@ -59,7 +59,7 @@ impl Display {
                 let lines: Vec<String> = roles.iter().map(|r| r.line(width)).collect();
                 for (i, line) in lines.iter().enumerate() {
                     if last.get(i) != Some(line) {
-                        eprintln!("{line}");
+                        tell!("{line}");
                     }
                 }
                 *last = lines;
@@ -102,11 +102,9 @@ pub async fn until_running(
         }
         if total > 0 && running == total {
             display.finish();
-            println!("job {job}: all {total} tasks running");
+            say!("job {job}: all {total} tasks running");
             let first_role = roles.first().map_or("ROLE", |r| r.role.as_str());
-            eprintln!(
-                "follow it with: rest-lite logs {job} -r {first_role} -f{flags}, or open {page}"
-            );
+            tell!("follow it with: rest-lite logs {job} -r {first_role} -f{flags}, or open {page}");
             return Ok(ExitCode::SUCCESS);
         }
     }

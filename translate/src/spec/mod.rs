@@ -9,6 +9,7 @@ mod parse;
 mod reader;
 pub mod schema;
 pub mod secrets;
+pub mod v1_fields;
 pub mod v2;
 mod validate;
 
@@ -49,7 +50,7 @@ pub struct JobSpec {
     image: String,
     roles: Vec<TaskRole>,
     job_envs: Vec<(String, String)>,
-    retry_count: u32,
+    retries: Retries,
     legacy: LegacyDirs,
     framework_env: pai_contract::training::Selection,
     /// OpenPAI's `virtualCluster`: the queue the gang engine admits the job from.
@@ -67,6 +68,30 @@ pub struct JobSpec {
     registry_auths: Vec<RegistryAuth>,
     /// Whether the job's tasks are admitted together (v2 `extras.gangAllocation`).
     gang_allocation: bool,
+}
+
+/// How often the job's attempt is retried (`retryCount`, `jobRetryCount`), as
+/// FrameworkController's retry policy says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retries {
+    /// Up to n counted failures (the fancy policy: transient failures are not counted,
+    /// permanent ones never retried).
+    Count(u32),
+    /// Failures forever (`-1`, with the fancy policy).
+    FailuresForever,
+    /// Always, also after success (`-2`; OpenPAI turned the fancy policy off for it).
+    Always,
+}
+
+impl Retries {
+    /// FrameworkController's `(fancyRetryPolicy, maxRetryCount)`.
+    pub fn policy(self) -> (bool, i32) {
+        match self {
+            Self::Count(n) => (true, i32::try_from(n).unwrap_or(i32::MAX)),
+            Self::FailuresForever => (true, -1),
+            Self::Always => (false, -2),
+        }
+    }
 }
 
 /// The legacy directory fields, exported as `PAI_DATA_DIR`, `PAI_OUTPUT_DIR`, `PAI_CODE_DIR`
@@ -145,8 +170,8 @@ impl JobSpec {
     pub fn job_envs(&self) -> &[(String, String)] {
         &self.job_envs
     }
-    pub fn retry_count(&self) -> u32 {
-        self.retry_count
+    pub fn retries(&self) -> Retries {
+        self.retries
     }
     pub fn legacy(&self) -> &LegacyDirs {
         &self.legacy

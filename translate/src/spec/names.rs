@@ -4,9 +4,10 @@
 //! User and job names are OpenPAI's, `^[A-Za-z0-9\-._~]+$`, at most
 //! [`MAX_NAME_LEN`] characters; the Framework of a (user, job) pair is a digest of both
 //! exactly as typed, so any two pairs get two Frameworks. Role names are
-//! `^[A-Za-z0-9_]+$` (they are parts of variable names); a role's task-role name in the
-//! Framework is its name lower-cased without `_`, and must leave its pods' names within 63
-//! characters (checked with the role's task number at validation).
+//! `^[A-Za-z0-9\-._~]+$` (parts of variable names, with `_` for the last three); a role's
+//! task-role name in the Framework is its name lower-cased without `_`, `-`, `.` and `~`,
+//! and must leave its pods' names within 63 characters (checked with the role's task
+//! number at validation).
 
 use std::fmt;
 
@@ -17,11 +18,11 @@ use pai_contract::names::{label_value, task_role_name};
 pub const MAX_NAME_LEN: usize = 256;
 /// OpenPAI's rule for user and job names (the OpenAPI document's `pattern`, read from here).
 pub const NAME_PATTERN: &str = r"^[A-Za-z0-9\-._~]+$";
-/// The rule of role names: variable-name characters, with at least one letter or digit
-/// (the Framework's task-role name drops `_`).
-pub const ROLE_PATTERN: &str = r"^[A-Za-z0-9_]*[A-Za-z0-9][A-Za-z0-9_]*$";
+/// The rule of role names: OpenPAI v1's first rule (it dropped `-` in April 2018), with at
+/// least one letter or digit (the Framework's task-role name drops the others).
+pub const ROLE_PATTERN: &str = r"^[A-Za-z0-9\-._~]*[A-Za-z0-9][A-Za-z0-9\-._~]*$";
 /// The characters of role names, as the error about a bad one quotes them.
-const ROLE_CHARS: &str = r"^[A-Za-z0-9_]+$";
+const ROLE_CHARS: &str = r"^[A-Za-z0-9\-._~]+$";
 /// The rule of port labels: a shell identifier.
 pub const LABEL_PATTERN: &str = r"^[A-Za-z_][A-Za-z0-9_]*$";
 
@@ -30,10 +31,10 @@ fn is_openpai_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~')
 }
 
-/// The characters allowed in role names and port labels: they become parts of
-/// environment variable names.
-fn is_env_fragment_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_'
+/// The characters allowed in role names. They become parts of variable names, written
+/// with `_` for each of `-`, `.` and `~` ([`pai_contract::env::var_part`]).
+fn is_role_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '~')
 }
 
 fn first_bad(name: &str, ok: impl Fn(char) -> bool) -> Option<char> {
@@ -86,8 +87,8 @@ named_type!(
     "The readable label value (lossy: the exact name is in an annotation)."
 );
 named_type!(
-    /// A role name: `^[A-Za-z0-9_]+$` with a letter or digit; it is part of variable
-    /// names such as `PAI_HOST_IP_<role>_<i>`.
+    /// A role name: `^[A-Za-z0-9\-._~]+$` with a letter or digit; it is part of variable
+    /// names such as `PAI_HOST_IP_<role>_<i>` (with `_` for `-`, `.`, `~`).
     RoleName,
     task_role,
     "The Framework's task-role name: lower-case, without `_` (`^[a-z0-9]+$`)."
@@ -135,9 +136,9 @@ impl RoleName {
         if name.is_empty() {
             return Err("must not be empty".to_string());
         }
-        if let Some(c) = first_bad(name, is_env_fragment_char) {
+        if let Some(c) = first_bad(name, is_role_char) {
             return Err(format!(
-                "must match {ROLE_CHARS}, since it is part of variable names like PAI_HOST_IP_<role>_0; {c:?} is not allowed"
+                "must match {ROLE_CHARS} (letters, digits, '-', '.', '_', '~'); {c:?} is not allowed"
             ));
         }
         let kube = task_role_name(name);
@@ -194,7 +195,11 @@ mod tests {
         assert!(JobName::parse("a b").is_err());
         assert!(JobName::parse("").is_err());
         assert!(JobName::parse(&"j".repeat(MAX_NAME_LEN + 1)).is_err());
-        assert!(RoleName::parse("ps.1").is_err());
+        assert!(RoleName::parse("ps 1").is_err());
+        assert_eq!(
+            RoleName::parse("cntk-train.1").map(|r| r.task_role().to_string()),
+            Ok("cntktrain1".to_string())
+        );
         assert!(RoleName::parse("__").is_err());
         assert!(PortLabel::parse("1x").is_err());
         assert_eq!(

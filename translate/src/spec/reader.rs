@@ -25,6 +25,10 @@ pub(crate) fn document(text: &str, format: SpecFormat) -> Result<Document, SpecE
     };
     let value = match format {
         SpecFormat::Json => {
+            // OpenPAI's portal took JSON with comments (it ran strip-json-comments
+            // before JSON.parse); its published job files have them.
+            let text = &without_comments(text)
+                .map_err(|rule| SpecErrors::single(&root, format!("not valid JSON: {rule}")))?;
             let mut de = serde_json::Deserializer::from_str(text);
             seed.deserialize(&mut de)
                 .and_then(|v| de.end().map(|()| v))
@@ -46,6 +50,87 @@ pub(crate) fn document(text: &str, format: SpecFormat) -> Result<Document, SpecE
         }
     };
     Ok(Document { value, role_order })
+}
+
+/// `text` with its `//` and `/* */` comments outside strings turned into spaces (line
+/// breaks kept, so a parse error's line and column still point into the file as
+/// written). Not a crate: `json_comments` turns the line breaks inside a block comment
+/// into spaces, which moves every later error's line number.
+fn without_comments(text: &str) -> Result<std::borrow::Cow<'_, str>, String> {
+    if !text.contains('/') {
+        return Ok(std::borrow::Cow::Borrowed(text));
+    }
+    enum State {
+        Code,
+        Text,
+        Escape,
+        Line,
+        Block { line: usize },
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut state = State::Code;
+    let mut line = 1;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+        state = match state {
+            State::Code => match (c, chars.peek()) {
+                ('"', _) => {
+                    out.push(c);
+                    State::Text
+                }
+                ('/', Some('/')) => {
+                    chars.next();
+                    out.push_str("  ");
+                    State::Line
+                }
+                ('/', Some('*')) => {
+                    chars.next();
+                    out.push_str("  ");
+                    State::Block { line }
+                }
+                _ => {
+                    out.push(c);
+                    State::Code
+                }
+            },
+            State::Text => {
+                out.push(c);
+                match c {
+                    '\\' => State::Escape,
+                    '"' => State::Code,
+                    _ => State::Text,
+                }
+            }
+            State::Escape => {
+                out.push(c);
+                State::Text
+            }
+            State::Line => {
+                out.push(blank(c));
+                if c == '\n' { State::Code } else { State::Line }
+            }
+            State::Block { line: start } => {
+                out.push(blank(c));
+                if c == '*' && chars.peek() == Some(&'/') {
+                    chars.next();
+                    out.push(' ');
+                    State::Code
+                } else {
+                    State::Block { line: start }
+                }
+            }
+        };
+        if c == '\n' {
+            line += 1;
+        }
+    }
+    match state {
+        State::Block { line } => Err(format!(
+            "the comment opened with /* at line {line} is never closed"
+        )),
+        _ => Ok(std::borrow::Cow::Owned(out)),
+    }
 }
 
 /// Deserializes any value as a [`Value`]; at the top (`depth` 0) the keys of the
@@ -173,6 +258,11 @@ impl<'a> Object<'a> {
             None | Some(Value::Null) => None,
             Some(v) => Some((v, self.path(key))),
         }
+    }
+
+    /// Whether the field is written at all, `null` included.
+    pub(crate) fn given(&self, key: &str) -> bool {
+        self.map.contains_key(key)
     }
 
     /// The field's value, or an error saying it is required.
@@ -310,5 +400,29 @@ mod tests {
         assert_eq!(suggest("memoryMb", known), Some("memoryMB"));
         assert_eq!(suggest("taskRole", known), Some("taskRoles"));
         assert_eq!(suggest("colour", known), None);
+    }
+
+    #[test]
+    fn comments_go_and_strings_keep_their_slashes() {
+        let text = "{\n  // a comment \"with quotes\"\n  \"a\": \"http://x/*y*/\", /* one\n two */ \"b\": 1 // end\n}";
+        let stripped = without_comments(text).expect("strips");
+        assert_eq!(stripped.lines().count(), text.lines().count());
+        let value: Value = serde_json::from_str(&stripped).expect("json");
+        assert_eq!(value["a"], "http://x/*y*/");
+        assert_eq!(value["b"], 1);
+        // An error after a block comment still names the line it is on.
+        let bad = "{\n/* one\ntwo */\n\"a\": }";
+        let e = document(bad, SpecFormat::Json).err().expect("invalid");
+        assert!(e.to_string().contains("line 4"), "{e}");
+        let open = document("{/* never closed\n}", SpecFormat::Json)
+            .err()
+            .expect("invalid");
+        assert!(
+            open.to_string().contains("opened with /* at line 1"),
+            "{open}"
+        );
+        // An escaped quote does not end the string.
+        let escaped = without_comments(r#"{"a": "\" // not a comment"}"#).expect("strips");
+        assert!(escaped.contains("// not a comment"));
     }
 }

@@ -292,7 +292,7 @@ pub(super) fn job(value: &Value, order: &[String]) -> Result<JobSpec, SpecErrors
         image,
         roles,
         job_envs,
-        retry_count,
+        retries: super::Retries::Count(retry_count),
         legacy: LegacyDirs::default(),
         framework_env: selection,
         virtual_cluster,
@@ -825,6 +825,15 @@ fn role(
         errors.push(
             path,
             "a role name starts with a letter or '_' (^[a-zA-Z_][a-zA-Z0-9_]*$)",
+        );
+        None
+    } else if let Some(c) = key
+        .chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || c == '_'))
+    {
+        errors.push(
+            path,
+            format!("a role name is letters, digits and '_' (^[a-zA-Z_][a-zA-Z0-9_]*$); {c:?} is not allowed"),
         );
         None
     } else {

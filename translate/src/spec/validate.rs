@@ -17,49 +17,25 @@ use super::names::{JobName, PortLabel, RoleName};
 use super::reader::{self, Object, kind};
 use super::{
     CompletionPolicy, DEFAULT_SHM_MB, JobSpec, LegacyDirs, PortRequest, PortStart, Resources,
-    TaskRole,
+    Retries, TaskRole,
 };
 
-const JOB_FIELDS: &[&str] = &[
-    "jobName",
-    "image",
-    "taskRoles",
-    "jobEnvs",
-    "retryCount",
-    "frameworkEnv",
-    "dependsOn",
-    // Legacy fields of OpenPAI v1, accepted; the directories reach the environment.
-    "dataDir",
-    "outputDir",
-    "codeDir",
-    "virtualCluster",
-    "gpuType",
-    "authFile",
-    "extras",
-];
-
-const ROLE_FIELDS: &[&str] = &[
-    "name",
-    "taskNumber",
-    "cpuNumber",
-    "memoryMB",
-    "shmMB",
-    "gpuNumber",
-    "portList",
-    "command",
-    "minFailedTaskCount",
-    "minSucceededTaskCount",
-];
-
-const PORT_FIELDS: &[&str] = &["label", "beginAt", "portNumber"];
+use super::v1_fields;
 
 pub(super) const I32_MAX: i64 = i32::MAX as i64;
 /// Ports below this are never handed out.
 const FIRST_USER_PORT: i64 = 1024;
+/// OpenPAI's platform flags in `jobEnvs` (its YARN launcher read them): only variables here.
+const PLATFORM_FLAGS: &[(&str, &str)] = &[
+    ("isDebug", "keep a failed container for a week to debug it"),
+    ("paiAzRDMA", "give the container Azure's RDMA devices"),
+];
 
 pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
     let mut errors = Errors::default();
-    let Some(obj) = Object::new(value, FieldPath::root(), JOB_FIELDS, &mut errors) else {
+    let mut notes = Vec::new();
+    let Some(obj) = Object::new(value, FieldPath::root(), &v1_fields::JOB_NAMES, &mut errors)
+    else {
         return Err(errors.into_spec_errors());
     };
 
@@ -72,12 +48,17 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
         .required("image", &mut errors)
         .and_then(|(v, p)| image(v, &p, &mut errors));
 
+    let kill_all = match obj.optional("killAllOnCompletedTaskNumber") {
+        Some((v, p)) => int(v, &p, i64::MIN, i64::MAX, &mut errors).map(|n| Some((n, p))),
+        None => Some(None),
+    };
+
     let roles = obj
         .required("taskRoles", &mut errors)
         .and_then(|(v, p)| roles(v, &p, &mut errors));
 
     let job_envs = match obj.optional("jobEnvs") {
-        Some((v, p)) => job_envs(v, &p, &mut errors),
+        Some((v, p)) => job_envs(v, &p, &mut errors, &mut notes),
         None => Some(Vec::new()),
     };
 
@@ -86,9 +67,13 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
         None => Some(Selection::all()),
     };
 
-    let retry_count = match obj.optional("retryCount") {
-        Some((v, p)) => reader::integer(v, &p, 0, I32_MAX, &mut errors).map(|n| n as u32),
-        None => Some(0),
+    let retries = match obj.optional("retryCount") {
+        Some((v, p)) => int(v, &p, -2, I32_MAX, &mut errors).map(|n| match n {
+            -2 => Retries::Always,
+            -1 => Retries::FailuresForever,
+            n => Retries::Count(n as u32),
+        }),
+        None => Some(Retries::Count(0)),
     };
 
     let mut legacy = LegacyDirs::default();
@@ -103,19 +88,20 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
             *slot = s.to_string();
         }
     }
-    // OpenPAI's queue: the gang engine's queue (a Volcano Queue, a Kueue LocalQueue),
-    // whose names are DNS labels.
+    // OpenPAI's virtual cluster: the gang engine's queue where it has queues (checked
+    // there at submission), a name that must be `default` where there are none.
     let mut virtual_cluster = None;
     if let Some((v, p)) = obj.optional("virtualCluster")
         && let Some(s) = reader::string(v, &p, &mut errors)
+        && !s.is_empty()
     {
-        if pai_contract::names::is_dns_label(s) {
+        if pai_contract::names::is_label_value(s) {
             virtual_cluster = Some(s.to_string());
         } else {
             errors.push(
                 &p,
                 format!(
-                    "{s:?} is not a queue name: lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit"
+                    "{s:?} is not a virtual cluster's name: letters, digits, '-', '_' and '.', at most 63, starting and ending with a letter or digit"
                 ),
             );
         }
@@ -124,30 +110,57 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
         Some((v, p)) => depends_on(v, &p, name.as_ref(), &mut errors),
         None => Vec::new(),
     };
-    for key in ["gpuType", "authFile"] {
-        if let Some((v, p)) = obj.optional(key) {
-            reader::string(v, &p, &mut errors);
-        }
-    }
-    if let Some((v, p)) = obj.optional("extras")
-        && !v.is_object()
+    if let Some((v, p)) = obj.optional("gpuType")
+        && let Some(s) = reader::string(v, &p, &mut errors)
+        && !s.is_empty()
     {
-        errors.push(&p, format!("must be an object, got {}", kind(v)));
+        notes.push(format!(
+            "{p}: {s:?} is not used: no GPU model is chosen here (any node with free GPUs takes the task)"
+        ));
+    }
+    if let Some((v, p)) = obj.optional("authFile")
+        && let Some(s) = reader::string(v, &p, &mut errors)
+        && !s.is_empty()
+    {
+        notes.push(format!(
+            "{p}: {s:?} is not read: images are pulled with the cluster's imagePullSecrets (or a v2 spec's auth)"
+        ));
+    }
+    if let Some((v, p)) = obj.optional("extras") {
+        match v {
+            Value::Object(map) if map.is_empty() => {}
+            Value::Object(_) => notes.push(format!("{p}: kept in the spec, not used")),
+            other => errors.push(&p, format!("must be an object, got {}", kind(other))),
+        }
     }
     obj.finish(&mut errors);
 
     if !errors.is_empty() {
         return Err(errors.into_spec_errors());
     }
-    match (name, image, roles, job_envs, retry_count, selection) {
+    match (name, image, roles, job_envs, retries, selection, kill_all) {
         (
             Some(name),
             Some(image),
-            Some(mut roles),
+            Some((mut roles, given_succeeded)),
             Some(job_envs),
-            Some(retry_count),
+            Some(retries),
             Some(selection),
+            Some(kill_all),
         ) => {
+            for (i, role) in roles.iter().enumerate() {
+                let given = role.name.as_str();
+                let var = env::var_part(given);
+                if var != given {
+                    notes.push(format!(
+                        "taskRoles[{i}].name: {given:?} is {var} in variable names ({}): '-', '.' and '~' cannot be in a shell variable's name",
+                        env::host_ip(given, 0)
+                    ));
+                }
+            }
+            if let Some((n, p)) = kill_all {
+                notes.push(kill_all_on_completed(n, &p, &mut roles, &given_succeeded));
+            }
             let path = FieldPath::root().field("frameworkEnv");
             training_ports(&mut roles, &selection, &path, &mut errors);
             if !errors.is_empty() {
@@ -158,13 +171,13 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
                 image: image.to_string(),
                 roles,
                 job_envs,
-                retry_count,
+                retries,
                 legacy,
                 framework_env: selection,
                 virtual_cluster,
                 depends_on,
                 protocol: super::Protocol::V1,
-                notes: Vec::new(),
+                notes,
                 secrets: None,
                 registry_auths: Vec::new(),
                 gang_allocation: true,
@@ -172,6 +185,51 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
         }
         // Every reader that returns None has recorded why.
         _ => Err(SpecErrors::single(&FieldPath::root(), "is not a valid job")),
+    }
+}
+
+/// `killAllOnCompletedTaskNumber`, obsolete since OpenPAI's 2018 launcher, which read any
+/// value above 0 as "the first task to succeed ends the job" (every role's
+/// `minSucceededTaskCount` 1); a role that says its own count keeps it. The note says
+/// what became of it.
+fn kill_all_on_completed(
+    n: i64,
+    path: &FieldPath,
+    roles: &mut [TaskRole],
+    given_succeeded: &[bool],
+) -> String {
+    if n <= 0 {
+        return format!(
+            "{path}: obsolete in OpenPAI, and {n} asks for nothing: the job ends by each role's minFailedTaskCount and minSucceededTaskCount"
+        );
+    }
+    let mut changed = Vec::new();
+    for (role, given) in roles.iter_mut().zip(given_succeeded) {
+        if !given {
+            role.completion.min_succeeded = Some(1);
+            changed.push(role.name.as_str().to_string());
+        }
+    }
+    if changed.is_empty() {
+        return format!(
+            "{path}: obsolete in OpenPAI, and every role says its own minSucceededTaskCount: not used"
+        );
+    }
+    format!(
+        "{path}: obsolete in OpenPAI; read as its 2018 launcher read it: the first task of role {} to succeed ends the job (minSucceededTaskCount 1). Say it with minSucceededTaskCount on the role whose tasks end the job",
+        changed.join(", ")
+    )
+}
+
+/// An integer as OpenPAI's validator took it: a number, or a string holding one (Joi
+/// converted `"0"` to 0).
+fn int(value: &Value, path: &FieldPath, min: i64, max: i64, errors: &mut Errors) -> Option<i64> {
+    match value {
+        Value::String(s) => match s.trim().parse::<i64>() {
+            Ok(n) => reader::integer(&Value::from(n), path, min, max, errors),
+            Err(_) => reader::integer(value, path, min, max, errors),
+        },
+        other => reader::integer(other, path, min, max, errors),
     }
 }
 
@@ -391,13 +449,22 @@ fn env_text<'a>(value: &'a Value, path: &FieldPath, errors: &mut Errors) -> Opti
     Some(s)
 }
 
-fn roles(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<TaskRole>> {
+/// The roles, and for each whether it says its own `minSucceededTaskCount`.
+fn roles(
+    value: &Value,
+    path: &FieldPath,
+    errors: &mut Errors,
+) -> Option<(Vec<TaskRole>, Vec<bool>)> {
     let items = reader::list(value, path, errors)?;
     if items.is_empty() {
         errors.push(path, "must list at least one role");
         return None;
     }
     let before = errors.len();
+    let given_succeeded: Vec<bool> = items
+        .iter()
+        .map(|v| v.get("minSucceededTaskCount").is_some())
+        .collect();
     let parsed: Vec<Option<TaskRole>> = items
         .iter()
         .enumerate()
@@ -457,11 +524,14 @@ fn roles(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<Tas
     if errors.len() > before {
         return None;
     }
-    parsed.into_iter().collect()
+    parsed
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .map(|roles| (roles, given_succeeded))
 }
 
 fn role(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<TaskRole> {
-    let obj = Object::new(value, path.clone(), ROLE_FIELDS, errors)?;
+    let obj = Object::new(value, path.clone(), &v1_fields::ROLE_NAMES, errors)?;
     let before = errors.len();
 
     let name = obj
@@ -472,32 +542,34 @@ fn role(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<TaskRole
                 .map_err(|rule| errors.push(&p, rule))
                 .ok()
         });
-    let task_number = obj
-        .required("taskNumber", errors)
-        .and_then(|(v, p)| reader::integer(v, &p, 1, i64::from(MAX_TASKS_PER_ROLE), errors));
+    // OpenPAI's defaults: one task of one CPU and 100 MB.
+    let task_number = match obj.optional("taskNumber") {
+        Some((v, p)) => int(v, &p, 1, i64::from(MAX_TASKS_PER_ROLE), errors),
+        None => Some(1),
+    };
     if let (Some(name), Some(tasks)) = (&name, task_number) {
         pod_names_fit(name, tasks, &path.field("name"), errors);
     }
-    let cpu = obj
-        .required("cpuNumber", errors)
-        .and_then(|(v, p)| reader::integer(v, &p, 1, I32_MAX, errors));
-    let memory_mb = obj
-        .required("memoryMB", errors)
-        .and_then(|(v, p)| reader::integer(v, &p, 100, I32_MAX, errors));
+    let cpu = match obj.optional("cpuNumber") {
+        Some((v, p)) => int(v, &p, 1, I32_MAX, errors),
+        None => Some(1),
+    };
+    let memory_mb = match obj.optional("memoryMB") {
+        Some((v, p)) => int(v, &p, 1, I32_MAX, errors),
+        None => Some(100),
+    };
     let shm_mb = match obj.optional("shmMB") {
-        Some((v, p)) => {
-            reader::integer(v, &p, 1, I32_MAX, errors).and_then(|shm| match memory_mb {
-                Some(mem) if shm > mem => {
-                    errors.push(&p, format!("must be at most memoryMB ({mem}), got {shm}"));
-                    None
-                }
-                _ => Some(shm),
-            })
-        }
+        Some((v, p)) => int(v, &p, 1, I32_MAX, errors).and_then(|shm| match memory_mb {
+            Some(mem) if shm > mem => {
+                errors.push(&p, format!("must be at most memoryMB ({mem}), got {shm}"));
+                None
+            }
+            _ => Some(shm),
+        }),
         None => Some(i64::from(DEFAULT_SHM_MB).min(memory_mb.unwrap_or(i64::MAX))),
     };
     let gpu = match obj.optional("gpuNumber") {
-        Some((v, p)) => reader::integer(v, &p, 0, I32_MAX, errors),
+        Some((v, p)) => int(v, &p, 0, I32_MAX, errors),
         None => Some(0),
     };
     let ports = match obj.optional("portList") {
@@ -508,7 +580,11 @@ fn role(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<TaskRole
     let command = obj
         .required("command", errors)
         .and_then(|(v, p)| reader::text(v, &p, errors));
-    let min_failed = min_count(&obj, "minFailedTaskCount", task_number, errors);
+    // Absent: 1 (a role whose task fails fails the job); null: failed tasks never fail it.
+    let min_failed = match obj.given("minFailedTaskCount") {
+        false => Some(Some(1)),
+        true => min_count(&obj, "minFailedTaskCount", task_number, errors),
+    };
     let min_succeeded = min_count(&obj, "minSucceededTaskCount", task_number, errors);
     obj.finish(errors);
 
@@ -527,8 +603,7 @@ fn role(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<TaskRole
         ports: ports?,
         command: command?.to_string(),
         completion: CompletionPolicy {
-            // null means 1: a role whose tasks all fail must fail the job.
-            min_failed: Some(min_failed?.unwrap_or(1)),
+            min_failed: min_failed?,
             min_succeeded: min_succeeded?,
         },
         image: None,
@@ -545,7 +620,7 @@ fn min_count(
     let Some((v, p)) = obj.optional(key) else {
         return Some(None);
     };
-    let n = reader::integer(v, &p, 1, I32_MAX, errors)?;
+    let n = int(v, &p, 1, I32_MAX, errors)?;
     match task_number {
         Some(tasks) if n > tasks => {
             errors.push(&p, format!("must be at most taskNumber ({tasks}), got {n}"));
@@ -596,7 +671,7 @@ fn port_list(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec
 }
 
 fn port_request(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<PortRequest> {
-    let obj = Object::new(value, path.clone(), PORT_FIELDS, errors)?;
+    let obj = Object::new(value, path.clone(), &v1_fields::PORT_NAMES, errors)?;
     let before = errors.len();
     let label = obj
         .required("label", errors)
@@ -607,11 +682,14 @@ fn port_request(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<
                 .ok()
         });
     let count = match obj.optional("portNumber") {
-        Some((v, p)) => reader::integer(v, &p, 1, 65535 - FIRST_USER_PORT + 1, errors),
+        Some((v, p)) => int(v, &p, 1, 65535 - FIRST_USER_PORT + 1, errors),
         None => Some(1),
     };
     let start = match obj.optional("beginAt") {
-        Some((v, p)) => match v.as_i64() {
+        Some((v, p)) => match v
+            .as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        {
             Some(0) => Some(PortStart::Any),
             Some(n) if (FIRST_USER_PORT..=65535).contains(&n) => match count {
                 Some(c) if n + c - 1 > 65535 => {
@@ -680,7 +758,12 @@ pub(super) fn with_implicit_ports(mut ports: Vec<PortRequest>) -> Vec<PortReques
     ports
 }
 
-fn job_envs(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<(String, String)>> {
+fn job_envs(
+    value: &Value,
+    path: &FieldPath,
+    errors: &mut Errors,
+    notes: &mut Vec<String>,
+) -> Option<Vec<(String, String)>> {
     let Value::Object(map) = value else {
         errors.push(
             path,
@@ -699,14 +782,13 @@ fn job_envs(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<
             );
             continue;
         }
-        if is_reserved(name) {
+        if env::is_reserved(name) {
             errors.push(
                 &p,
                 format!(
-                    "the name is reserved: the platform sets {}* and {}* variables, USER_CMD and KUBE_APISERVER_ADDRESS (only {} may be given)",
-                    env::PAI_PREFIX,
+                    "the name is reserved: FrameworkController sets {}* variables, and the runtime reads USER_CMD, KUBE_APISERVER_ADDRESS and its own settings ({}*, …)",
                     env::FC_PREFIX,
-                    env::SSH_PUB_KEY
+                    env::runtime::PREFIX,
                 ),
             );
             continue;
@@ -727,18 +809,20 @@ fn job_envs(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Vec<
             errors.push(&p, "must not contain a NUL character");
             continue;
         }
+        if env::is_set_by_platform(name) {
+            notes.push(format!(
+                "{p}: the platform sets {name} itself; tasks get the platform's value, not this one"
+            ));
+        }
+        if let Some((_, meant)) = PLATFORM_FLAGS.iter().find(|(flag, _)| flag == name) {
+            notes.push(format!(
+                "{p}: OpenPAI's platform flag ({meant}) is only a variable here"
+            ));
+        }
         out.push((name.clone(), rendered));
     }
     out.sort();
     (errors.len() == before).then_some(out)
-}
-
-fn is_reserved(name: &str) -> bool {
-    name != env::SSH_PUB_KEY
-        && (name.starts_with(env::PAI_PREFIX)
-            || name.starts_with(env::FC_PREFIX)
-            || name == env::USER_CMD
-            || name == env::KUBE_APISERVER_ADDRESS)
 }
 
 /// Pods are named `<framework>-<task role>-<index>` and must fit a DNS label; the
