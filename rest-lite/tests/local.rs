@@ -1175,3 +1175,128 @@ async fn a_tasks_ports_are_held_until_its_main_container_starts() {
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A v1 job as OpenPAI's users wrote them (comments, a role name with '-', numbers as
+/// strings, `codeDir`, a bash-only command, fields not acted on): it runs its code from
+/// the task's working directory under bash, and every field not acted on is named.
+#[test]
+fn a_v1_job_as_people_wrote_it_runs_its_code_under_bash() {
+    let dir = scratch("v1-code-dir");
+    let code = dir.join("code");
+    std::fs::create_dir_all(&code).expect("code dir");
+    std::fs::write(
+        code.join("start.sh"),
+        "#!/bin/sh\necho \"start.sh ran in $(basename \"$(pwd)\") with $1\"\n",
+    )
+    .expect("script");
+    std::fs::set_permissions(
+        code.join("start.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let spec = dir.join("job.json");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"{{
+  // As OpenPAI's examples wrote them: comments, and the code beside the job.
+  "jobName": "v1-as-written",
+  "image": "openpai/pai.example.tensorflow",
+  "codeDir": "file://{}",
+  "virtualCluster": "defualt",
+  "gpuType": "K80",
+  /* obsolete, but in many files */
+  "killAllOnCompletedTaskNumber": 0,
+  "taskRoles": [
+    {{
+      "name": "main-role",
+      "taskNumber": "1",
+      "command": "cd code && ./start.sh arg && echo {{1..3}} && arr=(x y) && [[ ${{arr[1]}} == y && -n $PAI_HOST_IP_main_role_0 ]] && echo bash-and-peers-ok",
+      "minFailedTaskCount": null
+    }}
+  ]
+}}"#,
+            code.display()
+        ),
+    )
+    .expect("spec");
+    let (code, stdout, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("[main-role-0] start.sh ran in code with arg"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[main-role-0] 1 2 3"), "{stdout}");
+    assert!(
+        stdout.contains("[main-role-0] bash-and-peers-ok"),
+        "{stdout}"
+    );
+    for warned in [
+        "warning: gpuType: \"K80\" is not used",
+        "warning: virtualCluster: \"defualt\" (did you mean \"default\"?) names no queue",
+        "warning: killAllOnCompletedTaskNumber: obsolete in OpenPAI",
+        "warning: taskRoles[0].name: \"main-role\" is main_role in variable names",
+    ] {
+        assert!(stderr.contains(warned), "{warned}: {stderr}");
+    }
+    // The code was copied, not run where it lies: nothing was written beside it.
+    assert_eq!(
+        std::fs::read_dir(dir.join("code")).expect("code").count(),
+        1
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn code_this_machine_cannot_reach_is_refused_before_anything_runs() {
+    let dir = scratch("v1-code-missing");
+    let spec = dir.join("job.json");
+    std::fs::write(
+        &spec,
+        job(
+            "no-code",
+            json!([role("main", 1, "cd code && ./start.sh")]),
+            json!({"codeDir": "hdfs://namenode:9000/user/alice/code"}),
+        ),
+    )
+    .expect("spec");
+    let (code, stdout, stderr) = rest_lite(
+        &["run", spec.to_str().expect("path")],
+        &[("PATH", "/usr/bin:/bin")],
+    );
+    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("codeDir: hdfs://namenode:9000/user/alice/code is on HDFS, and this machine has no HDFS client"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("[main-0]"), "{stdout}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `rest-lite run spec | head`: the reader goes away, the job goes on to its end, and
+/// `run` ends with its code, never a panic.
+#[test]
+fn run_whose_reader_went_away_ends_with_the_jobs_code() {
+    let dir = scratch("run-closed-pipe");
+    let spec = dir.join("many.json");
+    std::fs::write(
+        &spec,
+        job(
+            "many-lines",
+            json!([role("main", 1, "seq 1 20000; echo done >&2")]),
+            json!({}),
+        ),
+    )
+    .expect("spec");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+        .args(["run", spec.to_str().expect("path")])
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().expect("pipe"))
+        .stderr(writer)
+        .status()
+        .expect("rest-lite");
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

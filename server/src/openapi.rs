@@ -304,7 +304,15 @@ mod tests {
             role["name"]["maxLength"],
             pai_contract::names::max_task_role_name(1)
         );
-        assert_eq!(role["taskNumber"]["maximum"], MAX_TASKS_PER_ROLE);
+        // An integer, or (as OpenPAI's validator took it) a string of digits.
+        let task_number = &role["taskNumber"]["oneOf"];
+        assert!(
+            task_number
+                .to_string()
+                .contains(&format!("\"maximum\":{MAX_TASKS_PER_ROLE}")),
+            "{task_number}"
+        );
+        assert_eq!(task_number[1]["type"], "string");
         for optional in [
             &schemas["PortDocument"]["properties"]["label"],
             &schemas["TensorflowOptions"]["properties"]["portLabel"],

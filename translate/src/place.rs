@@ -96,8 +96,18 @@ pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<St
         Place::ThisMachine => "",
         Place::Cluster(config) => config.default_fs_uri.as_str(),
     };
-    let code = resolve_dir(&spec.legacy().code_dir, user, spec.name(), default_fs_uri);
+    let raw = &spec.legacy().code_dir;
     let refuse = |why: String| Err(SpecErrors::single(&field, why));
+    if raw.contains("$PAI_DEFAULT_FS_URI") && default_fs_uri.is_empty() {
+        return refuse(format!(
+            "{raw:?} is on the default file system, and {} has none configured (defaultFsUri): its tasks have nowhere to fetch the code from",
+            match place {
+                Place::ThisMachine => "this machine",
+                Place::Cluster(_) => "this cluster",
+            }
+        ));
+    }
+    let code = resolve_dir(raw, user, spec.name(), default_fs_uri);
     match (CodeSource::parse(&code), place) {
         (Ok(None), _) => {}
         (Err(why), _) => return refuse(why),

@@ -44,22 +44,26 @@ pub struct JobSpecDocument {
     /// another state or is deleted. Each job must exist when this one is submitted.
     #[schema(max_items = 16)]
     depends_on: Option<Vec<DependencyDocument>>,
-    /// Retries of the whole job after a failure.
-    #[schema(minimum = 0, maximum = 2147483647)]
+    /// Retries of the job's attempt: n counted failures; −1 failures forever; −2 always.
+    #[schema(minimum = -2, maximum = 2147483647)]
     retry_count: Option<i64>,
-    /// Legacy: `PAI_DATA_DIR`.
+    /// Obsolete in OpenPAI: above 0, the first task to succeed ends the job in roles that
+    /// give no `minSucceededTaskCount` (warned).
+    kill_all_on_completed_task_number: Option<i64>,
+    /// `PAI_DATA_DIR`.
     data_dir: Option<String>,
-    /// Legacy: `PAI_OUTPUT_DIR`.
+    /// `PAI_OUTPUT_DIR`.
     output_dir: Option<String>,
-    /// Legacy: `PAI_CODE_DIR`.
+    /// Copied into each task's working directory (a directory of this machine, or
+    /// `hdfs://`); `PAI_CODE_DIR`.
     code_dir: Option<String>,
-    /// Legacy, accepted and kept.
+    /// The gang engine's queue.
     virtual_cluster: Option<String>,
-    /// Legacy, accepted and kept.
+    /// Not used (warned).
     gpu_type: Option<String>,
-    /// Legacy, accepted and kept.
+    /// Not read (warned).
     auth_file: Option<String>,
-    /// Legacy, accepted and kept.
+    /// Kept, not used (warned).
     #[schema(value_type = Option<Object>)]
     extras: Option<serde_json::Value>,
 }
@@ -148,16 +152,16 @@ pub struct TaskRoleDocument {
     /// Part of variable names (`PAI_HOST_IP_<role>_<i>`); lower-cased without `_`, it
     /// names the role's pods, which must fit 63 characters.
     name: String,
-    /// Tasks of the role (and of the whole job: at most 10,000).
+    /// Tasks of the role (default 1; of the whole job: at most 10,000).
     #[schema(minimum = 1)]
-    task_number: i64,
-    /// CPUs per task.
+    task_number: Option<i64>,
+    /// CPUs per task (default 1).
     #[schema(minimum = 1, maximum = 2147483647)]
-    cpu_number: i64,
-    /// Memory per task, MiB.
-    #[schema(minimum = 100, maximum = 2147483647)]
+    cpu_number: Option<i64>,
+    /// Memory per task, MiB (default 100).
+    #[schema(minimum = 1, maximum = 2147483647)]
     #[serde(rename = "memoryMB")]
-    memory_mb: i64,
+    memory_mb: Option<i64>,
     /// `/dev/shm` per task, MiB, at most `memoryMB` (default 64).
     #[schema(minimum = 1, maximum = 2147483647)]
     #[serde(rename = "shmMB")]
@@ -167,10 +171,11 @@ pub struct TaskRoleDocument {
     gpu_number: Option<i64>,
     /// Labelled ports each task needs (labels unique; `http` and `ssh` are added).
     port_list: Option<Vec<PortDocument>>,
-    /// Run by a shell in the task's container.
+    /// Run by bash (sh where the image has none) in the task's working directory.
     #[schema(min_length = 1)]
     command: String,
-    /// Failed tasks that fail the job (null: 1); at most `taskNumber`.
+    /// Failed tasks that fail the job (absent: 1; null: failed tasks never fail it); at
+    /// most `taskNumber`.
     #[schema(minimum = 1)]
     min_failed_task_count: Option<i64>,
     /// Succeeded tasks that succeed the job (null: every task must complete); at most
@@ -204,6 +209,22 @@ pub fn name_rule() -> Value {
 pub fn role_rule() -> Value {
     json!({"pattern": ROLE_PATTERN, "minLength": 1, "maxLength": max_task_role_name(1)})
 }
+
+/// The v1 fields whose integers may also be written as strings (OpenPAI's validator
+/// converted `"2"` to 2).
+const INTEGERS: &[(&str, &str)] = &[
+    ("JobSpecDocument", "retryCount"),
+    ("JobSpecDocument", "killAllOnCompletedTaskNumber"),
+    ("TaskRoleDocument", "taskNumber"),
+    ("TaskRoleDocument", "cpuNumber"),
+    ("TaskRoleDocument", "memoryMB"),
+    ("TaskRoleDocument", "shmMB"),
+    ("TaskRoleDocument", "gpuNumber"),
+    ("TaskRoleDocument", "minFailedTaskCount"),
+    ("TaskRoleDocument", "minSucceededTaskCount"),
+    ("PortDocument", "beginAt"),
+    ("PortDocument", "portNumber"),
+];
 
 /// Writes the names' rules and the task limits into the spec's schemas of an OpenAPI
 /// document (`components.schemas`), from the constants validation uses.
@@ -239,5 +260,19 @@ pub fn state_rules(schemas: &mut Value) {
         if let (Some(target), Value::Object(rule)) = (target, rule) {
             target.extend(rule);
         }
+    }
+    integers_as_text(schemas);
+}
+
+/// Lets each of [`INTEGERS`] be a string of digits too (its range is then checked by the
+/// validator, which answers 400 naming it).
+fn integers_as_text(schemas: &mut Value) {
+    let text = json!({"type": "string", "pattern": r"^\s*-?[0-9]+\s*$"});
+    for (schema, property) in INTEGERS {
+        let Some(target) = schemas.pointer_mut(&format!("/{schema}/properties/{property}")) else {
+            continue;
+        };
+        let original = target.take();
+        *target = json!({"oneOf": [original, text.clone()]});
     }
 }

@@ -95,8 +95,8 @@ pub const JOB: &[Field] = &[
 pub const ROLE: &[Field] = &[
     field(
         "name",
-        "string, `^[A-Za-z0-9_]+$`, required",
-        "Part of variable names (`PAI_HOST_IP_<role>_<i>`); OpenPAI refused `-` in it from April 2018 on for that reason.",
+        r"string, `^[A-Za-z0-9\-._~]+$`, required",
+        "Part of variable names (`PAI_HOST_IP_<role>_<i>`), with `_` for each `-`, `.` and `~`, which no shell allows in a name (warned; OpenPAI refused `-` from April 2018 on for that reason).",
     ),
     field("taskNumber", "integer ≥ 1; default 1", "Tasks of the role."),
     field("cpuNumber", "integer ≥ 1; default 1", "CPUs per task."),
