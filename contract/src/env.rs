@@ -173,6 +173,31 @@ pub const CONTAINER_HOST_IP: &str = "PAI_CONTAINER_HOST_IP";
 pub const CONTAINER_HOST_PORT: &str = "PAI_CONTAINER_HOST_PORT";
 /// This task's index in its role (OpenPAI protocol v2's name).
 pub const TASK_INDEX: &str = "PAI_TASK_INDEX";
+/// This task's pod (OpenPAI v1's runtime gave YARN's container id).
+pub const CONTAINER_ID: &str = "PAI_CONTAINER_ID";
+
+/// The names OpenPAI v1's runtime also gave (its container script's "backward
+/// compatibility" block), with the same values as the names beside them.
+pub mod v1 {
+    /// This role's name (`PAI_CURRENT_TASK_ROLE_NAME`).
+    pub const TASK_ROLE_NAME: &str = "PAI_TASK_ROLE_NAME";
+    /// This role's task count (`PAI_CURRENT_TASK_ROLE_TASK_COUNT`).
+    pub const TASK_ROLE_NUM: &str = "PAI_TASK_ROLE_NUM";
+    /// CPUs per task of this role.
+    pub const TASK_CPU_NUM: &str = "PAI_TASK_CPU_NUM";
+    /// Memory per task of this role, MB.
+    pub const TASK_MEM_MB: &str = "PAI_TASK_MEM_MB";
+    /// GPUs per task of this role.
+    pub const TASK_GPU_NUM: &str = "PAI_TASK_GPU_NUM";
+    /// This role's resources, `<gpu>,<cpu>,<memoryMB>,<shmMB>`.
+    pub const RESOURCE: &str = "PAI_RESOURCE";
+}
+
+/// `PAI_TASK_ROLE_<i>_HOST_LIST`: role `i`'s (by its place in the spec) host list, as
+/// OpenPAI's first runtime named it before it named roles by their names (2018).
+pub fn task_role_host_list_by_index(index: usize) -> String {
+    format!("PAI_TASK_ROLE_{index}_HOST_LIST")
+}
 /// Prefix of the variables this contract defines.
 pub const PAI_PREFIX: &str = "PAI_";
 
@@ -271,6 +296,7 @@ pub fn is_task_own(name: &str) -> bool {
             | CONTAINER_HOST_IP
             | CONTAINER_HOST_PORT
             | TASK_INDEX
+            | CONTAINER_ID
             | SSH_PUB_KEY
     ) || name
         .strip_prefix("PAI_CONTAINER_HOST_")
@@ -313,6 +339,13 @@ pub fn is_set_by_platform(name: &str) -> bool {
         CODE_DIR,
         TASK_ROLE_INDEX,
         TASK_INDEX,
+        CONTAINER_ID,
+        v1::TASK_ROLE_NAME,
+        v1::TASK_ROLE_NUM,
+        v1::TASK_CPU_NUM,
+        v1::TASK_MEM_MB,
+        v1::TASK_GPU_NUM,
+        v1::RESOURCE,
         v2::FRAMEWORK_NAME,
         v2::VIRTUAL_CLUSTER,
         v2::USERNAME,

@@ -107,7 +107,7 @@ pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicE
             env.push(own_var(var, port.to_string()));
         }
     }
-    for role in &peers.roles {
+    for (role_index, role) in peers.roles.iter().enumerate() {
         let name = role.name.as_str();
         let mut hosts = String::new();
         for task in role.tasks() {
@@ -133,6 +133,16 @@ pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicE
             if let Some(http) = task.ports.first(HTTP_LABEL) {
                 hosts.push_str(&http.to_string());
             }
+        }
+        // OpenPAI's first runtime named the list by the role's place in the spec; a
+        // role named like a place keeps the name.
+        let by_index = names::task_role_host_list_by_index(role_index);
+        if !peers
+            .roles
+            .iter()
+            .any(|r| names::task_role_host_list(&r.name) == by_index)
+        {
+            env.push(Variable::new(by_index, hosts.clone(), Class::List));
         }
         env.push(Variable::new(
             names::task_role_host_list(name),

@@ -99,6 +99,9 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         index: task.index,
     };
     let mut vars = dynamic_env(&passed.peers, &me)?;
+    if let Ok(pod) = std::env::var(pai_contract::env::fc::POD_NAME) {
+        vars.push(Variable::new(names::CONTAINER_ID, pod, Class::Own));
+    }
     check_ports(&passed, &me)?;
     // A v2 job's public key may come from its secrets (`userssh: <% $secrets.key %>`):
     // the rendered key is this task's own variable, which the daemons (sshd) see.

@@ -9,10 +9,11 @@
 //! machine's cores.
 //!
 //! The floor, measured in the same run: the same user commands started directly by this
-//! process, each `/bin/sh <script>` with the environment a task of the job had (worker 0
-//! dumps it), to the last line in a FIFO. The job's time over the floor is what the
-//! platform adds. `BENCH_REST_LITE` runs another build of the server (an earlier
-//! commit's, say) under the same harness.
+//! process, each `<shell> <script>` with the environment a task of the job had (worker 0
+//! dumps it), to the last line in a FIFO; the shell is the one the runtime runs user
+//! commands with (bash where there is one; `BENCH_SHELL` names another). The job's time
+//! over the floor is what the platform adds. `BENCH_REST_LITE` runs another build of the
+//! server (an earlier commit's, say) under the same harness.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -165,7 +166,8 @@ async fn main() {
     }
     if let Some(floor) = floor {
         println!(
-            "| floor: the same {tasks} commands started directly | 1 | {floor:.0} | {floor:.0} | {floor:.0} |"
+            "| floor: the same {tasks} commands started directly ({}) | 1 | {floor:.0} | {floor:.0} | {floor:.0} |",
+            floor_shell()
         );
         println!(
             "| every user command running / floor | | {:.2} | {:.2} | {:.2} |",
@@ -193,6 +195,12 @@ async fn main() {
     }
 }
 
+/// The floor's shell: the one the runtime runs user commands with, unless `BENCH_SHELL`
+/// names another (an earlier build's, which ran them with `/bin/sh`).
+fn floor_shell() -> String {
+    std::env::var("BENCH_SHELL").unwrap_or_else(|_| pai_kube_runtime::run::user_shell().to_string())
+}
+
 /// What every worker runs (worker 0 also dumps its environment for the floor).
 const WORKER: &str = "echo \"worker $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" >> \"$UP\"";
 
@@ -217,7 +225,7 @@ fn floor(dir: &Path, tasks: u32) -> Option<f64> {
     let started = Instant::now();
     let mut children = Vec::new();
     for index in 0..tasks {
-        let child = Command::new("/bin/sh")
+        let child = Command::new(floor_shell())
             .arg(&script)
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))

@@ -299,9 +299,9 @@ async fn none_leaves_the_pods_to_kube_scheduler_and_a_bad_queue_is_a_400() {
     }
     assert!(!api.requests().iter().any(|r| r.uri.contains("podgroups")));
 
-    let text = refused(&client, "Team_A").await;
+    let text = refused(&client, "team a").await;
     assert!(text.contains("virtualCluster"), "{text}");
-    assert!(text.contains("not a queue name"), "{text}");
+    assert!(text.contains("is not a virtual cluster's name"), "{text}");
 }
 
 #[test]

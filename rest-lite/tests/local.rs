@@ -1211,7 +1211,7 @@ fn a_v1_job_as_people_wrote_it_runs_its_code_under_bash() {
     {{
       "name": "main-role",
       "taskNumber": "1",
-      "command": "cd code && ./start.sh arg && echo {{1..3}} && arr=(x y) && [[ ${{arr[1]}} == y && -n $PAI_HOST_IP_main_role_0 ]] && echo bash-and-peers-ok",
+      "command": "cd code && ./start.sh arg && echo {{1..3}} && arr=(x y) && [[ ${{arr[1]}} == y && -n $PAI_HOST_IP_main_role_0 ]] && echo bash-and-peers-ok && echo \"ip=$PAI_CURRENT_CONTAINER_IP host=$PAI_CONTAINER_HOST_IP role0=${{PAI_TASK_ROLE_0_HOST_LIST%%:*}} user=$PAI_USERNAME resource=$PAI_RESOURCE pod=${{PAI_CONTAINER_ID:+set}}\"",
       "minFailedTaskCount": null
     }}
   ]
@@ -1220,7 +1220,10 @@ fn a_v1_job_as_people_wrote_it_runs_its_code_under_bash() {
         ),
     )
     .expect("spec");
-    let (code, stdout, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    let (code, stdout, stderr) = rest_lite(
+        &["run", spec.to_str().expect("path"), "--user", "alice"],
+        &[],
+    );
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(
         stdout.contains("[main-role-0] start.sh ran in code with arg"),
@@ -1229,6 +1232,13 @@ fn a_v1_job_as_people_wrote_it_runs_its_code_under_bash() {
     assert!(stdout.contains("[main-role-0] 1 2 3"), "{stdout}");
     assert!(
         stdout.contains("[main-role-0] bash-and-peers-ok"),
+        "{stdout}"
+    );
+    // OpenPAI v1's runtime's names, with its meanings.
+    assert!(
+        stdout.contains(
+            "[main-role-0] ip=127.0.0.1 host=127.0.0.1 role0=127.0.0.1 user=alice resource=0,1,100,64 pod=set"
+        ),
         "{stdout}"
     );
     for warned in [
@@ -1298,5 +1308,52 @@ fn run_whose_reader_went_away_ends_with_the_jobs_code() {
         .status()
         .expect("rest-lite");
     assert_eq!(out.code(), Some(0), "{out:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `codeDir` on HDFS, where this machine has a client: the runtime fetches it with `hdfs
+/// dfs -get` into the task's working directory (a stand-in client here records its
+/// arguments and makes the directory, as Hadoop's would).
+#[test]
+fn code_on_hdfs_is_fetched_with_the_hdfs_client() {
+    let dir = scratch("v1-code-hdfs");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let calls = dir.join("hdfs-calls");
+    std::fs::write(
+        bin.join("hdfs"),
+        format!(
+            "#!/bin/sh\necho \"$@\" >> {}\n[ \"$1 $2 $3\" = 'dfs -get -f' ] || exit 9\nmkdir -p \"$5/code\" && echo 'echo fetched from hdfs' > \"$5/code/start.sh\"\n",
+            calls.display()
+        ),
+    )
+    .expect("client");
+    std::fs::set_permissions(
+        bin.join("hdfs"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let spec = dir.join("job.json");
+    std::fs::write(
+        &spec,
+        job(
+            "hdfs-code",
+            json!([role("main", 1, "cd code && sh start.sh")]),
+            json!({"codeDir": "hdfs://namenode:9000/user/$PAI_USER_NAME/code"}),
+        ),
+    )
+    .expect("spec");
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let (code, stdout, stderr) = rest_lite(
+        &["run", spec.to_str().expect("path"), "--user", "alice"],
+        &[("PATH", &path)],
+    );
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("[main-0] fetched from hdfs"), "{stdout}");
+    let calls = std::fs::read_to_string(&calls).expect("the client was called");
+    assert!(
+        calls.starts_with("dfs -get -f hdfs://namenode:9000/user/alice/code /"),
+        "{calls}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -43,7 +43,8 @@ pub fn job_env(user: &UserName, spec: &JobSpec, default_fs_uri: &str) -> Vec<(St
         (names::OUTPUT_DIR.to_string(), dir(&legacy.output_dir)),
         (names::CODE_DIR.to_string(), dir(&legacy.code_dir)),
     ]);
-    if spec.protocol() == Protocol::V2 {
+    // OpenPAI v1's runtime gave these too (they are v2's names as well).
+    {
         let tasks: u32 = roles.iter().map(TaskRole::task_number).sum();
         let job = format!("{}~{}", user.as_str(), spec.name().as_str());
         let list = roles
@@ -154,6 +155,25 @@ pub fn role_env(role: &TaskRole, plan: &PortPlan, protocol: Protocol) -> Vec<(St
             first_port(HTTP_LABEL),
         ),
         (names::CONTAINER_SSH_PORT.to_string(), first_port(SSH_LABEL)),
+        // OpenPAI v1's older names for the same.
+        (
+            names::v1::TASK_ROLE_NAME.to_string(),
+            role.name().as_str().to_string(),
+        ),
+        (
+            names::v1::TASK_ROLE_NUM.to_string(),
+            role.task_number().to_string(),
+        ),
+        (names::v1::TASK_CPU_NUM.to_string(), res.cpu.to_string()),
+        (
+            names::v1::TASK_MEM_MB.to_string(),
+            res.memory_mb.to_string(),
+        ),
+        (names::v1::TASK_GPU_NUM.to_string(), res.gpu.to_string()),
+        (
+            names::v1::RESOURCE.to_string(),
+            format!("{},{},{},{}", res.gpu, res.cpu, res.memory_mb, res.shm_mb),
+        ),
     ]);
     for (label, ports) in plan.iter() {
         env.push((
