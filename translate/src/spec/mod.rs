@@ -15,7 +15,7 @@ mod validate;
 
 pub use error::{FieldPath, SpecError, SpecErrors};
 pub use names::{JobName, PortLabel, RoleName, UserName};
-pub use parse::document;
+pub use reader::value as document;
 
 /// Largest spec text accepted: it is kept verbatim in an annotation of the Framework,
 /// and Kubernetes allows 256 KiB for all annotations of an object together.

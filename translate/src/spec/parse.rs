@@ -4,12 +4,6 @@
 use super::error::{FieldPath, SpecErrors};
 use super::{JobSpec, MAX_SPEC_BYTES, SpecFormat, reader, v2, validate};
 
-/// The document a spec's text holds (JSON with comments, or YAML), as validation reads
-/// it: for tools and tests that look at what a user wrote.
-pub fn document(text: &str, format: SpecFormat) -> Result<serde_json::Value, SpecErrors> {
-    reader::document(text, format).map(|d| d.value)
-}
-
 impl JobSpec {
     /// Parses and validates `text`. Fails with every broken rule.
     pub fn parse(text: &str, format: SpecFormat) -> Result<Self, SpecErrors> {

@@ -133,6 +133,12 @@ fn without_comments(text: &str) -> Result<std::borrow::Cow<'_, str>, String> {
     }
 }
 
+/// The document a spec's text holds (JSON with comments, or YAML), as validation reads
+/// it: for tools and tests that look at what a user wrote.
+pub fn value(text: &str, format: SpecFormat) -> Result<Value, SpecErrors> {
+    document(text, format).map(|d| d.value)
+}
+
 /// Deserializes any value as a [`Value`]; at the top (`depth` 0) the keys of the
 /// `taskRoles` map are noted, in order, into `roles`.
 struct Collect<'o> {
