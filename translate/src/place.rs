@@ -1,5 +1,6 @@
 //! What the place a job runs in can do with the fields that depend on it: where a v1
-//! job's code comes from (`codeDir`) and which virtual cluster it names. Checked at
+//! job's code comes from (`codeDir`), which virtual cluster it names, and whether its
+//! image can be pulled. Checked at
 //! submission, before anything is created: a job whose code cannot reach its tasks is
 //! refused with the reason, never left to fail with 127 when `cd code` finds nothing.
 //!
@@ -91,6 +92,21 @@ impl CodeSource {
 /// every reason it cannot run there.
 pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<String>, SpecErrors> {
     let mut warnings = Vec::new();
+    if let Place::Cluster(_) = place {
+        let unpullable = spec
+            .roles()
+            .iter()
+            .map(|r| r.image_or(spec.image()))
+            .find(|image| image.chars().any(char::is_whitespace));
+        if let Some(image) = unpullable {
+            return Err(SpecErrors::single(
+                &FieldPath::root().field("image"),
+                format!(
+                    "{image:?} is not an image reference (it holds white space): no node can pull it"
+                ),
+            ));
+        }
+    }
     let field = FieldPath::root().field("codeDir");
     let default_fs_uri = match place {
         Place::ThisMachine => "",

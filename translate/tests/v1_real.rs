@@ -238,7 +238,7 @@ fn every_published_v1_file_is_accepted_as_openpai_meant_it() {
             (Err(e), None) => panic!("{} refused: {e}", f.file),
         }
     }
-    assert!(accepted >= 210, "{accepted} accepted");
+    assert!(accepted >= 218, "{accepted} accepted");
     assert!(
         with_comments >= 80,
         "{with_comments} files with comments accepted"
@@ -328,6 +328,16 @@ fn code_dirs_are_checked_for_the_place_they_run_in() {
     assert!(
         warnings[0].contains("hdfs://namenode:9000/alice/code is fetched with `hdfs dfs -get`"),
         "{warnings:?}"
+    );
+    // A template's image name is no image for a cluster; this machine pulls none.
+    let mut template = common::base_job();
+    template["image"] = Value::from("<your image name>");
+    let template = JobSpec::parse(&template.to_string(), SpecFormat::Json).expect("accepted");
+    check(&template, &user, Place::ThisMachine).expect("nothing is pulled here");
+    let image = error(check(&template, &user, Place::Cluster(&config)));
+    assert!(
+        image.contains("image: \"<your image name>\" is not an image reference"),
+        "{image}"
     );
     // A virtual cluster's name that is no queue, where there are no queues, is said.
     let typo = check(&spec("", "defualt"), &user, Place::ThisMachine).expect("accepted");

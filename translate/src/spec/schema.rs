@@ -24,8 +24,8 @@ use super::names::{LABEL_PATTERN, MAX_NAME_LEN, NAME_PATTERN, ROLE_PATTERN};
 pub struct JobSpecDocument {
     /// Unique among the user's jobs.
     job_name: String,
-    /// Image of every task.
-    #[schema(min_length = 1, pattern = r"^\S+$")]
+    /// Image of every task (one with white space is refused where images are pulled).
+    #[schema(min_length = 1)]
     image: String,
     /// The roles; names unique.
     #[schema(min_items = 1)]

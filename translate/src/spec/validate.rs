@@ -423,16 +423,19 @@ pub(super) fn training_ports(
     }
 }
 
+/// The job's image as OpenPAI took it: any text. Where an image is pulled, one that no
+/// registry can name (white space: a template's `<your image name>`) is refused for
+/// that place ([`crate::place::check`]); this machine pulls none.
 pub(super) fn image<'a>(
     value: &'a Value,
     path: &FieldPath,
     errors: &mut Errors,
 ) -> Option<&'a str> {
     let s = reader::text(value, path, errors)?;
-    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if s.chars().any(char::is_control) {
         errors.push(
             path,
-            format!("{s:?} is not an image reference: it contains white space"),
+            format!("{s:?} is not an image reference: it holds a control character"),
         );
         return None;
     }
