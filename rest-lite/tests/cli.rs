@@ -166,3 +166,33 @@ fn output_cut_short_ends_quietly() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "nothing said");
 }
+
+/// `transform` of a job file OpenPAI published (its examples' README, with comments and
+/// `killAllOnCompletedTaskNumber`) for a cluster with a file system names every field it
+/// does not do as OpenPAI did, and what it does instead.
+#[test]
+fn transform_names_what_a_published_file_asks_that_is_done_otherwise() {
+    let dir = common::scratch("cli", "transform-warned");
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, "defaultFsUri: hdfs://namenode:9000\n").expect("config");
+    let out = rest_lite(
+        &[
+            "transform",
+            "translate/tests/fixtures/v1/pai__examples_README__623278e5__block5.json",
+            "-u",
+            "alice",
+            "--config",
+            config.to_str().expect("path"),
+        ],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for warned in [
+        "rest-lite: warning: killAllOnCompletedTaskNumber: obsolete in OpenPAI; the job ends once 2 tasks completed",
+        "rest-lite: warning: codeDir: hdfs://path/to/code is fetched with `hdfs dfs -get` in each task's container",
+    ] {
+        assert!(stderr.contains(warned), "{warned}: {stderr}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1357,3 +1357,43 @@ fn code_on_hdfs_is_fetched_with_the_hdfs_client() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `submit` of a user's own published job file (mythezone/OpenPAI_zmy, its virtual
+/// cluster misspelt; its commands, which clone a repository, replaced by `true`) says
+/// what is not done, from the API's answer.
+#[test]
+fn submit_names_the_fields_of_a_published_file_it_does_not_act_on() {
+    let dir = scratch("submit-warned");
+    let server = Server::start(&dir.join("state"));
+    let state = dir.join("state");
+    let published = std::fs::read_to_string(common::repo_root().join(
+        "translate/tests/fixtures/v1/user__mythezone_OpenPAI_zmy__CNN_docker_version-0.1_job_config.json",
+    ))
+    .expect("fixture");
+    let mut doc: Value = serde_json::from_str(&published).expect("JSON");
+    for role in doc["taskRoles"].as_array_mut().expect("roles") {
+        role["command"] = json!("true");
+    }
+    let spec = dir.join("job_config.json");
+    std::fs::write(&spec, doc.to_string()).expect("spec");
+    let (code, stdout, stderr) = rest_lite(
+        &[
+            "submit",
+            spec.to_str().expect("path"),
+            "--server",
+            &server.url,
+            "--user",
+            "alice",
+        ],
+        &[("REST_LITE_STATE_DIR", state.to_str().expect("path"))],
+    );
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: virtualCluster: \"defualt\" (did you mean \"default\"?) names no queue"
+        ),
+        "{stderr}"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -74,7 +74,9 @@ fn init_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
 /// Checks one accepted file against OpenPAI's meaning of it.
 fn compare(file: &str, doc: &Value, spec: &JobSpec, framework: &Framework) {
     let roles = doc["taskRoles"].as_array().expect("roles");
-    let kill_all = int(&doc["killAllOnCompletedTaskNumber"]).is_some_and(|n| n > 0);
+    // killAllOnCompletedTaskNumber, as its documentation meant it ("completed tasks to
+    // kill the entire job"), counted per role.
+    let kill_all = int(&doc["killAllOnCompletedTaskNumber"]).filter(|n| *n > 0);
     // Retries: yarn.js `fancyRetryPolicy = retryCount !== -2`, `maxRetryCount: retryCount`.
     let retry = int(&doc["retryCount"]).unwrap_or(0);
     let policy = &framework.spec.retry_policy;
@@ -114,8 +116,8 @@ fn compare(file: &str, doc: &Value, spec: &JobSpec, framework: &Framework) {
             "{file}: gpuNumber"
         );
         // Completion (FrameworkLauncher's ApplicationCompletionPolicy): minFailedTaskCount
-        // default 1, null never; minSucceededTaskCount default null (every task), 1 for
-        // every role under killAllOnCompletedTaskNumber (2018) that says none.
+        // default 1, null never; minSucceededTaskCount default null (every task), or the
+        // killAllOnCompletedTaskNumber's count, at most the role's tasks.
         let completion = &role.framework_attempt_completion_policy;
         let min_failed = match r.get("minFailedTaskCount") {
             None => 1,
@@ -128,7 +130,7 @@ fn compare(file: &str, doc: &Value, spec: &JobSpec, framework: &Framework) {
             "{file}: minFailedTaskCount"
         );
         let min_succeeded = match r.get("minSucceededTaskCount") {
-            None if kill_all => 1,
+            None if kill_all.is_some() => kill_all.unwrap().min(tasks),
             None | Some(Value::Null) => -1,
             Some(v) => int(v).unwrap(),
         };

@@ -70,7 +70,7 @@ pub const JOB: &[Field] = &[
     field(
         "killAllOnCompletedTaskNumber",
         "integer; obsolete in OpenPAI",
-        "Above 0: every role without its own `minSucceededTaskCount` gets 1, so the first task to succeed ends the job, as OpenPAI's 2018 launcher did (warned: say it with `minSucceededTaskCount`). 0: nothing (warned).",
+        "n above 0: as its documentation said, the job ends once n tasks completed; FrameworkController counts per role, so every role without its own `minSucceededTaskCount` gets min(n, `taskNumber`): exact when one role's tasks complete (a ps/worker job's workers). Warned: say it with `minSucceededTaskCount`. 0: nothing (warned).",
     ),
     field("gpuType", "string", "Warned: no GPU model is chosen here."),
     field(

@@ -188,10 +188,12 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
     }
 }
 
-/// `killAllOnCompletedTaskNumber`, obsolete since OpenPAI's 2018 launcher, which read any
-/// value above 0 as "the first task to succeed ends the job" (every role's
-/// `minSucceededTaskCount` 1); a role that says its own count keeps it. The note says
-/// what became of it.
+/// `killAllOnCompletedTaskNumber`, obsolete in OpenPAI: its documentation said "the
+/// number of completed tasks to kill the entire job" (its first runtime made each task
+/// wait until that many had finished). FrameworkController counts per role, so each role
+/// that says no `minSucceededTaskCount` of its own ends the job once `min(n, taskNumber)`
+/// of its tasks succeeded: exact when the tasks that complete are one role's (a ps/worker
+/// job's workers). The note says what became of it.
 fn kill_all_on_completed(
     n: i64,
     path: &FieldPath,
@@ -206,8 +208,9 @@ fn kill_all_on_completed(
     let mut changed = Vec::new();
     for (role, given) in roles.iter_mut().zip(given_succeeded) {
         if !given {
-            role.completion.min_succeeded = Some(1);
-            changed.push(role.name.as_str().to_string());
+            let count = u32::try_from(n).unwrap_or(u32::MAX).min(role.task_number);
+            role.completion.min_succeeded = Some(count);
+            changed.push(format!("{} after {count}", role.name.as_str()));
         }
     }
     if changed.is_empty() {
@@ -216,7 +219,7 @@ fn kill_all_on_completed(
         );
     }
     format!(
-        "{path}: obsolete in OpenPAI; read as its 2018 launcher read it: the first task of role {} to succeed ends the job (minSucceededTaskCount 1). Say it with minSucceededTaskCount on the role whose tasks end the job",
+        "{path}: obsolete in OpenPAI; the job ends once {n} tasks completed, counted per role as FrameworkController counts (minSucceededTaskCount: {}). Say it with minSucceededTaskCount on the role whose tasks end the job",
         changed.join(", ")
     )
 }
