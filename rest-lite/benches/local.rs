@@ -13,7 +13,8 @@
 //! dumps it), to the last line in a FIFO; the shell is the one the runtime runs user
 //! commands with (bash where there is one; `BENCH_SHELL` names another). The job's time
 //! over the floor is what the platform adds. `BENCH_REST_LITE` runs another build of the
-//! server (an earlier commit's, say) under the same harness.
+//! server (an earlier commit's, say) under the same harness; `BENCH_CODE_KIB` gives the
+//! job a `codeDir` of that size, which every task copies.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -84,6 +85,23 @@ async fn main() {
     let token = pai_server::machine_token::read(&dir.join("state")).expect("the server's token");
     let client = Client::new(&url, Some(token.clone()));
 
+    // `BENCH_CODE_KIB`: the job has a `codeDir` of that many KiB (in 16 files), which each
+    // task copies into its working directory before its command.
+    let code_dir = std::env::var("BENCH_CODE_KIB")
+        .ok()
+        .and_then(|k| k.parse::<usize>().ok())
+        .map(|kib| {
+            let code = dir.join("code");
+            std::fs::create_dir_all(&code).expect("code dir");
+            for i in 0..16 {
+                std::fs::write(
+                    code.join(format!("part-{i}.py")),
+                    vec![b'#'; kib * 1024 / 16],
+                )
+                .expect("code file");
+            }
+            code.display().to_string()
+        });
     let (mut running, mut done) = (Vec::new(), Vec::new());
     let (mut health, mut gets) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -97,7 +115,7 @@ async fn main() {
         );
         let lines = read_lines(&fifo);
         let name = format!("bench-{round}");
-        let spec = json!({
+        let mut spec = json!({
             "jobName": name,
             "image": "busybox",
             "taskRoles": [
@@ -107,8 +125,11 @@ async fn main() {
                  "command": format!("{WORKER}\n[ \"$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\" != 0 ] || env -0 > \"$UP.env\"")}
             ],
             "jobEnvs": {"UP": fifo.display().to_string()}
-        })
-        .to_string();
+        });
+        if let Some(code) = &code_dir {
+            spec["codeDir"] = json!(code);
+        }
+        let spec = spec.to_string();
         let started = Instant::now();
         client
             .submit("bench", &spec, pai_translate::spec::SpecFormat::Json)
