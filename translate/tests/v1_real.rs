@@ -57,20 +57,6 @@ fn int(v: &Value) -> Option<i64> {
         .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
 }
 
-fn main_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
-    common::main_env(framework, role)
-}
-
-fn init_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
-    let pod = framework.spec.task_roles[role]
-        .task
-        .pod
-        .spec
-        .as_ref()
-        .expect("pod");
-    pai_local::task::container_env(Vec::new(), &pod.init_containers.as_ref().expect("init")[0])
-}
-
 /// Checks one accepted file against OpenPAI's meaning of it.
 fn compare(file: &str, doc: &Value, spec: &JobSpec, framework: &Framework) {
     let roles = doc["taskRoles"].as_array().expect("roles");
@@ -93,7 +79,7 @@ fn compare(file: &str, doc: &Value, spec: &JobSpec, framework: &Framework) {
         // Joi's defaults: one task, one CPU, 100 MB, 64 MB of shm, no GPU.
         let tasks = int(&r["taskNumber"]).unwrap_or(1);
         assert_eq!(i64::from(role.task_number), tasks, "{file}: taskNumber");
-        let env = main_env(framework, i);
+        let env = common::main_env(framework, i);
         let get = |name: &str| common::get(&env, name).map(str::to_string);
         assert_eq!(
             get("PAI_CURRENT_TASK_ROLE_CPU_COUNT"),
@@ -152,7 +138,7 @@ fn compare(file: &str, doc: &Value, spec: &JobSpec, framework: &Framework) {
         }
         // The command, exactly.
         assert_eq!(
-            common::get(&init_env(framework, i), "USER_CMD"),
+            common::get(&common::init_env(framework, i), "USER_CMD"),
             r["command"].as_str(),
             "{file}: command"
         );

@@ -48,14 +48,7 @@ fn transformed(name: &str) -> (JobSpec, Framework) {
 
 /// The init container's `USER_CMD` of role `role` (spec order), as the process reads it.
 fn user_cmd(framework: &Framework, role: usize) -> String {
-    let pod = framework.spec.task_roles[role]
-        .task
-        .pod
-        .spec
-        .as_ref()
-        .expect("pod");
-    let init = &pod.init_containers.as_ref().expect("init")[0];
-    let env = pai_local::task::container_env(Vec::new(), init);
+    let env = common::init_env(framework, role);
     common::get(&env, "USER_CMD").expect("USER_CMD").to_string()
 }
 

@@ -54,6 +54,18 @@ pub fn main_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
     pai_local::task::container_env(Vec::new(), &pod.containers[0])
 }
 
+/// The init container's env of role `role` (spec order), as the process sees it.
+pub fn init_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
+    let pod = framework.spec.task_roles[role]
+        .task
+        .pod
+        .spec
+        .as_ref()
+        .expect("pod spec");
+    let init = &pod.init_containers.as_ref().expect("init container")[0];
+    pai_local::task::container_env(Vec::new(), init)
+}
+
 pub fn get<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
     env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
