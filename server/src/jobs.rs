@@ -55,13 +55,23 @@ pub async fn submit(
     }
     // What the place can do with the spec's code and virtual cluster: refused here,
     // before anything is created, or said with the other warnings.
-    let place = if state.backend.runs_here() {
-        pai_translate::place::Place::ThisMachine
-    } else {
-        pai_translate::place::Place::Cluster(state.transformer.config())
+    // On this machine the check reads the code's directory: off the async workers.
+    let place_warnings = {
+        let (spec, user) = (spec.clone(), user.clone());
+        let here = state.backend.runs_here();
+        let transformer = state.transformer.clone();
+        tokio::task::spawn_blocking(move || {
+            let place = if here {
+                pai_translate::place::Place::ThisMachine
+            } else {
+                pai_translate::place::Place::Cluster(transformer.config())
+            };
+            pai_translate::place::check(&spec, &user, place)
+        })
+        .await
+        .map_err(|e| ApiError::from(BackendError::Other(format!("checking the job's code: {e}"))))?
+        .map_err(|e| ApiError::bad_spec(&e))?
     };
-    let place_warnings =
-        pai_translate::place::check(&spec, user, place).map_err(|e| ApiError::bad_spec(&e))?;
     let submission = Submission {
         user,
         spec: &spec,
