@@ -256,6 +256,13 @@ pub fn job_state(framework: &Framework) -> JobState {
                 JobState::Waiting
             }
         }
+        // An attempt ended and its retry is scheduled after a delay: the job waits for it
+        // (OpenPAI's rest-server read `AttemptCompleted` with a `retryDelaySec` so).
+        FrameworkState::AttemptCompleted
+            if !stopping && status.retry_policy_status.retry_delay_sec.is_some() =>
+        {
+            JobState::Waiting
+        }
         // An attempt that is ending: the job still runs until it completes or retries.
         FrameworkState::AttemptRunning
         | FrameworkState::AttemptDeletionPending
@@ -406,7 +413,13 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
                         .map(|c| c.code),
                     container_exit_meaning: task
                         .and_then(|t| t.attempt_status.completion_status.as_ref())
-                        .map(|c| pai_contract::exit::meaning(c.code)),
+                        .map(|c| {
+                            pai_contract::exit::task_meaning(
+                                c.code,
+                                completion.map(|a| a.code),
+                                stopping,
+                            )
+                        }),
                     decided_outcome: trigger_task
                         .is_some_and(|(r, i)| r == role.name && i64::from(i) == i64::from(index)),
                     retries: task.map_or(0, |t| t.retry_policy_status.total_retried_count),
@@ -626,7 +639,10 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
                 on,
                 if on { "Admitted" } else { "NotRun" }.into(),
                 if on {
-                    "every task was placed and started".into()
+                    format!(
+                        "attempt {} was placed and started",
+                        attempt.map_or(0, |a| a.id)
+                    )
                 } else {
                     "the job ended before its tasks ran".into()
                 },
@@ -634,9 +650,19 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
             )
         }
     };
-    let running = job.state == JobState::Running;
+    // An attempt that ended while the job goes on (its pods being deleted, or its retry
+    // waiting): nothing of it runs, whatever the job's state says.
+    let attempt_end = (!job.state.is_final())
+        .then(|| attempt.and_then(|a| a.completion_status.as_ref().map(|c| (a, c))))
+        .flatten();
+    let running = job.state == JobState::Running && attempt_end.is_none();
     let run_time = attempt.and_then(|a| a.run_time.clone());
-    let running_since = since(running, run_time.clone(), run_time.and(ended.clone()));
+    let attempt_ended_at = attempt_end.and_then(|(a, _)| a.completion_time.clone());
+    let running_since = since(
+        running,
+        run_time.clone(),
+        attempt_ended_at.or_else(|| run_time.and(ended.clone())),
+    );
     vec![
         cond(
             "Submitted",
@@ -653,6 +679,8 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
                 "TasksRunning"
             } else if job.state.is_final() {
                 "Ended"
+            } else if attempt_end.is_some() {
+                "AttemptEnded"
             } else {
                 "NotStarted"
             }
@@ -666,6 +694,16 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
                 )
             } else if job.state.is_final() {
                 format!("the job ended {}", job.state)
+            } else if let Some((a, c)) = attempt_end {
+                match &job.waiting {
+                    Some(w) => w.message.clone(),
+                    None => format!(
+                        "attempt {} ended with {} ({}); its tasks are being stopped",
+                        a.id,
+                        c.code,
+                        pai_contract::exit::meaning(c.code)
+                    ),
+                }
             } else {
                 "no attempt of the job runs yet".into()
             },

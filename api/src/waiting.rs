@@ -123,6 +123,11 @@ pub fn of_framework(framework: &Framework, running: u32, total: u32) -> Waiting 
             .map(|t| t.0.as_millisecond())
     });
     let [submitted, creating, starting] = ON_ITS_WAY;
+    if let Some(status) = status.filter(|s| s.state == FrameworkState::AttemptCompleted)
+        && let Some(delay) = status.retry_policy_status.retry_delay_sec
+    {
+        return retry_delay(status, delay);
+    }
     let (reason, message) = match status.map(|s| s.state) {
         None => (
             submitted,
@@ -145,6 +150,48 @@ pub fn of_framework(framework: &Framework, running: u32, total: u32) -> Waiting 
         reason: reason.to_string(),
         message,
         since,
+    }
+}
+
+/// The reason FrameworkController retries an attempt only after `delay` seconds
+/// (conflicts, such as a barrier that timed out, back off): what ended the attempt, and
+/// when the next starts.
+fn retry_delay(status: &pai_contract::framework::FrameworkStatus, delay: i64) -> Waiting {
+    let attempt = &status.attempt_status;
+    let ended = attempt
+        .completion_time
+        .as_deref()
+        .or(status.transition_time.as_deref());
+    let why = attempt
+        .completion_status
+        .as_ref()
+        .map(|c| {
+            let mut why = format!("{} ({})", c.code, pai_contract::exit::meaning(c.code));
+            if let Some(d) = c
+                .diagnostics
+                .as_deref()
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+            {
+                why.push_str(": ");
+                why.push_str(d);
+            }
+            why
+        })
+        .unwrap_or_else(|| "it ended".to_string());
+    let at = ended
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(delay)).ok())
+        .map(|t| format!(" (at {})", t.round(jiff::Unit::Second).unwrap_or(t)))
+        .unwrap_or_default();
+    Waiting {
+        reason: "RetryDelay".to_string(),
+        message: format!(
+            "attempt {} ended with {why}; attempt {} starts {delay} s after it{at}",
+            attempt.id,
+            attempt.id + 1
+        ),
+        since: millis(ended),
     }
 }
 

@@ -335,3 +335,97 @@ fn a_stop_asked_of_a_running_job_is_said_until_it_ends() {
         ("True", "StoppedByUser")
     );
 }
+
+/// Between a failed attempt and its delayed retry (a conflict backs off) the job waits,
+/// says what ended the attempt and when the next starts, and claims nothing runs.
+#[test]
+fn a_job_between_an_attempt_and_its_delayed_retry_waits_and_says_until_when() {
+    let view = job_view(
+        &framework(|v| {
+            v["status"]["state"] = json!("AttemptCompleted");
+            v["status"]["attemptStatus"]["runTime"] = json!("2026-01-01T00:01:00Z");
+            v["status"]["attemptStatus"]["completionTime"] = json!("2026-01-01T00:11:00Z");
+            v["status"]["attemptStatus"]["completionStatus"] = json!({"code": 201,
+                "phrase": "ContainerTransientConflictFailed",
+                "type": {"name": "Failed", "attributes": ["Transient", "Conflict"]},
+                "diagnostics": "the barrier timed out"});
+            v["status"]["retryPolicyStatus"]["retryDelaySec"] = json!(462);
+        }),
+        BASE,
+    );
+    assert_eq!(view.job_status.state, JobState::Waiting);
+    let waiting = view.job_status.waiting.as_ref().expect("why it waits");
+    assert_eq!(waiting.reason, "RetryDelay");
+    assert_eq!(
+        waiting.message,
+        "attempt 0 ended with 201 (a conflict: a port taken, or the barrier timed out; retried later): the barrier timed out; attempt 1 starts 462 s after it (at 2026-01-01T00:18:42Z)"
+    );
+    let admitted = condition(&view, "Admitted");
+    assert_eq!(
+        (admitted.status.as_str(), admitted.reason.as_str()),
+        ("False", "RetryDelay")
+    );
+    let running = condition(&view, "Running");
+    assert_eq!(
+        (
+            running.status.as_str(),
+            running.reason.as_str(),
+            running.message.as_str()
+        ),
+        ("False", "AttemptEnded", waiting.message.as_str())
+    );
+    assert_eq!(running.last_transition_time, "2026-01-01T00:11:00Z");
+}
+
+/// While a failed attempt's pods are deleted (no retry decided yet), the job is RUNNING
+/// as OpenPAI showed it, but its Running condition does not claim tasks run.
+#[test]
+fn an_ended_attempt_whose_pods_are_deleted_runs_nothing() {
+    let view = job_view(
+        &framework(|v| {
+            v["status"]["state"] = json!("AttemptDeletionPending");
+            v["status"]["attemptStatus"]["runTime"] = json!("2026-01-01T00:01:00Z");
+            v["status"]["attemptStatus"]["completionStatus"] = json!({"code": 3, "phrase": "x",
+                "type": {"name": "Failed", "attributes": []}});
+        }),
+        BASE,
+    );
+    assert_eq!(view.job_status.state, JobState::Running);
+    let running = condition(&view, "Running");
+    assert_eq!(
+        (running.status.as_str(), running.message.as_str()),
+        (
+            "False",
+            "attempt 0 ended with 3 (the user command exited with code 3); its tasks are being stopped"
+        )
+    );
+    assert_eq!(
+        condition(&view, "Admitted").message,
+        "attempt 0 was placed and started"
+    );
+}
+
+/// After the user's stop, FrameworkController ends every task with −220 and the attempt
+/// with −210: the tasks read as stopped by the user, not by another task's decision.
+#[test]
+fn the_tasks_of_a_stopped_job_say_the_job_was_stopped() {
+    let view = job_view(
+        &framework(|v| {
+            v["spec"]["executionType"] = json!("Stop");
+            set_pod_ip(v, "worker", 0, "10.0.0.7");
+            let task = &mut v["status"]["attemptStatus"]["taskRoleStatuses"][0]["taskStatuses"][0];
+            task["state"] = json!("Completed");
+            task["attemptStatus"]["completionStatus"] = json!({"code": -220,
+                "phrase": "FrameworkAttemptCompletion", "type": {"name": "Failed", "attributes": []}});
+            completed(v, -210, None);
+        }),
+        BASE,
+    );
+    assert_eq!(view.job_status.state, JobState::Stopped);
+    let task = &view.task_roles["worker"].task_statuses[0];
+    assert_eq!(task.container_exit_code, Some(-220));
+    assert_eq!(
+        task.container_exit_meaning.as_deref(),
+        Some("stopped by the platform: the job was stopped")
+    );
+}

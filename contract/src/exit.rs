@@ -225,6 +225,18 @@ pub fn meaning(code: i32) -> String {
     }
 }
 
+/// What a task's completion code means where the job's attempt ended as `attempt_code`
+/// says: a task the platform stopped because the user stopped the job (FrameworkController
+/// gives it −220, the attempt −210) reads as the user's stop, not as another task's
+/// decision.
+pub fn task_meaning(code: i32, attempt_code: Option<i32>, stop_requested: bool) -> String {
+    let stopped_by_user = stop_requested || attempt_code == Some(codes::STOP_FRAMEWORK_REQUESTED);
+    if code == codes::FRAMEWORK_ATTEMPT_COMPLETION && stopped_by_user {
+        return "stopped by the platform: the job was stopped".into();
+    }
+    meaning(code)
+}
+
 /// The exit codes our own programs end with when they fail on purpose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExitCode {

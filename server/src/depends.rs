@@ -20,7 +20,7 @@ use pai_api::waiting::Waiting;
 use pai_contract::Framework;
 use pai_contract::depends::{self, Dependency};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError};
 use crate::error::ApiError;
 
 /// Why the held job of `framework` waits (`None`: it is not held).
@@ -157,13 +157,21 @@ pub async fn run(backend: Arc<dyn Backend>) {
         backend,
         waiting_on: HashMap::new(),
     };
-    controller.look_at_all().await;
+    controller.look_at_all(Start::First).await;
     while let Some(change) = changes.next().await {
         match change {
             Some(changed) => controller.changed(changed).await,
-            None => controller.look_at_all().await,
+            None => controller.look_at_all(Start::Again).await,
         }
     }
+}
+
+/// Whether the controller looks at every job as it starts, or again after it missed
+/// changes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    First,
+    Again,
 }
 
 struct Controller {
@@ -173,9 +181,16 @@ struct Controller {
 }
 
 impl Controller {
-    async fn look_at_all(&mut self) {
+    async fn look_at_all(&mut self, start: Start) {
         let all = match self.backend.list(None).await {
             Ok(all) => all,
+            // The server's copy of a cluster's jobs is still being read when the
+            // controller starts: nothing is wrong, and every job it reads comes to the
+            // controller as a change (it subscribed first).
+            Err(e @ BackendError::Unavailable { .. }) if start == Start::First => {
+                tracing::debug!(error = %e, "the jobs are not read yet; each comes as a change once read");
+                return;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list the jobs to look at their dependencies");
                 return;

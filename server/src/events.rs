@@ -168,12 +168,23 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
                     diagnostics(done.diagnostics.as_deref())
                 ),
             ),
-            (false, _) => (
+            // FrameworkController passes every attempt, the last too, through its
+            // deletion and `AttemptCompleted` before it decides: an attempt stopped by the
+            // user is told once the job is Completed, a succeeded one is no failure, and
+            // a retry is said only once it is scheduled (below).
+            (false, _) if stop_requested(framework, done.code) => return found,
+            (false, true) => (
+                format!("attempt-{}.completed", attempt.id),
+                "AttemptSucceeded",
+                "Complete",
+                format!("attempt {} succeeded", attempt.id),
+            ),
+            (false, false) => (
                 format!("attempt-{}.completed", attempt.id),
                 "AttemptFailed",
-                "Retry",
+                "Complete",
                 format!(
-                    "attempt {} failed: {} ({}){}; it will be retried",
+                    "attempt {} failed: {} ({}){}",
                     attempt.id,
                     done.code,
                     done.phrase,
@@ -181,6 +192,23 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
                 ),
             ),
         };
+        if !final_
+            && status.state == FrameworkState::AttemptCompleted
+            && let Some(delay) = status.retry_policy_status.retry_delay_sec
+        {
+            found.push(Occurrence {
+                key: format!("attempt-{}.retry", attempt.id),
+                warning: false,
+                reason: "RetryScheduled",
+                action: "Retry",
+                note: format!(
+                    "attempt {} will start {delay} s after attempt {} ended",
+                    attempt.id + 1,
+                    attempt.id
+                ),
+                time: status.transition_time.clone(),
+            });
+        }
         found.push(Occurrence {
             key,
             warning: !succeeded && done.code != codes::STOP_FRAMEWORK_REQUESTED,
@@ -194,6 +222,11 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
         });
     }
     found
+}
+
+/// Whether the attempt ended because the user stopped the job.
+fn stop_requested(framework: &Framework, code: i32) -> bool {
+    framework.spec.execution_type == ExecutionType::Stop || code == codes::STOP_FRAMEWORK_REQUESTED
 }
 
 /// The Framework was deleted (only the watch knows).
@@ -441,4 +474,136 @@ pub fn instance_name() -> String {
                 .and_then(|h| h.into_string().ok())
         })
         .unwrap_or_else(|| "rest-lite".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pai_test_support::frameworks::{framework, to_value};
+    use serde_json::{Value, json};
+
+    /// The job `fw` (one role of two tasks) in FrameworkController's `state`, its attempt
+    /// `id` ended with `code`, a retry scheduled `delay` seconds on when given.
+    fn at(state: &str, id: i32, code: Option<i32>, delay: Option<i64>, stop: bool) -> Framework {
+        let mut value: Value = to_value(&framework("fw", &[("worker", 2)]));
+        if stop {
+            value["spec"]["executionType"] = json!("Stop");
+        }
+        value["status"] = json!({"state": state,
+            "retryPolicyStatus": {"totalRetriedCount": id, "accountableRetriedCount": id},
+            "attemptStatus": {"id": id, "startTime": "2026-01-01T00:00:00Z", "taskRoleStatuses": []}});
+        if let Some(code) = code {
+            value["status"]["attemptStatus"]["completionStatus"] = json!({"code": code,
+                "phrase": "p", "type": {"name": if code == 0 { "Succeeded" } else { "Failed" }, "attributes": []}});
+        }
+        if let Some(delay) = delay {
+            value["status"]["retryPolicyStatus"]["retryDelaySec"] = json!(delay);
+        }
+        serde_json::from_value(value).expect("framework")
+    }
+
+    /// Every reason said of the job through the phases, each once (as the recorder
+    /// records each key once), with its note.
+    fn told(phases: &[Framework]) -> Vec<(String, &'static str, String)> {
+        let mut out: Vec<(String, &'static str, String)> = Vec::new();
+        for framework in phases {
+            for o in occurrences(framework) {
+                if !out.iter().any(|(key, _, _)| *key == o.key) {
+                    out.push((o.key, o.reason, o.note));
+                }
+            }
+        }
+        out
+    }
+
+    fn reasons(told: &[(String, &'static str, String)]) -> Vec<&'static str> {
+        told.iter().map(|(_, reason, _)| *reason).collect()
+    }
+
+    const ENDING: [&str; 4] = [
+        "AttemptDeletionPending",
+        "AttemptDeletionRequested",
+        "AttemptDeleting",
+        "AttemptCompleted",
+    ];
+
+    #[test]
+    fn a_succeeded_job_is_told_as_succeeded_through_every_phase() {
+        let mut phases: Vec<Framework> = ENDING
+            .iter()
+            .map(|s| at(s, 0, Some(0), None, false))
+            .collect();
+        phases.push(at("Completed", 0, Some(0), None, false));
+        let told = told(&phases);
+        assert_eq!(
+            reasons(&told),
+            [
+                "Submitted",
+                "AttemptStarted",
+                "AttemptSucceeded",
+                "Succeeded"
+            ],
+            "{told:?}"
+        );
+    }
+
+    #[test]
+    fn a_stopped_job_is_told_as_stopped_not_as_failed() {
+        let mut phases: Vec<Framework> = ENDING
+            .iter()
+            .map(|s| at(s, 0, Some(-210), None, true))
+            .collect();
+        phases.push(at("Completed", 0, Some(-210), None, true));
+        let told = told(&phases);
+        assert_eq!(
+            reasons(&told),
+            ["Submitted", "StopRequested", "AttemptStarted", "Stopped"],
+            "{told:?}"
+        );
+    }
+
+    #[test]
+    fn a_retry_is_said_once_it_is_scheduled_and_not_before() {
+        let mut phases: Vec<Framework> = ENDING[..3]
+            .iter()
+            .map(|s| at(s, 0, Some(201), None, false))
+            .collect();
+        let before = told(&phases);
+        assert!(
+            before
+                .iter()
+                .all(|(_, r, n)| *r != "RetryScheduled" && !n.contains("retried")),
+            "{before:?}"
+        );
+        phases.push(at("AttemptCompleted", 0, Some(201), Some(462), false));
+        phases.push(at("AttemptCreationPending", 1, None, None, false));
+        let retried = told(&phases);
+        assert_eq!(
+            reasons(&retried),
+            [
+                "Submitted",
+                "AttemptStarted",
+                "AttemptFailed",
+                "RetryScheduled",
+                "Retried"
+            ],
+            "{retried:?}"
+        );
+        assert_eq!(
+            retried[3].2,
+            "attempt 1 will start 462 s after attempt 0 ended"
+        );
+        // A failed last attempt, no retry: failed, and nothing promised.
+        let mut last: Vec<Framework> = ENDING
+            .iter()
+            .map(|s| at(s, 1, Some(3), None, false))
+            .collect();
+        last.push(at("Completed", 1, Some(3), None, false));
+        let ended = told(&last);
+        assert_eq!(
+            reasons(&ended),
+            ["Submitted", "Retried", "AttemptFailed", "Failed"],
+            "{ended:?}"
+        );
+    }
 }
