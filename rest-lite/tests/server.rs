@@ -1159,6 +1159,61 @@ async fn logs_are_served_and_followed() {
     }
 }
 
+/// As a real cluster answers while a task starts (its pod not made yet: 404; made, its
+/// init container running: 400 `PodInitializing`), the API answers with what there is:
+/// no output yet, the runtime's lines, and a follow that waits for the main container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_answer_while_a_task_starts_and_a_follow_waits_for_its_pod() {
+    let s = start().await;
+    assert_eq!(
+        submit(s.addr, "alice", &common::base_job().to_string())
+            .await
+            .status,
+        202
+    );
+    let path = "/api/v1/user/alice/jobs/job/logs?role=worker&index=0";
+    // Followed right after the submission, before the pod exists: a stream that waits.
+    let following = tokio::spawn(request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/job/logs?role=worker&index=0&follow=true",
+        None,
+        "",
+    ));
+    // The pod made; its init container (the runtime, at the barrier) runs.
+    s.api.create(
+        "pods",
+        NS,
+        json!({"metadata": {"name": pod("worker", 0), "namespace": NS},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}),
+    );
+    s.api.append_container_log(
+        NS,
+        &pod("worker", 0),
+        pai_contract::framework::INIT_CONTAINER,
+        &format!(
+            "{}waiting at the barrier\n",
+            pai_contract::log_lines::mark("INFO")
+        ),
+    );
+    let read = request(s.addr, "GET", path, None, "").await;
+    assert_eq!((read.status, read.body.as_str()), (200, ""), "no 400");
+    let runtime = request(s.addr, "GET", &format!("{path}&source=runtime"), None, "").await;
+    assert_eq!(runtime.status, 200, "{}", runtime.body);
+    assert!(
+        runtime.body.contains("waiting at the barrier"),
+        "{}",
+        runtime.body
+    );
+    // The main container starts, writes and ends: the follower has it all.
+    s.api
+        .append_log(NS, &pod("worker", 0), "hello from worker-0\n");
+    s.api.end_log(NS, &pod("worker", 0));
+    let followed = following.await.expect("join");
+    assert_eq!(followed.status, 200, "{}", followed.body);
+    assert_eq!(followed.body, "hello from worker-0\n");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_framework_the_cluster_finds_invalid_is_a_400_with_its_reason() {
     let s = start().await;

@@ -2,7 +2,7 @@
 //! them; this backend only creates, reads, patches and deletes the objects.
 
 use futures::future::BoxFuture;
-use futures::{AsyncReadExt, FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -777,24 +777,31 @@ impl Backend for KubeBackend {
                 follow,
                 ..LogParams::default()
             };
-            let reader = self
-                .pods
-                .log_stream(pod, &params)
-                .await
-                .inspect(|_| self.answered())
-                .map_err(|e| self.error(e))?;
-            let chunks = futures::stream::unfold(Box::pin(reader), |mut reader| async move {
-                let mut buf = vec![0u8; 16 * 1024];
-                match reader.read(&mut buf).await {
-                    Ok(0) => None,
-                    Ok(n) => {
-                        buf.truncate(n);
-                        Some((Ok(axum::body::Bytes::from(buf)), reader))
-                    }
-                    Err(e) => Some((Err(e), reader)),
+            match self.pods.log_stream(pod, &params).await {
+                Ok(reader) => {
+                    self.answered();
+                    Ok(crate::pod_log::chunks(reader))
                 }
-            });
-            Ok(chunks.boxed())
+                // Starting: a follower waits for the main container (see `pod_log`); a
+                // reader gets what there is of the user's output, nothing yet, where
+                // the container exists and has not started.
+                Err(e) if crate::pod_log::not_started(&e) => {
+                    self.answered();
+                    if follow {
+                        Ok(crate::pod_log::when_started(
+                            self.pods.clone(),
+                            self.store.clone(),
+                            pod.to_string(),
+                            params,
+                        ))
+                    } else if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                        Err(BackendError::NotFound)
+                    } else {
+                        Ok(futures::stream::empty().boxed())
+                    }
+                }
+                Err(e) => Err(self.error(e)),
+            }
         }
         .boxed()
     }

@@ -19,6 +19,7 @@ pub mod machine_token;
 pub mod metrics;
 pub mod openapi;
 pub mod pages;
+pub mod pod_log;
 pub mod publisher;
 pub mod router;
 pub mod routes;

@@ -996,7 +996,19 @@ async fn pod_log(
     let (so_far, ended) = {
         let store = shared.lock();
         let Some(so_far) = store.logs.get(&key).cloned() else {
-            return not_found(&key.0);
+            // As the kubelet answers: a pod that is not there is a 404; one whose
+            // container has not started (its init container runs) a 400.
+            if !store.objects.contains_key(&key.0) {
+                return not_found(&key.0);
+            }
+            return status(
+                400,
+                "BadRequest",
+                format!(
+                    "container \"{}\" in pod \"{}\" is waiting to start: PodInitializing",
+                    key.1, key.0.name
+                ),
+            );
         };
         (so_far, store.ended_logs.contains(&key))
     };
