@@ -11,6 +11,7 @@ pub mod depends;
 pub mod env;
 pub mod exit;
 pub mod framework;
+pub mod kept_logs;
 pub mod log_lines;
 pub mod meta;
 pub mod names;

@@ -160,6 +160,10 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     );
     let store = KubeBackend::store_only(kube_client(&api), NS, &api.url());
     let publisher = tokio::spawn(Publisher::new(kube_client(&api), NS).run(store.clone()));
+    // The keeper of finished tasks' logs.
+    let keeper = tokio::spawn(
+        pai_server::log_keeper::LogKeeper::new(kube_client(&api), NS, store.clone(), 1024).run(),
+    );
     // The server's Events too (the test API server dates objects long ago).
     let recorder = tokio::spawn(
         pai_server::events::Recorder::new(kube_client(&api), NS, "rest-lite-0")
@@ -175,6 +179,22 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     });
     api.wait_for("configmaps", NS, &published::object_name(&fw), |_| true)
         .await;
+    // A task's pod, made from the template with its finalizer, deleted once it ended:
+    // the keeper reads its log, keeps it and lets the pod go.
+    let template = api.get("frameworks", NS, &fw).expect("framework")["spec"]["taskRoles"][0]
+        ["task"]["pod"]["metadata"]
+        .clone();
+    let pod = pai_contract::framework::pod_name(&fw, "ps", 0);
+    api.create(
+        "pods",
+        NS,
+        json!({"metadata": {"name": pod, "namespace": NS, "labels": template["labels"],
+                "finalizers": template["finalizers"]},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}),
+    );
+    api.append_log(NS, &pod, "done\n");
+    api.delete("pods", NS, &pod);
+    api.wait_gone("pods", NS, &pod).await;
     client.stop("bob", "other").await.expect("stopped");
     // The recorder listed what was recorded and recorded the submissions.
     let events = || {
@@ -194,6 +214,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     }
     publisher.abort();
     recorder.abort();
+    keeper.abort();
 
     // A barrier of the job, as its init container runs it: every request allowed.
     let before = api.requests().len();

@@ -1214,6 +1214,243 @@ async fn logs_answer_while_a_task_starts_and_a_follow_waits_for_its_pod() {
     assert_eq!(followed.body, "hello from worker-0\n");
 }
 
+/// A finished task's output outlives its pod. FrameworkController deletes a completed
+/// attempt's pods (the test plays it: the pod made from the template, with its finalizer,
+/// then deleted); the pod waits until the server kept the end of its log, and the API
+/// reads it back: the attempt's, and an earlier attempt's once the next one runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_log_outlives_its_pod() {
+    let api = ApiServer::start().await;
+    let client =
+        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    // 64 bytes kept of each log: the end of it.
+    let backend =
+        backend_on(&api, pai_server::store::DEFAULT_STALE_LIMIT).keeping_logs(client, NS, 64);
+    backend.store().listed().await;
+    let addr = serve_backend(
+        backend,
+        pai_server::auth::Access::Open,
+        std::time::Duration::from_secs(1800),
+    )
+    .await;
+    let s = Setup { api, addr };
+    assert_eq!(
+        submit(s.addr, "alice", &common::base_job().to_string())
+            .await
+            .status,
+        202
+    );
+    let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
+    let template = framework["spec"]["taskRoles"]
+        .as_array()
+        .expect("roles")
+        .iter()
+        .find(|r| r["name"] == "worker")
+        .expect("worker")["task"]["pod"]["metadata"]
+        .clone();
+    assert_eq!(
+        template["finalizers"],
+        json!([pai_contract::kept_logs::FINALIZER]),
+        "every pod waits for its log to be kept"
+    );
+    let worker = pod("worker", 0);
+    s.api.create(
+        "pods",
+        NS,
+        json!({"metadata": {"name": worker, "namespace": NS, "labels": template["labels"],
+                "finalizers": template["finalizers"],
+                "annotations": {"FC_FRAMEWORK_ATTEMPT_ID": "0"}},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}),
+    );
+    s.api.append_container_log(
+        NS,
+        &worker,
+        pai_contract::framework::INIT_CONTAINER,
+        &format!("{}barrier passed\n", pai_contract::log_lines::mark("INFO")),
+    );
+    let long = format!(
+        "{}the last line\n",
+        "an early line that is not kept\n".repeat(20)
+    );
+    s.api.append_log(NS, &worker, &long);
+    s.api.end_log(NS, &worker);
+    // The attempt completed: FrameworkController deletes its pods.
+    s.api.delete_pods_of_completed_attempts();
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
+            "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}},
+            "taskRoleStatuses": []}, "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0}});
+    });
+    s.api.wait_gone("pods", NS, &worker).await;
+    let kept_map = s
+        .api
+        .get(
+            "configmaps",
+            NS,
+            &pai_contract::kept_logs::config_map(&worker, 0),
+        )
+        .expect("the log's ConfigMap");
+    assert_eq!(kept_map["metadata"]["ownerReferences"][0]["name"], fw());
+
+    // The server's copy has seen the job end.
+    until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
+        r.json()["jobStatus"]["state"] == "SUCCEEDED"
+    })
+    .await;
+    let path = "/api/v1/user/alice/jobs/job/logs?role=worker&index=0";
+    let read = request(s.addr, "GET", path, None, "").await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert_eq!(read.body.len(), 64, "{}", read.body);
+    assert!(long.ends_with(&read.body) && read.body.ends_with("the last line\n"));
+    let runtime = request(s.addr, "GET", &format!("{path}&source=runtime"), None, "").await;
+    assert!(runtime.body.contains("barrier passed"), "{}", runtime.body);
+    let followed = request(s.addr, "GET", &format!("{path}&follow=true"), None, "").await;
+    assert_eq!(followed.body, read.body);
+    // The next attempt runs: the first one's log is still there, by its number.
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["status"]["state"] = json!("AttemptRunning");
+        pai_test_support::frameworks::set_attempt(f, 1, "1_uid");
+    });
+    until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
+        r.json()["jobStatus"]["state"] == "RUNNING"
+    })
+    .await;
+    let earlier = request(s.addr, "GET", &format!("{path}&attempt=0"), None, "").await;
+    assert_eq!(
+        (earlier.status, earlier.body.as_str()),
+        (200, read.body.as_str())
+    );
+}
+
+/// Through the API and the Events of a cluster: a job between an attempt and its delayed
+/// retry waits and says until when, with a RetryScheduled Event and no promise before it;
+/// a job the user stopped is told as stopped (no AttemptFailed), and its tasks' codes say
+/// it was the user's stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_delay_and_a_stop_are_shown_and_told_as_they_are() {
+    use k8s_openapi::api::events::v1::Event;
+    use pai_server::events::Recorder;
+    let s = start().await;
+    let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
+        .expect("client");
+    let store = KubeBackend::store_only(client.clone(), NS, &s.api.url());
+    let recorder = Recorder::new(client.clone(), NS, "rest-lite-a")
+        .with_max_age(std::time::Duration::from_secs(100 * 365 * 86_400));
+    tokio::spawn(recorder.run(store));
+    let mut stopped_job = common::base_job();
+    stopped_job["jobName"] = json!("stopped");
+    for spec in [common::base_job(), stopped_job] {
+        assert_eq!(submit(s.addr, "alice", &spec.to_string()).await.status, 202);
+    }
+    let stopped = pai_contract::names::framework_name("alice", "stopped");
+    let now = jiff::Timestamp::now().to_string();
+    // "job": attempt 0 ended with a conflict; FrameworkController retries it in 462 s.
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["status"] = json!({"state": "AttemptCompleted", "startTime": now, "transitionTime": now,
+            "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0, "retryDelaySec": 462},
+            "attemptStatus": {"id": 0, "startTime": now, "runTime": now, "completionTime": now,
+                "completionStatus": {"code": 201, "phrase": "ContainerTransientConflictFailed",
+                    "diagnostics": "the barrier timed out", "type": {"name": "Failed", "attributes": ["Transient", "Conflict"]}},
+                "taskRoleStatuses": []}});
+    });
+    // (Before it sees the change the server shows the new job: WAITING, `Submitted`.)
+    let view = until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
+        r.json()["jobStatus"]["waiting"]["reason"] == "RetryDelay"
+    })
+    .await
+    .json();
+    assert_eq!(view["jobStatus"]["state"], "WAITING");
+    let running = view["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "Running")
+        .expect("Running")
+        .clone();
+    assert_eq!(
+        (running["status"].as_str(), running["reason"].as_str()),
+        (Some("False"), Some("AttemptEnded"))
+    );
+    // "stopped": the user stops it; FrameworkController ends its tasks (−220) and the
+    // attempt (−210), passing through the attempt's deletion, then completes it.
+    let stop = request(
+        s.addr,
+        "PUT",
+        "/api/v1/user/alice/jobs/stopped/executionType",
+        Some("application/json"),
+        r#"{"value": "STOP"}"#,
+    )
+    .await;
+    assert_eq!(stop.status, 202, "{}", stop.body);
+    for state in ["AttemptDeletionPending", "AttemptCompleted", "Completed"] {
+        s.api.modify("frameworks", NS, &stopped, |f| {
+            f["status"] = json!({"state": state, "startTime": now, "completionTime": now,
+                "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0},
+                "attemptStatus": {"id": 0, "startTime": now, "completionTime": now,
+                    "completionStatus": {"code": -210, "phrase": "StopFrameworkRequested", "type": {"name": "Failed", "attributes": ["Permanent"]}},
+                    "taskRoleStatuses": [{"name": "worker", "taskStatuses": [
+                        {"index": 0, "state": "Completed", "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0},
+                         "attemptStatus": {"id": 0, "completionTime": now, "completionStatus": {"code": -220,
+                            "phrase": "FrameworkAttemptCompletion", "type": {"name": "Failed", "attributes": ["Permanent"]}}}}]}]}});
+        });
+    }
+    let view = until(s.addr, "/api/v1/user/alice/jobs/stopped", |r| {
+        r.json()["jobStatus"]["state"] == "STOPPED"
+    })
+    .await
+    .json();
+    assert_eq!(
+        view["taskRoles"]["worker"]["taskStatuses"][0]["containerExitMeaning"],
+        "stopped by the platform: the job was stopped"
+    );
+    // The Events, once each was recorded.
+    let fw_uid = |name: &str| {
+        s.api.get("frameworks", NS, name).expect("framework")["metadata"]["uid"].clone()
+    };
+    let (job_uid, stopped_uid) = (fw_uid(&fw()), fw_uid(&stopped));
+    let said = |uid: &Value| -> Vec<String> {
+        s.api
+            .list("events", NS)
+            .into_iter()
+            .filter(|e| e["regarding"]["uid"] == *uid)
+            .map(|e| e["reason"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    // As `until`: each look is a read of the stored Events, no pause decides anything.
+    for (uid, reason) in [(&job_uid, "RetryScheduled"), (&stopped_uid, "Stopped")] {
+        let mut looks = 0;
+        while !said(uid).iter().any(|r| r == reason) {
+            looks += 1;
+            assert!(looks < 2_000, "no {reason} Event: {:?}", said(uid));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    let retried = said(&job_uid);
+    assert!(
+        retried.contains(&"AttemptFailed".to_string()),
+        "{retried:?}"
+    );
+    let stopped_told = said(&stopped_uid);
+    assert!(
+        !stopped_told
+            .iter()
+            .any(|r| r == "AttemptFailed" || r == "Failed"),
+        "a stop is no failure: {stopped_told:?}"
+    );
+    let notes: Vec<String> = kube::Api::<Event>::namespaced(client, NS)
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        !notes.iter().any(|n| n.contains("will be retried")),
+        "{notes:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_framework_the_cluster_finds_invalid_is_a_400_with_its_reason() {
     let s = start().await;

@@ -29,6 +29,8 @@ use pai_contract::framework::MAIN_CONTAINER;
 pub struct KubeBackend {
     api: Api<Framework>,
     pods: Api<Pod>,
+    /// Where a task's log is kept once its pod is gone ([`crate::log_keeper`]).
+    config_maps: Api<k8s_openapi::api::core::v1::ConfigMap>,
     secrets: Api<Secret>,
     accounts: Api<ServiceAccount>,
     roles: Api<Role>,
@@ -48,6 +50,17 @@ pub struct KubeBackend {
     /// The last log tails read, by pod: a page shown to many readers reads each pod's
     /// log once per [`TAIL_TTL`].
     tails: std::sync::Mutex<HashMap<String, (Instant, String)>>,
+}
+
+/// A kept log as a stream, followed by why it is incomplete when it is.
+fn kept_stream(bytes: Vec<u8>, lost: &str) -> LogStream {
+    let mut bytes = bytes;
+    if !lost.is_empty() {
+        bytes.extend_from_slice(
+            format!("{}{lost}\n", pai_contract::log_lines::mark("WARN")).as_bytes(),
+        );
+    }
+    futures::stream::once(async move { Ok(axum::body::Bytes::from(bytes)) }).boxed()
 }
 
 /// The PodGroups of `api_version` (`group/version`) in `namespace`.
@@ -168,6 +181,7 @@ impl KubeBackend {
         Self {
             store: KubeStore::start(api.clone(), stale_limit, errors.clone()),
             pods: Api::namespaced(client.clone(), namespace),
+            config_maps: Api::namespaced(client.clone(), namespace),
             secrets: Api::namespaced(client.clone(), namespace),
             accounts: Api::namespaced(client.clone(), namespace),
             roles: Api::namespaced(client.clone(), namespace),
@@ -213,6 +227,23 @@ impl KubeBackend {
             self.store.clone(),
         ));
         self
+    }
+
+    /// Keeps the end of every task's log before its pod goes ([`crate::log_keeper`]),
+    /// `max_bytes` of it (`keptLogBytes`; 0: none, and the pods carry no finalizer).
+    pub fn keeping_logs(self, client: Client, namespace: &str, max_bytes: u64) -> Self {
+        if max_bytes > 0 {
+            tokio::spawn(
+                crate::log_keeper::LogKeeper::new(client, namespace, self.store.clone(), max_bytes)
+                    .run(),
+            );
+        }
+        self
+    }
+
+    /// What was kept of pod `pod`'s log in attempt `attempt` (its pod is gone).
+    async fn kept(&self, pod: &str, attempt: i32) -> Option<crate::log_keeper::Kept> {
+        crate::log_keeper::kept(&self.config_maps, pod, attempt).await
     }
 
     /// Refuses a job whose pods name a queue the cluster does not have (a Volcano Queue,
@@ -768,9 +799,12 @@ impl Backend for KubeBackend {
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
         async move {
             if let Some(attempt) = earlier {
-                return Err(BackendError::Gone(format!(
-                    "the log of attempt {attempt} is no longer on the cluster: FrameworkController deletes a task's pod before it starts the next attempt (pod {pod} is the current attempt's), and with it the pod's log; keep earlier attempts' logs with the cluster's log collector"
-                )));
+                return match self.kept(pod, attempt).await {
+                    Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
+                    None => Err(BackendError::Gone(format!(
+                        "the log of attempt {attempt} is no longer on the cluster: FrameworkController deleted its pod, and no copy of it was kept (keptLogBytes is 0, or the server was not running)"
+                    ))),
+                };
             }
             let params = LogParams {
                 container: Some(MAIN_CONTAINER.to_string()),
@@ -790,12 +824,24 @@ impl Backend for KubeBackend {
                     if follow {
                         Ok(crate::pod_log::when_started(
                             self.pods.clone(),
+                            self.config_maps.clone(),
                             self.store.clone(),
                             pod.to_string(),
                             params,
                         ))
                     } else if matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                        Err(BackendError::NotFound)
+                        // Gone after it ended: what was kept of it.
+                        let attempt = self
+                            .store
+                            .get(pai_contract::kept_logs::framework_of(pod))
+                            .map(|f| f.attempt_id());
+                        match attempt {
+                            Some(attempt) => match self.kept(pod, attempt).await {
+                                Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
+                                None => Err(BackendError::NotFound),
+                            },
+                            None => Err(BackendError::NotFound),
+                        }
                     } else {
                         Ok(futures::stream::empty().boxed())
                     }
@@ -807,19 +853,31 @@ impl Backend for KubeBackend {
     }
 
     /// The init container's log: the runtime's `entry` (whole; it has ended or waits at
-    /// the barrier).
+    /// the barrier), or what was kept of it once the pod is gone.
     fn init_logs<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
         async move {
             let params = LogParams {
                 container: Some(pai_contract::framework::INIT_CONTAINER.to_string()),
                 ..LogParams::default()
             };
-            let text = self
-                .pods
-                .logs(pod, &params)
-                .await
-                .inspect(|_| self.answered())
-                .map_err(|e| self.error(e))?;
+            let text = match self.pods.logs(pod, &params).await {
+                Ok(text) => text,
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    let attempt = self
+                        .store
+                        .get(pai_contract::kept_logs::framework_of(pod))
+                        .map(|f| f.attempt_id());
+                    let kept = match attempt {
+                        Some(attempt) => self.kept(pod, attempt).await,
+                        None => None,
+                    };
+                    return kept
+                        .map(|k| kept_stream(k.init, ""))
+                        .ok_or(BackendError::NotFound);
+                }
+                Err(e) => return Err(self.error(e)),
+            };
+            self.answered();
             Ok(futures::stream::once(async move { Ok(axum::body::Bytes::from(text)) }).boxed())
         }
         .boxed()

@@ -15,6 +15,7 @@ pub mod job_access;
 pub mod jobs;
 pub mod kube_backend;
 pub mod local;
+pub mod log_keeper;
 pub mod machine_token;
 pub mod metrics;
 pub mod openapi;

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use futures::{AsyncReadExt, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::LogParams;
 
@@ -34,7 +34,7 @@ pub fn not_started(error: &kube::Error) -> bool {
 /// gone or completed, or the task's attempt ended. (A Framework's pods are named
 /// `<framework>-<role>-<index>`, the Framework's name holding no `-`.)
 fn task_over(store: &KubeStore, pod: &str) -> bool {
-    let framework_name = pod.split('-').next().unwrap_or(pod);
+    let framework_name = pai_contract::kept_logs::framework_of(pod);
     let Some(framework) = store.get(framework_name) else {
         return true;
     };
@@ -71,12 +71,32 @@ pub fn chunks(reader: impl futures::AsyncRead + Send + 'static) -> LogStream {
 }
 
 /// A stream that waits for pod `pod`'s main container to start, then follows its log.
-pub fn when_started(pods: Api<Pod>, store: KubeStore, pod: String, params: LogParams) -> LogStream {
+pub fn when_started(
+    pods: Api<Pod>,
+    config_maps: Api<ConfigMap>,
+    store: KubeStore,
+    pod: String,
+    params: LogParams,
+) -> LogStream {
     let started = async move {
         let mut wait = FIRST_WAIT;
         loop {
             if task_over(&store, &pod) {
-                return futures::stream::empty().boxed();
+                // Ended before this follower saw it run: what was kept, if anything.
+                let attempt = store
+                    .get(pai_contract::kept_logs::framework_of(&pod))
+                    .map(|f| f.attempt_id());
+                let kept = match attempt {
+                    Some(attempt) => crate::log_keeper::kept(&config_maps, &pod, attempt).await,
+                    None => None,
+                };
+                return match kept {
+                    Some(kept) => {
+                        futures::stream::once(async move { Ok(axum::body::Bytes::from(kept.main)) })
+                            .boxed()
+                    }
+                    None => futures::stream::empty().boxed(),
+                };
             }
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(LONGEST_WAIT);

@@ -155,6 +155,9 @@ struct Store {
     requests: Vec<Request>,
     /// Response bytes of each request, by its position in `requests`.
     sent: Vec<Arc<AtomicU64>>,
+    /// Whether a Framework whose attempt completed has its pods deleted at once, as
+    /// FrameworkController deletes them ([`ApiServer::delete_pods_of_completed_attempts`]).
+    delete_completed_pods: bool,
 }
 
 /// One event channel per resource, as the real API server keeps a watch cache per
@@ -513,6 +516,27 @@ impl ApiServer {
 
     /// Returns the object once it exists and `accept` holds for it, woken by the
     /// server's own events (no clock).
+    /// From now on, a Framework whose attempt completed (its status says so) has its pods
+    /// deleted at once, as FrameworkController deletes them: a pod with finalizers is
+    /// then being deleted until they are taken away.
+    pub fn delete_pods_of_completed_attempts(&self) {
+        self.shared.lock().delete_completed_pods = true;
+    }
+
+    /// Waits until object `name` of `resource` is gone (deleted, its finalizers done).
+    pub async fn wait_gone(&self, resource: &str, namespace: &str, name: &str) {
+        let key = Key::new(resource, namespace, name);
+        let mut events = self.shared.events.subscribe(resource);
+        while self.shared.lock().objects.contains_key(&key) {
+            match events.recv().await {
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => {
+                    panic!("the API server ended while waiting for {resource}/{name} to go")
+                }
+            }
+        }
+    }
+
     pub async fn wait_for(
         &self,
         resource: &str,
@@ -580,12 +604,30 @@ fn insert(
         meta["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
     }
     let previous = store.objects.insert(key.clone(), object.clone());
-    let mut event = Event::new(rv, key, kind, object.clone());
+    let completed = key.resource == "frameworks"
+        && store.delete_completed_pods
+        && !object["status"]["attemptStatus"]["completionStatus"].is_null();
+    let mut event = Event::new(rv, key.clone(), kind, object.clone());
     if kind == "MODIFIED" {
         event.previous = previous.map(Arc::new);
     }
     store.history.push_back(event.clone());
     events.send(event);
+    if completed {
+        // FrameworkController deletes a completed attempt's pods (`<framework>-…`).
+        let prefix = format!("{}-", key.name);
+        let pods: Vec<Key> = store
+            .objects
+            .keys()
+            .filter(|k| {
+                k.resource == "pods" && k.namespace == key.namespace && k.name.starts_with(&prefix)
+            })
+            .cloned()
+            .collect();
+        for pod in pods {
+            remove_one(store, events, &pod);
+        }
+    }
     object
 }
 
@@ -615,7 +657,29 @@ fn remove(store: &mut Store, events: &Channels, key: &Key) -> Option<Value> {
     Some(object)
 }
 
+/// Deletes one object as the API server does: one with finalizers only gets its
+/// `deletionTimestamp` (it goes once a patch takes the last finalizer away); a pod that
+/// goes takes its containers' logs with it, as the kubelet's go.
 fn remove_one(store: &mut Store, events: &Channels, key: &Key) -> Option<Value> {
+    let finalized = store.objects.get(key).is_some_and(|o| {
+        o["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+    });
+    if finalized {
+        let mut object = store.objects.get(key)?.clone();
+        if object["metadata"]["deletionTimestamp"].is_null() {
+            let now = jiff::Timestamp::now();
+            object["metadata"]["deletionTimestamp"] =
+                json!(now.round(jiff::Unit::Second).unwrap_or(now).to_string());
+            return Some(insert(store, events, key.clone(), object, "MODIFIED"));
+        }
+        return Some(object);
+    }
+    if key.resource == "pods" {
+        store.logs.retain(|(pod, _), _| pod != key);
+        store.ended_logs.retain(|(pod, _)| pod != key);
+    }
     let mut object = store.objects.remove(key)?;
     store.rv += 1;
     let rv = store.rv;
@@ -1213,7 +1277,15 @@ async fn patch(
     if let Err(invalid) = crate::validation::admit(&key.resource, &mut object) {
         return unprocessable(&invalid);
     }
-    let updated = insert(&mut store, &shared.events, key, object, "MODIFIED");
+    let going = !object["metadata"]["deletionTimestamp"].is_null()
+        && object["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(|f| f.is_empty());
+    let updated = insert(&mut store, &shared.events, key.clone(), object, "MODIFIED");
+    // Its last finalizer taken away, an object being deleted goes.
+    if going {
+        remove_one(&mut store, &shared.events, &key);
+    }
     axum::Json(updated).into_response()
 }
 

@@ -43,6 +43,10 @@ pub struct ClusterConfig {
     /// Cap of each task's `user.log` in bytes (`PAI_LOG_MAX_BYTES`; the previous cap's
     /// worth is kept as `user.log.1`).
     pub user_log_max_bytes: u64,
+    /// The last bytes of each task's log kept after its pod is gone (a ConfigMap per task
+    /// attempt, owned by the job): every pod carries a finalizer the server removes once
+    /// it kept them. 0 keeps nothing (no finalizer; the cluster's log collector, if any).
+    pub kept_log_bytes: u64,
     /// Seconds FrameworkController waits for a pod's graceful deletion before forcing it.
     pub pod_graceful_deletion_timeout_sec: Option<i64>,
     /// `BARRIER_CHECK_TIMEOUT_SEC` for the init container; unset: the barrier's default.
@@ -68,6 +72,7 @@ impl Default for ClusterConfig {
             termination_grace_period_sec: 30,
             kill_grace_sec: None,
             user_log_max_bytes: 64 * 1024 * 1024,
+            kept_log_bytes: pai_contract::kept_logs::DEFAULT_BYTES,
             pod_graceful_deletion_timeout_sec: Some(1800),
             barrier_timeout_sec: None,
             gang: Default::default(),
@@ -172,6 +177,17 @@ impl ClusterConfig {
         }
         if self.user_log_max_bytes == 0 {
             return invalid("userLogMaxBytes", "must be at least 1".to_string());
+        }
+        // A ConfigMap holds at most 1 MiB, the init container's part and names included.
+        let most = 1024 * 1024 - pai_contract::kept_logs::INIT_BYTES - 16 * 1024;
+        if self.kept_log_bytes > most {
+            return invalid(
+                "keptLogBytes",
+                format!(
+                    "{} is more than a ConfigMap holds beside the runtime's lines: at most {most}",
+                    self.kept_log_bytes
+                ),
+            );
         }
         let gang = &self.gang;
         for (field, value) in [

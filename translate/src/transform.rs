@@ -368,6 +368,9 @@ impl Transformer {
             metadata: Some(ObjectMeta {
                 labels: Some(labels),
                 annotations: Some(annotations),
+                // The server keeps the end of the task's log before the pod goes.
+                finalizers: (cfg.kept_log_bytes > 0)
+                    .then(|| vec![pai_contract::kept_logs::FINALIZER.to_string()]),
                 ..ObjectMeta::default()
             }),
             spec: Some(PodSpec {

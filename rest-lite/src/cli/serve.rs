@@ -324,7 +324,9 @@ async fn backend(
                 kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
             // Why waiting jobs wait: the pods' scheduling verdicts and the gang engine's.
             let backend = KubeBackend::start(client.clone(), &config.namespace, &address)
-                .admitting(client.clone(), &config.namespace, config.gang.engine);
+                .admitting(client.clone(), &config.namespace, config.gang.engine)
+                // A finished task's log kept before FrameworkController deletes its pod.
+                .keeping_logs(client.clone(), &config.namespace, config.kept_log_bytes);
             // Each attempt's peer table, for the barriers of its tasks, from the same copy.
             tokio::spawn(Publisher::new(client.clone(), &config.namespace).run(backend.store()));
             // How each attempt ended, kept on its Framework before the next replaces it.

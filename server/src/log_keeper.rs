@@ -1,0 +1,277 @@
+//! A finished task's output outlives its pod ([`pai_contract::kept_logs`]).
+//! FrameworkController deletes a task's pod as soon as its attempt completes (within about
+//! a second of SUCCEEDED), and the kubelet's log goes with it. Every task pod carries the
+//! finalizer `rest-lite.openpai.io/keep-log`, so its deletion waits: this controller sees
+//! the pod being deleted (one watch of the pods with rest-lite's label), copies the end
+//! of its main container's log (and of its init container's, the runtime's `entry`)
+//! into a ConfigMap of the task attempt, owned by the job's Framework, then takes the
+//! finalizer away and the pod goes.
+//!
+//! - Bounded: at most `keptLogBytes` (config; 256 KiB by default) of each task attempt's
+//!   log, and 32 KiB of its runtime's lines; deleted with the job.
+//! - A restarted server, or a second replica, finds the pods still being deleted at its
+//!   first list and does the same; two replicas make the same ConfigMap (the second gets
+//!   409) and remove the finalizer under the pod's resourceVersion.
+//! - A log that cannot be read (its node gone) is tried 3 times, then the ConfigMap
+//!   says why it is lost, and the pod goes: a job never waits for a log for ever.
+//! - While the server does not run, a completed attempt's pods wait for it: the job's
+//!   next attempt (or its completion) waits too. `keptLogBytes: 0` turns this off.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{LogParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use pai_contract::framework::{INIT_CONTAINER, MAIN_CONTAINER};
+use pai_contract::kept_logs::{self, FINALIZER};
+use pai_contract::{Framework, meta};
+
+use crate::store::KubeStore;
+
+/// Tries of a log that cannot be read, and the wait between them.
+const READ_TRIES: u32 = 3;
+const READ_WAIT: Duration = Duration::from_secs(2);
+/// The lines asked of the kubelet, of which the last bytes are kept.
+const TAIL_LINES: i64 = 20_000;
+
+/// Keeps the logs of the pods of one namespace.
+#[derive(Clone)]
+pub struct LogKeeper {
+    pods: Api<Pod>,
+    config_maps: Api<ConfigMap>,
+    store: KubeStore,
+    max_bytes: u64,
+    /// Pods (by UID) being kept now, so a pod seen again meanwhile is left to that.
+    busy: Arc<Mutex<HashSet<String>>>,
+}
+
+impl LogKeeper {
+    pub fn new(client: Client, namespace: &str, store: KubeStore, max_bytes: u64) -> Self {
+        Self {
+            pods: Api::namespaced(client.clone(), namespace),
+            config_maps: Api::namespaced(client, namespace),
+            store,
+            max_bytes,
+            busy: Arc::default(),
+        }
+    }
+
+    /// Watches the pods with rest-lite's label until the end.
+    pub async fn run(self) {
+        let ours = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
+        let mut pods =
+            watcher::watcher(self.pods.clone(), watcher::Config::default().labels(&ours))
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+        while let Some(event) = pods.next().await {
+            match event {
+                Ok(pod) if going_with_our_finalizer(&pod) => {
+                    let uid = pod.uid().unwrap_or_default();
+                    if self.busy().insert(uid.clone()) {
+                        let keeper = self.clone();
+                        tokio::spawn(async move {
+                            keeper.keep(&pod).await;
+                            keeper.busy().remove(&uid);
+                        });
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => debug!(error = %e, "the watch of the pods failed; it starts again"),
+            }
+        }
+    }
+
+    fn busy(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.busy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `pod`'s log, then lets it go.
+    async fn keep(&self, pod: &Pod) {
+        let name = pod.name_any();
+        let framework = self.store.get(kept_logs::framework_of(&name));
+        match framework.as_deref() {
+            Some(framework) => {
+                let attempt = attempt_of(pod, framework);
+                let map = kept_logs::config_map(&name, attempt);
+                let data = self.read(&name).await;
+                match self
+                    .config_maps
+                    .create(&PostParams::default(), &config_map(&map, framework, data))
+                    .await
+                {
+                    Ok(_) => info!(pod = %name, config_map = %map, "the task's log is kept"),
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        debug!(pod = %name, "the task's log was kept already (another replica)")
+                    }
+                    Err(e) => {
+                        warn!(pod = %name, error = %e, "cannot keep the task's log; the pod goes without it")
+                    }
+                }
+            }
+            // The job is gone: nothing to keep the log for.
+            None => debug!(pod = %name, "the job of the pod is gone; its log is not kept"),
+        }
+        self.let_go(&name).await;
+    }
+
+    /// The ConfigMap's `binaryData`: the end of each container's log, or why it is lost.
+    async fn read(&self, pod: &str) -> BTreeMap<String, ByteString> {
+        let mut data = BTreeMap::new();
+        let mut lost = Vec::new();
+        for (container, key, bytes) in [
+            (MAIN_CONTAINER, kept_logs::MAIN_KEY, self.max_bytes),
+            (INIT_CONTAINER, kept_logs::INIT_KEY, kept_logs::INIT_BYTES),
+        ] {
+            // The kubelet cuts from the end by lines only: enough lines, then the bytes.
+            let params = LogParams {
+                container: Some(container.to_string()),
+                tail_lines: Some(TAIL_LINES),
+                ..LogParams::default()
+            };
+            let mut tries = 0;
+            let text = loop {
+                match self.pods.logs(pod, &params).await {
+                    Ok(text) => break Some(text),
+                    // Never started (its init container failed, or it was stopped first).
+                    Err(kube::Error::Api(s)) if s.code == 400 || s.code == 404 => break None,
+                    Err(e) => {
+                        tries += 1;
+                        if tries >= READ_TRIES {
+                            lost.push(format!("{container}: {e}"));
+                            break None;
+                        }
+                        tokio::time::sleep(READ_WAIT).await;
+                    }
+                }
+            };
+            if let Some(text) = text {
+                let text = text.as_bytes();
+                let cut = text
+                    .len()
+                    .saturating_sub(usize::try_from(bytes).unwrap_or(usize::MAX));
+                data.insert(key.to_string(), ByteString(text[cut..].to_vec()));
+            }
+        }
+        if !lost.is_empty() {
+            data.insert(
+                kept_logs::LOST_KEY.to_string(),
+                ByteString(
+                    format!(
+                        "the log could not be read before the pod went: {}",
+                        lost.join("; ")
+                    )
+                    .into_bytes(),
+                ),
+            );
+        }
+        data
+    }
+
+    /// Takes this server's finalizer off `pod`, under the version it reads.
+    async fn let_go(&self, pod: &str) {
+        for _ in 0..5 {
+            let current = match self.pods.get_opt(pod).await {
+                Ok(Some(current)) => current,
+                Ok(None) => return,
+                Err(e) => {
+                    warn!(pod, error = %e, "cannot read the pod to let it go; tried again at its next change");
+                    return;
+                }
+            };
+            let rest: Vec<String> = current
+                .finalizers()
+                .iter()
+                .filter(|f| f.as_str() != FINALIZER)
+                .cloned()
+                .collect();
+            if rest.len() == current.finalizers().len() {
+                return;
+            }
+            let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": current.resource_version()}});
+            match self
+                .pods
+                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return,
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(kube::Error::Api(s)) if s.code == 404 => return,
+                Err(e) => {
+                    warn!(pod, error = %e, "cannot let the pod go; tried again at its next change");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A pod being deleted that still waits for this server.
+fn going_with_our_finalizer(pod: &Pod) -> bool {
+    pod.meta().deletion_timestamp.is_some() && pod.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// The attempt a pod belongs to: FrameworkController's annotation, else the Framework's
+/// current attempt (its pods are deleted before the next attempt starts).
+fn attempt_of(pod: &Pod, framework: &Framework) -> i32 {
+    pod.annotations()
+        .get(pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| framework.attempt_id())
+}
+
+fn config_map(name: &str, framework: &Framework, data: BTreeMap<String, ByteString>) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(BTreeMap::from([(
+                meta::LABEL_MANAGED_BY.to_string(),
+                meta::MANAGED_BY.to_string(),
+            )])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "frameworkcontroller.microsoft.com/v1".to_string(),
+                kind: "Framework".to_string(),
+                name: framework.name().to_string(),
+                uid: framework.metadata.uid.clone().unwrap_or_default(),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        binary_data: Some(data),
+        ..ConfigMap::default()
+    }
+}
+
+/// What the ConfigMap of `pod`'s attempt `attempt` kept: its main container's log and
+/// its init container's, or why they are lost; `None` when nothing was kept.
+pub async fn kept(config_maps: &Api<ConfigMap>, pod: &str, attempt: i32) -> Option<Kept> {
+    let map = config_maps
+        .get_opt(&kept_logs::config_map(pod, attempt))
+        .await
+        .ok()
+        .flatten()?;
+    let data = map.binary_data.unwrap_or_default();
+    let get = |key: &str| data.get(key).map(|b| b.0.clone()).unwrap_or_default();
+    Some(Kept {
+        main: get(kept_logs::MAIN_KEY),
+        init: get(kept_logs::INIT_KEY),
+        lost: String::from_utf8_lossy(&get(kept_logs::LOST_KEY)).into_owned(),
+    })
+}
+
+/// A task attempt's kept log.
+pub struct Kept {
+    pub main: Vec<u8>,
+    pub init: Vec<u8>,
+    /// Why the log could not be kept, if it could not.
+    pub lost: String,
+}
