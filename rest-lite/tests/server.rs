@@ -1306,6 +1306,9 @@ async fn a_tasks_log_outlives_its_pod() {
     assert!(runtime.body.contains("barrier passed"), "{}", runtime.body);
     let followed = request(s.addr, "GET", &format!("{path}&follow=true"), None, "").await;
     assert_eq!(followed.body, read.body);
+    // The task's log page shows it too.
+    let page = request(s.addr, "GET", "/ui/jobs/alice/job/logs/worker/0", None, "").await;
+    assert!(page.body.contains("the last line"), "{}", page.body);
     // The next attempt runs: the first one's log is still there, by its number.
     s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"]["state"] = json!("AttemptRunning");
@@ -1320,6 +1323,59 @@ async fn a_tasks_log_outlives_its_pod() {
         (earlier.status, earlier.body.as_str()),
         (200, read.body.as_str())
     );
+}
+
+/// A pod deleted while no server kept logs (the server down, or restarting) waits on its
+/// finalizer; the next server's keeper finds it at its first list, keeps its log and
+/// lets it go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_while_no_server_ran_is_kept_by_the_next() {
+    let s = start().await;
+    assert_eq!(
+        submit(s.addr, "alice", &common::base_job().to_string())
+            .await
+            .status,
+        202
+    );
+    let template = s.api.get("frameworks", NS, &fw()).expect("framework")["spec"]["taskRoles"][0]
+        ["task"]["pod"]["metadata"]
+        .clone();
+    let ps = pod("ps", 0);
+    s.api.create(
+        "pods",
+        NS,
+        json!({"metadata": {"name": ps, "namespace": NS, "labels": template["labels"],
+                "finalizers": template["finalizers"]},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}),
+    );
+    s.api.append_log(NS, &ps, "ps done\n");
+    s.api.delete("pods", NS, &ps);
+    let waiting = s
+        .api
+        .get("pods", NS, &ps)
+        .expect("the pod waits on its finalizer");
+    assert!(!waiting["metadata"]["deletionTimestamp"].is_null());
+    // The next server's keeper.
+    let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
+        .expect("client");
+    let store = KubeBackend::store_only(client.clone(), NS, &s.api.url());
+    store.listed().await;
+    let keeper =
+        tokio::spawn(pai_server::log_keeper::LogKeeper::new(client, NS, store, 1024).run());
+    s.api.wait_gone("pods", NS, &ps).await;
+    let kept = s
+        .api
+        .get(
+            "configmaps",
+            NS,
+            &pai_contract::kept_logs::config_map(&ps, 0),
+        )
+        .expect("kept");
+    assert_eq!(
+        kept["binaryData"]["main.log"],
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "ps done\n")
+    );
+    keeper.abort();
 }
 
 /// Through the API and the Events of a cluster: a job between an attempt and its delayed

@@ -246,6 +246,11 @@ impl KubeBackend {
         crate::log_keeper::kept(&self.config_maps, pod, attempt).await
     }
 
+    /// What was kept of pod `pod`'s log in its job's current attempt.
+    async fn kept_now(&self, pod: &str) -> Option<crate::log_keeper::Kept> {
+        crate::log_keeper::kept_now(&self.config_maps, &self.store, pod).await
+    }
+
     /// Refuses a job whose pods name a queue the cluster does not have (a Volcano Queue,
     /// or one that is closed; a Kueue LocalQueue of the namespace). When the server
     /// cannot tell (not allowed to read queues, the API server failing), the job goes
@@ -831,15 +836,8 @@ impl Backend for KubeBackend {
                         ))
                     } else if matches!(&e, kube::Error::Api(s) if s.code == 404) {
                         // Gone after it ended: what was kept of it.
-                        let attempt = self
-                            .store
-                            .get(pai_contract::kept_logs::framework_of(pod))
-                            .map(|f| f.attempt_id());
-                        match attempt {
-                            Some(attempt) => match self.kept(pod, attempt).await {
-                                Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
-                                None => Err(BackendError::NotFound),
-                            },
+                        match self.kept_now(pod).await {
+                            Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
                             None => Err(BackendError::NotFound),
                         }
                     } else {
@@ -863,15 +861,9 @@ impl Backend for KubeBackend {
             let text = match self.pods.logs(pod, &params).await {
                 Ok(text) => text,
                 Err(kube::Error::Api(s)) if s.code == 404 => {
-                    let attempt = self
-                        .store
-                        .get(pai_contract::kept_logs::framework_of(pod))
-                        .map(|f| f.attempt_id());
-                    let kept = match attempt {
-                        Some(attempt) => self.kept(pod, attempt).await,
-                        None => None,
-                    };
-                    return kept
+                    return self
+                        .kept_now(pod)
+                        .await
                         .map(|k| kept_stream(k.init, ""))
                         .ok_or(BackendError::NotFound);
                 }
@@ -907,13 +899,20 @@ impl Backend for KubeBackend {
                 limit_bytes: Some(i64::try_from(max_bytes).unwrap_or(i64::MAX)),
                 ..LogParams::default()
             };
-            let text = self
-                .pods
-                .logs(pod, &params)
-                .await
-                .inspect(|_| self.answered())
-                .map_err(|e| self.error(e))?;
-            let tail = super::backend::last_lines(text.as_bytes(), lines, max_bytes);
+            let text = match self.pods.logs(pod, &params).await {
+                Ok(text) => {
+                    self.answered();
+                    text.into_bytes()
+                }
+                // The pod is gone: what was kept of its log.
+                Err(kube::Error::Api(s)) if s.code == 404 => self
+                    .kept_now(pod)
+                    .await
+                    .map(|k| k.main)
+                    .ok_or(BackendError::NotFound)?,
+                Err(e) => return Err(self.error(e)),
+            };
+            let tail = super::backend::last_lines(&text, lines, max_bytes);
             let mut tails = self.tails.lock().unwrap_or_else(|p| p.into_inner());
             if tails.len() >= TAILS_KEPT {
                 tails.retain(|_, (read, _)| read.elapsed() < TAIL_TTL);

@@ -268,6 +268,12 @@ pub async fn kept(config_maps: &Api<ConfigMap>, pod: &str, attempt: i32) -> Opti
     })
 }
 
+/// What was kept of pod `pod`'s log in its job's current attempt (the pod is gone).
+pub async fn kept_now(config_maps: &Api<ConfigMap>, store: &KubeStore, pod: &str) -> Option<Kept> {
+    let attempt = store.get(kept_logs::framework_of(pod))?.attempt_id();
+    kept(config_maps, pod, attempt).await
+}
+
 /// A task attempt's kept log.
 pub struct Kept {
     pub main: Vec<u8>,

@@ -83,14 +83,7 @@ pub fn when_started(
         loop {
             if task_over(&store, &pod) {
                 // Ended before this follower saw it run: what was kept, if anything.
-                let attempt = store
-                    .get(pai_contract::kept_logs::framework_of(&pod))
-                    .map(|f| f.attempt_id());
-                let kept = match attempt {
-                    Some(attempt) => crate::log_keeper::kept(&config_maps, &pod, attempt).await,
-                    None => None,
-                };
-                return match kept {
+                return match crate::log_keeper::kept_now(&config_maps, &store, &pod).await {
                     Some(kept) => {
                         futures::stream::once(async move { Ok(axum::body::Bytes::from(kept.main)) })
                             .boxed()
