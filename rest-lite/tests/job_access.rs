@@ -181,16 +181,12 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         .await;
     // A task's pod, made from the template with its finalizer, deleted once it ended:
     // the keeper reads its log, keeps it and lets the pod go.
-    let template = api.get("frameworks", NS, &fw).expect("framework")["spec"]["taskRoles"][0]
-        ["task"]["pod"]["metadata"]
-        .clone();
+    let framework = api.get("frameworks", NS, &fw).expect("framework");
     let pod = pai_contract::framework::pod_name(&fw, "ps", 0);
     api.create(
         "pods",
         NS,
-        json!({"metadata": {"name": pod, "namespace": NS, "labels": template["labels"],
-                "finalizers": template["finalizers"]},
-            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}),
+        pai_test_support::frameworks::pod_of(&framework, "ps", 0),
     );
     api.append_log(NS, &pod, "done\n");
     api.delete("pods", NS, &pod);

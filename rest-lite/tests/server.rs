@@ -206,6 +206,12 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+/// Submits the tests' base job as alice; it must be accepted.
+async fn submit_base_job(s: &Setup) {
+    let reply = submit(s.addr, "alice", &common::base_job().to_string()).await;
+    assert_eq!(reply.status, 202, "{}", reply.body);
+}
+
 async fn submit(addr: SocketAddr, user: &str, spec: &str) -> Reply {
     request(
         addr,
@@ -1165,12 +1171,7 @@ async fn logs_are_served_and_followed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_answer_while_a_task_starts_and_a_follow_waits_for_its_pod() {
     let s = start().await;
-    assert_eq!(
-        submit(s.addr, "alice", &common::base_job().to_string())
-            .await
-            .status,
-        202
-    );
+    submit_base_job(&s).await;
     let path = "/api/v1/user/alice/jobs/job/logs?role=worker&index=0";
     // Followed right after the submission, before the pod exists: a stream that waits.
     let following = tokio::spawn(request(
@@ -1234,34 +1235,16 @@ async fn a_tasks_log_outlives_its_pod() {
     )
     .await;
     let s = Setup { api, addr };
-    assert_eq!(
-        submit(s.addr, "alice", &common::base_job().to_string())
-            .await
-            .status,
-        202
-    );
+    submit_base_job(&s).await;
     let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
-    let template = framework["spec"]["taskRoles"]
-        .as_array()
-        .expect("roles")
-        .iter()
-        .find(|r| r["name"] == "worker")
-        .expect("worker")["task"]["pod"]["metadata"]
-        .clone();
+    let made = pai_test_support::frameworks::pod_of(&framework, "worker", 0);
     assert_eq!(
-        template["finalizers"],
+        made["metadata"]["finalizers"],
         json!([pai_contract::kept_logs::FINALIZER]),
         "every pod waits for its log to be kept"
     );
     let worker = pod("worker", 0);
-    s.api.create(
-        "pods",
-        NS,
-        json!({"metadata": {"name": worker, "namespace": NS, "labels": template["labels"],
-                "finalizers": template["finalizers"],
-                "annotations": {"FC_FRAMEWORK_ATTEMPT_ID": "0"}},
-            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}),
-    );
+    s.api.create("pods", NS, made);
     s.api.append_container_log(
         NS,
         &worker,
@@ -1331,22 +1314,13 @@ async fn a_tasks_log_outlives_its_pod() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_while_no_server_ran_is_kept_by_the_next() {
     let s = start().await;
-    assert_eq!(
-        submit(s.addr, "alice", &common::base_job().to_string())
-            .await
-            .status,
-        202
-    );
-    let template = s.api.get("frameworks", NS, &fw()).expect("framework")["spec"]["taskRoles"][0]
-        ["task"]["pod"]["metadata"]
-        .clone();
+    submit_base_job(&s).await;
+    let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
     let ps = pod("ps", 0);
     s.api.create(
         "pods",
         NS,
-        json!({"metadata": {"name": ps, "namespace": NS, "labels": template["labels"],
-                "finalizers": template["finalizers"]},
-            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}),
+        pai_test_support::frameworks::pod_of(&framework, "ps", 0),
     );
     s.api.append_log(NS, &ps, "ps done\n");
     s.api.delete("pods", NS, &ps);

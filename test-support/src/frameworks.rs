@@ -167,3 +167,35 @@ pub fn set_all_addresses(framework: &mut Value, roles: &[(&str, u32)]) {
         }
     }
 }
+
+/// The pod FrameworkController makes for task `index` of role `role` (its Kubernetes
+/// name) of `framework`, from the role's template: its name, the template's labels,
+/// annotations and finalizers, and FrameworkController's attempt annotation.
+pub fn pod_of(framework: &Value, role: &str, index: u32) -> Value {
+    let name = framework["metadata"]["name"].as_str().unwrap_or_default();
+    let template = framework["spec"]["taskRoles"]
+        .as_array()
+        .and_then(|roles| roles.iter().find(|r| r["name"] == role))
+        .map(|r| r["task"]["pod"].clone())
+        .unwrap_or_default();
+    let mut annotations = template["metadata"]["annotations"].clone();
+    if !annotations.is_object() {
+        annotations = json!({});
+    }
+    annotations[pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID] = json!(
+        framework["status"]["attemptStatus"]["id"]
+            .as_i64()
+            .unwrap_or(0)
+            .to_string()
+    );
+    json!({
+        "metadata": {
+            "name": pai_contract::framework::pod_name(name, role, index),
+            "namespace": framework["metadata"]["namespace"],
+            "labels": template["metadata"]["labels"],
+            "annotations": annotations,
+            "finalizers": template["metadata"]["finalizers"],
+        },
+        "spec": template["spec"],
+    })
+}
