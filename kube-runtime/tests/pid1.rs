@@ -366,7 +366,13 @@ fn a_container_log_that_is_a_file_and_daemon_logs_stay_within_the_cap() {
         "10-chatty.sh",
         "head -c 50000 /dev/zero | tr '\\0' d; echo; sleep 60",
     );
-    task.main("head -c 50000 /dev/zero | tr '\\0' x; echo; echo last-line");
+    // The user command starts its output once the daemon's log has rotated (else the
+    // user command may end, and the daemon with it, before the daemon wrote the cap).
+    let rotated = task.log_dir().join("init-10-chatty.sh.log.1");
+    task.main(&format!(
+        "while [ ! -e '{}' ]; do sleep 0.01; done; head -c 50000 /dev/zero | tr '\\0' x; echo; echo last-line",
+        rotated.display()
+    ));
     let container_log = task.root().join("container.log");
     let file = std::fs::File::create(&container_log).expect("container.log");
     let mut command = task.subreaper();

@@ -1369,10 +1369,13 @@ async fn a_retry_delay_and_a_stop_are_shown_and_told_as_they_are() {
     tokio::spawn(recorder.run(store));
     let mut stopped_job = common::base_job();
     stopped_job["jobName"] = json!("stopped");
-    for spec in [common::base_job(), stopped_job] {
+    let mut succeeded_job = common::base_job();
+    succeeded_job["jobName"] = json!("succeeded");
+    for spec in [common::base_job(), stopped_job, succeeded_job] {
         assert_eq!(submit(s.addr, "alice", &spec.to_string()).await.status, 202);
     }
     let stopped = pai_contract::names::framework_name("alice", "stopped");
+    let succeeded = pai_contract::names::framework_name("alice", "succeeded");
     let now = jiff::Timestamp::now().to_string();
     // "job": attempt 0 ended with a conflict; FrameworkController retries it in 462 s.
     s.api.modify("frameworks", NS, &fw(), |f| {
@@ -1424,6 +1427,16 @@ async fn a_retry_delay_and_a_stop_are_shown_and_told_as_they_are() {
                             "phrase": "FrameworkAttemptCompletion", "type": {"name": "Failed", "attributes": ["Permanent"]}}}}]}]}});
         });
     }
+    // "succeeded": its attempt succeeded, passes through its deletion, and completes.
+    for state in ["AttemptDeletionPending", "AttemptCompleted", "Completed"] {
+        s.api.modify("frameworks", NS, &succeeded, |f| {
+            f["status"] = json!({"state": state, "startTime": now, "completionTime": now,
+                "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0},
+                "attemptStatus": {"id": 0, "startTime": now, "completionTime": now,
+                    "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}},
+                    "taskRoleStatuses": []}});
+        });
+    }
     let view = until(s.addr, "/api/v1/user/alice/jobs/stopped", |r| {
         r.json()["jobStatus"]["state"] == "STOPPED"
     })
@@ -1437,7 +1450,8 @@ async fn a_retry_delay_and_a_stop_are_shown_and_told_as_they_are() {
     let fw_uid = |name: &str| {
         s.api.get("frameworks", NS, name).expect("framework")["metadata"]["uid"].clone()
     };
-    let (job_uid, stopped_uid) = (fw_uid(&fw()), fw_uid(&stopped));
+    let (job_uid, stopped_uid, succeeded_uid) =
+        (fw_uid(&fw()), fw_uid(&stopped), fw_uid(&succeeded));
     let said = |uid: &Value| -> Vec<String> {
         s.api
             .list("events", NS)
@@ -1447,7 +1461,11 @@ async fn a_retry_delay_and_a_stop_are_shown_and_told_as_they_are() {
             .collect()
     };
     // As `until`: each look is a read of the stored Events, no pause decides anything.
-    for (uid, reason) in [(&job_uid, "RetryScheduled"), (&stopped_uid, "Stopped")] {
+    for (uid, reason) in [
+        (&job_uid, "RetryScheduled"),
+        (&stopped_uid, "Stopped"),
+        (&succeeded_uid, "Succeeded"),
+    ] {
         let mut looks = 0;
         while !said(uid).iter().any(|r| r == reason) {
             looks += 1;
@@ -1466,6 +1484,14 @@ async fn a_retry_delay_and_a_stop_are_shown_and_told_as_they_are() {
             .iter()
             .any(|r| r == "AttemptFailed" || r == "Failed"),
         "a stop is no failure: {stopped_told:?}"
+    );
+    let succeeded_told = said(&succeeded_uid);
+    assert!(
+        succeeded_told.contains(&"AttemptSucceeded".to_string())
+            && !succeeded_told
+                .iter()
+                .any(|r| r == "AttemptFailed" || r == "Failed"),
+        "a success is no failure: {succeeded_told:?}"
     );
     let notes: Vec<String> = kube::Api::<Event>::namespaced(client, NS)
         .list(&Default::default())
