@@ -258,9 +258,7 @@ pub fn job_state(framework: &Framework) -> JobState {
         }
         // An attempt ended and its retry is scheduled after a delay: the job waits for it
         // (OpenPAI's rest-server read `AttemptCompleted` with a `retryDelaySec` so).
-        FrameworkState::AttemptCompleted
-            if !stopping && status.retry_policy_status.retry_delay_sec.is_some() =>
-        {
+        FrameworkState::AttemptCompleted if framework.retry_scheduled().is_some() => {
             JobState::Waiting
         }
         // An attempt that is ending: the job still runs until it completes or retries.
@@ -279,7 +277,7 @@ pub fn job_state(framework: &Framework) -> JobState {
                 Some(0) => JobState::Succeeded,
                 // Stopped by the server because a job it waited for ended otherwise.
                 _ if pai_contract::depends::failed(framework).is_some() => JobState::Failed,
-                _ if stopping || code == Some(codes::STOP_FRAMEWORK_REQUESTED) => JobState::Stopped,
+                _ if pai_contract::exit::stopped_by_user(stopping, code) => JobState::Stopped,
                 Some(_) => JobState::Failed,
                 None => JobState::Unknown,
             }
@@ -509,10 +507,7 @@ fn attempt_views(framework: &Framework) -> Vec<AttemptView> {
     };
     let current = status.attempt_status.id;
     // The current attempt ended and waits for its retry.
-    let delay = (status.state == FrameworkState::AttemptCompleted
-        && framework.spec.execution_type == ExecutionType::Start)
-        .then_some(status.retry_policy_status.retry_delay_sec)
-        .flatten();
+    let delay = framework.retry_scheduled();
     pai_contract::attempts::ended(framework)
         .into_iter()
         .map(|end| {

@@ -123,9 +123,7 @@ pub fn of_framework(framework: &Framework, running: u32, total: u32) -> Waiting 
             .map(|t| t.0.as_millisecond())
     });
     let [submitted, creating, starting] = ON_ITS_WAY;
-    if let Some(status) = status.filter(|s| s.state == FrameworkState::AttemptCompleted)
-        && let Some(delay) = status.retry_policy_status.retry_delay_sec
-    {
+    if let (Some(status), Some(delay)) = (status, framework.retry_scheduled()) {
         return retry_delay(status, delay);
     }
     let (reason, message) = match status.map(|s| s.state) {

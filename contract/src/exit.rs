@@ -230,11 +230,17 @@ pub fn meaning(code: i32) -> String {
 /// gives it −220, the attempt −210) reads as the user's stop, not as another task's
 /// decision.
 pub fn task_meaning(code: i32, attempt_code: Option<i32>, stop_requested: bool) -> String {
-    let stopped_by_user = stop_requested || attempt_code == Some(codes::STOP_FRAMEWORK_REQUESTED);
-    if code == codes::FRAMEWORK_ATTEMPT_COMPLETION && stopped_by_user {
+    if code == codes::FRAMEWORK_ATTEMPT_COMPLETION && stopped_by_user(stop_requested, attempt_code)
+    {
         return "stopped by the platform: the job was stopped".into();
     }
     meaning(code)
+}
+
+/// Whether a job's attempt ended by the user's stop: a stop was asked (`executionType:
+/// Stop`), or the attempt's code says so (−210).
+pub fn stopped_by_user(stop_requested: bool, attempt_code: Option<i32>) -> bool {
+    stop_requested || attempt_code == Some(codes::STOP_FRAMEWORK_REQUESTED)
 }
 
 /// The exit codes our own programs end with when they fail on purpose.

@@ -203,6 +203,17 @@ impl Framework {
             .unwrap_or(meta::DEFAULT_VIRTUAL_CLUSTER)
     }
 
+    /// The seconds after which FrameworkController starts the next attempt, once it
+    /// scheduled a retry of the current one (`AttemptCompleted` with a `retryDelaySec`,
+    /// the job not being stopped); `None` while no retry is scheduled.
+    pub fn retry_scheduled(&self) -> Option<i64> {
+        let status = self.status.as_ref()?;
+        (status.state == crate::framework::FrameworkState::AttemptCompleted
+            && self.spec.execution_type == crate::framework::ExecutionType::Start)
+            .then_some(status.retry_policy_status.retry_delay_sec)
+            .flatten()
+    }
+
     /// The current attempt's id (0 before FrameworkController wrote a status).
     pub fn attempt_id(&self) -> i32 {
         self.status.as_ref().map_or(0, |s| s.attempt_status.id)

@@ -172,7 +172,14 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
             // deletion and `AttemptCompleted` before it decides: an attempt stopped by the
             // user is told once the job is Completed, a succeeded one is no failure, and
             // a retry is said only once it is scheduled (below).
-            (false, _) if stop_requested(framework, done.code) => return found,
+            (false, _)
+                if pai_contract::exit::stopped_by_user(
+                    framework.spec.execution_type == ExecutionType::Stop,
+                    Some(done.code),
+                ) =>
+            {
+                return found;
+            }
             (false, true) => (
                 format!("attempt-{}.completed", attempt.id),
                 "AttemptSucceeded",
@@ -192,10 +199,7 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
                 ),
             ),
         };
-        if !final_
-            && status.state == FrameworkState::AttemptCompleted
-            && let Some(delay) = status.retry_policy_status.retry_delay_sec
-        {
+        if !final_ && let Some(delay) = framework.retry_scheduled() {
             found.push(Occurrence {
                 key: format!("attempt-{}.retry", attempt.id),
                 warning: false,
@@ -222,11 +226,6 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
         });
     }
     found
-}
-
-/// Whether the attempt ended because the user stopped the job.
-fn stop_requested(framework: &Framework, code: i32) -> bool {
-    framework.spec.execution_type == ExecutionType::Stop || code == codes::STOP_FRAMEWORK_REQUESTED
 }
 
 /// The Framework was deleted (only the watch knows).

@@ -139,7 +139,8 @@ pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<St
             ));
         }
         (Ok(Some(CodeSource::Hdfs(uri))), Place::ThisMachine) => {
-            if find_program("hdfs").is_none() {
+            let path = std::env::var("PATH").unwrap_or_default();
+            if crate::warnings::on_path("hdfs", &path).is_none() {
                 return refuse(format!(
                     "{uri} is on HDFS, and this machine has no HDFS client (no `hdfs` on PATH) to fetch it: install Hadoop's client, or copy the code here and name its directory"
                 ));
@@ -210,15 +211,6 @@ fn local_code(path: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// `program` in a directory of `PATH`.
-fn find_program(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(program))
-            .find(|p| p.is_file())
-    })
 }
 
 #[cfg(test)]

@@ -110,9 +110,7 @@ pub fn missing_programs(spec: &JobSpec, path: &str) -> Vec<String> {
         let found = if program.contains('/') {
             Path::new(program).exists()
         } else {
-            path.split(':')
-                .filter(|d| !d.is_empty())
-                .any(|dir| Path::new(dir).join(program).is_file())
+            on_path(program, path).is_some()
         };
         if !found {
             out.push(format!(
@@ -122,6 +120,14 @@ pub fn missing_programs(spec: &JobSpec, path: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// `program` (a bare name) in a directory of `path` (a `PATH` value).
+pub fn on_path(program: &str, path: &str) -> Option<std::path::PathBuf> {
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|dir| Path::new(dir).join(program))
+        .find(|p| p.is_file())
 }
 
 /// The first word of `command`, when it plainly names a program (not a shell word, an
