@@ -251,6 +251,18 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         ("PATCH", format!("{jobs}/{fw}")),
         ("DELETE", format!("{jobs}/{fw}")),
         ("GET", format!("{maps}/{}", access::peer_table(&bob))),
+        // Its own tasks' kept logs are the server's to serve (its user's token), not
+        // the job's token's to read.
+        (
+            "GET",
+            format!(
+                "{maps}/{}",
+                pai_contract::kept_logs::config_map(
+                    &pai_contract::framework::pod_name(&fw, "ps", 0),
+                    0
+                )
+            ),
+        ),
         ("GET", maps.to_string()),
         ("GET", format!("/api/v1/namespaces/jobs/secrets/{fw}-ssh")),
         ("GET", format!("/api/v1/namespaces/jobs/pods/{fw}-ps-0/log")),
