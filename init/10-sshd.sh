@@ -58,8 +58,11 @@ printf '%s\n' \
     'fi' \
     'exec "${SHELL:-/bin/sh}" -l' > "$dir/session.sh"
 
+# On the address the task was given (the embedded default's), never wider.
+listen="${PAI_RUNTIME_BIND_ADDRESS:-}"
 printf '%s\n' \
     "Port $PAI_CONTAINER_SSH_PORT" \
+    ${listen:+"ListenAddress $listen"} \
     "HostKey $dir/ssh_host_ed25519_key" \
     "AuthorizedKeysFile $dir/authorized_keys" \
     "PidFile $dir/sshd.pid" \

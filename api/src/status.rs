@@ -82,6 +82,10 @@ pub struct JobStatus {
     /// The role and index of the task whose completion ended the attempt.
     pub app_exit_trigger_task_role_name: Option<String>,
     pub app_exit_trigger_task_index: Option<i32>,
+    /// Why the task that ended the job failed, as its output said
+    /// ([`TaskView::container_exit_cause`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_exit_cause: Option<ExitCause>,
     pub total_task_number: u32,
     /// GPUs of all its tasks together.
     #[serde(default)]
@@ -220,6 +224,32 @@ pub struct TaskView {
     /// task's outcome is the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_error: Option<String>,
+    /// Why the task failed, as its output said: the line the runtime picked by its
+    /// failure patterns (a Python exception, CUDA's out of memory, an MPI rank's end), else
+    /// the last meaningful line of stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_exit_cause: Option<ExitCause>,
+}
+
+/// The line of a task's output that says why it failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExitCause {
+    /// The failure pattern that picked it (`python-exception`, `cuda-out-of-memory`,
+    /// `mpi`, `killed`, an operator's own), or `last-stderr-line`, `last-stdout-line`,
+    /// `signal`.
+    pub pattern: String,
+    /// The line.
+    pub line: String,
+}
+
+impl From<pai_contract::failure::Cause> for ExitCause {
+    fn from(cause: pai_contract::failure::Cause) -> Self {
+        Self {
+            pattern: cause.pattern,
+            line: cause.line,
+        }
+    }
 }
 
 /// A Kubernetes-style condition.
@@ -376,11 +406,12 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         let task_statuses = (0..tasks)
             .map(|index| {
                 let task = by_index[index as usize];
-                let reported = task
+                let message = task
                     .and_then(|t| t.attempt_status.completion_status.as_ref())
                     .and_then(|c| c.main_message())
-                    .and_then(pai_contract::results::read);
-                let (result, result_error) = match reported {
+                    .and_then(pai_contract::results::read_message)
+                    .unwrap_or_default();
+                let (result, result_error) = match message.reported {
                     Some(pai_contract::results::Reported::Result(value)) => (Some(value), None),
                     Some(pai_contract::results::Reported::Invalid(why)) => (None, Some(why)),
                     None => (None, None),
@@ -423,6 +454,7 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
                     retries: task.map_or(0, |t| t.retry_policy_status.total_retried_count),
                     result,
                     result_error,
+                    container_exit_cause: message.cause.map(ExitCause::from),
                 }
             })
             .collect::<Vec<TaskView>>();
@@ -477,6 +509,16 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
             },
         ),
         app_exit_trigger_task_index: trigger.and_then(|t| t.task_index),
+        app_exit_cause: trigger_task
+            .filter(|_| completed && completion.is_some_and(|c| c.code != 0))
+            .and_then(|(role, index)| {
+                let role = framework.task_role(role)?.pai_name();
+                let task = task_roles
+                    .get(role)?
+                    .task_statuses
+                    .get(usize::try_from(index).ok()?)?;
+                task.container_exit_cause.clone()
+            }),
         total_task_number: total_tasks,
         total_gpu_number: total_gpus,
         virtual_cluster: framework.virtual_cluster().to_string(),

@@ -21,6 +21,31 @@ use pai_api::ssh::SshInfo;
 use pai_api::status::JobView;
 use pai_contract::SpecFormat;
 pub use pai_contract::log_lines::Source;
+pub use pai_contract::ordered_log::Stream;
+
+/// Which lines of a task's log to ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lines {
+    /// By whose they are (the user command's, the runtime's, all).
+    Source(Source),
+    /// One stream of the user command's output alone.
+    Stream(Stream),
+}
+
+impl Lines {
+    fn query(self) -> String {
+        match self {
+            Lines::Source(source) => format!("source={}", source.as_str()),
+            Lines::Stream(stream) => format!("stream={}", stream.as_str()),
+        }
+    }
+}
+
+impl From<Source> for Lines {
+    fn from(source: Source) -> Self {
+        Lines::Source(source)
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -387,13 +412,13 @@ impl Client {
         role: &str,
         index: u32,
         follow: bool,
-        source: Source,
+        lines: impl Into<Lines>,
     ) -> Result<Chunks, ClientError> {
-        let query = format!("follow={follow}&source={}", source.as_str());
+        let query = format!("follow={follow}&{}", lines.into().query());
         self.task_log(user, job, role, index, &query).await
     }
 
-    /// One task's whole log in attempt `attempt` of the job (from 0), `source`'s lines.
+    /// One task's whole log in attempt `attempt` of the job (from 0), those `lines`.
     pub async fn attempt_logs(
         &self,
         user: &str,
@@ -401,9 +426,9 @@ impl Client {
         role: &str,
         index: u32,
         attempt: u32,
-        source: Source,
+        lines: impl Into<Lines>,
     ) -> Result<Chunks, ClientError> {
-        let query = format!("attempt={attempt}&source={}", source.as_str());
+        let query = format!("attempt={attempt}&{}", lines.into().query());
         self.task_log(user, job, role, index, &query).await
     }
 

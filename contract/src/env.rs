@@ -105,6 +105,17 @@ pub mod runtime {
     /// bound from their allocation until the task's main container starts, so `entry`
     /// does not check that they are free (they are held for it, not taken).
     pub const PORTS_HELD: &str = "PAI_RUNTIME_PORTS_HELD";
+    /// The address a task's ports are bound on: set by the embedded default to the
+    /// task's own (`127.0.0.1`), never wider; unset in a pod, whose ports are its network
+    /// namespace's (every address of it).
+    pub const BIND_ADDRESS: &str = "PAI_RUNTIME_BIND_ADDRESS";
+    /// Set (`stdin`) by the embedded default for `run`: the task's ssh port, bound and
+    /// listening, is the runtime's standard input (as systemd's socket activation hands a
+    /// service its socket), passed from the server's hold to the runtime's without a
+    /// moment in which the port is free for anyone else.
+    pub const SSH_LISTENER: &str = "PAI_RUNTIME_SSH_LISTENER";
+    /// [`SSH_LISTENER`]'s value: the listener is standard input.
+    pub const SSH_LISTENER_STDIN: &str = "stdin";
 }
 
 /// The barrier's settings (frameworkbarrier's names, and ours for the peer table).

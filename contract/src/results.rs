@@ -15,6 +15,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::failure::Cause;
+
 /// The largest result, in bytes of JSON as written: with the envelope it fits in the
 /// kubelet's 4096 bytes per container.
 pub const MAX_BYTES: usize = 4000;
@@ -32,7 +34,7 @@ pub const RESULT_FILE_NAME: &str = "result.json";
 /// default's; a pod's is the kubelet's).
 pub const TERMINATION_LOG_NAME: &str = "termination-log";
 
-/// What a termination message carries.
+/// What a termination message carries about the result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub enum Reported {
@@ -42,35 +44,102 @@ pub enum Reported {
     Invalid(String),
 }
 
-/// The termination message for what the result file held: `None` when there is no file
-/// (no result), else the envelope. `read` is the file's contents or why it could not be
-/// read.
-pub fn message(read: std::io::Result<Vec<u8>>) -> Option<String> {
-    let reported = match read {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => Reported::Invalid(format!("cannot read the result file: {e}")),
-        Ok(bytes) if bytes.len() > MAX_BYTES => Reported::Invalid(format!(
-            "the result is {} bytes; at most {MAX_BYTES} bytes of JSON are sent (a container's termination message holds 4096)",
-            bytes.len()
-        )),
-        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-            // Written again by us: within the kubelet's limit, or refused.
-            Ok(value) => match serde_json::to_string(&Reported::Result(value)) {
-                Ok(m) if m.len() <= KUBELET_MAX_BYTES => return Some(m),
-                _ => Reported::Invalid(format!(
-                    "the result does not fit in a termination message ({KUBELET_MAX_BYTES} bytes)"
-                )),
-            },
-            Err(e) => Reported::Invalid(format!("the result is not JSON: {e}")),
-        },
-    };
-    serde_json::to_string(&reported).ok()
+/// A termination message as the runtime writes it: the result (or why there is none)
+/// and, for a failed command, its cause ([`crate::failure`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Message {
+    /// The result, if the command wrote one.
+    pub reported: Option<Reported>,
+    /// Why the command failed, as its output said.
+    pub cause: Option<Cause>,
 }
 
-/// What a termination message reports, if it is a result's envelope (a message the
-/// user's program wrote itself is not read as one).
-pub fn read(message: &str) -> Option<Reported> {
-    serde_json::from_str(message).ok()
+impl Message {
+    /// The message's text; `None` when there is nothing to say.
+    pub fn to_text(&self) -> Option<String> {
+        let mut object = serde_json::Map::new();
+        match &self.reported {
+            Some(Reported::Result(v)) => {
+                object.insert("result".into(), v.clone());
+            }
+            Some(Reported::Invalid(why)) => {
+                object.insert("invalid".into(), why.clone().into());
+            }
+            None => {}
+        }
+        if let Some(cause) = &self.cause {
+            object.insert("cause".into(), serde_json::to_value(cause).ok()?);
+        }
+        (!object.is_empty()).then(|| Value::Object(object).to_string())
+    }
+}
+
+/// The termination message for what the result file held (`read`: its contents, or why
+/// it could not be read; no file, no result) and the failure's `cause`: `None` when there
+/// is neither. It always fits the kubelet's 4096 bytes: a result too large is refused
+/// whole, a cause is at most [`crate::failure::MAX_LINE`] bytes.
+pub fn message(read: std::io::Result<Vec<u8>>, cause: Option<Cause>) -> Option<String> {
+    let reported = match read {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Reported::Invalid(format!(
+            "cannot read the result file: {e}"
+        ))),
+        Ok(bytes) if bytes.len() > MAX_BYTES => Some(Reported::Invalid(format!(
+            "the result is {} bytes; at most {MAX_BYTES} bytes of JSON are sent (a container's termination message holds 4096)",
+            bytes.len()
+        ))),
+        Ok(bytes) => Some(match serde_json::from_slice::<Value>(&bytes) {
+            Ok(value) => Reported::Result(value),
+            Err(e) => Reported::Invalid(format!("the result is not JSON: {e}")),
+        }),
+    };
+    let mut message = Message { reported, cause };
+    let text = message.to_text()?;
+    if text.len() <= KUBELET_MAX_BYTES {
+        return Some(text);
+    }
+    // Written again by us and still too long: the result goes, refused whole; then the
+    // cause, if even that does not fit.
+    message.reported = Some(Reported::Invalid(format!(
+        "the result does not fit in a termination message ({KUBELET_MAX_BYTES} bytes)"
+    )));
+    let text = message.to_text()?;
+    if text.len() <= KUBELET_MAX_BYTES {
+        return Some(text);
+    }
+    message.cause = None;
+    message.to_text()
+}
+
+/// What a termination message reports, if it is the runtime's (a message the user's
+/// program wrote itself is not read as one).
+pub fn read_message(text: &str) -> Option<Message> {
+    let Ok(Value::Object(object)) = serde_json::from_str::<Value>(text) else {
+        return None;
+    };
+    if object.is_empty()
+        || object
+            .keys()
+            .any(|k| !matches!(k.as_str(), "result" | "invalid" | "cause"))
+    {
+        return None;
+    }
+    let reported = match (object.get("result"), object.get("invalid")) {
+        (Some(v), None) => Some(Reported::Result(v.clone())),
+        (None, Some(Value::String(why))) => Some(Reported::Invalid(why.clone())),
+        (None, None) => None,
+        _ => return None,
+    };
+    let cause = match object.get("cause") {
+        Some(c) => Some(serde_json::from_value(c.clone()).ok()?),
+        None => None,
+    };
+    Some(Message { reported, cause })
+}
+
+/// The result a termination message reports, if it is the runtime's.
+pub fn read(text: &str) -> Option<Reported> {
+    read_message(text)?.reported
 }
 
 #[cfg(test)]
@@ -78,7 +147,7 @@ mod tests {
     use super::*;
 
     fn round_trip(bytes: &[u8]) -> Option<Reported> {
-        message(Ok(bytes.to_vec())).and_then(|m| {
+        message(Ok(bytes.to_vec()), None).and_then(|m| {
             assert!(m.len() <= 4096, "{} bytes", m.len());
             read(&m)
         })
@@ -97,7 +166,10 @@ mod tests {
 
     #[test]
     fn no_file_no_result() {
-        assert_eq!(message(Err(std::io::ErrorKind::NotFound.into())), None);
+        assert_eq!(
+            message(Err(std::io::ErrorKind::NotFound.into()), None),
+            None
+        );
     }
 
     #[test]
@@ -119,6 +191,31 @@ mod tests {
             round_trip(largest.as_bytes()),
             Some(Reported::Result(_))
         ));
+    }
+
+    #[test]
+    fn a_cause_travels_with_or_without_a_result() {
+        let cause = Cause {
+            pattern: "python-exception".into(),
+            line: "ValueError: no".into(),
+        };
+        let text = message(
+            Err(std::io::ErrorKind::NotFound.into()),
+            Some(cause.clone()),
+        )
+        .expect("message");
+        let read = read_message(&text).expect("ours");
+        assert_eq!((read.reported, read.cause), (None, Some(cause.clone())));
+        let largest = format!("\"{}\"", "y".repeat(MAX_BYTES - 2));
+        let cause = Cause {
+            line: "x".repeat(400),
+            ..cause
+        };
+        let text = message(Ok(largest.into_bytes()), Some(cause.clone())).expect("message");
+        assert!(text.len() <= KUBELET_MAX_BYTES, "{}", text.len());
+        let read = read_message(&text).expect("ours");
+        assert!(matches!(read.reported, Some(Reported::Invalid(_))));
+        assert_eq!(read.cause, Some(cause));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! for the main container. Every failure is one log line and a FrameworkController code.
 
 use std::ffi::OsStr;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -451,7 +451,7 @@ fn check_ports(passed: &Passed, me: &Me) -> Result<(), EntryError> {
     };
     for (label, ports) in task.ports.iter() {
         for &port in ports {
-            if let Err(e) = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
+            if let Err(e) = TcpListener::bind((crate::layout::bind_address(), port))
                 && e.kind() == std::io::ErrorKind::AddrInUse
             {
                 return Err(EntryError::PortTaken {

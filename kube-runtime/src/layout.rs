@@ -121,6 +121,15 @@ pub fn scripts(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
     Ok(scripts)
 }
 
+/// The address a task's ports are bound on ([`pai_contract::env::runtime::BIND_ADDRESS`]):
+/// the task's own on the embedded default; every address of the pod's network elsewhere.
+pub fn bind_address() -> std::net::IpAddr {
+    std::env::var(pai_contract::env::runtime::BIND_ADDRESS)
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+}
+
 #[cfg(test)]
 mod tests {
     use pai_contract::env::runtime;

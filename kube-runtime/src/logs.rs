@@ -1,6 +1,7 @@
-//! The user command's output: copied to the container's own stdout/stderr and to a log
-//! file that never grows past its cap (at the cap it becomes `<name>.1` and a new file
-//! starts, so at most twice the cap is kept).
+//! Log files that never grow past their cap (at the cap one becomes `<name>.1` and a new
+//! file starts, so at most twice the cap is kept), and how much of the user command's
+//! output the runtime may still echo to its own stdout and stderr. The user command's
+//! output itself is read by [`crate::output`].
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -11,7 +12,8 @@ use std::thread::JoinHandle;
 /// Default cap of `user.log`: 64 MiB.
 pub const DEFAULT_CAP: u64 = 64 * 1024 * 1024;
 
-/// The user command's log, in the task attempt's log directory.
+/// The user command's output in order, both streams, as records
+/// ([`pai_contract::ordered_log`]), in the task attempt's log directory.
 pub const USER_LOG: &str = "user.log";
 
 /// A file that rotates once it would pass `cap` bytes.
@@ -46,6 +48,41 @@ impl CappedLog {
         Ok(())
     }
 
+    /// Writes whole records (lines): the file rotates between two records, never within
+    /// one; a record longer than the cap is cut to it, its newline kept.
+    pub fn write_records(&mut self, mut records: &[u8]) -> std::io::Result<()> {
+        let cap = usize::try_from(self.cap).unwrap_or(usize::MAX);
+        while !records.is_empty() {
+            // As many whole records as fit in what is left (at least one per file).
+            let room = cap.saturating_sub(usize::try_from(self.written).unwrap_or(usize::MAX));
+            let fits = records[..records.len().min(room)]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map(|i| i + 1);
+            match fits {
+                Some(n) => {
+                    self.file.write_all(&records[..n])?;
+                    self.written += n as u64;
+                    records = &records[n..];
+                }
+                None if self.written > 0 => self.rotate()?,
+                None => {
+                    // One record longer than the cap, in a file of its own: cut.
+                    let end = records
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(records.len(), |i| i + 1);
+                    let kept = cap.saturating_sub(1).min(end);
+                    self.file.write_all(&records[..kept])?;
+                    self.file.write_all(b"\n")?;
+                    self.written += kept as u64 + 1;
+                    records = &records[end..];
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn rotate(&mut self) -> std::io::Result<()> {
         let mut old = self.path.clone().into_os_string();
         old.push(".1");
@@ -54,15 +91,6 @@ impl CappedLog {
         self.written = 0;
         Ok(())
     }
-}
-
-/// Where a stream of the user command goes besides the log.
-#[derive(Clone, Copy, Debug)]
-pub enum Echo {
-    Stdout,
-    Stderr,
-    /// Nowhere: the log alone (a daemon's output).
-    Nowhere,
 }
 
 /// How much more the runtime may echo to its own stdout and stderr. Unbounded when they
@@ -105,7 +133,7 @@ impl EchoBudget {
 
     /// The part of `chunk` that may still be echoed, and whether this chunk used the
     /// budget up (the caller then says so, once).
-    fn take<'a>(&self, chunk: &'a [u8]) -> (&'a [u8], bool) {
+    pub(crate) fn take<'a>(&self, chunk: &'a [u8]) -> (&'a [u8], bool) {
         let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
         match left.as_mut() {
             None => (chunk, false),
@@ -119,18 +147,21 @@ impl EchoBudget {
             }
         }
     }
+
+    /// The line that says the echo stopped at its cap.
+    pub(crate) fn used_up_note(&self) -> String {
+        format!(
+            "\n[rest-lite] this log reached its cap of {} bytes; the output goes on in {USER_LOG} (the last {0} bytes are kept)\n",
+            self.cap
+        )
+    }
 }
 
-/// Copies `source` to `echo` (within `budget`) and to `log` until it ends.
-pub fn tee(
-    mut source: impl Read + Send + 'static,
-    echo: Echo,
-    log: Option<Arc<Mutex<CappedLog>>>,
-    budget: Arc<EchoBudget>,
-) -> JoinHandle<()> {
+/// Copies `source` (a daemon's output) to `log` until it ends.
+pub fn copy_to_log(mut source: impl Read + Send + 'static, log: CappedLog) -> JoinHandle<()> {
     std::thread::spawn(move || {
+        let mut log = log;
         let mut buf = vec![0u8; 64 * 1024];
-        let mut log_failed = false;
         loop {
             let n = match source.read(&mut buf) {
                 Ok(0) => return,
@@ -138,34 +169,11 @@ pub fn tee(
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => return,
             };
-            let chunk = &buf[..n];
-            let (echoed, used_up) = match echo {
-                Echo::Nowhere => (&[][..], false),
-                _ => budget.take(chunk),
-            };
-            let write = |bytes: &[u8]| match echo {
-                Echo::Stdout => std::io::stdout().lock().write_all(bytes),
-                Echo::Stderr => std::io::stderr().lock().write_all(bytes),
-                Echo::Nowhere => Ok(()),
-            };
-            let _ = write(echoed);
-            if used_up {
-                let _ = write(
-                    format!(
-                        "\n[rest-lite] this log reached its cap of {} bytes; the output goes on in {USER_LOG} (the last {0} bytes are kept)\n",
-                        budget.cap
-                    )
-                    .as_bytes(),
-                );
-            }
-            if let Some(log) = &log
-                && !log_failed
-            {
-                let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = log.write(chunk) {
-                    tracing::warn!(error = %e, "cannot write the log; output still goes to the container log");
-                    log_failed = true;
-                }
+            if let Err(e) = log.write(&buf[..n]) {
+                tracing::warn!(error = %e, "cannot write a daemon's log; the rest of its output is dropped");
+                // Read on, so that the daemon never blocks on a full pipe.
+                while matches!(source.read(&mut buf), Ok(n) if n > 0) {}
+                return;
             }
         }
     })
@@ -183,6 +191,27 @@ mod tests {
         assert_eq!(budget.take(b"more"), (&b""[..], false));
         let open = EchoBudget::unbounded();
         assert_eq!(open.take(b"anything"), (&b"anything"[..], false));
+    }
+
+    #[test]
+    fn records_rotate_between_records_and_a_long_one_is_cut() {
+        let dir = std::env::temp_dir().join(format!("records-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("user.log");
+        let mut log = CappedLog::create(&path, 10).expect("create");
+        log.write_records(b"aaaa\nbbbb\ncc\n").expect("write");
+        assert_eq!(
+            std::fs::read(dir.join("user.log.1")).expect("old"),
+            b"aaaa\nbbbb\n"
+        );
+        assert_eq!(std::fs::read(&path).expect("new"), b"cc\n");
+        log.write_records(b"0123456789abcdef\nz\n").expect("write");
+        assert_eq!(
+            std::fs::read(dir.join("user.log.1")).expect("old"),
+            b"012345678\n"
+        );
+        assert_eq!(std::fs::read(&path).expect("new"), b"z\n");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

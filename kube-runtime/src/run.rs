@@ -52,6 +52,10 @@ impl RunError {
     pub fn exit_code(&self) -> pai_contract::exit::ExitCode {
         match self {
             Self::Code(_) => pai_contract::exit::ExitCode::PermanentFailure,
+            // Placed where its port is taken: retried, elsewhere, without counting.
+            Self::Supervise(SuperviseError::PortTaken { .. }) => {
+                pai_contract::exit::ExitCode::TransientConflict
+            }
             _ => pai_contract::exit::ExitCode::TransientFailure,
         }
     }
@@ -65,6 +69,9 @@ pub fn user_shell() -> &'static str {
         .find(|p| Path::new(p).is_file())
         .unwrap_or("/bin/sh")
 }
+
+/// Set for the user command unless the job sets it.
+pub const UNBUFFERED: (&str, &str) = ("PYTHONUNBUFFERED", "1");
 
 /// Loads the environment and supervises the task to its end.
 pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
@@ -90,8 +97,12 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         })?,
         None => DEFAULT_CAP,
     };
+    let failure_patterns = get(pai_contract::failure::PATTERNS_VAR);
     let user_key = get("PAI_SSH_PUB_KEY").is_some_and(|k| !k.is_empty());
     let ssh_port = get(pai_contract::env::CONTAINER_SSH_PORT).and_then(|p| p.parse().ok());
+    // Taken off standard input whether or not ssh is served: the user command gets
+    // `/dev/null` there, never the port.
+    let handed = handed_listener(ssh_port);
     let daemons = layout::scripts(&layout.init_dir()).unwrap_or_else(|e| {
         tracing::warn!(error = %e, "cannot list the init scripts; no daemon starts");
         Vec::new()
@@ -103,8 +114,18 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
     }
     let daemon_env = daemon_environment(layout, &env);
     let env = std::sync::Arc::new(env);
-    let ssh = ssh_port
-        .and_then(|port| ssh_on_demand(layout, port, user_key, &task, &daemons, &daemon_env, &env));
+    let ssh = ssh_port.and_then(|port| {
+        ssh_on_demand(
+            layout,
+            port,
+            handed,
+            user_key,
+            &task,
+            &daemons,
+            &daemon_env,
+            &env,
+        )
+    });
     let plan = Plan {
         program: user_shell().into(),
         args: vec![layout.main_sh().into_os_string()],
@@ -114,22 +135,29 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         log_dir: task.log_dir(layout),
         log_cap,
         grace,
+        failure_patterns,
         ssh,
     };
-    let ended = supervise(&plan, signals)?;
-    if let Some(file) = result_file {
-        report_result(&file);
+    let outcome = supervise(&plan, signals)?;
+    if let Some(cause) = &outcome.cause {
+        tracing::info!(pattern = %cause.pattern, cause = %cause.line, "the user command failed");
     }
-    Ok(ended)
+    report(result_file.as_deref(), outcome.cause);
+    Ok(outcome.ended)
 }
 
-/// Sends the user command's result (the file it may have written) as the container's
-/// termination message ([`pai_contract::results`]): where `PAI_TERMINATION_LOG` says (the
-/// embedded default) or the kubelet's file in a pod. A result that cannot be sent is
-/// reported as invalid; nothing here changes the task's exit code.
-fn report_result(file: &Path) {
+/// Sends the user command's result (the file it may have written) and the cause of its
+/// failure as the container's termination message ([`pai_contract::results`]): where
+/// `PAI_TERMINATION_LOG` says (the embedded default) or the kubelet's file in a pod. A
+/// result that cannot be sent is reported as invalid; nothing here changes the task's
+/// exit code.
+fn report(result_file: Option<&Path>, cause: Option<pai_contract::failure::Cause>) {
     use pai_contract::results;
-    let Some(message) = results::message(std::fs::read(file)) else {
+    let read = match result_file {
+        Some(file) => std::fs::read(file),
+        None => Err(ErrorKind::NotFound.into()),
+    };
+    let Some(message) = results::message(read, cause) else {
         return;
     };
     let target = std::env::var_os(pai_contract::env::runtime::TERMINATION_LOG)
@@ -142,14 +170,14 @@ fn report_result(file: &Path) {
         Some(target) => match std::fs::write(&target, &message) {
             Ok(()) => tracing::info!(
                 bytes = message.len(),
-                "result sent as the termination message"
+                "result and cause sent as the termination message"
             ),
             Err(e) => {
                 tracing::warn!(path = %target.display(), error = %e, "cannot write the termination message; the result is not sent")
             }
         },
         None => tracing::warn!(
-            "no termination message file (not in a pod, {} not set); the result is not sent",
+            "no termination message file (not in a pod, {} not set); the result and cause are not sent",
             pai_contract::env::runtime::TERMINATION_LOG
         ),
     }
@@ -160,9 +188,11 @@ fn report_result(file: &Path) {
 
 /// The task's ssh port `port`, served on demand, when the job can log in (its key pair, or
 /// `PAI_SSH_PUB_KEY`) and the task has a port.
+#[allow(clippy::too_many_arguments)]
 fn ssh_on_demand(
     layout: &Layout,
     port: u16,
+    handed: Option<std::sync::Arc<std::net::TcpListener>>,
     user_key: bool,
     task: &Task,
     daemons: &[(String, PathBuf)],
@@ -175,6 +205,8 @@ fn ssh_on_demand(
     let _ = std::fs::remove_file(dir.join(crate::supervisor::ssh::SSHD_PATH_FILE));
     keyed.then(|| Sshd {
         port,
+        address: crate::layout::bind_address(),
+        listener: handed,
         dir,
         log: task.log_dir(layout).join(crate::supervisor::ssh::SSHD_LOG),
         env: daemon_env.to_vec(),
@@ -184,6 +216,37 @@ fn ssh_on_demand(
             .find(|(name, _)| name == crate::supervisor::ssh::SETUP_SCRIPT)
             .map(|(_, path)| path.clone()),
     })
+}
+
+/// The ssh port's listener, when the embedded default handed it over on standard input
+/// ([`pai_contract::env::runtime::SSH_LISTENER`]); standard input is `/dev/null` after
+/// (what the user command and the daemons inherit). `None`, with a warning, when what is
+/// there is not a socket listening on `port`.
+fn handed_listener(port: Option<u16>) -> Option<std::sync::Arc<std::net::TcpListener>> {
+    use pai_contract::env::runtime::{SSH_LISTENER, SSH_LISTENER_STDIN};
+    use std::os::fd::AsFd;
+    if std::env::var_os(SSH_LISTENER).is_none_or(|v| v != SSH_LISTENER_STDIN) {
+        return None;
+    }
+    let listener = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::net::TcpListener::from);
+    if let Ok(null) = std::fs::File::open("/dev/null") {
+        let _ = nix::unistd::dup2_stdin(null);
+    }
+    match listener {
+        Ok(listener) if listener.local_addr().is_ok_and(|a| Some(a.port()) == port) => {
+            Some(std::sync::Arc::new(listener))
+        }
+        _ => {
+            tracing::warn!(
+                ?port,
+                "{SSH_LISTENER}={SSH_LISTENER_STDIN}, but standard input is not the ssh port's listener; binding it"
+            );
+            None
+        }
+    }
 }
 
 /// The container's environment with the env file's variables over it, the training
@@ -229,6 +292,12 @@ fn environment(layout: &Layout) -> Result<Vec<(OsString, OsString)>, RunError> {
         ));
     }
     env.extend(dynamic);
+    // Python writes as it prints, not when its buffer fills or it exits: its output then
+    // reads in the order it was printed, a traceback after what came before it (a job's
+    // own value wins).
+    let defaults = defaults
+        .into_iter()
+        .chain([(UNBUFFERED.0.into(), UNBUFFERED.1.into())]);
     for (name, value) in defaults {
         if !env.iter().any(|(k, _)| *k == name) {
             env.push((name, value));

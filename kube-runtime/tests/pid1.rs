@@ -47,6 +47,97 @@ fn output_goes_to_the_container_and_the_log() {
     );
 }
 
+/// The issue's own script: each write lands in order, in the container's log and in the
+/// ordered log, on every run (two pipes read apart swap them about every other run).
+#[test]
+fn stdout_and_stderr_stay_in_the_order_they_were_written() {
+    if !common::root() {
+        return;
+    }
+    let mut script = String::new();
+    let mut expected = String::new();
+    for i in 0..20 {
+        let (stream, redirect) = if i % 3 == 1 {
+            ("err", " >&2")
+        } else {
+            ("out", "")
+        };
+        script.push_str(&format!("echo \"{i} {stream}\"{redirect}\n"));
+        expected.push_str(&format!("{i} {stream}\n"));
+    }
+    script.push_str("printf 'no newline, then ' >&2; echo 'a line on stdout'\n");
+    expected.push_str("no newline, then a line on stdout\n");
+    for round in 0..25 {
+        let task = TaskDir::new(&format!("order-{round}"));
+        task.main(&script);
+        // As the embedded default runs it: stdout and stderr one file.
+        let container_log = task.root().join("container.log");
+        let file = std::fs::File::create(&container_log).expect("container.log");
+        let mut command = task.pid1();
+        command.stdout(file.try_clone().expect("dup")).stderr(file);
+        let out = finish(command.spawn().expect("spawn"));
+        assert_eq!(out.code, Some(0));
+        let container = std::fs::read_to_string(&container_log).expect("read");
+        let user_lines = pai_contract::log_lines::keep(&container, Default::default());
+        assert_eq!(user_lines, expected, "round {round}: the container log");
+        let records = std::fs::read(task.log_dir().join("user.log")).expect("user.log");
+        let ordered = pai_contract::ordered_log::output(&records, None);
+        assert_eq!(String::from_utf8_lossy(&ordered), expected, "round {round}");
+        let stderr = pai_contract::ordered_log::output(
+            &records,
+            Some(pai_contract::ordered_log::Stream::Stderr),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&stderr),
+            "1 err\n4 err\n7 err\n10 err\n13 err\n16 err\n19 err\nno newline, then "
+        );
+    }
+}
+
+/// The cause of a failure goes out in the termination message: the exception that
+/// ended a traceback, not the progress line printed after it.
+#[test]
+fn a_failure_names_its_cause_in_the_termination_message() {
+    if !common::root() {
+        return;
+    }
+    let task = TaskDir::new("cause");
+    task.main(
+        "echo 'loading data'\n\
+         printf 'Traceback (most recent call last):\\n  File \"train.py\", line 3\\nRuntimeError: CUDA error: device-side assert\\n' >&2\n\
+         echo '----------------' >&2\n\
+         printf '100%%|##########| 10/10\\r\\n'\n\
+         exit 3\n",
+    );
+    let message = task.root().join("termination-log");
+    let mut command = task.pid1();
+    command.env("PAI_TERMINATION_LOG", &message);
+    let out = finish(command.spawn().expect("spawn"));
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+    let text = std::fs::read_to_string(&message).expect("termination message");
+    let read = pai_contract::results::read_message(&text).expect("the runtime's");
+    let cause = read.cause.expect("a cause");
+    assert_eq!(cause.pattern, "python-exception");
+    assert_eq!(cause.line, "RuntimeError: CUDA error: device-side assert");
+    // An operator's pattern, passed in the task's environment, ranks first.
+    let task = TaskDir::new("cause-operator");
+    task.main("echo 'dataset imagenet is not mounted' >&2; echo 'Error: giving up' >&2; exit 12");
+    let patterns = r#"[{"name":"dataset-missing","userLogRegex":"dataset \\S+ is not mounted","exitCode":12}]"#;
+    task.env_file(&[(
+        "PAI_RUNTIME_FAILURE_PATTERNS",
+        std::ffi::OsStr::new(patterns),
+    )]);
+    let mut command = task.pid1();
+    command.env("PAI_TERMINATION_LOG", &message);
+    let out = finish(command.spawn().expect("spawn"));
+    assert_eq!(out.code, Some(12), "{}", out.stderr);
+    let text = std::fs::read_to_string(&message).expect("termination message");
+    let cause = pai_contract::results::read_message(&text)
+        .and_then(|m| m.cause)
+        .expect("a cause");
+    assert_eq!(cause.pattern, "dataset-missing", "{text}");
+}
+
 #[test]
 fn sigterm_reaches_the_user_command() {
     if !common::root() {

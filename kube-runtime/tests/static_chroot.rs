@@ -126,9 +126,11 @@ fn the_static_runtime_runs_in_a_chroot_with_only_busybox() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    // In the chroot's own PID namespace: the runtime is 1, its output reader thread 2,
+    // the user command the next.
     assert_eq!(
         stdout,
-        format!("peer ps at {}, I am pid 2\n", address(0, 0))
+        format!("peer ps at {}, I am pid 3\n", address(0, 0))
     );
     std::fs::remove_dir_all(&root).ok();
 }

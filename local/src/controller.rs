@@ -23,8 +23,8 @@ use pai_kube_runtime::logs::USER_LOG;
 use crate::error::Error;
 use pai_contract::framework::INIT_CONTAINER;
 
-/// Where tasks of this machine are.
-const LOCAL_ADDRESS: &str = "127.0.0.1";
+/// Where tasks of this machine are: their address, and the one their ports are bound on.
+pub(crate) const LOCAL_ADDRESS: std::net::Ipv4Addr = std::net::Ipv4Addr::LOCALHOST;
 
 fn now() -> String {
     jiff::Timestamp::now().to_string()
@@ -637,6 +637,11 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                 },
                 main_env: {
                     let mut env = task::container_env(fc, &main);
+                    // Its ports on its own address; the ssh port handed over on stdin.
+                    env.push((
+                        pai_contract::env::runtime::BIND_ADDRESS.to_string(),
+                        LOCAL_ADDRESS.to_string(),
+                    ));
                     // The runtime writes the task's result here, as the kubelet's file.
                     env.push((
                         pai_contract::env::runtime::TERMINATION_LOG.to_string(),
@@ -649,6 +654,10 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                 grace,
                 spawner: inner.spawner.clone(),
                 ports: allocation.held(&role.name, index),
+                ssh_port: own_ports
+                    .role(&role.name)
+                    .get(index as usize)
+                    .and_then(|plan| plan.first(pai_contract::ports::SSH_LABEL)),
             };
             pods.push(Placement {
                 role: role.name.clone(),

@@ -13,6 +13,7 @@ mod error;
 mod job;
 pub mod lifecycle;
 mod logs;
+pub use logs::Which as LogWhich;
 pub mod metrics;
 /// Tests that fork hold this, and so does the one that checks the ports it was given are
 /// free: a child holds its parent's sockets between fork and exec.
@@ -80,7 +81,7 @@ impl Machine {
         let spawner = procs::Spawner::start(SPAWNING_THREADS)
             .map_err(|e| Error::Other(format!("cannot start the spawning threads: {e}")))?;
         let slots = slots::Slots::new(settings.max_tasks);
-        let ports = ports::Ports::new(settings.ports.clone());
+        let ports = ports::Ports::new(settings.ports.clone(), controller::LOCAL_ADDRESS);
         let inner = Arc::new(Inner {
             store: store.clone(),
             settings,
@@ -368,12 +369,18 @@ impl Machine {
         Ok(outcome)
     }
 
-    /// The container log of the task whose pod is `pod`: of the current attempt (with
-    /// `follow`, until the task completes), or all of `earlier`'s, kept on this machine
-    /// until the job is deleted.
-    pub fn logs(&self, pod: &str, follow: bool, earlier: Option<i32>) -> Result<LogStream, Error> {
+    /// The container log of the task whose pod is `pod`, or one stream of its output
+    /// (`which`): of the current attempt (with `follow`, until the task completes), or all
+    /// of `earlier`'s, kept on this machine until the job is deleted.
+    pub fn logs(
+        &self,
+        pod: &str,
+        follow: bool,
+        earlier: Option<i32>,
+        which: logs::Which,
+    ) -> Result<LogStream, Error> {
         let (job, role, index) = self.task_of(pod)?;
-        logs::log_stream(&self.inner, job, role, index, follow, earlier)
+        logs::log_stream(&self.inner, job, role, index, follow, earlier, which)
     }
 
     /// The visible job, role and index pod `pod` is a task of.

@@ -1,11 +1,16 @@
-//! Reading a task's container log: its end, or the whole of it, followed until the task
-//! completes. Reads only: the driver (`controller.rs`) never waits for a reader.
+//! Reading a task's container log (its end, or the whole of it, followed until the task
+//! completes), or one stream of its ordered log (the user command's stdout or stderr
+//! alone, [`pai_contract::ordered_log`]). Reads only: the driver (`controller.rs`) never
+//! waits for a reader.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use pai_contract::framework::{Framework, FrameworkState, TaskStatus};
+use pai_contract::ordered_log::{self, Stream};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
@@ -64,6 +69,28 @@ pub(crate) fn log_end(
     Ok(end)
 }
 
+/// Which of a task's logs a reader wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    /// The container's log: the user command's output, both streams in order, and the
+    /// runtime's lines.
+    Container,
+    /// One stream of the user command's output, from the ordered log.
+    Stream(Stream),
+}
+
+/// The ordered log of a task whose runtime root is `root`, in attempt `attempt`.
+fn ordered_log(root: &Path, attempt: i32, role: &str, index: u32) -> PathBuf {
+    pai_kube_runtime::layout::Task {
+        framework_attempt: u32::try_from(attempt).unwrap_or(0),
+        kube_role: role.to_string(),
+        index,
+        task_attempt: 0,
+    }
+    .log_dir(&pai_kube_runtime::layout::Layout::new(root))
+    .join(pai_kube_runtime::logs::USER_LOG)
+}
+
 pub(crate) fn log_stream(
     inner: &Arc<Inner>,
     job: Arc<Job>,
@@ -71,6 +98,7 @@ pub(crate) fn log_stream(
     index: u32,
     follow: bool,
     earlier: Option<i32>,
+    which: Which,
 ) -> Result<LogStream, Error> {
     let (name, current) = current_attempt(&job)?;
     let (attempt, follow) = match earlier {
@@ -78,9 +106,25 @@ pub(crate) fn log_stream(
         Some(attempt) if attempt < current => (attempt, false),
         _ => (current, follow),
     };
-    let path = task::container_log(&inner.store.task_root(&name, attempt, &role, index));
+    let root = inner.store.task_root(&name, attempt, &role, index);
+    let (path, records) = match which {
+        Which::Container => (task::container_log(&root), None),
+        Which::Stream(stream) => (
+            ordered_log(&root, attempt, &role, index),
+            Some(ordered_log::Reader::new(Some(stream))),
+        ),
+    };
     let file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;
+    // The ordered log rotates at its cap: what is kept of the part before comes first.
+    let mut older = path.clone().into_os_string();
+    older.push(".1");
+    let older = records
+        .is_some()
+        .then(|| std::fs::read(&older).ok())
+        .flatten();
     struct Tail {
+        path: PathBuf,
+        records: Option<ordered_log::Reader>,
         file: tokio::fs::File,
         changed: watch::Receiver<u64>,
         job: Arc<Job>,
@@ -102,6 +146,8 @@ pub(crate) fn log_stream(
                 .is_none_or(|task| task.state == FrameworkState::Completed)
     };
     let tail = Tail {
+        path,
+        records,
         file: tokio::fs::File::from_std(file),
         changed: job.changed.subscribe(),
         job: job.clone(),
@@ -115,10 +161,24 @@ pub(crate) fn log_stream(
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             match t.file.read(&mut buf).await {
-                Ok(0) => {}
+                Ok(0) => {
+                    // Rotated (the ordered log): go on in the new file.
+                    if t.records.is_some()
+                        && let Some(newer) = rotated(&t.file, &t.path).await
+                    {
+                        t.file = newer;
+                        continue;
+                    }
+                }
                 Ok(n) => {
-                    buf.truncate(n);
-                    return Some((Ok(Bytes::from(buf)), t));
+                    let out = match t.records.as_mut() {
+                        Some(reader) => reader.feed(&buf[..n]),
+                        None => buf[..n].to_vec(),
+                    };
+                    if out.is_empty() {
+                        continue;
+                    }
+                    return Some((Ok(Bytes::from(out)), t));
                 }
                 Err(e) => {
                     return Some((
@@ -144,5 +204,30 @@ pub(crate) fn log_stream(
             }
         }
     });
-    Ok(Box::pin(stream))
+    match older {
+        Some(bytes) => {
+            let first = ordered_log::output(
+                &bytes,
+                match which {
+                    Which::Stream(stream) => Some(stream),
+                    Which::Container => None,
+                },
+            );
+            Ok(Box::pin(
+                futures::stream::iter([Ok(Bytes::from(first))]).chain(stream),
+            ))
+        }
+        None => Ok(Box::pin(stream)),
+    }
+}
+
+/// The file now at `path`, if it is another than `file` (the log rotated).
+async fn rotated(file: &tokio::fs::File, path: &Path) -> Option<tokio::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let open = file.metadata().await.ok()?.ino();
+    let now = tokio::fs::metadata(path).await.ok()?.ino();
+    if open == now {
+        return None;
+    }
+    tokio::fs::File::open(path).await.ok()
 }

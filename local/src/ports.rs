@@ -15,22 +15,29 @@ use std::sync::Mutex;
 
 use pai_contract::{Framework, PortPlan, TaskPorts};
 
-/// The range ports are drawn from, and where the next search starts.
+/// The range ports are drawn from, the address they are bound on, and where the next
+/// search starts.
 pub struct Ports {
     range: RangeInclusive<u16>,
+    address: Ipv4Addr,
     next: Mutex<u16>,
 }
 
 impl Ports {
-    /// Ports of `range`, from a random place in it: two servers of this machine (two
-    /// users' embedded defaults) do not hand out the same ports in the same order.
-    pub fn new(range: RangeInclusive<u16>) -> Self {
+    /// Ports of `range` on `address` (the tasks' own, never wider), from a random place
+    /// in the range: two servers of this machine (two users' embedded defaults) do not
+    /// hand out the same ports in the same order.
+    pub fn new(range: RangeInclusive<u16>, address: Ipv4Addr) -> Self {
         let mut bytes = [0u8; 2];
         let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
         let size = u32::from(*range.end() - *range.start()) + 1;
         let offset = u32::from(u16::from_le_bytes(bytes)) % size;
         let next = Mutex::new(*range.start() + offset as u16);
-        Self { range, next }
+        Self {
+            range,
+            address,
+            next,
+        }
     }
 
     /// The next free port of the range, held by the listener returned with it.
@@ -44,7 +51,8 @@ impl Ports {
                 port + 1
             };
             *tried += 1;
-            if let Ok(listener) = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)) {
+            // Listening, so that the ssh port can be handed to its task as it is.
+            if let Ok(listener) = TcpListener::bind((self.address, port)) {
                 return Ok((port, listener));
             }
         }
@@ -57,15 +65,23 @@ impl Ports {
 }
 
 /// A task's ports, bound by the server from their allocation until [`HeldPorts::release`]
-/// (just before the task's main container starts, where its processes bind them).
-/// Dropping the last clone releases them too.
+/// (just before the task's main container starts, where its processes bind them) or
+/// [`HeldPorts::hand_over`]. Dropping the last clone releases them too.
 #[derive(Clone, Debug, Default)]
-pub struct HeldPorts(std::sync::Arc<Mutex<Vec<TcpListener>>>);
+pub struct HeldPorts(std::sync::Arc<Mutex<Vec<(u16, TcpListener)>>>);
 
 impl HeldPorts {
     /// Unbinds them: the task's processes may bind them now.
     pub fn release(&self) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// Port `port`'s listener, still bound, for the task to take over; the port is no
+    /// longer held here.
+    pub fn hand_over(&self, port: u16) -> Option<TcpListener> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let at = held.iter().position(|(p, _)| *p == port)?;
+        Some(held.swap_remove(at).1)
     }
 }
 
@@ -109,7 +125,7 @@ pub fn allocate(framework: &Framework, ports_range: &Ports) -> std::io::Result<A
                 for _ in ports.iter() {
                     let (port, listener) = range.take(&mut next, &mut tried)?;
                     mine.push(port);
-                    bound.push(listener);
+                    bound.push((port, listener));
                 }
                 plan.push(label, mine)
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -138,7 +154,7 @@ mod tests {
             &[("ps", 2), ("worker", 3)],
             20000,
         );
-        let range = Ports::new(31000..=31199);
+        let range = Ports::new(31000..=31199, Ipv4Addr::LOCALHOST);
         let allocation = allocate(&framework, &range).expect("ports");
         let plans = &allocation.ports;
         let mut all: Vec<u16> = plans.plans().flat_map(|p| p.all_ports()).collect();
@@ -157,11 +173,20 @@ mod tests {
                     .map(|(l, p)| (l.to_string(), p.len()))
                     .collect();
                 assert_eq!(labels, expected);
-                // Held by the allocation until the task's release, then free.
+                // Held by the allocation, on the tasks' address alone, until the task's
+                // release, then free.
                 for port in plan.all_ports() {
                     assert!((31000..=31199).contains(&port), "{port} is of the range");
                     TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
                         .expect_err("held until the task starts");
+                    let held = allocation.held(&role.name, index as u32);
+                    let listeners = held.0.lock().expect("lock");
+                    let (_, listener) = listeners.iter().find(|(p, _)| *p == port).expect("held");
+                    assert_eq!(
+                        listener.local_addr().expect("address").ip(),
+                        Ipv4Addr::LOCALHOST,
+                        "bound on the task's address, never wider"
+                    );
                 }
                 allocation.held(&role.name, index as u32).release();
                 for port in plan.all_ports() {
@@ -175,7 +200,7 @@ mod tests {
     fn a_taken_port_is_skipped_and_an_exhausted_range_named() {
         let _no_fork = crate::FORKING.lock().unwrap_or_else(|e| e.into_inner());
         let taken = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 31200)).expect("bind 31200");
-        let range = Ports::new(31200..=31201);
+        let range = Ports::new(31200..=31201, Ipv4Addr::LOCALHOST);
         let one = pai_test_support::frameworks::framework_on_ports("fw", &[("w", 1)], 20000);
         let count = one.spec.task_roles[0].port_plan().all_ports().count();
         if count == 1 {

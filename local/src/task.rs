@@ -116,6 +116,8 @@ pub struct Launch {
     pub spawner: procs::Spawner,
     /// Its ports, bound by the server until its main container starts.
     pub ports: crate::ports::HeldPorts,
+    /// Its ssh port, handed to the main container bound and listening.
+    pub ssh_port: Option<u16>,
 }
 
 impl Launch {
@@ -178,7 +180,10 @@ pub async fn run(
     };
     // The init container.
     let mut entry = tokio::process::Command::new(&launch.runtime.program);
-    entry.args(&launch.runtime.args).arg("entry");
+    entry
+        .args(&launch.runtime.args)
+        .arg("entry")
+        .stdin(Stdio::null());
     let mut init_env = launch.init_env.clone();
     init_env.push((
         PEERS_FILE_VAR.to_string(),
@@ -200,29 +205,51 @@ pub async fn run(
             ),
         ));
     }
-    // The main container: its processes bind the task's ports from now on.
+    // The main container: the runtime takes the ssh port over as it is held (on its
+    // standard input, never free in between); its processes bind the others from now on.
+    let ssh_listener = launch
+        .ssh_port
+        .and_then(|port| launch.ports.hand_over(port));
     launch.ports.release();
-    let run = tokio::process::Command::new(launch.root.join(pai_contract::paths::files::RUN));
+    let mut run = tokio::process::Command::new(launch.root.join(pai_contract::paths::files::RUN));
+    let mut main_env = launch.main_env.clone();
+    match ssh_listener {
+        Some(listener) => {
+            run.stdin(Stdio::from(std::os::fd::OwnedFd::from(listener)));
+            main_env.push((
+                pai_contract::env::runtime::SSH_LISTENER.to_string(),
+                pai_contract::env::runtime::SSH_LISTENER_STDIN.to_string(),
+            ));
+        }
+        None => {
+            run.stdin(Stdio::null());
+        }
+    }
     let started = {
         let report = &report;
         move || report(Progress::Running)
     };
-    match start_and_wait(&launch, run, &launch.main_env, &mut stop, started).await {
+    match start_and_wait(&launch, run, &main_env, &mut stop, started).await {
         Outcome::Exited(status) => {
             let code = exit_code(status);
+            let message = termination_message();
             let diagnostics = if code == 0 {
                 "the main container exited with code 0".to_string()
             } else {
-                let mut last = last_line(&launch.user_log);
-                if last.is_empty() {
-                    last = last_line(&launch.container_log());
-                }
-                format!("the main container exited with code {code}: {last}")
+                // The runtime named the cause from the output; else (a runtime that could
+                // not say) the log's last line.
+                let cause = message
+                    .as_deref()
+                    .and_then(pai_contract::results::read_message)
+                    .and_then(|m| m.cause)
+                    .map(|c| c.line)
+                    .unwrap_or_else(|| last_line(&launch.container_log()));
+                format!("the main container exited with code {code}: {cause}")
             };
             report(Progress::Completed {
                 code,
                 diagnostics,
-                message: termination_message(),
+                message,
             });
         }
         Outcome::Stopped(request) => report(Progress::Completed {
@@ -257,8 +284,7 @@ async fn start_and_wait(
         .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env(ROOT_VAR, &launch.root)
-        .current_dir(&launch.root)
-        .stdin(Stdio::null());
+        .current_dir(&launch.root);
     let root = launch.root.clone();
     let log_path = launch.container_log();
     let pid_record = launch.pid_record.clone();

@@ -816,8 +816,8 @@ async fn on_kubernetes_a_tasks_result_comes_from_its_termination_message() {
         unreachable!()
     };
     let name = Harness::framework_name("alice", "scored");
-    let sent =
-        pai_contract::results::message(Ok(br#"{"accuracy": 0.93}"#.to_vec())).expect("a message");
+    let sent = pai_contract::results::message(Ok(br#"{"accuracy": 0.93}"#.to_vec()), None)
+        .expect("a message");
     api.modify("frameworks", NS, &name, |f| {
         f["status"]["state"] = json!("Completed");
         let mut completion = CompletionStatus::of(0, "the main container exited with code 0");

@@ -1397,3 +1397,290 @@ fn submit_names_the_fields_of_a_published_file_it_does_not_act_on() {
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The issue's own task: stdout and stderr interleaved, back to back.
+const INTERLEAVED: &str = r#"echo "1 out"; echo "2 err" >&2; echo "3 out"; echo "4 err: real error" >&2
+for i in 5 6 7 8 9 10; do if [ $((i % 2)) = 0 ]; then echo "$i err" >&2; else echo "$i out"; fi; done"#;
+const IN_ORDER: &str =
+    "1 out\n2 err\n3 out\n4 err: real error\n5 out\n6 err\n7 out\n8 err\n9 out\n10 err\n";
+
+/// Both streams come back in the order the task wrote them, through every reader: the
+/// API (whole and followed), `logs`, `run`, the task's page; `stream=` (and `logs
+/// --stream`) gives one of them alone.
+#[test]
+fn output_reads_in_the_order_it_was_written_through_every_reader() {
+    let dir = scratch("ordered");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let spec = job(
+        "ordered",
+        json!([role("worker", 1, INTERLEAVED)]),
+        json!({}),
+    );
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (followed, whole, stderr, stdout) = rt.block_on(async {
+        client
+            .submit("alice", &spec, SpecFormat::Json)
+            .await
+            .expect("submitted");
+        let view = final_view(&client, "alice", "ordered").await;
+        assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+        let followed = log_of(&client, "alice", "ordered", "worker", 0).await;
+        let read = |lines: pai_client::Lines, follow| {
+            let client = client.clone();
+            async move {
+                common::read_all(
+                    client
+                        .logs("alice", "ordered", "worker", 0, follow, lines)
+                        .await
+                        .expect("logs"),
+                )
+                .await
+            }
+        };
+        (
+            followed,
+            read(pai_client::Source::User.into(), false).await,
+            read(pai_client::Lines::Stream(pai_client::Stream::Stderr), false).await,
+            read(pai_client::Lines::Stream(pai_client::Stream::Stdout), true).await,
+        )
+    });
+    assert_eq!(followed, IN_ORDER);
+    assert_eq!(whole, IN_ORDER);
+    assert_eq!(stderr, "2 err\n4 err: real error\n6 err\n8 err\n10 err\n");
+    assert_eq!(stdout, "1 out\n3 out\n5 out\n7 out\n9 out\n");
+    let connection = ["--server", server.url.as_str(), "--user", "alice"];
+    let state = dir.join("state");
+    let state_env = [("REST_LITE_STATE_DIR", state.to_str().expect("path"))];
+    let mut logs = vec!["logs", "ordered", "-r", "worker"];
+    logs.extend(connection);
+    let (code, printed, _) = rest_lite(&logs, &state_env);
+    assert_eq!((code, printed.as_str()), (Some(0), IN_ORDER));
+    logs.extend(["--stream", "stderr"]);
+    let (code, printed, _) = rest_lite(&logs, &state_env);
+    assert_eq!(
+        (code, printed.as_str()),
+        (Some(0), "2 err\n4 err: real error\n6 err\n8 err\n10 err\n")
+    );
+    // The task's page shows its log as written.
+    let token = server.token.as_deref().expect("token");
+    let page = get_text(&server.url, "/ui/jobs/alice/ordered/logs/worker/0", token);
+    assert!(page.contains(IN_ORDER), "{page}");
+    // `run` prints it as it comes, in the same order.
+    let spec_file = dir.join("ordered.json");
+    std::fs::write(&spec_file, &spec).expect("spec");
+    let run_state = dir.join("run-state");
+    let (code, printed, stderr) = rest_lite(
+        &[
+            "run",
+            spec_file.to_str().expect("path"),
+            "--state-dir",
+            run_state.to_str().expect("path"),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let expected: String = IN_ORDER
+        .lines()
+        .map(|l| format!("[worker-0] {l}\n"))
+        .collect();
+    assert_eq!(printed, expected);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A failure's reason is the line that says what went wrong, picked from the task's
+/// output: a Python traceback's exception (not the progress line after it), mpirun's
+/// line for the rank that failed (not its banner), the shell's word for a killed
+/// command; said once by `run`.
+#[test]
+fn a_failures_reason_is_the_line_that_names_its_cause() {
+    let dir = scratch("cause");
+    let traceback = "echo 'loading data'\n\
+        python3 -c 'import sys; print(\"epoch 1\", flush=True); raise ValueError(\"learning rate must be positive\")'\n\
+        status=$?; printf '100%%|##########| 10/10\\r\\n'; exit $status";
+    let killed = "echo allocating; bash -c 'kill -9 $$'; exit 137";
+    let mut cases = vec![
+        (
+            "traceback",
+            traceback,
+            1,
+            "python-exception",
+            "ValueError: learning rate must be positive",
+        ),
+        ("killed", killed, 137, "killed", "Killed"),
+    ];
+    let mpi = "mpirun --allow-run-as-root --oversubscribe -np 2 sh -c 'echo rank $OMPI_COMM_WORLD_RANK; exit 3'";
+    if pai_test_support::needs::present(
+        "mpirun",
+        pai_test_support::needs::program("mpirun").is_some(),
+        "apt-get install openmpi-bin",
+    ) {
+        cases.push((
+            "mpi",
+            mpi,
+            3,
+            "mpi",
+            "mpirun detected that one or more processes exited with non-zero status",
+        ));
+    }
+    for (name, command, code, pattern, line) in cases {
+        let spec_file = dir.join(format!("{name}.json"));
+        std::fs::write(
+            &spec_file,
+            job(name, json!([role("worker", 1, command)]), json!({})),
+        )
+        .expect("spec");
+        let state = dir.join("state");
+        let (exit, stdout, stderr) = rest_lite(
+            &[
+                "run",
+                spec_file.to_str().expect("path"),
+                "--user",
+                "alice",
+                "--state-dir",
+                state.to_str().expect("path"),
+            ],
+            &[],
+        );
+        assert_eq!(exit, Some(code), "{name}: {stdout}\n{stderr}");
+        let told: Vec<&str> = stderr.lines().filter(|l| l.contains(line)).collect();
+        assert_eq!(told.len(), 1, "{name}: the cause once:\n{stderr}");
+        assert!(
+            told[0].contains(&format!("FAILED (exit code {code}")),
+            "{name}: {stderr}"
+        );
+        let server = Server::start(&state);
+        let view = tokio::runtime::Runtime::new()
+            .expect("runtime")
+            .block_on(final_view(&server.client(), "alice", name));
+        let status = &view["jobStatus"];
+        assert_eq!(
+            status["appExitCause"]["pattern"], pattern,
+            "{name}: {status:#}"
+        );
+        assert!(
+            status["appExitCause"]["line"]
+                .as_str()
+                .is_some_and(|l| l.contains(line)),
+            "{name}: {status:#}"
+        );
+        assert!(
+            status["appExitDiagnostics"]
+                .as_str()
+                .is_some_and(|d| d.contains(line)),
+            "{name}: {status:#}"
+        );
+        assert_eq!(
+            view["taskRoles"]["worker"]["taskStatuses"][0]["containerExitCause"],
+            status["appExitCause"]
+        );
+        drop(server);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `submit --wait` on a job whose command fails at once (a typo): its tasks run for a
+/// moment, then the job fails; --wait says so and exits with the job's code.
+#[test]
+fn submit_wait_ends_with_the_outcome_of_a_job_that_fails_at_once() {
+    let dir = scratch("wait-fails");
+    let server = Server::start(&dir.join("state"));
+    let spec = dir.join("typo.json");
+    std::fs::write(
+        &spec,
+        job(
+            "typo",
+            json!([role("worker", 2, "pythn train.py")]),
+            json!({}),
+        ),
+    )
+    .expect("spec");
+    let state = dir.join("state");
+    let state_env = [("REST_LITE_STATE_DIR", state.to_str().expect("path"))];
+    let (code, stdout, stderr) = rest_lite(
+        &[
+            "submit",
+            spec.to_str().expect("path"),
+            "--wait",
+            "--server",
+            &server.url,
+            "--user",
+            "alice",
+        ],
+        &state_env,
+    );
+    assert_eq!(code, Some(127), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("running"), "{stdout}");
+    assert!(
+        stderr.contains("job typo FAILED (exit code 127")
+            && stderr.contains("pythn: command not found"),
+        "{stderr}"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Listening sockets on `port` from /proc/net/tcp and tcp6, as `address:port` in hex.
+fn listeners(port: u16) -> Vec<String> {
+    let mut found = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state)) = (fields.get(1), fields.get(3)) else {
+                continue;
+            };
+            if *state == "0A" && local.ends_with(&format!(":{port:04X}")) {
+                found.push(local.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// On this machine a task's ports are bound on its own address (127.0.0.1), never
+/// wider: the ssh port the runtime serves (handed over from the server's hold, never
+/// free in between) and every port while the server holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_port_is_bound_on_the_tasks_address_only() {
+    let dir = scratch("bound");
+    let (events_path, events) = events(&dir);
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let spec = job(
+        "bound",
+        json!([role("worker", 2, WAIT_FOR_TERM)]),
+        json!({"jobEnvs": {"EVENTS": events_path.display().to_string()}}),
+    );
+    client
+        .submit("alice", &spec, SpecFormat::Json)
+        .await
+        .expect("submitted");
+    for _ in 0..2 {
+        assert!(next_event(&events).is_some_and(|e| e.starts_with("up ")));
+    }
+    let view = client.job("alice", "bound").await.expect("view");
+    for task in &view.task_roles["worker"].task_statuses {
+        let ports = &task.container_ports;
+        let ssh: u16 = ports["ssh"].parse().expect("an ssh port");
+        assert_eq!(
+            listeners(ssh),
+            [format!("0100007F:{ssh:04X}")],
+            "the ssh port is served on 127.0.0.1 alone"
+        );
+        for (label, value) in ports.iter() {
+            for port in value.split(',').filter_map(|p| p.parse::<u16>().ok()) {
+                assert!(
+                    listeners(port).iter().all(|l| l.starts_with("0100007F:")),
+                    "{label} {port}: {:?}",
+                    listeners(port)
+                );
+            }
+        }
+    }
+    client.stop("alice", "bound").await.expect("stop");
+    assert_eq!(until_none_left(&events).len(), 2);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}

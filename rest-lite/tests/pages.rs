@@ -250,7 +250,7 @@ async fn a_failed_job_page_marks_the_culprit_and_explains_the_rest_in_chromium()
     );
     assert!(page.contains(r#"id="job-state">FAILED<"#), "{page}");
     assert!(
-        page.contains(r#"<tr id="task-worker-1" class="decided">"#)
+        page.contains(r#"<tr id="task-worker-1" class="decided FAILED">"#)
             && page.contains("its end decided the job's outcome"),
         "the culprit is marked: {page}"
     );
@@ -293,8 +293,20 @@ async fn a_failed_job_page_marks_the_culprit_and_explains_the_rest_in_chromium()
         "{page}"
     );
     assert!(
-        page.contains("TaskFailed") && page.contains("task worker-1 ended with exit code 3"),
-        "the Failed condition names the task: {page}"
+        page.contains("TaskFailed")
+            && page.contains("task worker-1 ended with exit code 3: (the reason above)"),
+        "the Failed condition names the task, and the reason once: {page}"
+    );
+    // The reason, said once (the cause the runtime picked from its output), besides the
+    // task's own output and the runtime's folded line that picked it.
+    let outside_runtime_lines: String = page
+        .lines()
+        .filter(|l| !l.starts_with("[runtime "))
+        .collect();
+    assert_eq!(
+        outside_runtime_lines.matches("bye from worker-1").count(),
+        2,
+        "{page}"
     );
     drop(server);
     std::fs::remove_dir_all(&dir).ok();

@@ -154,6 +154,16 @@ pub trait Backend: Send + Sync + 'static {
         follow: bool,
         earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
+    /// One stream of the user command's output in pod `pod` (its stdout or its stderr
+    /// alone), from the ordered log the runtime keeps, as [`Backend::logs`] reads;
+    /// [`BackendError::Refused`] where the backend cannot tell the streams apart.
+    fn output<'a>(
+        &'a self,
+        pod: &'a str,
+        stream: pai_contract::ordered_log::Stream,
+        follow: bool,
+        earlier: Option<i32>,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
     /// The log of pod `pod`'s init container (the runtime's `entry`: `prep/`, the
     /// barrier) where the backend keeps it apart from the main container's; `NotFound`
     /// where it is part of [`Backend::logs`] (the embedded default's one log per task).

@@ -9,8 +9,9 @@
 //! - **Cross-site requests.** A page on any site may POST to any URL without asking
 //!   (a "simple" request needs no CORS preflight). Browsers say where such a request
 //!   comes from: a state-changing request (anything but GET, HEAD, OPTIONS) whose
-//!   `Origin` is not this server's own, or whose `Sec-Fetch-Site` says another site, is
-//!   refused. Programs (curl, the CLI) send neither header and are not affected.
+//!   `Sec-Fetch-Site` says another site, or (from a browser too old to send that) whose
+//!   `Origin` is not this server's own, is refused. Programs (curl, the CLI) send neither
+//!   header and are not affected.
 //!
 //! Both refusals are 403 with the API's JSON error body, before anything else runs.
 
@@ -127,12 +128,17 @@ pub fn refusal(hosts: &Hosts, tls: bool, method: &Method, headers: &HeaderMap) -
     if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return None;
     }
-    if let Some(site) = text(headers, &header::HeaderName::from_static("sec-fetch-site"))
-        && !matches!(site, "same-origin" | "none")
-    {
-        return Some(ApiError::forbidden_origin(&format!(
-            "Sec-Fetch-Site: {site}"
-        )));
+    match text(headers, &header::HeaderName::from_static("sec-fetch-site")) {
+        // The browser itself says the page is ours (a page cannot set this header), or
+        // that no page sent it; its `Origin` may then be "null" (a form posted under
+        // a strict referrer policy), which says nothing more.
+        Some("same-origin" | "none") => return None,
+        Some(site) => {
+            return Some(ApiError::forbidden_origin(&format!(
+                "Sec-Fetch-Site: {site}"
+            )));
+        }
+        None => {}
     }
     let origin = text(headers, &header::ORIGIN)?;
     let (own_host, own_port) = split_host(host)?;
@@ -246,6 +252,23 @@ mod tests {
             let refused = refusal(&hosts, false, &post, &headers(&[host, ("origin", origin)]));
             assert_eq!(refused.map(|e| e.status.as_u16()), Some(403), "{origin}");
         }
+        // Chromium posts a form under `Referrer-Policy: no-referrer` with `Origin: null`;
+        // its Sec-Fetch-Site still says whose page it was.
+        assert!(
+            refusal(
+                &hosts,
+                false,
+                &post,
+                &headers(&[host, ("sec-fetch-site", "same-origin"), ("origin", "null")])
+            )
+            .is_none()
+        );
+        let same_site = headers(&[
+            host,
+            ("sec-fetch-site", "same-site"),
+            ("origin", "http://127.0.0.1:9187"),
+        ]);
+        assert!(refusal(&hosts, false, &post, &same_site).is_some());
         let cross = headers(&[host, ("sec-fetch-site", "cross-site")]);
         assert!(refusal(&hosts, false, &Method::DELETE, &cross).is_some());
         // Reading is not a state change; a foreign page cannot read the answer anyway.

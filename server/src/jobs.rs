@@ -113,6 +113,20 @@ pub async fn submit(
     Ok(Submitted::Created { job, warnings })
 }
 
+/// Deletes `job`: its Framework and, with it, its tasks.
+pub async fn delete(state: &AppState, job: &Job) -> Result<(), ApiError> {
+    state
+        .backend
+        .delete(job.name())
+        .await
+        .map_err(|e| match e {
+            BackendError::NotFound => job.not_found(),
+            other => other.into(),
+        })?;
+    tracing::info!(user = %job.user, job = %job.job, "job deleted");
+    Ok(())
+}
+
 /// The stop/start rules: STOP on a running job asks the backend to stop it (on a completed
 /// one it changes nothing); START is accepted while the job runs and refused (409) once
 /// it completed or is stopping.

@@ -796,6 +796,20 @@ impl Backend for KubeBackend {
         .boxed()
     }
 
+    fn output<'a>(
+        &'a self,
+        _pod: &'a str,
+        stream: pai_contract::ordered_log::Stream,
+        _follow: bool,
+        _earlier: Option<i32>,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        let why = format!(
+            "stream={} cannot be served on a cluster: the kubelet's log API gives a container's stdout and stderr merged (in the order the container runtime read them); leave stream out for both",
+            stream.as_str()
+        );
+        Box::pin(async move { Err(BackendError::Refused(why)) })
+    }
+
     fn logs<'a>(
         &'a self,
         pod: &'a str,

@@ -192,7 +192,25 @@ impl Backend for LocalBackend {
         follow: bool,
         earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
-        Box::pin(async move { Ok(self.0.logs(pod, follow, earlier)?) })
+        Box::pin(async move {
+            Ok(self
+                .0
+                .logs(pod, follow, earlier, pai_local::LogWhich::Container)?)
+        })
+    }
+
+    fn output<'a>(
+        &'a self,
+        pod: &'a str,
+        stream: pai_contract::ordered_log::Stream,
+        follow: bool,
+        earlier: Option<i32>,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .logs(pod, follow, earlier, pai_local::LogWhich::Stream(stream))?)
+        })
     }
 
     fn log_tail<'a>(

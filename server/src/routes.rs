@@ -371,15 +371,7 @@ pub async fn execute(
     )
 )]
 pub async fn delete_job(State(state): State<AppState>, job: Job) -> ApiResult {
-    state
-        .backend
-        .delete(job.name())
-        .await
-        .map_err(|e| match e {
-            BackendError::NotFound => job.not_found(),
-            other => other.into(),
-        })?;
-    tracing::info!(user = %job.user, job = %job.job, "job deleted");
+    jobs::delete(&state, &job).await?;
     Ok(accepted(format!("job {} is being deleted", job.job)))
 }
 
@@ -553,6 +545,28 @@ pub struct LogQuery {
     #[serde(default)]
     #[param(inline)]
     source: LogSource,
+    /// One stream of the user command's output alone: `stdout` or `stderr` (without it,
+    /// both, in the order they were written). Kept apart by the embedded default; on a
+    /// cluster the kubelet merges them (400 saying so).
+    #[param(inline)]
+    stream: Option<OutputStream>,
+}
+
+/// One stream of the user command's output.
+#[derive(Clone, Copy, Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+impl From<OutputStream> for pai_contract::ordered_log::Stream {
+    fn from(stream: OutputStream) -> Self {
+        match stream {
+            OutputStream::Stdout => Self::Stdout,
+            OutputStream::Stderr => Self::Stderr,
+        }
+    }
 }
 
 /// Whose lines of a task's log.
@@ -584,7 +598,7 @@ impl From<LogSource> for pai_contract::log_lines::Source {
     tag = "jobs",
     params(JobPath, LogQuery),
     responses(
-        (status = 200, description = "the task's output (by default the user command's; the runtime's lines with source=runtime); streamed while it runs with follow=true", content_type = "text/plain", body = String),
+        (status = 200, description = "the task's output (by default the user command's, stdout and stderr in the order written; one of them with stream=; the runtime's lines with source=runtime); streamed while it runs with follow=true", content_type = "text/plain", body = String),
         JobErrors
     )
 )]
@@ -624,14 +638,29 @@ pub async fn get_logs(
         Some(attempt) if attempt < current => Some(attempt),
         _ => None,
     };
-    let logs = crate::backend::task_log(
-        state.backend.as_ref(),
-        &pod,
-        query.follow,
-        earlier,
-        query.source.into(),
-    )
-    .await
+    let logs = match query.stream {
+        Some(_) if !matches!(query.source, LogSource::User) => {
+            return Err(ApiError::bad_request(
+                "stream splits the user command's output: it goes with source=user (the default), not with the runtime's lines".to_string(),
+            ));
+        }
+        Some(stream) => {
+            state
+                .backend
+                .output(&pod, stream.into(), query.follow, earlier)
+                .await
+        }
+        None => {
+            crate::backend::task_log(
+                state.backend.as_ref(),
+                &pod,
+                query.follow,
+                earlier,
+                query.source.into(),
+            )
+            .await
+        }
+    }
     .map_err(|e| match e {
         BackendError::NotFound => ApiError::no_task(match earlier {
             Some(attempt) => format!(

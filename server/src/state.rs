@@ -30,6 +30,8 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Jobs' views, made once per version and shared by every reader.
     pub views: Arc<crate::views::Views>,
+    /// Where this server's tokens are, as the sign-in page says it.
+    pub token_hint: Arc<str>,
 }
 
 impl AppState {
@@ -56,6 +58,9 @@ impl AppState {
             watch_limit: std::time::Duration::from_secs(u64::from(DEFAULT_WATCH_SECONDS)),
             metrics: Default::default(),
             views: Arc::new(views),
+            token_hint: Arc::from(
+                "The token is the one you use with rest-lite --token; the server's operator makes one with rest-lite token USER.",
+            ),
         }
     }
 }

@@ -1,12 +1,11 @@
 //! Daemon scripts (`init/`): each run by `/bin/sh`, its output into a log of its own.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use nix::unistd::Pid;
 
 use super::spawn::{self, Environment, Stream, Streams};
-use crate::logs::{CappedLog, Echo, EchoBudget, tee};
+use crate::logs::{CappedLog, copy_to_log};
 
 /// Starts a daemon script, its output (both streams) into `init-<name>.log` in
 /// `log_dir`, capped and rotated as the user log is.
@@ -31,11 +30,6 @@ pub fn start_script(
         },
     )?;
     // Ends when the script and everything it started have closed the pipe.
-    drop(tee(
-        reader,
-        Echo::Nowhere,
-        Some(Arc::new(Mutex::new(log))),
-        EchoBudget::unbounded(),
-    ));
+    drop(copy_to_log(reader, log));
     Ok(pid)
 }

@@ -34,7 +34,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::{Pid, getpid};
 use tracing::{info, warn};
 
-use crate::logs::{CappedLog, Echo, EchoBudget, tee};
+use crate::logs::{CappedLog, EchoBudget};
+use crate::output;
 use daemon::start_script;
 pub use procs::Ended;
 use procs::{reap, signal_group, signal_rest};
@@ -58,6 +59,8 @@ pub struct Plan {
     pub log_cap: u64,
     /// Between TERM and KILL.
     pub grace: Duration,
+    /// The operator's failure patterns ([`pai_contract::failure::PATTERNS_VAR`]'s value).
+    pub failure_patterns: Option<String>,
     /// The task's ssh port to hold and serve with `sshd -i` per connection (see
     /// [`ssh`]); `None`: the task has no ssh.
     pub ssh: Option<ssh::Sshd>,
@@ -70,6 +73,8 @@ pub enum SuperviseError {
         program: String,
         source: std::io::Error,
     },
+    #[error("the task's ssh port {port} is taken by another process of this host")]
+    PortTaken { port: u16 },
     #[error("signal handling failed: {0}")]
     Signals(#[from] nix::Error),
     #[error("cannot create {path}: {source}")]
@@ -79,9 +84,17 @@ pub enum SuperviseError {
     },
 }
 
+/// How the user command ended.
+#[derive(Debug)]
+pub struct Outcome {
+    pub ended: Ended,
+    /// What its output said went wrong, when it failed.
+    pub cause: Option<pai_contract::failure::Cause>,
+}
+
 /// Runs `plan` to the end; returns the user command's status. `signals` must have been
 /// set up before any thread started.
-pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError> {
+pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Outcome, SuperviseError> {
     let pid1 = getpid().as_raw() == 1;
     if !pid1 && let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         warn!(error = %e, "cannot become a child subreaper; orphans of the user command will not be reaped here");
@@ -101,7 +114,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
     on_demand_env.push((ssh::ON_DEMAND_VAR.into(), "1".into()));
     let on_demand_env = Arc::new(environment(&on_demand_env)?);
     // The ssh port is held before anything starts: nobody takes it in between.
-    let on_demand = plan.ssh.clone().and_then(|sshd| {
+    let on_demand = plan.ssh.clone().map(|sshd| {
         let port = sshd.port;
         let session = sshd.session.clone();
         let setup = sshd.setup.clone().map(|script| ssh::Setup {
@@ -110,14 +123,23 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
             log_dir: plan.log_dir.clone(),
             log_cap: plan.log_cap,
         });
-        ssh::OnDemand::listen(sshd, setup)
-            .inspect_err(|e| {
-                warn!(port, error = %e, "cannot hold the ssh port; the daemon scripts start sshd themselves");
-                // Their sshd's sessions read it: now, not at the first connection.
-                session.write();
-            })
-            .ok()
+        ssh::OnDemand::listen(sshd, setup).map_err(|e| (port, session, e))
     });
+    let on_demand = match on_demand {
+        None => None,
+        Some(Ok(on_demand)) => Some(on_demand),
+        // Taken by someone else: the task goes elsewhere (a conflict, retried), rather
+        // than serve ssh on a port another process answers.
+        Some(Err((port, _, e))) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(SuperviseError::PortTaken { port });
+        }
+        Some(Err((port, session, e))) => {
+            warn!(port, error = %e, "cannot hold the ssh port; the daemon scripts start sshd themselves");
+            // Their sshd's sessions read it: now, not at the first connection.
+            session.write();
+            None
+        }
+    };
     let daemon_env = match on_demand {
         Some(_) => on_demand_env,
         None => Arc::new(environment(&plan.daemon_env)?),
@@ -150,8 +172,15 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         source,
     };
     let env = Environment::new(plan.env.iter().map(|(k, v)| (k, v))).map_err(spawn_error)?;
-    let (stdout, stdout_writer) = std::io::pipe().map_err(spawn_error)?;
-    let (stderr, stderr_writer) = std::io::pipe().map_err(spawn_error)?;
+    let (writers, read_ends) = output::pipes().map_err(spawn_error)?;
+    let reader = output::start(
+        read_ends,
+        output::Sinks {
+            log: user_log,
+            budget: EchoBudget::for_stdout(plan.log_cap),
+            detector: pai_contract::failure::Detector::from_var(plan.failure_patterns.as_deref()),
+        },
+    );
     let args: Vec<&OsStr> = plan.args.iter().map(OsString::as_os_str).collect();
     let user_pid = spawn::spawn(
         &plan.program,
@@ -159,18 +188,13 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
         &env,
         Streams {
             stdin: Stream::Inherit,
-            stdout: Stream::To(stdout_writer.into()),
-            stderr: Stream::To(stderr_writer.into()),
+            stdout: Stream::To(writers.stdout),
+            stderr: Stream::To(writers.stderr),
         },
     )
     .map_err(spawn_error)?;
     drop(env);
     info!(pid = %user_pid, "user command started");
-    let budget = EchoBudget::for_stdout(plan.log_cap);
-    let copiers = [
-        tee(stdout, Echo::Stdout, user_log.clone(), budget.clone()),
-        tee(stderr, Echo::Stderr, user_log.clone(), budget.clone()),
-    ];
 
     let mut status: Option<Ended> = None;
     // After a forwarded TERM or INT: when to KILL the user command's group.
@@ -185,7 +209,7 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
                 on_demand.reaped(pid.as_raw().unsigned_abs(), cleaning_up);
             }
             if pid == user_pid {
-                info!(code = ended.code(), "user command ended");
+                // Told once its output is all read, after it.
                 *status = Some(ended);
             } else if let Some(name) = daemons.remove(&pid) {
                 if ended.code() == 0 {
@@ -260,8 +284,12 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Ended, SuperviseError
             }
         }
     }
-    for copier in copiers {
-        let _ = copier.join();
-    }
-    Ok(status.unwrap_or(Ended::Exited(0)))
+    let ended = status.unwrap_or(Ended::Exited(0));
+    let detector = reader.join();
+    info!(code = ended.code(), "user command ended");
+    let cause = match detector {
+        Ok(detector) if ended.code() != 0 => detector.cause(ended.code(), ended.signal_name()),
+        _ => None,
+    };
+    Ok(Outcome { ended, cause })
 }

@@ -22,6 +22,14 @@ impl Ended {
             Ended::Signaled(signal) => 128 + signal as i32,
         }
     }
+
+    /// The signal that ended it, by name (`SIGKILL`).
+    pub fn signal_name(self) -> Option<&'static str> {
+        match self {
+            Ended::Exited(_) => None,
+            Ended::Signaled(signal) => Some(signal.as_str()),
+        }
+    }
 }
 
 /// What one round of reaping found.

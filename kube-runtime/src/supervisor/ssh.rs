@@ -89,6 +89,10 @@ pub struct OnDemand {
 #[derive(Clone, Debug)]
 pub struct Sshd {
     pub port: u16,
+    /// Where to bind the port when it was not handed over.
+    pub address: std::net::IpAddr,
+    /// The port, bound and listening, as the embedded default hands it over.
+    pub listener: Option<Arc<TcpListener>>,
     /// The task's ssh directory (`<root>/ssh`).
     pub dir: PathBuf,
     pub log: PathBuf,
@@ -154,10 +158,13 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 impl OnDemand {
-    /// Binds `sshd.port` on every address and serves it from a thread of its own; `setup`
-    /// prepares sshd at the first connection.
+    /// Serves `sshd.port` from a thread of its own: the listener handed over, else the
+    /// port bound on `sshd.address`; `setup` prepares sshd at the first connection.
     pub fn listen(sshd: Sshd, setup: Option<Setup>) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(("0.0.0.0", sshd.port))?;
+        let listener = match &sshd.listener {
+            Some(handed) => handed.clone(),
+            None => Arc::new(TcpListener::bind((sshd.address, sshd.port))?),
+        };
         let this = Self {
             ready: Arc::new((Mutex::new(Readiness::Unprepared), Condvar::new())),
             dir: sshd.dir.clone(),

@@ -107,6 +107,11 @@ pub struct SubmitArgs {
     /// ends first (its outcome as the exit code).
     #[arg(long, short)]
     wait: bool,
+    /// With --wait: how long every task must have run before the job counts as started,
+    /// in seconds (as Kubernetes' minReadySeconds); a command that fails at once fails
+    /// within it, and --wait ends with the job's outcome.
+    #[arg(long, default_value_t = 2.0, requires = "wait", value_parser = settle_seconds)]
+    settle: f64,
     #[command(flatten)]
     connection: Connection,
 }
@@ -200,17 +205,31 @@ pub struct LogsArgs {
     /// The user command's output and the runtime's lines, as written.
     #[arg(long)]
     all: bool,
+    /// One stream of the user command's output alone (without it: both, in the order
+    /// written). Kept apart on this machine; a cluster's kubelet merges them.
+    #[arg(long, value_parser = ["stdout", "stderr"], conflicts_with_all = ["runtime", "all"])]
+    stream: Option<String>,
     #[command(flatten)]
     connection: Connection,
 }
 
 impl LogsArgs {
-    fn source(&self) -> pai_client::Source {
-        match (self.runtime, self.all) {
+    fn lines(&self) -> pai_client::Lines {
+        if let Some(stream) = self.stream.as_deref().and_then(pai_client::Stream::parse) {
+            return pai_client::Lines::Stream(stream);
+        }
+        pai_client::Lines::Source(match (self.runtime, self.all) {
             (true, _) => pai_client::Source::Runtime,
             (_, true) => pai_client::Source::All,
             _ => pai_client::Source::User,
-        }
+        })
+    }
+}
+
+fn settle_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (0.0..=3600.0).contains(&s) => Ok(s),
+        _ => Err("a number of seconds from 0 to 3600".to_string()),
     }
 }
 
@@ -277,7 +296,8 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
                 args.connection.server.trim_end_matches('/')
             );
             let flags = args.connection.flags();
-            return super::wait::until_running(&client, &user, &job, &page, &flags).await;
+            let settle = std::time::Duration::from_secs_f64(args.settle);
+            return super::wait::until_running(&client, &user, &job, &page, &flags, settle).await;
         }
         warn(&submitted);
         super::follow::follow(&client, &user, &job, args.verbose).await
@@ -588,7 +608,7 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
                         &args.role,
                         args.index,
                         attempt,
-                        args.source(),
+                        args.lines(),
                     )
                     .await?;
             }
@@ -599,7 +619,7 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
                     &args.role,
                     args.index,
                     args.follow,
-                    args.source(),
+                    args.lines(),
                 )
                 .await
             {
@@ -622,7 +642,7 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
                                 &args.role,
                                 args.index,
                                 false,
-                                args.source(),
+                                args.lines(),
                             )
                             .await?;
                     }

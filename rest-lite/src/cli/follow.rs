@@ -102,6 +102,9 @@ pub fn outcome(job: &str, view: &JobView, interrupted: bool) -> ExitCode {
             .map(|d| format!(": {d}"))
             .unwrap_or_default()
     );
+    if let Some(cause) = super::human::unsaid_cause(status) {
+        tell!("rest-lite: cause ({}): {}", cause.pattern, cause.line);
+    }
     match state {
         JobState::Succeeded => ExitCode::SUCCESS,
         _ if interrupted => ExitCode::from(130),

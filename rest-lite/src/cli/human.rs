@@ -8,6 +8,17 @@ use pai_api::jobs::JobSummary;
 use pai_api::status::{JobState, JobView, TaskView};
 use pai_api::time::{age, readable};
 
+/// The cause of the job's failure where its diagnostics do not say it already (once is
+/// enough).
+pub fn unsaid_cause(status: &pai_api::status::JobStatus) -> Option<&pai_api::status::ExitCause> {
+    status.app_exit_cause.as_ref().filter(|cause| {
+        !status
+            .app_exit_diagnostics
+            .as_deref()
+            .is_some_and(|d| d.contains(&cause.line))
+    })
+}
+
 /// Columns padded to their widest cell, two spaces apart; the last one unpadded.
 fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -209,6 +220,9 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
     }
     if let Some(diagnostics) = s.app_exit_diagnostics.as_deref().filter(|d| !d.is_empty()) {
         let _ = writeln!(out, "diagnostics: {diagnostics}");
+    }
+    if let Some(cause) = unsaid_cause(s) {
+        let _ = writeln!(out, "cause ({}): {}", cause.pattern, cause.line);
     }
     // The attempts before this one (the last one's end is said above).
     for end in s.attempts.iter().filter(|a| a.retried) {

@@ -205,6 +205,23 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        let token_hint = match &args.token_file {
+            Some(path) => format!(
+                "This server's tokens are in its token file ({}); its operator makes one for you with rest-lite token USER --file {0}.",
+                path.display()
+            ),
+            None => format!(
+                "This server made its own token: it is in the file {} on the machine the server runs on, readable by the server's user alone (the rest-lite command of that user reads it by itself). The sign-in link rest-lite serve printed carries it.",
+                machine_token::path(
+                    &args
+                        .local
+                        .state_dir
+                        .clone()
+                        .unwrap_or_else(pai_server::local::default_state_dir)
+                )
+                .display()
+            ),
+        };
         let (access, machine) = match &args.token_file {
             Some(path) => (Access::Tokens(TokenTable::watch_file(path)?), None),
             None => {
@@ -233,6 +250,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             hosts: Arc::new(hosts),
             tls: tls.is_some(),
             metrics_elsewhere: args.metrics_listen.is_some(),
+            token_hint: token_hint.into(),
             ..AppState::new(backend, config, access)
         };
         let listener = tokio::net::TcpListener::bind(args.listen)

@@ -3,6 +3,7 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 use futures::StreamExt;
@@ -76,37 +77,62 @@ impl Display {
     }
 }
 
-/// Watches `job` until every task runs (exit 0) or it ends first (its outcome).
-/// `flags`: what a printed command needs to reach the same server as the same user.
+/// Watches `job` until every task has run for `settle` (as a Deployment's pods count as
+/// available after `minReadySeconds`: a command that fails at once, such as a typo,
+/// fails within it) or the job ends first (its outcome, and its exit code). `flags`: what
+/// a printed command needs to reach the same server as the same user.
 pub async fn until_running(
     client: &Client,
     user: &str,
     job: &str,
     page: &str,
     flags: &str,
+    settle: Duration,
 ) -> Result<ExitCode> {
     let mut changes = client.watch(user, job).await?;
     let mut display: Option<Display> = None;
     let mut notes = super::human::Notes::default();
-    while let Some(view) = changes.next().await {
+    // Since when every task runs (none while some does not).
+    let mut all_running: Option<(tokio::time::Instant, usize, String)> = None;
+    loop {
+        let next = match &all_running {
+            Some((since, ..)) => {
+                match tokio::time::timeout_at(*since + settle, changes.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                }
+            }
+            None => changes.next().await,
+        };
+        let Some(view) = next else {
+            anyhow::bail!("job {job} was deleted before every task ran");
+        };
         let view = view?;
         notes.see(job, &view);
         let roles = progress(&view);
         let display = display.get_or_insert_with(|| Display::new(&roles));
         display.show(&roles);
-        let total: usize = roles.iter().map(|r| r.total).sum();
-        let running: usize = roles.iter().map(|r| r.running).sum();
         if view.job_status.state.is_final() {
             display.finish();
             return Ok(super::follow::outcome(job, &view, false));
         }
-        if total > 0 && running == total {
-            display.finish();
-            say!("job {job}: all {total} tasks running");
-            let first_role = roles.first().map_or("ROLE", |r| r.role.as_str());
-            tell!("follow it with: rest-lite logs {job} -r {first_role} -f{flags}, or open {page}");
-            return Ok(ExitCode::SUCCESS);
-        }
+        let total: usize = roles.iter().map(|r| r.total).sum();
+        let running: usize = roles.iter().map(|r| r.running).sum();
+        all_running = if total > 0 && running == total {
+            let first_role = roles
+                .first()
+                .map_or("ROLE", |r| r.role.as_str())
+                .to_string();
+            all_running.or(Some((tokio::time::Instant::now(), total, first_role)))
+        } else {
+            None
+        };
     }
-    anyhow::bail!("job {job} was deleted before every task ran")
+    if let Some(display) = &display {
+        display.finish();
+    }
+    let (total, first_role) = all_running.map(|(_, t, r)| (t, r)).unwrap_or_default();
+    say!("job {job}: all {total} tasks running");
+    tell!("follow it with: rest-lite logs {job} -r {first_role} -f{flags}, or open {page}");
+    Ok(ExitCode::SUCCESS)
 }

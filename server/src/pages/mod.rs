@@ -5,6 +5,8 @@
 //! only their own jobs (another's is "not found"), an admin every job; with a token
 //! file, the token comes from the sign-in's HttpOnly cookie or a bearer header.
 
+pub mod docs;
+pub mod submit;
 pub mod view;
 
 use std::sync::LazyLock;
@@ -43,6 +45,7 @@ static TEMPLATES: LazyLock<Handlebars<'static>> = LazyLock::new(|| {
         ("sign_in", include_str!("../../templates/sign_in.hbs")),
         ("error", include_str!("../../templates/error.hbs")),
         ("docs", include_str!("../../templates/docs.hbs")),
+        ("submit", include_str!("../../templates/submit.hbs")),
     ];
     for (name, text) in templates {
         // The templates are part of the binary and rendered in tests: a broken one
@@ -62,6 +65,9 @@ pub fn router() -> Router<AppState> {
         .route("/ui/jobs", get(job_list))
         .route("/ui/jobs/{user}/{job}", get(job_page))
         .route("/ui/jobs/{user}/{job}/logs/{role}/{index}", get(task_log))
+        .route("/ui/jobs/{user}/{job}/stop", post(stop_job))
+        .route("/ui/jobs/{user}/{job}/delete", post(delete_job))
+        .route("/ui/submit", get(submit_form).post(submit_job))
         .route("/ui/sign-in", get(sign_in_form).post(sign_in))
         .route("/ui/sign-out", post(sign_out))
         .route("/docs", get(docs))
@@ -98,9 +104,11 @@ fn secure(headers: &mut HeaderMap) {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    // Not `no-referrer`: under it a browser posts this server's own forms with
+    // `Origin: null`. Other sites learn nothing either way.
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -154,7 +162,11 @@ async fn to_jobs() -> Response {
 /// A place to go back to after signing in: one of our own pages, never another site.
 fn safe_next(next: Option<&str>) -> String {
     next.filter(|n| {
-        n.starts_with("/ui/") && !n.starts_with("//") && !n.contains(['\\', '\r', '\n'])
+        (n.starts_with("/ui/")
+            || *n == "/docs"
+            || n.starts_with("/docs?")
+            || n.starts_with("/docs#"))
+            && !n.contains(['\\', '\r', '\n'])
     })
     .unwrap_or("/ui/jobs")
     .to_string()
@@ -186,7 +198,13 @@ fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }
 
-async fn job_list(State(state): State<AppState>, headers: HeaderMap) -> Response {
+async fn job_list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<view::ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    // A malformed query lists everything (the page is for people).
+    let query = query.map(|q| q.0).unwrap_or_default();
     let caller = match signed_in(&state, &headers, "/ui/jobs") {
         Ok(caller) => caller,
         Err(to_sign_in) => return to_sign_in.into_response(),
@@ -194,7 +212,7 @@ async fn job_list(State(state): State<AppState>, headers: HeaderMap) -> Response
     match jobs::list(&state, &caller, None, &Default::default()).await {
         Ok(list) => {
             let whose = (!caller.admin).then(|| caller.user.clone());
-            let mut data = view::jobs_page(&list.jobs, whose, now_ms());
+            let mut data = view::jobs_page(&list.jobs, whose, now_ms(), &query);
             data.frame.signed_in = who(&state, &caller);
             page(StatusCode::OK, "jobs", &data)
         }
@@ -225,10 +243,10 @@ async fn caller_and_job(
     here: &str,
     user: &str,
     job: &str,
-) -> Result<(Caller, std::sync::Arc<pai_contract::Framework>), Refused> {
+) -> Result<(Caller, Job), Refused> {
     let caller = signed_in(state, headers, here).map_err(Refused::SignIn)?;
     match Job::find(state, &caller, user, job).await {
-        Ok(found) => Ok((caller, found.framework)),
+        Ok(found) => Ok((caller, found)),
         // A malformed name in a page's path is a page that does not exist.
         Err(e) if e.status == StatusCode::BAD_REQUEST => Err(Refused::Error(
             ApiError::no_job(user, job),
@@ -247,10 +265,11 @@ async fn job_page(
     // A malformed paging query shows the first page (the page is for people).
     let paging = query.map(|q| q.0).unwrap_or_default();
     let here = view::job_url(&user, &job);
-    let (caller, framework) = match caller_and_job(&state, &headers, &here, &user, &job).await {
+    let (caller, found) = match caller_and_job(&state, &headers, &here, &user, &job).await {
         Ok(found) => found,
         Err(refused) => return refused.into_response(),
     };
+    let framework = found.framework;
     let made = state.views.of(&framework);
     let job_view = &made.view;
     // The last lines of the first tasks that started, read side by side.
@@ -318,6 +337,8 @@ async fn job_page(
     };
     let mut data = view::job_page(job_view, &mut tail_of, &caller.user, now_ms(), &paging);
     data.frame.signed_in = who(&state, &caller);
+    data.resources = view::resources(&framework);
+    data.spec = framework.spec_text().map(|(text, _)| text.to_string());
     // The commands work as printed from another terminal: they name this server unless it
     // is the command line's default (the guard let only this server's own names through).
     let host = headers
@@ -351,7 +372,7 @@ async fn task_log(
         query.map(|q| q.0.source).unwrap_or_default().into();
     let here = format!("{}/logs/{role}/{index}", view::job_url(&user, &job));
     let (caller, framework) = match caller_and_job(&state, &headers, &here, &user, &job).await {
-        Ok(found) => found,
+        Ok((caller, found)) => (caller, found.framework),
         Err(refused) => return refused.into_response(),
     };
     let no_task = || {
@@ -378,15 +399,179 @@ async fn task_log(
     }
 }
 
+/// `POST /ui/jobs/{user}/{job}/stop`: the API's stop, then back to the job's page.
+async fn stop_job(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((user, job)): Path<(String, String)>,
+) -> Response {
+    let here = view::job_url(&user, &job);
+    let (caller, found) = match caller_and_job(&state, &headers, &here, &user, &job).await {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    match jobs::set_execution(&state, &found, pai_api::jobs::Execution::Stop).await {
+        Ok(()) => see_other(&here),
+        Err(e) => error_page(&e, who(&state, &caller)),
+    }
+}
+
+/// `POST /ui/jobs/{user}/{job}/delete`: the API's delete, then the job list.
+async fn delete_job(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((user, job)): Path<(String, String)>,
+) -> Response {
+    let here = view::job_url(&user, &job);
+    let (caller, found) = match caller_and_job(&state, &headers, &here, &user, &job).await {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    match jobs::delete(&state, &found).await {
+        Ok(()) => see_other("/ui/jobs"),
+        Err(e) => error_page(&e, who(&state, &caller)),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct SubmitQuery {
+    /// `user/job`: a job whose spec fills the form, under a new name.
+    clone: Option<String>,
+}
+
+/// `GET /ui/submit`: the form, empty or with a job's spec to clone.
+async fn submit_form(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<SubmitQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let query = query.map(|q| q.0).unwrap_or_default();
+    let here = match &query.clone {
+        Some(from) => format!(
+            "/ui/submit?clone={}",
+            pai_api::path::percent_encode(from, b"/")
+        ),
+        None => "/ui/submit".to_string(),
+    };
+    let caller = match signed_in(&state, &headers, &here) {
+        Ok(caller) => caller,
+        Err(to_sign_in) => return to_sign_in.into_response(),
+    };
+    let mut data = submit::SubmitPage::new(String::new());
+    if let Some((user, job)) = query.clone.as_deref().and_then(|c| c.split_once('/')) {
+        match Job::find(&state, &caller, user, job).await {
+            Ok(found) => {
+                let (text, format) = found
+                    .framework
+                    .spec_text()
+                    .unwrap_or(("", pai_translate::spec::SpecFormat::Yaml));
+                data.text = submit::renamed(text, format, job, &submit::clone_name(job));
+                data.cloned_from = Some(format!("{user}/{job}"));
+            }
+            Err(e) => data.errors.push(e.message),
+        }
+    }
+    data.frame.signed_in = who(&state, &caller);
+    page(StatusCode::OK, "submit", &data)
+}
+
+/// `POST /ui/submit` (multipart: `spec`, `file`, `action`): the API's submission (or its
+/// dry run with `action=check`) as the signed-in user; the form again with the errors
+/// next to the spec's lines, or the new job's link and warnings.
+async fn submit_job(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    multipart: Result<axum::extract::Multipart, axum::extract::multipart::MultipartRejection>,
+) -> Response {
+    let caller = match signed_in(&state, &headers, "/ui/submit") {
+        Ok(caller) => caller,
+        Err(to_sign_in) => return to_sign_in.into_response(),
+    };
+    let sent = match multipart {
+        Ok(multipart) => submit::read(multipart).await,
+        Err(e) => Err(format!("the form could not be read: {e}")),
+    };
+    let signed_in = who(&state, &caller);
+    let answer = |status, mut data: submit::SubmitPage| {
+        data.frame.signed_in = signed_in.clone();
+        page(status, "submit", &data)
+    };
+    let sent = match sent {
+        Ok(sent) => sent,
+        Err(why) => {
+            let mut data = submit::SubmitPage::new(String::new());
+            data.errors.push(why);
+            return answer(StatusCode::BAD_REQUEST, data);
+        }
+    };
+    let data = submit::SubmitPage::new(sent.text.clone());
+    let format = pai_translate::spec::SpecFormat::detect(&sent.text);
+    // The spec's own errors, placed on its lines; then the API's submission itself.
+    let spec = match pai_translate::spec::JobSpec::parse(&sent.text, format) {
+        Ok(spec) => spec,
+        Err(errors) => return answer(StatusCode::BAD_REQUEST, data.with_spec_errors(&errors)),
+    };
+    let user = match crate::extract::user_name(&caller.user) {
+        Ok(user) => user,
+        Err(e) => {
+            let mut data = data;
+            data.errors.push(e.message);
+            return answer(e.status, data);
+        }
+    };
+    let body = crate::extract::SpecBody {
+        text: sent.text,
+        format,
+    };
+    let mut data = data;
+    match jobs::submit(&state, &caller, &user, None, sent.check, &body).await {
+        Ok(jobs::Submitted::DryRun(framework)) => {
+            let tasks: u32 = framework.spec.task_roles.iter().map(|r| r.tasks()).sum();
+            data.valid = Some(format!(
+                "job {} is valid: {tasks} task{} in {} role{}",
+                spec.name().as_str(),
+                if tasks == 1 { "" } else { "s" },
+                framework.spec.task_roles.len(),
+                if framework.spec.task_roles.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+            ));
+            data.warnings = pai_translate::warnings::spec_warnings(&spec);
+            answer(StatusCode::OK, data)
+        }
+        Ok(jobs::Submitted::Created { job, warnings }) => {
+            data.warnings = warnings;
+            data.submitted = Some(submit::Submitted {
+                url: view::job_url(user.as_str(), &job),
+                job,
+            });
+            answer(StatusCode::CREATED, data)
+        }
+        Err(e) => {
+            data.errors.push(e.message);
+            answer(e.status, data)
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct SignInPage {
     #[serde(flatten)]
     frame: Frame,
     next: String,
     error: Option<String>,
+    /// Where this server's tokens are.
+    token_hint: String,
 }
 
-fn sign_in_page(status: StatusCode, next: String, error: Option<String>) -> Response {
+fn sign_in_page(
+    state: &AppState,
+    status: StatusCode,
+    next: String,
+    error: Option<String>,
+) -> Response {
     page(
         status,
         "sign_in",
@@ -397,6 +582,7 @@ fn sign_in_page(status: StatusCode, next: String, error: Option<String>) -> Resp
             },
             next,
             error,
+            token_hint: state.token_hint.to_string(),
         },
     )
 }
@@ -416,7 +602,7 @@ async fn sign_in_form(State(state): State<AppState>, Query(query): Query<SignInQ
     }
     match query.token {
         Some(token) => signed_in_as(&state, token.trim(), next),
-        None => sign_in_page(StatusCode::OK, next, None),
+        None => sign_in_page(&state, StatusCode::OK, next, None),
     }
 }
 
@@ -439,6 +625,7 @@ async fn sign_in(State(state): State<AppState>, Form(form): Form<SignInForm>) ->
 fn signed_in_as(state: &AppState, token: &str, next: String) -> Response {
     if state.access.caller(Some(token)).is_none() {
         return sign_in_page(
+            state,
             StatusCode::UNAUTHORIZED,
             next,
             Some("This token is not known to this server. Check it with the server's operator (rest-lite token makes one).".to_string()),
@@ -459,55 +646,10 @@ async fn sign_out(State(state): State<AppState>) -> Response {
     response
 }
 
-#[derive(Serialize)]
-struct DocsPage {
-    #[serde(flatten)]
-    frame: Frame,
-    document: &'static str,
-    routes: Vec<RouteLine>,
-}
-
-#[derive(Serialize)]
-struct RouteLine {
-    method: String,
-    path: String,
-    summary: String,
-}
-
-/// The API's routes, from the same OpenAPI document the server serves.
+/// `GET /docs`: the API's routes, each with its whole description as Markdown renders
+/// it, from the same OpenAPI document the server serves.
 async fn docs() -> Response {
-    let document = crate::openapi::document();
-    let mut routes = Vec::new();
-    if let Some(paths) = document["paths"].as_object() {
-        for (path, item) in paths {
-            for method in ["get", "post", "put", "patch", "delete"] {
-                let Some(operation) = item.get(method) else {
-                    continue;
-                };
-                let summary = operation["summary"]
-                    .as_str()
-                    .or_else(|| operation["description"].as_str())
-                    .unwrap_or_default();
-                routes.push(RouteLine {
-                    method: method.to_ascii_uppercase(),
-                    path: path.clone(),
-                    summary: summary.lines().next().unwrap_or_default().to_string(),
-                });
-            }
-        }
-    }
-    page(
-        StatusCode::OK,
-        "docs",
-        &DocsPage {
-            frame: Frame {
-                title: "API".to_string(),
-                ..Frame::default()
-            },
-            document: crate::openapi::DOCUMENT_PATH,
-            routes,
-        },
-    )
+    page(StatusCode::OK, "docs", &docs::page())
 }
 
 #[cfg(test)]
@@ -561,7 +703,7 @@ mod tests {
         assert!(html.contains("id=\"task-worker-9000\""));
         // The task that decided the outcome is marked; the platform's code is explained.
         assert!(html.contains(
-            "<tr id=\"task-worker-7000\" class=\"decided\">\n      <td><code>worker-7000</code><div class=\"note\">its end decided the job's outcome</div>"
+            "<tr id=\"task-worker-7000\" class=\"decided FAILED\">\n      <td><code>worker-7000</code><div class=\"note\">its end decided the job's outcome</div>"
         ));
         assert!(html.contains("<code>-220</code><div class=\"note\">stopped by the platform"));
         assert!(html.contains("2 FAILED, 9996 WAITING"), "the role's counts");

@@ -27,6 +27,22 @@ pub struct JobsPage {
     /// Whose jobs (none: every user's).
     pub user: Option<String>,
     pub rows: Vec<JobRow>,
+    /// The filters as chosen, for the form.
+    pub query: ListQuery,
+    /// The states to filter by, each marked when chosen.
+    pub states: Vec<Choice>,
+    /// The users whose jobs are listed (an admin's list), each marked when chosen.
+    pub users: Vec<Choice>,
+    /// The sort orders, each marked when chosen.
+    pub sorts: Vec<Choice>,
+    /// Jobs before the filters.
+    pub total: usize,
+}
+
+#[derive(Serialize)]
+pub struct Choice {
+    pub value: String,
+    pub selected: bool,
 }
 
 #[derive(Serialize)]
@@ -40,11 +56,72 @@ pub struct JobRow {
     pub retries: i32,
     pub age: String,
     pub created_iso: String,
+    /// From its creation to its end (or now).
+    pub duration: String,
 }
 
-/// The job list: `jobs` newest first, as the API lists them.
-pub fn jobs_page(jobs: &[JobSummary], user: Option<String>, now_ms: i64) -> JobsPage {
-    let rows: Vec<JobRow> = jobs
+/// The job list's filters, search and order (`?state=FAILED&user=alice&q=bert&sort=duration`).
+#[derive(Clone, Debug, Default, serde::Deserialize, Serialize)]
+pub struct ListQuery {
+    /// Only jobs in this state (`RUNNING`, …); empty: all.
+    #[serde(default)]
+    pub state: String,
+    /// Only this user's jobs; empty: all the caller may see.
+    #[serde(default)]
+    pub user: String,
+    /// Only jobs whose name contains this (any case).
+    #[serde(default)]
+    pub q: String,
+    /// `created` (newest first, the default), `name`, `state`, `user`, `duration`
+    /// (longest first).
+    #[serde(default)]
+    pub sort: String,
+}
+
+const STATES: [JobState; 6] = [
+    JobState::Waiting,
+    JobState::Running,
+    JobState::Succeeded,
+    JobState::Failed,
+    JobState::Stopped,
+    JobState::Unknown,
+];
+const SORTS: [&str; 5] = ["created", "name", "state", "user", "duration"];
+
+/// How long a job ran: from its creation to its end, or to `now_ms` while it runs.
+fn duration_ms(status: &pai_api::status::JobStatus, now_ms: i64) -> Option<i64> {
+    let created = status.created_time?;
+    let end = if status.state.is_final() {
+        status.completed_time?
+    } else {
+        now_ms
+    };
+    Some((end - created).max(0))
+}
+
+/// The job list: `jobs` (newest first, as the API lists them) filtered, searched and
+/// sorted as `query` asks.
+pub fn jobs_page(
+    jobs: &[JobSummary],
+    user: Option<String>,
+    now_ms: i64,
+    query: &ListQuery,
+) -> JobsPage {
+    let needle = query.q.trim().to_lowercase();
+    let mut picked: Vec<&JobSummary> = jobs
+        .iter()
+        .filter(|j| query.state.is_empty() || j.status.state.to_string() == query.state)
+        .filter(|j| query.user.is_empty() || j.status.username == query.user)
+        .filter(|j| needle.is_empty() || j.name.to_lowercase().contains(&needle))
+        .collect();
+    match query.sort.as_str() {
+        "name" => picked.sort_by(|a, b| a.name.cmp(&b.name)),
+        "state" => picked.sort_by_key(|j| j.status.state.to_string()),
+        "user" => picked.sort_by(|a, b| a.status.username.cmp(&b.status.username)),
+        "duration" => picked.sort_by_key(|j| std::cmp::Reverse(duration_ms(&j.status, now_ms))),
+        _ => {}
+    }
+    let rows: Vec<JobRow> = picked
         .iter()
         .map(|job| JobRow {
             user: job.status.username.clone(),
@@ -59,15 +136,35 @@ pub fn jobs_page(jobs: &[JobSummary], user: Option<String>, now_ms: i64) -> Jobs
                 .created_time
                 .map_or_else(String::new, |t| format!("{} ago", age(now_ms - t))),
             created_iso: job.status.created_time.map_or_else(String::new, iso),
+            duration: duration_ms(&job.status, now_ms).map_or_else(String::new, age),
         })
         .collect();
     let running = jobs.iter().any(|j| !j.status.state.is_final());
+    let mut users: Vec<&str> = jobs.iter().map(|j| j.status.username.as_str()).collect();
+    users.sort_unstable();
+    users.dedup();
+    let choice = |value: &str, chosen: &str| Choice {
+        value: value.to_string(),
+        selected: value == chosen,
+    };
     JobsPage {
         frame: Frame {
             title: "Jobs".to_string(),
             refresh: running.then_some(REFRESH_SECONDS),
             signed_in: None,
         },
+        states: STATES
+            .iter()
+            .map(|s| choice(&s.to_string(), &query.state))
+            .collect(),
+        users: if user.is_none() {
+            users.iter().map(|u| choice(u, &query.user)).collect()
+        } else {
+            Vec::new()
+        },
+        sorts: SORTS.iter().map(|s| choice(s, &query.sort)).collect(),
+        total: jobs.len(),
+        query: query.clone(),
         user,
         rows,
     }
@@ -110,10 +207,61 @@ pub struct JobPage {
     pub tails_shown: usize,
     pub tails_omitted: bool,
     pub first_role: String,
-    /// ` -u USER` when the page's viewer is not the job's user (an admin).
     /// What the printed commands need: ` --server URL` unless the default, ` -u USER`
     /// unless the viewer's own job.
     pub flags: String,
+    /// Why the job failed, as its output said (shown once: the diagnostics are left out
+    /// where they say the same).
+    pub cause: Option<String>,
+    pub cause_pattern: Option<String>,
+    /// What the job's state allows: stop it (it has not ended), follow its output and
+    /// log in to its tasks (it runs).
+    pub can_stop: bool,
+    pub runs: bool,
+    pub ended: bool,
+    /// Each role's resources per task, as submitted.
+    pub resources: Vec<RoleResources>,
+    /// The spec as submitted.
+    pub spec: Option<String>,
+    /// `user/job`, for the clone link.
+    pub clone: String,
+}
+
+/// A role's tasks and what each asks for.
+#[derive(Serialize)]
+pub struct RoleResources {
+    pub name: String,
+    pub tasks: u32,
+    pub cpu: String,
+    pub memory: String,
+    pub gpu: u32,
+    pub image: String,
+}
+
+/// Each role's resources, from the Framework's pod templates.
+pub fn resources(framework: &pai_contract::Framework) -> Vec<RoleResources> {
+    framework
+        .spec
+        .task_roles
+        .iter()
+        .map(|role| {
+            let main = role.main_container();
+            let request = |name: &str| {
+                main.and_then(|c| c.resources.as_ref())
+                    .and_then(|r| r.requests.as_ref().or(r.limits.as_ref()))
+                    .and_then(|r| r.get(name))
+                    .map_or_else(|| "—".to_string(), |q| q.0.clone())
+            };
+            RoleResources {
+                name: role.pai_name().to_string(),
+                tasks: role.tasks(),
+                cpu: request("cpu"),
+                memory: request("memory"),
+                gpu: role.gpu_count(),
+                image: main.and_then(|c| c.image.clone()).unwrap_or_default(),
+            }
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -147,6 +295,9 @@ pub struct TaskPage {
 pub struct TaskRow {
     pub id: String,
     pub state: String,
+    /// Links to its ports other than ssh (`http://10.0.0.5:8080/`, labelled), where it
+    /// has an address.
+    pub links: Vec<PortLink>,
     /// What the platform's exit code means (none for the user command's own code).
     pub exit_meaning: Option<String>,
     /// Whether this task's end decided the job's outcome.
@@ -166,6 +317,12 @@ pub struct TaskRow {
     pub runtime_tail: Option<String>,
     /// Why there is no tail to show.
     pub tail_note: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct PortLink {
+    pub label: String,
+    pub url: String,
 }
 
 #[derive(Serialize)]
@@ -264,7 +421,13 @@ pub fn job_page(
                     let (tail, runtime_tail, tail_note) = match tail(name, task.task_index) {
                         Tail::Lines { user, runtime } => {
                             tails_shown += 1;
-                            let note = user.is_empty().then(|| "no output yet".to_string());
+                            let note = user.is_empty().then(|| {
+                                if status.state.is_final() || task.task_state.is_final() {
+                                    "no output".to_string()
+                                } else {
+                                    "no output yet".to_string()
+                                }
+                            });
                             (
                                 Some(user).filter(|l| !l.is_empty()),
                                 Some(runtime).filter(|l| !l.is_empty()),
@@ -280,6 +443,7 @@ pub fn job_page(
                     TaskRow {
                         id: format!("{name}-{}", task.task_index),
                         state: task.task_state.to_string(),
+                        links: port_links(task),
                         exit_meaning: task
                             .container_exit_meaning
                             .clone()
@@ -321,6 +485,21 @@ pub fn job_page(
             }
         })
         .collect();
+    // What the facts already say: a condition repeating it points there instead.
+    let said_above = |message: &str| {
+        let diagnostics = status.app_exit_diagnostics.as_deref().unwrap_or_default();
+        let cause = status
+            .app_exit_cause
+            .as_ref()
+            .map_or("", |c| c.line.as_str());
+        [diagnostics, cause]
+            .into_iter()
+            .find(|said| !said.is_empty() && message.contains(said))
+            .map_or_else(
+                || message.to_string(),
+                |said| message.replace(said, "(the reason above)"),
+            )
+    };
     let conditions = view
         .conditions
         .iter()
@@ -335,7 +514,7 @@ pub fn job_page(
             kind: c.kind.clone(),
             status: c.status.clone(),
             reason: c.reason.clone(),
-            message: c.message.clone(),
+            message: said_above(&c.message),
         })
         .collect();
     let trigger = match (
@@ -375,11 +554,32 @@ pub fn job_page(
         exit_code_known: status.app_exit_code.is_some() && status.state != JobState::Running,
         exit_code: status.app_exit_code,
         trigger,
-        attempts: status.attempts.iter().map(|a| a.line()).collect(),
+        // The last attempt's end is the job's, said above: the earlier ones here.
+        attempts: status
+            .attempts
+            .iter()
+            .filter(|a| a.retried)
+            .map(|a| a.line())
+            .collect(),
+        // The cause is said on its own row: the diagnostics point there.
         diagnostics: status
             .app_exit_diagnostics
-            .clone()
-            .filter(|d| !d.is_empty()),
+            .as_deref()
+            .filter(|d| !d.is_empty())
+            .map(|d| match &status.app_exit_cause {
+                Some(cause) if d.contains(&cause.line) => {
+                    d.replace(&cause.line, "(the cause above)")
+                }
+                _ => d.to_string(),
+            }),
+        cause: status.app_exit_cause.as_ref().map(|c| c.line.clone()),
+        cause_pattern: status.app_exit_cause.as_ref().map(|c| c.pattern.clone()),
+        can_stop: !status.state.is_final() && status.execution_type != "STOP",
+        runs: status.state == JobState::Running,
+        ended: status.state.is_final(),
+        resources: Vec::new(),
+        spec: None,
+        clone: format!("{user}/{}", view.name),
         roles,
         conditions,
         tails_shown,
@@ -392,4 +592,30 @@ pub fn job_page(
         },
         user,
     }
+}
+
+/// A task's ports as links (all but ssh), where it has an address.
+fn port_links(task: &pai_api::status::TaskView) -> Vec<PortLink> {
+    let Some(ip) = task.container_ip.as_deref().filter(|ip| !ip.is_empty()) else {
+        return Vec::new();
+    };
+    let host = if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    task.container_ports
+        .iter()
+        .filter(|(label, _)| label.as_str() != pai_contract::ports::SSH_LABEL)
+        .flat_map(|(label, ports)| {
+            let host = host.clone();
+            ports
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(move |port| PortLink {
+                    label: format!("{label}:{port}"),
+                    url: format!("http://{host}:{port}/"),
+                })
+        })
+        .collect()
 }

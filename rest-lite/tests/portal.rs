@@ -1,0 +1,189 @@
+//! The portal in headless Chromium, driven with Playwright (`playwright-core` from npm,
+//! pinned in `tests/portal/package-lock.json`, using the system's Chromium): a person
+//! signs in, submits a spec through the form (an error first, shown beside its line),
+//! sees the job run, clones and resubmits it, stops it, filters, searches and sorts the
+//! list, deletes it; a page of another origin that posts to the form is refused.
+//! `tests/portal/portal.js` does the clicking; this test starts the real server, checks
+//! each step the script reports and the server's own state afterwards. Screenshots:
+//! `target/portal/`. Needs Node.js, the npm package and Chromium (`.ci/run` installs
+//! them); says what is missing and skips without them, except under `CI=true`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use common::serve::Server;
+use pai_test_support::needs;
+
+const TOKEN: &str = "portal-user-token";
+
+fn portal_dir() -> PathBuf {
+    common::repo_root().join("rest-lite/tests/portal")
+}
+
+#[test]
+fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
+    let chromium = needs::program("chromium");
+    if !needs::present(
+        "node",
+        needs::program("node").is_some(),
+        "apt-get install nodejs npm",
+    ) || !needs::present(
+        "playwright-core from npm",
+        portal_dir()
+            .join("node_modules/playwright-core/package.json")
+            .is_file(),
+        "npm ci --prefix rest-lite/tests/portal",
+    ) || !needs::present("Chromium", chromium.is_some(), "apt-get install chromium")
+    {
+        return;
+    }
+    let dir = common::scratch("portal", "browser");
+    let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
+    let server = Server::start_with_tokens(&dir.join("state"), &tokens);
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/portal");
+    std::fs::create_dir_all(&shots).expect("screenshot dir");
+    let output = Command::new("node")
+        .arg(portal_dir().join("portal.js"))
+        .current_dir(portal_dir())
+        .env("REST_LITE_URL", &server.url)
+        .env("REST_LITE_TOKEN", TOKEN)
+        .env("CHROMIUM", chromium.expect("present"))
+        .env("SHOTS", &shots)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the browser script failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let steps: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let step = |name: &str| -> &Value {
+        steps
+            .iter()
+            .find(|s| s["step"] == name)
+            .unwrap_or_else(|| panic!("no step {name} in {stdout}"))
+    };
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+
+    // Signing in: the form says where the token is, and leads back to the list.
+    let form = step("sign-in-form");
+    assert!(
+        text(&form["url"]).contains("/ui/sign-in?next=/ui/jobs"),
+        "{form}"
+    );
+    assert!(text(&form["hint"]).contains("token file"), "{form}");
+    assert!(text(&step("signed-in")["url"]).ends_with("/ui/jobs"));
+
+    // The error beside its line: `taskNumber: 0` is line 5 of the spec.
+    let bad = &step("error-next-to-its-line")["bad"];
+    assert_eq!(bad[0]["id"], "line-5", "{bad}");
+    assert!(
+        text(&bad[0]["text"]).contains("taskRoles[0].taskNumber"),
+        "{bad}"
+    );
+    assert!(text(&step("checked")["valid"]).contains("job portal-demo is valid: 2 tasks"));
+    assert!(text(&step("submitted")["text"]).contains("portal-demo was submitted"));
+
+    // Running: its resources, its spec, links to its tasks' ports, what can be done.
+    let running = step("running");
+    assert_eq!(running["state"], "RUNNING");
+    assert!(text(&running["resources"]).contains("worker"), "{running}");
+    assert!(text(&running["resources"]).contains("256Mi"), "{running}");
+    assert!(text(&running["spec"]).contains("jobName: portal-demo"));
+    // Each task's ports as links, at its address; its ssh port is not a web page.
+    let links = running["links"].as_array().expect("links");
+    let http: Vec<&Value> = links
+        .iter()
+        .filter(|l| text(&l[0]).starts_with("http:"))
+        .collect();
+    assert_eq!(http.len(), 2, "an http port per task: {running}");
+    for link in &http {
+        let port = text(&link[0]).trim_start_matches("http:").to_string();
+        assert_eq!(
+            text(&link[1]),
+            format!("http://127.0.0.1:{port}/"),
+            "{running}"
+        );
+    }
+    assert!(
+        links.iter().all(|l| !text(&l[0]).starts_with("ssh:")),
+        "{running}"
+    );
+    assert!(text(&running["commands"]).contains("logs portal-demo -r worker -i 0 -f"));
+    assert_eq!(running["stop"], true);
+
+    // The clone: the same spec under a new name, submitted.
+    let cloned = step("cloned");
+    assert_eq!(cloned["first_line"], "jobName: portal-demo-2");
+    assert!(text(&cloned["text"]).contains("portal-demo-2 was submitted"));
+
+    // A v2 spec uploaded as a file: read and checked as pasted text is.
+    assert!(
+        text(&step("uploaded")["valid"]).contains("job uploaded-v2 is valid: 1 task in 1 role"),
+        "{}",
+        step("uploaded")
+    );
+
+    // Stopped: no more stop button, nor commands for a running job.
+    let stopped = step("stopped");
+    assert_eq!(stopped["state"], "STOPPED");
+    assert_eq!(stopped["stop"], false);
+    assert!(!text(&stopped["commands"]).contains(" -f"), "{stopped}");
+    assert!(
+        !text(&stopped["commands"]).contains("rest-lite ssh"),
+        "{stopped}"
+    );
+    assert!(text(&stopped["commands"]).contains("rest-lite delete portal-demo"));
+
+    // The list.
+    assert_eq!(step("filtered")["jobs"], serde_json::json!(["portal-demo"]));
+    assert!(text(&step("filtered")["url"]).contains("state=STOPPED"));
+    assert_eq!(
+        step("searched")["jobs"],
+        serde_json::json!(["portal-demo-2"])
+    );
+    let sorted = step("sorted");
+    assert_eq!(
+        sorted["jobs"],
+        serde_json::json!(["portal-demo", "portal-demo-2"])
+    );
+    assert!(
+        sorted["durations"]
+            .as_array()
+            .is_some_and(|d| d.iter().all(|d| !text(d).is_empty())),
+        "{sorted}"
+    );
+    assert!(text(&step("deleted")["url"]).ends_with("/ui/jobs"));
+
+    // Another origin: refused before anything ran.
+    let other = step("other-origin");
+    assert_eq!(other["status"], 403, "{other}");
+    assert!(text(&other["body"]).contains("Origin"), "{other}");
+
+    // The server agrees: the stopped job is gone, its clone runs, no job of the other
+    // origin's page exists.
+    let client = pai_client::Client::new(&server.url, Some(TOKEN.to_string()));
+    let jobs = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async { client.jobs(Some("alice")).await.expect("jobs") });
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["portal-demo-2"]);
+    for shot in [
+        "submit-with-an-error.png",
+        "job-running.png",
+        "jobs.png",
+        "job-stopped.png",
+    ] {
+        assert!(shots.join(shot).is_file(), "{shot}");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
