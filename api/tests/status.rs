@@ -429,3 +429,44 @@ fn the_tasks_of_a_stopped_job_say_the_job_was_stopped() {
         Some("stopped by the platform: the job was stopped")
     );
 }
+
+/// On a cluster the cause travels as the kubelet's termination message of the main
+/// container, which FrameworkController copies into the task's completion status: the
+/// view reads it there, for the task and for the job it ended.
+#[test]
+fn the_cause_a_task_sent_is_its_own_and_the_jobs() {
+    let message = pai_contract::results::message(
+        Err(std::io::ErrorKind::NotFound.into()),
+        Some(pai_contract::failure::Cause {
+            pattern: "cuda-out-of-memory".into(),
+            line: "torch.cuda.OutOfMemoryError: CUDA out of memory".into(),
+        }),
+    )
+    .expect("a message");
+    let view = job_view(
+        &framework(|v| {
+            set_pod_ip(v, "worker", 1, "10.0.0.7");
+            let task = &mut v["status"]["attemptStatus"]["taskRoleStatuses"][0]["taskStatuses"][0];
+            task["state"] = json!("Completed");
+            task["attemptStatus"]["completionStatus"] = json!({
+                "code": 1, "phrase": "ContainerFailed",
+                "type": {"name": "Failed", "attributes": []},
+                "diagnostics": "[ExitCode]: 1",
+                "pod": {"containers": [{"name": "main", "code": 1, "message": message}]}
+            });
+            completed(v, 1, Some(("worker", 1)));
+        }),
+        BASE,
+    );
+    let task = &view.task_roles["worker"].task_statuses[1];
+    let cause = task
+        .container_exit_cause
+        .as_ref()
+        .expect("the task's cause");
+    assert_eq!(cause.pattern, "cuda-out-of-memory");
+    assert_eq!(view.job_status.app_exit_cause.as_ref(), Some(cause));
+    assert_eq!(task.result, None, "a cause is no result");
+    // A succeeded job has no cause, whatever a task said.
+    let view = job_view(&framework(|v| completed(v, 0, Some(("worker", 1)))), BASE);
+    assert_eq!(view.job_status.app_exit_cause, None);
+}

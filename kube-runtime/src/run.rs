@@ -97,7 +97,8 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         })?,
         None => DEFAULT_CAP,
     };
-    let failure_patterns = get(pai_contract::failure::PATTERNS_VAR);
+    // The runtime's, from the container's environment; not the user command's.
+    let failure_patterns = std::env::var(pai_contract::failure::PATTERNS_VAR).ok();
     let user_key = get("PAI_SSH_PUB_KEY").is_some_and(|k| !k.is_empty());
     let ssh_port = get(pai_contract::env::CONTAINER_SSH_PORT).and_then(|p| p.parse().ok());
     // Taken off standard input whether or not ssh is served: the user command gets
@@ -272,7 +273,12 @@ fn environment(layout: &Layout) -> Result<Vec<(OsString, OsString)>, RunError> {
         .filter(|(k, _)| !dynamic.iter().any(|(d, _)| d == k))
         .collect();
     // The runtime's own, not the user command's.
-    env.retain(|(k, _)| k != layout::ROOT_VAR && k != pai_contract::env::runtime::TERMINATION_LOG);
+    env.retain(|(k, _)| {
+        k != layout::ROOT_VAR
+            && k != pai_contract::env::runtime::TERMINATION_LOG
+            && k != pai_contract::failure::PATTERNS_VAR
+            && k != pai_contract::env::runtime::SSH_LISTENER
+    });
     env.push((
         layout::ROOT_VAR.into(),
         layout.root().as_os_str().to_owned(),

@@ -119,18 +119,20 @@ fn a_failure_names_its_cause_in_the_termination_message() {
     let cause = read.cause.expect("a cause");
     assert_eq!(cause.pattern, "python-exception");
     assert_eq!(cause.line, "RuntimeError: CUDA error: device-side assert");
-    // An operator's pattern, passed in the task's environment, ranks first.
+    // An operator's pattern, passed in the container's environment, ranks first; the
+    // user command does not see it.
     let task = TaskDir::new("cause-operator");
-    task.main("echo 'dataset imagenet is not mounted' >&2; echo 'Error: giving up' >&2; exit 12");
+    task.main(
+        "echo \"patterns: ${PAI_RUNTIME_FAILURE_PATTERNS:-unset}\"; echo 'dataset imagenet is not mounted' >&2; echo 'Error: giving up' >&2; exit 12",
+    );
     let patterns = r#"[{"name":"dataset-missing","userLogRegex":"dataset \\S+ is not mounted","exitCode":12}]"#;
-    task.env_file(&[(
-        "PAI_RUNTIME_FAILURE_PATTERNS",
-        std::ffi::OsStr::new(patterns),
-    )]);
     let mut command = task.pid1();
-    command.env("PAI_TERMINATION_LOG", &message);
+    command
+        .env("PAI_TERMINATION_LOG", &message)
+        .env("PAI_RUNTIME_FAILURE_PATTERNS", patterns);
     let out = finish(command.spawn().expect("spawn"));
     assert_eq!(out.code, Some(12), "{}", out.stderr);
+    assert_eq!(out.stdout, "patterns: unset\n");
     let text = std::fs::read_to_string(&message).expect("termination message");
     let cause = pai_contract::results::read_message(&text)
         .and_then(|m| m.cause)

@@ -1516,14 +1516,25 @@ fn a_failures_reason_is_the_line_that_names_its_cause() {
         pai_test_support::needs::program("mpirun").is_some(),
         "apt-get install openmpi-bin",
     ) {
-        cases.push((
-            "mpi",
-            mpi,
-            3,
-            "mpi",
-            "mpirun detected that one or more processes exited with non-zero status",
-        ));
+        // Open MPI says it in one of two sentences, depending on which of its processes
+        // notices first; both name the non-zero exit.
+        cases.push(("mpi", mpi, 3, "mpi", "non-zero"));
     }
+    // The operator's own pattern (the config's `failurePatterns`) ranks first.
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "failurePatterns:\n  - name: dataset-missing\n    userLogRegex: 'dataset \\S+ is not mounted'\n",
+    )
+    .expect("config");
+    let operator = "echo 'dataset imagenet is not mounted'; echo 'Error: giving up' >&2; exit 4";
+    cases.push((
+        "operator",
+        operator,
+        4,
+        "dataset-missing",
+        "dataset imagenet is not mounted",
+    ));
     for (name, command, code, pattern, line) in cases {
         let spec_file = dir.join(format!("{name}.json"));
         std::fs::write(
@@ -1540,6 +1551,8 @@ fn a_failures_reason_is_the_line_that_names_its_cause() {
                 "alice",
                 "--state-dir",
                 state.to_str().expect("path"),
+                "--config",
+                config.to_str().expect("path"),
             ],
             &[],
         );

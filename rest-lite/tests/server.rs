@@ -1199,6 +1199,17 @@ async fn logs_answer_while_a_task_starts_and_a_follow_waits_for_its_pod() {
     );
     let read = request(s.addr, "GET", path, None, "").await;
     assert_eq!((read.status, read.body.as_str()), (200, ""), "no 400");
+    // The kubelet's log API merges stdout and stderr: one of them alone is refused,
+    // saying so, never answered with both.
+    let split = request(s.addr, "GET", &format!("{path}&stream=stderr"), None, "").await;
+    assert_eq!(split.status, 400, "{}", split.body);
+    assert!(
+        split
+            .body
+            .contains("stream=stderr cannot be served on a cluster"),
+        "{}",
+        split.body
+    );
     let runtime = request(s.addr, "GET", &format!("{path}&source=runtime"), None, "").await;
     assert_eq!(runtime.status, 200, "{}", runtime.body);
     assert!(

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::ports::PortRange;
 use pai_contract::names::is_dns_label;
 
+/// The most JSON of [`ClusterConfig::failure_patterns`].
+pub const FAILURE_PATTERNS_MAX_BYTES: usize = 16 * 1024;
+
 /// Cluster settings. See `deploy/rest-lite/config.yaml` for an annotated example.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -54,6 +57,10 @@ pub struct ClusterConfig {
     /// Gang admission: which scheduler or queue admits a job's pods all together
     /// ([`crate::gang`]); none by default.
     pub gang: crate::gang::GangConfig,
+    /// The operator's own failure patterns (`name`, `userLogRegex`, optional `exitCode`),
+    /// ranked before the runtime's defaults when a task's failure is named from its
+    /// output ([`pai_contract::failure`]); passed to every task.
+    pub failure_patterns: Vec<pai_contract::failure::Pattern>,
 }
 
 impl Default for ClusterConfig {
@@ -76,6 +83,7 @@ impl Default for ClusterConfig {
             pod_graceful_deletion_timeout_sec: Some(1800),
             barrier_timeout_sec: None,
             gang: Default::default(),
+            failure_patterns: Vec::new(),
         }
     }
 }
@@ -189,6 +197,19 @@ impl ClusterConfig {
                 ),
             );
         }
+        if let Err(e) = pai_contract::failure::check(&self.failure_patterns) {
+            return invalid("failurePatterns", e.to_string());
+        }
+        // Every task's environment carries them.
+        let size = serde_json::to_string(&self.failure_patterns).map_or(0, |j| j.len());
+        if size > FAILURE_PATTERNS_MAX_BYTES {
+            return invalid(
+                "failurePatterns",
+                format!(
+                    "{size} bytes of JSON; at most {FAILURE_PATTERNS_MAX_BYTES} (every task's environment carries them)"
+                ),
+            );
+        }
         let gang = &self.gang;
         for (field, value) in [
             ("gang.schedulerName", &gang.scheduler_name),
@@ -259,6 +280,24 @@ mod tests {
         std::fs::write(&path, "gang: {engine: volcano, defaultQueue: Team_A}\n").expect("write");
         let err = ClusterConfig::load(&path).expect_err("queue name");
         assert!(err.to_string().contains("gang.defaultQueue"), "{err}");
+        std::fs::write(
+            &path,
+            "failurePatterns:\n  - {name: bad, userLogRegex: '(unclosed'}\n",
+        )
+        .expect("write");
+        let err = ClusterConfig::load(&path).expect_err("a regex that does not compile");
+        assert!(
+            err.to_string()
+                .contains("failurePatterns: failurePatterns[0] (bad): userLogRegex"),
+            "{err}"
+        );
+        std::fs::write(
+            &path,
+            "failurePatterns:\n  - {name: quota, userLogRegex: 'Disk quota exceeded', exitCode: 1, typo: 1}\n",
+        )
+        .expect("write");
+        let err = ClusterConfig::load(&path).expect_err("an unknown field of a pattern");
+        assert!(err.to_string().contains("typo"), "{err}");
         std::fs::write(&path, "namespace: jobs\nhostNetwork: true\n").expect("write");
         let config = ClusterConfig::load(&path).expect("valid");
         assert!(config.host_network);

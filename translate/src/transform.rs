@@ -285,7 +285,7 @@ impl Transformer {
         };
 
         let role_vars = role_env(role, plan, job.protocol);
-        let runtime_vars = [
+        let mut runtime_vars = vec![
             (
                 names::KILL_GRACE_SEC.to_string(),
                 cfg.kill_grace().to_string(),
@@ -295,6 +295,11 @@ impl Transformer {
                 cfg.user_log_max_bytes.to_string(),
             ),
         ];
+        if !cfg.failure_patterns.is_empty()
+            && let Ok(json) = serde_json::to_string(&cfg.failure_patterns)
+        {
+            runtime_vars.push((pai_contract::failure::PATTERNS_VAR.to_string(), json));
+        }
         let env = job
             .env
             .iter()

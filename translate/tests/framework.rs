@@ -368,6 +368,35 @@ fn the_framework_grows_with_roles_not_tasks() {
     );
 }
 
+/// An operator's failure patterns reach every task's runtime as JSON, escaped for the
+/// kubelet's `$(VAR)` expansion; without any, no variable.
+#[test]
+fn operator_failure_patterns_reach_every_task() {
+    let framework =
+        common::transform_with(&tf_example(), 5, ClusterConfig::default()).expect("transforms");
+    let env = common::main_env(&framework, 0);
+    assert_eq!(common::get(&env, "PAI_RUNTIME_FAILURE_PATTERNS"), None);
+    let pattern = pai_contract::failure::Pattern {
+        name: "quota".into(),
+        user_log_regex: r"Disk quota exceeded$(x)".into(),
+        exit_code: Some(1),
+    };
+    let config = ClusterConfig {
+        failure_patterns: vec![pattern.clone()],
+        ..ClusterConfig::default()
+    };
+    config.check().expect("valid config");
+    let framework = common::transform_with(&tf_example(), 5, config).expect("transforms");
+    for role in 0..framework.spec.task_roles.len() {
+        let env = common::main_env(&framework, role);
+        let json = common::get(&env, "PAI_RUNTIME_FAILURE_PATTERNS").expect("the patterns");
+        // As the kubelet hands it over: `$$` is one `$`.
+        let json = json.replace("$$", "$");
+        let read: Vec<pai_contract::failure::Pattern> = serde_json::from_str(&json).expect("JSON");
+        assert_eq!(read, std::slice::from_ref(&pattern));
+    }
+}
+
 #[test]
 fn the_runtime_grace_follows_the_pod_grace() {
     // (pod grace, configured kill grace) → PAI_KILL_GRACE_SEC.

@@ -656,6 +656,22 @@ async fn docs() -> Response {
 mod tests {
     use super::*;
 
+    #[test]
+    fn after_signing_in_a_page_of_ours_and_never_another_site() {
+        for ours in ["/ui/jobs", "/ui/jobs/alice/j?role=w", "/docs", "/docs#logs"] {
+            assert_eq!(safe_next(Some(ours)), ours);
+        }
+        for elsewhere in [
+            "//evil.example/ui/",
+            "https://evil.example/ui/jobs",
+            "/docsevil",
+            "/ui/\\evil",
+            "/api/v1/jobs",
+        ] {
+            assert_eq!(safe_next(Some(elsewhere)), "/ui/jobs", "{elsewhere}");
+        }
+    }
+
     /// A 10,000-task job (two roles) whose worker-7000 and worker-9000 failed.
     fn big() -> pai_api::status::JobView {
         let framework =
