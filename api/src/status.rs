@@ -39,6 +39,16 @@ impl std::fmt::Display for JobState {
 }
 
 impl JobState {
+    /// Every state, in the order of a job's life.
+    pub const ALL: [JobState; 6] = [
+        JobState::Waiting,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Stopped,
+        JobState::Unknown,
+    ];
+
     /// Whether the job ended: nothing changes any more but its deletion.
     pub fn is_final(self) -> bool {
         matches!(

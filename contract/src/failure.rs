@@ -124,9 +124,70 @@ fn compile(expression: &str) -> Result<Regex, regex::Error> {
 
 pub use crate::ordered_log::Stream;
 
-/// Reads the output line by line and keeps what is needed to name a cause.
-#[derive(Debug)]
+/// Keeps the end of the output, line by line, to name a cause from if the command fails.
+/// Nothing is matched while the command runs: a task that succeeds never compiles a
+/// pattern (a few milliseconds of CPU each task would pay at its start), and the output's
+/// path costs one copy of each line into a bounded window ([`TAIL_BYTES`]). A cause
+/// earlier than the window (followed by more than that much output) is not seen.
+#[derive(Debug, Default)]
 pub struct Detector {
+    operator: Vec<Pattern>,
+    tail: std::collections::VecDeque<(Stream, String)>,
+    bytes: usize,
+}
+
+/// The end of the output the detector keeps, in bytes of lines.
+pub const TAIL_BYTES: usize = 64 * 1024;
+
+impl Detector {
+    /// A detector with `operator`'s patterns ranked before [`DEFAULTS`]. Patterns that do
+    /// not compile are left out (the server checks them before they get here).
+    pub fn new(operator: &[Pattern]) -> Self {
+        Self {
+            operator: operator.to_vec(),
+            ..Self::default()
+        }
+    }
+
+    /// A detector with the operator's patterns from [`PATTERNS_VAR`]'s value, if any.
+    pub fn from_var(value: Option<&str>) -> Self {
+        let operator: Vec<Pattern> = value
+            .and_then(|v| serde_json::from_str(v).ok())
+            .unwrap_or_default();
+        Self::new(&operator)
+    }
+
+    /// Reads one line of output (without its newline).
+    pub fn line(&mut self, stream: Stream, line: &[u8]) {
+        let line = &line[..line.len().min(SCANNED)];
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches(['\r', '\n']);
+        if text.starts_with(crate::log_lines::PREFIX) {
+            return;
+        }
+        self.bytes += text.len();
+        self.tail.push_back((stream, text.to_string()));
+        while self.bytes > TAIL_BYTES
+            && let Some((_, old)) = self.tail.pop_front()
+        {
+            self.bytes -= old.len();
+        }
+    }
+
+    /// The cause of a failure that ended with `code` (`signal`: the signal's name, when a
+    /// signal ended the command); `None` when the output says nothing at all.
+    pub fn cause(&self, code: i32, signal: Option<&str>) -> Option<Cause> {
+        let mut scan = Scan::new(&self.operator);
+        for (stream, line) in &self.tail {
+            scan.line(*stream, line);
+        }
+        scan.cause(code, signal)
+    }
+}
+
+/// The patterns read over the output's lines in order.
+#[derive(Debug)]
+struct Scan {
     /// Names, best first; `None` marks the traceback rule's rank.
     names: Vec<Option<String>>,
     /// Exit codes the patterns require, by rank.
@@ -145,10 +206,8 @@ pub struct Detector {
     last_stdout: Option<String>,
 }
 
-impl Detector {
-    /// A detector with `operator`'s patterns ranked before [`DEFAULTS`]. Patterns that do
-    /// not compile are left out (the server checks them before they get here).
-    pub fn new(operator: &[Pattern]) -> Self {
+impl Scan {
+    fn new(operator: &[Pattern]) -> Self {
         let mut names = Vec::new();
         let mut codes = Vec::new();
         let mut expressions = Vec::new();
@@ -186,22 +245,7 @@ impl Detector {
         }
     }
 
-    /// A detector with the operator's patterns from [`PATTERNS_VAR`]'s value, if any.
-    pub fn from_var(value: Option<&str>) -> Self {
-        let operator: Vec<Pattern> = value
-            .and_then(|v| serde_json::from_str(v).ok())
-            .unwrap_or_default();
-        Self::new(&operator)
-    }
-
-    /// Reads one line of output (without its newline).
-    pub fn line(&mut self, stream: Stream, line: &[u8]) {
-        let line = &line[..line.len().min(SCANNED)];
-        let text = String::from_utf8_lossy(line);
-        let text = text.trim_end_matches(['\r', '\n']);
-        if text.starts_with(crate::log_lines::PREFIX) {
-            return;
-        }
+    fn line(&mut self, stream: Stream, text: &str) {
         if text.starts_with("Traceback (most recent call last):") {
             self.in_traceback = true;
         } else if self.in_traceback && !text.starts_with([' ', '\t']) && !text.is_empty() {
@@ -239,9 +283,7 @@ impl Detector {
         }
     }
 
-    /// The cause of a failure that ended with `code` (`signal`: the signal's name, when a
-    /// signal ended the command); `None` when the output says nothing at all.
-    pub fn cause(&self, code: i32, signal: Option<&str>) -> Option<Cause> {
+    fn cause(&self, code: i32, signal: Option<&str>) -> Option<Cause> {
         let matched = (0..self.names.len()).find_map(|rank| {
             let line = self.first[rank].as_ref()?;
             if self.codes[rank].is_some_and(|c| c != code) {
@@ -462,6 +504,21 @@ mod tests {
         let mut d = Detector::from_var(Some(&var));
         d.line(O, b"dataset imagenet not mounted");
         assert_eq!(d.cause(12, None).expect("cause").pattern, "dataset-missing");
+    }
+
+    #[test]
+    fn only_the_end_of_the_output_is_kept() {
+        let mut d = Detector::new(&[]);
+        d.line(E, b"ValueError: early");
+        for i in 0..10_000 {
+            d.line(O, format!("step {i} of a long run").as_bytes());
+        }
+        assert!(d.bytes <= TAIL_BYTES, "{}", d.bytes);
+        let cause = d.cause(1, None).expect("cause");
+        assert_eq!(
+            cause.line, "step 9999 of a long run",
+            "the early line is out of the window"
+        );
     }
 
     #[test]

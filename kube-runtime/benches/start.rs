@@ -8,6 +8,10 @@
 //!   barrier's Framework file already complete, so the barrier costs one read.
 //! - the supervisor's RSS while the user command runs, idle and after 256 MiB of output
 //!   went through it to the capped log.
+//! - the user command's output through the runtime (read in write order, echoed, kept
+//!   as records in the capped log) beside the floor: the same script run by the same
+//!   shell, its stdout and stderr one pipe this bench drains. Many small writes (each
+//!   `echo` of a loop one write, half of them to stderr) and few large ones.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -174,7 +178,74 @@ fn main() {
         "\nsupervisor RSS: {idle} KiB at the user command's start, {after} KiB after {} MiB of output (peak {peak} KiB)",
         bytes >> 20
     );
+    output(quick);
     for d in [root, entry_root, rss_root] {
         let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// The output's cost through the runtime against the same script's output drained here.
+fn output(quick: bool) {
+    let lines = if quick { 2_000 } else { 200_000 };
+    let bytes: u64 = if quick { 1 << 20 } else { 256 << 20 };
+    let cases = [
+        (
+            format!("{lines} small writes, stdout and stderr by turns"),
+            format!(
+                "i=0; while [ $i -lt {lines} ]; do echo \"out $i\"; echo \"err $i\" >&2; i=$((i+2)); done\n"
+            ),
+        ),
+        (
+            format!("{} MiB in large writes", bytes >> 20),
+            format!("head -c {bytes} /dev/zero\n"),
+        ),
+    ];
+    let shell = pai_kube_runtime::run::user_shell();
+    println!("\n| output ({shell}) | through the runtime s | floor s | ratio |");
+    println!("|---|---|---|---|");
+    for (name, script) in cases {
+        let root = dir("output");
+        std::fs::write(root.join("main.sh"), &script).expect("main.sh");
+        let best = |mut run: Box<dyn FnMut() -> Duration>| {
+            (0..if quick { 1 } else { 3 })
+                .map(|_| run())
+                .min()
+                .expect("a round")
+        };
+        let through = best(Box::new(|| {
+            let start = Instant::now();
+            let status = run_command(&root)
+                .env("PAI_LOG_MAX_BYTES", (64u64 << 20).to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .and_then(|mut child| {
+                    let mut out = child.stdout.take().expect("piped");
+                    std::io::copy(&mut out, &mut std::io::sink())?;
+                    child.wait()
+                })
+                .expect("run");
+            assert!(status.success());
+            start.elapsed()
+        }));
+        let floor = best(Box::new(|| {
+            let start = Instant::now();
+            let (mut reader, writer) = std::io::pipe().expect("pipe");
+            let mut child = Command::new(shell)
+                .arg(root.join("main.sh"))
+                .stdout(writer.try_clone().expect("dup"))
+                .stderr(writer)
+                .spawn()
+                .expect("shell");
+            std::io::copy(&mut reader, &mut std::io::sink()).expect("drain");
+            assert!(child.wait().expect("wait").success());
+            start.elapsed()
+        }));
+        println!(
+            "| {name} | {:.2} | {:.2} | {:.2} |",
+            through.as_secs_f64(),
+            floor.as_secs_f64(),
+            through.as_secs_f64() / floor.as_secs_f64()
+        );
+        let _ = std::fs::remove_dir_all(root);
     }
 }

@@ -42,6 +42,9 @@ const PAGE: usize = 4096;
 /// How long the reader waits for a signal before it looks at the pipes itself, in ms.
 const SAFETY_PERIOD_MS: u16 = 1000;
 
+/// Bytes of records held before they are written.
+const RECORDS_HELD: usize = 256 * 1024;
+
 /// Bytes of a line the detector waits for before it reads the line as it is.
 const LINE_MAX: usize = 16 * 1024;
 
@@ -292,6 +295,11 @@ impl Reader {
         if self.sinks.log.is_some() {
             let time = jiff::Timestamp::now().to_string();
             ordered_log::append(&mut self.records, &time, stream, chunk);
+            // A round can last as long as a writer keeps the pipe full: written as it
+            // goes, the records never hold more than this in memory.
+            if self.records.len() >= RECORDS_HELD {
+                self.flush_records();
+            }
         }
         // Line by line to the detector.
         let mut rest = chunk;

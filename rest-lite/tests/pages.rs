@@ -185,6 +185,28 @@ async fn a_person_sees_the_job_its_tasks_and_their_logs_in_chromium() {
     );
     assert!(ended.contains("bye from worker-1"), "{ended}");
     assert!(ended.contains("Exit code"), "{ended}");
+    // The task whose end decided a success is marked as a success, not a failure.
+    if view["jobStatus"]["appExitTriggerTaskRoleName"].is_string() {
+        assert!(
+            ended.contains(r#"class="decided SUCCEEDED""#)
+                && !ended.contains(r#"class="decided FAILED""#),
+            "{ended}"
+        );
+    }
+    // An ended job offers what can still be done: no following, no ssh, no stop.
+    let commands = ended
+        .split(r#"<pre id="commands">"#)
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .expect("the commands");
+    assert!(
+        !commands.contains(" -f")
+            && !commands.contains("rest-lite ssh")
+            && !commands.contains("rest-lite stop"),
+        "{commands}"
+    );
+    assert!(!ended.contains(r#"id="stop""#), "no Stop button: {ended}");
+    assert!(!ended.contains("no output yet"), "{ended}");
     assert!(
         ended.contains("Completed"),
         "the conditions' timeline: {ended}"

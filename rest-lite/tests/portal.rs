@@ -11,7 +11,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -46,31 +45,18 @@ fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
     let server = Server::start_with_tokens(&dir.join("state"), &tokens);
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/portal");
     std::fs::create_dir_all(&shots).expect("screenshot dir");
-    let output = Command::new("node")
-        .arg(portal_dir().join("portal.js"))
-        .current_dir(portal_dir())
-        .env("REST_LITE_URL", &server.url)
-        .env("REST_LITE_TOKEN", TOKEN)
-        .env("CHROMIUM", chromium.expect("present"))
-        .env("SHOTS", &shots)
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the browser script failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let chromium = chromium.expect("present");
+    let run = common::node::run(
+        &portal_dir(),
+        "portal.js",
+        &[
+            ("REST_LITE_URL", server.url.as_ref()),
+            ("REST_LITE_TOKEN", TOKEN.as_ref()),
+            ("CHROMIUM", chromium.as_os_str()),
+            ("SHOTS", shots.as_os_str()),
+        ],
     );
-    let steps: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect();
-    let step = |name: &str| -> &Value {
-        steps
-            .iter()
-            .find(|s| s["step"] == name)
-            .unwrap_or_else(|| panic!("no step {name} in {stdout}"))
-    };
+    let step = |name: &str| run.get(name);
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
 
     // Signing in: the form says where the token is, and leads back to the list.

@@ -8,9 +8,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
-
-use serde_json::Value;
 
 use common::serve::Server;
 use pai_test_support::needs;
@@ -39,30 +36,17 @@ fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
     let dir = common::scratch("sdk", "job");
     let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
     let server = Server::start_with_tokens(&dir.join("state"), &tokens);
-    let output = Command::new("node")
-        .arg(sdk_dir().join("openpai-sdk.js"))
-        .current_dir(sdk_dir())
-        .env("REST_LITE_URL", &server.url)
-        .env("REST_LITE_TOKEN", TOKEN)
-        .env("REST_LITE_USER", "alice")
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the SDK script failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let run = common::node::run(
+        &sdk_dir(),
+        "openpai-sdk.js",
+        &[
+            ("REST_LITE_URL", server.url.as_ref()),
+            ("REST_LITE_TOKEN", TOKEN.as_ref()),
+            ("REST_LITE_USER", "alice".as_ref()),
+        ],
     );
-    let steps: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect();
-    let step = |name: &str| -> &Value {
-        steps
-            .iter()
-            .find(|s| s["step"] == name)
-            .unwrap_or_else(|| panic!("no step {name} in {stdout}"))
-    };
+    let step = |name: &str| run.get(name);
+    let stdout = &run.stdout;
     assert_eq!(step("submit")["message"], "job sdk_job submitted");
     assert_eq!(step("list")["protocolVersion"], "2");
     assert_eq!(step("list")["totalTaskNumber"], 2);

@@ -86,14 +86,7 @@ pub fn render_jobs(
     frameworks: &[std::sync::Arc<pai_contract::Framework>],
 ) -> String {
     use pai_api::status::JobState;
-    const STATES: [JobState; 6] = [
-        JobState::Waiting,
-        JobState::Running,
-        JobState::Succeeded,
-        JobState::Failed,
-        JobState::Stopped,
-        JobState::Unknown,
-    ];
+    const STATES: [JobState; 6] = JobState::ALL;
     let mut jobs = [0u64; STATES.len()];
     let mut tasks = [0u64; STATES.len()];
     let slot = |state: JobState| STATES.iter().position(|s| *s == state).unwrap_or(5);

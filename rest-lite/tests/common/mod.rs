@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fifo;
+pub mod node;
 pub mod serve;
 
 #[path = "../../../translate/tests/common/mod.rs"]

@@ -65,8 +65,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/jobs", get(job_list))
         .route("/ui/jobs/{user}/{job}", get(job_page))
         .route("/ui/jobs/{user}/{job}/logs/{role}/{index}", get(task_log))
-        .route("/ui/jobs/{user}/{job}/stop", post(stop_job))
-        .route("/ui/jobs/{user}/{job}/delete", post(delete_job))
+        .route("/ui/jobs/{user}/{job}/{action}", post(job_action))
         .route("/ui/submit", get(submit_form).post(submit_job))
         .route("/ui/sign-in", get(sign_in_form).post(sign_in))
         .route("/ui/sign-out", post(sign_out))
@@ -399,36 +398,29 @@ async fn task_log(
     }
 }
 
-/// `POST /ui/jobs/{user}/{job}/stop`: the API's stop, then back to the job's page.
-async fn stop_job(
+/// `POST /ui/jobs/{user}/{job}/stop` (the API's stop, then back to the job's page) and
+/// `…/delete` (the API's delete, then the job list).
+async fn job_action(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((user, job)): Path<(String, String)>,
+    Path((user, job, action)): Path<(String, String, String)>,
 ) -> Response {
     let here = view::job_url(&user, &job);
     let (caller, found) = match caller_and_job(&state, &headers, &here, &user, &job).await {
         Ok(found) => found,
         Err(refused) => return refused.into_response(),
     };
-    match jobs::set_execution(&state, &found, pai_api::jobs::Execution::Stop).await {
-        Ok(()) => see_other(&here),
-        Err(e) => error_page(&e, who(&state, &caller)),
-    }
-}
-
-/// `POST /ui/jobs/{user}/{job}/delete`: the API's delete, then the job list.
-async fn delete_job(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path((user, job)): Path<(String, String)>,
-) -> Response {
-    let here = view::job_url(&user, &job);
-    let (caller, found) = match caller_and_job(&state, &headers, &here, &user, &job).await {
-        Ok(found) => found,
-        Err(refused) => return refused.into_response(),
+    let done = match action.as_str() {
+        "stop" => jobs::set_execution(&state, &found, pai_api::jobs::Execution::Stop)
+            .await
+            .map(|()| here),
+        "delete" => jobs::delete(&state, &found)
+            .await
+            .map(|()| "/ui/jobs".to_string()),
+        _ => Err(ApiError::no_route(&format!("{here}/{action}"))),
     };
-    match jobs::delete(&state, &found).await {
-        Ok(()) => see_other("/ui/jobs"),
+    match done {
+        Ok(next) => see_other(&next),
         Err(e) => error_page(&e, who(&state, &caller)),
     }
 }

@@ -78,14 +78,6 @@ pub struct ListQuery {
     pub sort: String,
 }
 
-const STATES: [JobState; 6] = [
-    JobState::Waiting,
-    JobState::Running,
-    JobState::Succeeded,
-    JobState::Failed,
-    JobState::Stopped,
-    JobState::Unknown,
-];
 const SORTS: [&str; 5] = ["created", "name", "state", "user", "duration"];
 
 /// How long a job ran: from its creation to its end, or to `now_ms` while it runs.
@@ -153,7 +145,7 @@ pub fn jobs_page(
             refresh: running.then_some(REFRESH_SECONDS),
             signed_in: None,
         },
-        states: STATES
+        states: JobState::ALL
             .iter()
             .map(|s| choice(&s.to_string(), &query.state))
             .collect(),
