@@ -65,7 +65,14 @@ fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
         text(&form["url"]).contains("/ui/sign-in?next=/ui/jobs"),
         "{form}"
     );
-    assert!(text(&form["hint"]).contains("token file"), "{form}");
+    assert!(
+        text(&form["hint"]).contains("Ask this server's operator"),
+        "{form}"
+    );
+    assert!(
+        !text(&form["hint"]).contains("tokens.yaml"),
+        "never the file's path: {form}"
+    );
     assert!(text(&step("signed-in")["url"]).ends_with("/ui/jobs"));
 
     // The error beside its line: `taskNumber: 0` is line 5 of the spec.

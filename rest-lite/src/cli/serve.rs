@@ -206,10 +206,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let token_hint = match &args.token_file {
-            Some(path) => format!(
-                "This server's tokens are in its token file ({}); its operator makes one for you with rest-lite token USER --file {0}.",
-                path.display()
-            ),
+            // Not the file's path: this page is shown to anyone who reaches the server.
+            Some(_) => "Ask this server's operator for a token: they make one for you with rest-lite token YOUR_NAME --file TOKEN_FILE, and the server reads its token file again by itself. The same token works with rest-lite --token.".to_string(),
             None => format!(
                 "This server made its own token: it is in the file {} on the machine the server runs on, readable by the server's user alone (the rest-lite command of that user reads it by itself). The sign-in link rest-lite serve printed carries it.",
                 machine_token::path(
