@@ -3,6 +3,7 @@
 //! the server's state, so the client and the pages share them without the server.
 
 pub mod dependencies;
+pub mod error;
 pub mod jobs;
 pub mod path;
 pub mod ssh;

@@ -13,7 +13,6 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use pai_api::jobs::{Execution, JobSummary, Message};
 use pai_api::path::segment as encode;
@@ -47,13 +46,17 @@ impl From<Source> for Lines {
     }
 }
 
+pub use pai_api::error::{ErrorBody, ErrorCode};
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("{code} ({status}): {message}")]
     Api {
         status: u16,
-        code: String,
+        code: ErrorCode,
         message: String,
+        /// Whether this request carried a token (a 401 then means a wrong one).
+        token_sent: bool,
     },
     #[error("cannot reach rest-lite at {url}: {message}")]
     Transport { url: String, message: String },
@@ -193,7 +196,7 @@ impl Client {
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
-        Err(api_error(status, &body))
+        Err(api_error(status, &body, self.token.is_some()))
     }
 
     async fn json<T: DeserializeOwned>(
@@ -509,19 +512,21 @@ pub fn lines(chunks: Chunks) -> BoxStream<'static, Result<Vec<u8>, ClientError>>
     .boxed()
 }
 
-fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let field = |name: &str| {
-        parsed
-            .as_ref()
-            .and_then(|v| v[name].as_str())
-            .map(str::to_string)
+/// The API's error answer: its body as [`ErrorBody`], or, where the body is not one (a
+/// proxy's page), `UnknownError` with the body's text.
+fn api_error(status: StatusCode, body: &[u8], token_sent: bool) -> ClientError {
+    let (code, message) = match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(body) => (body.code, body.message),
+        Err(_) => (
+            ErrorCode::UnknownError,
+            String::from_utf8_lossy(body).trim().to_string(),
+        ),
     };
     ClientError::Api {
         status: status.as_u16(),
-        code: field("code").unwrap_or_else(|| "UnknownError".to_string()),
-        message: field("message")
-            .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string()),
+        code,
+        message,
+        token_sent,
     }
 }
 

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use pai_api::jobs::Execution;
 use pai_api::status::{JobState, JobView};
-use pai_client::{Client, ClientError, Source};
+use pai_client::{Client, ClientError, ErrorCode, Source};
 use pai_contract::framework::CompletionStatus;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{address, set_pod_ip};
@@ -295,7 +295,7 @@ async fn views_until_the_end(
     seen
 }
 
-fn api_error<T>(result: Result<T, ClientError>) -> (u16, String) {
+fn api_error<T>(result: Result<T, ClientError>) -> (u16, ErrorCode) {
     match result {
         Err(ClientError::Api { status, code, .. }) => (status, code),
         Err(other) => panic!("expected an API error, got {other}"),
@@ -518,7 +518,7 @@ async fn a_dependency_that_cannot_be_waited_for_is_refused(h: &Harness) {
     );
     assert_eq!(
         api_error(h.client(ALICE).job("alice", "a").await),
-        (404, "NoJobError".into()),
+        (404, ErrorCode::NoJobError),
         "nothing was made"
     );
     // One whose dependencies are met already runs at once.
@@ -571,7 +571,7 @@ async fn create_then_conflict(h: &Harness) {
     );
     assert_eq!(
         api_error(h.submit(ALICE, "alice", "one").await),
-        (409, "ConflictJobError".into())
+        (409, ErrorCode::ConflictJobError)
     );
 }
 
@@ -627,7 +627,7 @@ async fn a_watch_ends_when_the_job_is_deleted(h: &Harness) {
     );
     assert_eq!(
         api_error(client.job("alice", "gone").await),
-        (404, "NoJobError".into())
+        (404, ErrorCode::NoJobError)
     );
 }
 
@@ -650,7 +650,7 @@ async fn stop_and_start_follow_the_rules(h: &Harness) {
     assert_eq!(last.job_status.execution_type, "STOP");
     assert_eq!(
         api_error(client.execution("alice", "s", Execution::Start).await),
-        (409, "ConflictJobError".into())
+        (409, ErrorCode::ConflictJobError)
     );
     client
         .stop("alice", "s")
@@ -713,7 +713,7 @@ async fn logs_are_the_tasks_output(h: &Harness) {
                 .logs("alice", "talk", "worker", 1, false, Source::User)
                 .await
         ),
-        (404, "NoTaskError".into()),
+        (404, ErrorCode::NoTaskError),
         "no such task: the job exists, the task does not"
     );
     match client
@@ -890,8 +890,9 @@ async fn on_kubernetes_an_earlier_attempts_log_is_gone_and_said_so() {
             status: 404,
             code,
             message,
+            ..
         }) => {
-            assert_eq!(code, "NoLogError");
+            assert_eq!(code, ErrorCode::NoLogError);
             assert!(
                 message.contains("attempt 0") && message.contains("no longer on the cluster"),
                 "{message}"
@@ -908,10 +909,10 @@ async fn others_never_see_a_job(h: &Harness) {
         .expect("submitted");
     assert_eq!(
         api_error(h.submit(BOB, "alice", "sneaky").await),
-        (403, "ForbiddenUserError".into())
+        (403, ErrorCode::ForbiddenUserError)
     );
     let bob = h.client(BOB);
-    let not_found = (404, "NoJobError".to_string());
+    let not_found = (404, ErrorCode::NoJobError);
     assert_eq!(api_error(bob.job("alice", "private").await), not_found);
     assert_eq!(api_error(bob.ssh("alice", "private").await), not_found);
     assert_eq!(api_error(bob.stop("alice", "private").await), not_found);
@@ -936,7 +937,7 @@ async fn others_never_see_a_job(h: &Harness) {
     let anonymous = Client::new(&h.server.url, None);
     assert_eq!(
         api_error(anonymous.jobs(None).await),
-        (401, "UnauthorizedUserError".into())
+        (401, ErrorCode::UnauthorizedUserError)
     );
 }
 
@@ -1009,7 +1010,7 @@ async fn on_kubernetes_the_job_key_is_a_secret_the_framework_owns() {
     );
     assert_eq!(
         api_error(h.client(BOB).ssh_key("alice", "keyed").await),
-        (404, "NoJobError".into()),
+        (404, ErrorCode::NoJobError),
         "another user never gets the key"
     );
 }

@@ -400,9 +400,10 @@ async fn a_job_larger_than_the_machine_takes_is_refused_naming_the_limit() {
             status,
             code,
             message,
+            ..
         } => {
             assert_eq!(status, 400);
-            assert_eq!(code, "InvalidParametersError");
+            assert_eq!(code, pai_client::ErrorCode::InvalidParametersError);
             assert!(
                 message.contains("4 tasks")
                     && message.contains("at most 3")

@@ -4,30 +4,20 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 
 use super::backend::BackendError;
+pub use pai_api::error::{ErrorBody, ErrorCode};
 use pai_translate::spec::SpecErrors;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
-/// The body of every error response.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    /// `<Name>Error`, e.g. `NoJobError`.
-    #[schema(example = "NoJobError")]
-    code: &'static str,
-    /// What went wrong, naming the field and the rule where there is one.
-    message: String,
-}
-
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -44,44 +34,48 @@ impl ApiError {
     pub fn bad_spec(errors: &SpecErrors) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
-            "InvalidParametersError",
+            ErrorCode::InvalidParametersError,
             errors.to_string(),
         )
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "InvalidParametersError", message)
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidParametersError,
+            message,
+        )
     }
 
     pub fn no_job(user: &str, job: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "NoJobError",
+            ErrorCode::NoJobError,
             format!("job {user}~{job} was not found"),
         )
     }
 
     /// The job exists; the task, attempt or log asked for does not (`NoTaskError`).
     pub fn no_task(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "NoTaskError", message)
+        Self::new(StatusCode::NOT_FOUND, ErrorCode::NoTaskError, message)
     }
 
     pub fn no_ssh(user: &str, job: &str, why: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "NoJobSshInfoError",
+            ErrorCode::NoJobSshInfoError,
             format!("job {user}~{job} has no ssh information: {why}"),
         )
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, "ConflictJobError", message)
+        Self::new(StatusCode::CONFLICT, ErrorCode::ConflictJobError, message)
     }
 
     pub fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "PayloadTooLargeError",
+            ErrorCode::PayloadTooLargeError,
             format!("the request body is larger than {limit} bytes"),
         )
     }
@@ -89,7 +83,7 @@ impl ApiError {
     pub fn unsupported_type(content_type: &str) -> Self {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaTypeError",
+            ErrorCode::UnsupportedMediaTypeError,
             format!(
                 "content type {content_type:?} is not JSON or YAML: send the spec with Content-Type: application/json or application/yaml (curl: -H 'Content-Type: application/yaml' --data-binary @job.yaml)"
             ),
@@ -100,7 +94,7 @@ impl ApiError {
     pub fn forbidden_host(host: &str) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
-            "ForbiddenHostError",
+            ErrorCode::ForbiddenHostError,
             format!(
                 "this server does not answer to host {host:?}: use its address, localhost, or a name its operator gave with --public-url"
             ),
@@ -111,7 +105,7 @@ impl ApiError {
     pub fn forbidden_origin(origin: &str) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
-            "ForbiddenOriginError",
+            ErrorCode::ForbiddenOriginError,
             format!(
                 "a request from {origin:?} may not change anything here: only this server's own pages (or programs, which send no Origin) may"
             ),
@@ -119,30 +113,42 @@ impl ApiError {
     }
 
     pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "UnauthorizedUserError", message)
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::UnauthorizedUserError,
+            message,
+        )
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "ForbiddenUserError", message)
+        Self::new(
+            StatusCode::FORBIDDEN,
+            ErrorCode::ForbiddenUserError,
+            message,
+        )
     }
 
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailableError",
+            ErrorCode::ServiceUnavailableError,
             message,
         )
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "UnknownError", message)
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::UnknownError,
+            message,
+        )
     }
 
     /// No route at this path.
     pub fn no_route(path: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "NotFoundError",
+            ErrorCode::NotFoundError,
             format!("no route {path:?}: the API is under /api/v1 (see /api/v1/openapi.json)"),
         )
     }
@@ -151,7 +157,7 @@ impl ApiError {
     pub fn method_not_allowed(method: &str, path: &str) -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
-            "MethodNotAllowedError",
+            ErrorCode::MethodNotAllowedError,
             format!("{path:?} does not take {method} (see /api/v1/openapi.json)"),
         )
     }
@@ -164,17 +170,19 @@ impl From<BackendError> for ApiError {
         match error {
             BackendError::NotFound => Self::new(
                 StatusCode::NOT_FOUND,
-                "NoJobError",
+                ErrorCode::NoJobError,
                 "the job was not found (deleted meanwhile?)",
             ),
-            BackendError::Gone(message) => Self::new(StatusCode::NOT_FOUND, "NoLogError", message),
+            BackendError::Gone(message) => {
+                Self::new(StatusCode::NOT_FOUND, ErrorCode::NoLogError, message)
+            }
             BackendError::Conflict(message) => Self::conflict(message),
             BackendError::Invalid(reason) => {
                 Self::bad_request(format!("the cluster rejected the job: {reason}"))
             }
             BackendError::Refused(reason) => Self::bad_request(reason),
             BackendError::Tag(e @ pai_contract::tags::TagError::Missing(_)) => {
-                Self::new(StatusCode::NOT_FOUND, "NoTagError", e.to_string())
+                Self::new(StatusCode::NOT_FOUND, ErrorCode::NoTagError, e.to_string())
             }
             BackendError::Tag(e @ pai_contract::tags::TagError::TooMany) => {
                 Self::conflict(e.to_string())

@@ -1,23 +1,71 @@
 //! What to do next, after an error: one line under it, for the errors people meet first.
 
-use pai_client::ClientError;
+use pai_client::{ClientError, ErrorCode};
 
-/// The next step for `error`, when there is an obvious one.
-pub fn next_step(error: &anyhow::Error) -> Option<String> {
+/// The next step for `error`, when there is an obvious one; `spec`: the command sent a
+/// job spec (a 400 is then about it).
+pub fn next_step(error: &anyhow::Error, spec: bool) -> Option<String> {
     let client = error
         .chain()
         .find_map(|e| e.downcast_ref::<ClientError>())?;
-    Some(match client {
-        ClientError::Transport { .. } => "is a server running there? Start one with `rest-lite serve` (it runs jobs on this machine without a cluster), or give another one's address with --server or REST_LITE_SERVER".to_string(),
-        ClientError::Api { status: 401, message, .. } if message.contains("token given") => "the token given (--token or REST_LITE_TOKEN) is not this server's: check it, or ask its operator for one (`rest-lite token`)".to_string(),
-        ClientError::Api { status: 401, .. } => "this server wants a token: give yours with --token or REST_LITE_TOKEN (its operator makes one with `rest-lite token`)".to_string(),
-        ClientError::Api { code, .. } if code == "NoJobError" => "`rest-lite jobs` lists your jobs; --user names another user's".to_string(),
-        ClientError::Api { code, .. } if code == "NoTaskError" => "`rest-lite status JOB` lists its tasks, each as ROLE-INDEX (give them with -r ROLE -i INDEX)".to_string(),
-        ClientError::Api { status: 409, code, .. } if code == "ConflictJobError" => "a job keeps its name until it is deleted: change jobName, or `rest-lite delete NAME` first".to_string(),
-        // A spec the transformer refuses; the server's own limits (the task limit of this
-        // machine, …) name their setting in the message itself.
-        ClientError::Api { status: 400, code, message } if code == "InvalidParametersError" && message.starts_with("the job spec") => "`rest-lite transform SPEC` checks a spec without a server".to_string(),
-        ClientError::Api { status: 503, .. } => "the server cannot reach its cluster; `rest-lite run SPEC` runs the job on this machine instead".to_string(),
+    let ClientError::Api {
+        code, token_sent, ..
+    } = client
+    else {
+        return matches!(client, ClientError::Transport { .. }).then(|| "is a server running there? Start one with `rest-lite serve` (it runs jobs on this machine without a cluster), or give another one's address with --server or REST_LITE_SERVER".to_string());
+    };
+    Some(match code {
+        ErrorCode::UnauthorizedUserError if *token_sent => "the token given (--token or REST_LITE_TOKEN) is not this server's: check it, or ask its operator for one (`rest-lite token`)".to_string(),
+        ErrorCode::UnauthorizedUserError => "this server wants a token: give yours with --token or REST_LITE_TOKEN (its operator makes one with `rest-lite token`)".to_string(),
+        ErrorCode::NoJobError => "`rest-lite jobs` lists your jobs; --user names another user's".to_string(),
+        ErrorCode::NoTaskError => "`rest-lite status JOB` lists its tasks, each as ROLE-INDEX (give them with -r ROLE -i INDEX)".to_string(),
+        ErrorCode::ConflictJobError if spec => "a job keeps its name until it is deleted: change jobName, or `rest-lite delete NAME` first".to_string(),
+        // A spec refused; the server's own limits (the task limit of this machine, …)
+        // name their setting in the message itself.
+        ErrorCode::InvalidParametersError if spec => "`rest-lite transform SPEC` checks a spec without a server".to_string(),
+        ErrorCode::ServiceUnavailableError => "the server cannot reach its cluster; `rest-lite run SPEC` runs the job on this machine instead".to_string(),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: u16, code: ErrorCode, token_sent: bool) -> anyhow::Error {
+        anyhow::Error::new(ClientError::Api {
+            status,
+            code,
+            message: "whatever the words".into(),
+            token_sent,
+        })
+        .context("submitting the job")
+    }
+
+    #[test]
+    fn hints_follow_the_code_and_what_was_sent_never_the_words() {
+        let hint = |e: &anyhow::Error, spec| next_step(e, spec).unwrap_or_default();
+        let refused = api(400, ErrorCode::InvalidParametersError, true);
+        assert!(hint(&refused, true).contains("rest-lite transform SPEC"));
+        assert_eq!(
+            next_step(&refused, false),
+            None,
+            "a 400 of a read is no spec's"
+        );
+        assert!(
+            hint(&api(401, ErrorCode::UnauthorizedUserError, true), false)
+                .contains("is not this server's")
+        );
+        assert!(
+            hint(&api(401, ErrorCode::UnauthorizedUserError, false), false)
+                .contains("wants a token")
+        );
+        assert!(
+            hint(&api(409, ErrorCode::ConflictJobError, true), true).contains("change jobName")
+        );
+        assert_eq!(
+            next_step(&api(500, ErrorCode::UnknownError, true), true),
+            None
+        );
+    }
 }

@@ -136,6 +136,8 @@ pub fn run() -> ExitCode {
     if !matches!(cli.command, Command::Serve(_) | Command::Run(_)) {
         quiet_on_closed_pipe();
     }
+    // A 400 of these is about the spec they sent.
+    let sends_spec = matches!(cli.command, Command::Submit(_) | Command::Run(_));
     let result = match cli.command {
         Command::Transform(args) => transform(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => serve::serve(args).map(|()| ExitCode::SUCCESS),
@@ -154,7 +156,7 @@ pub fn run() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             tell!("error: {err:#}");
-            if let Some(hint) = hints::next_step(&err) {
+            if let Some(hint) = hints::next_step(&err, sends_spec) {
                 tell!("hint: {hint}");
             }
             ExitCode::from(EXIT_BAD_INPUT)
