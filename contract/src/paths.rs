@@ -30,6 +30,15 @@ pub const RUNTIME_BINARY_IN_IMAGE: &str = "/opt/pai/kube-runtime";
 /// The memory-backed `/dev/shm` every task gets.
 pub const DEV_SHM: &str = "/dev/shm";
 
+/// The runtime's subcommands (`kube-runtime entry`, `kube-runtime run`); `run` is also
+/// its file name under the root, which starts it as `run`.
+pub mod commands {
+    /// The init container's: prep, the barrier, the env file.
+    pub const ENTRY: &str = "entry";
+    /// The main container's, PID 1: the daemons and the user command.
+    pub const RUN: &str = run!();
+}
+
 /// File names under the runtime root.
 pub mod files {
     /// The Framework as the barrier saw it when it passed (compatibility with frameworkbarrier).

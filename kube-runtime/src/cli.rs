@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use crate::layout::{ASSETS_VAR, Layout};
 use crate::supervisor::signals::Signals;
 use crate::{entry, run};
+use pai_contract::paths::commands;
 
 /// With [`PARENT_PID`](pai_contract::env::runtime::PARENT_PID) set (the embedded default
 /// sets it): SIGTERM when that parent dies, and an error if it is gone already. The
@@ -49,9 +50,9 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
     let invoked_as_run = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|n| n == "run");
+        .is_some_and(|n| n == commands::RUN);
     let command = if invoked_as_run {
-        "run".to_string()
+        commands::RUN.to_string()
     } else if args.len() > 1 {
         args.remove(1)
     } else {
@@ -66,7 +67,7 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
         }
     };
     match command.as_str() {
-        "run" => {
+        commands::RUN => {
             // Before any thread exists, so that every thread inherits the blocked mask.
             let signals = match Signals::block() {
                 Ok(s) => s,
@@ -78,7 +79,7 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                 Err(e) => fail(e.exit_code().code(), &e.to_string()),
             }
         }
-        "entry" => {
+        commands::ENTRY => {
             pai_barrier::logging::init();
             let assets = assets
                 .or_else(|| std::env::var_os(ASSETS_VAR).map(PathBuf::from))

@@ -182,7 +182,7 @@ pub async fn run(
     let mut entry = tokio::process::Command::new(&launch.runtime.program);
     entry
         .args(&launch.runtime.args)
-        .arg("entry")
+        .arg(pai_contract::paths::commands::ENTRY)
         .stdin(Stdio::null());
     let mut init_env = launch.init_env.clone();
     init_env.push((

@@ -9,7 +9,7 @@ fn main() -> std::process::ExitCode {
     let invoked_as_run = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|name| name == "run");
+        .is_some_and(|name| name == pai_contract::paths::commands::RUN);
     if invoked_as_run {
         return pai_kube_runtime::cli::main(args);
     }

@@ -265,7 +265,7 @@ impl Transformer {
             image_pull_policy: cfg.runtime_image_pull_policy.clone(),
             command: Some(vec![
                 paths::RUNTIME_BINARY_IN_IMAGE.to_string(),
-                "entry".to_string(),
+                paths::commands::ENTRY.to_string(),
             ]),
             env: Some(init_env),
             volume_mounts: Some({
