@@ -39,7 +39,8 @@ enum Place {
 struct Harness {
     place: Place,
     server: Server,
-    dir: PathBuf,
+    // Last: removed once the server has stopped.
+    dir: common::Scratch,
 }
 
 fn token_file(dir: &Path) -> PathBuf {
@@ -58,11 +59,8 @@ fn token_file(dir: &Path) -> PathBuf {
     path
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rest-lite-suite-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch");
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("suite", name)
 }
 
 impl Harness {

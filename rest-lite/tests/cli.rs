@@ -108,8 +108,7 @@ fn missing_files_and_bad_configs_exit_2_with_the_reason() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("reading spec examples/nope.yaml"));
 
-    let dir = std::env::temp_dir().join(format!("rest-lite-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = common::scratch("cli", "config");
     let config = dir.join("config.yaml");
     std::fs::write(&config, "portRange: {begin: 10, end: 20}\n").expect("write");
     let out = rest_lite(
@@ -121,7 +120,6 @@ fn missing_files_and_bad_configs_exit_2_with_the_reason() {
         ],
         None,
     );
-    std::fs::remove_dir_all(&dir).ok();
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr)
@@ -194,5 +192,4 @@ fn transform_names_what_a_published_file_asks_that_is_done_otherwise() {
     ] {
         assert!(stderr.contains(warned), "{warned}: {stderr}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }

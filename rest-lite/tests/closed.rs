@@ -7,18 +7,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::serve::{DEADLINE, Server};
 use common::{Answer, request};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rest-lite-closed-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("closed", name)
 }
 
 /// A job whose only task writes `mark`.
@@ -199,7 +196,6 @@ fn requests_a_browser_was_tricked_into_sending_run_nothing() {
     assert_json_error(&sign_in, 403, "ForbiddenOriginError");
     assert!(sign_in.header("set-cookie").is_none());
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -245,7 +241,6 @@ fn metrics_need_a_token_unless_served_apart() {
     );
     assert_eq!(api.status, 404);
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -316,7 +311,6 @@ fn the_owner_needs_no_flag_and_everyone_else_is_refused() {
         }
     }
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -366,7 +360,6 @@ fn a_token_removed_from_the_file_stops_working_while_the_server_runs() {
         jobs_of("alice", "a-token") == 200
     });
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -442,5 +435,4 @@ fn https_end_to_end_with_a_test_ca() {
     let (code, _, _) = cli(&["jobs", "--server", &plain, "--user", "alice"], &env);
     assert_eq!(code, Some(2));
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }

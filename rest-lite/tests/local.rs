@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
@@ -17,12 +17,8 @@ use serde_json::{Value, json};
 use common::fifo::{events, final_view, next_event};
 use common::serve::{DEADLINE, Server};
 
-/// A fresh directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rest-lite-local-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("local", name)
 }
 
 /// Every event until end of file (no task process holds the FIFO any more), sorted.
@@ -114,7 +110,6 @@ async fn the_shell_example_exchanges_messages_over_tcp_and_succeeds() {
     let view = client.job("alice", "shell-hello").await.expect("job");
     assert_eq!(view.name, "shell-hello");
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,7 +157,6 @@ async fn a_failed_task_fails_the_job_with_its_code_and_name() {
         -220
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Each task's result: written to `$PAI_RESULT_FILE`, sent by the runtime as the main
@@ -241,7 +235,6 @@ esac"#;
         "{page}"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,7 +362,6 @@ async fn a_job_retried_twice_succeeds_on_its_third_attempt() {
         Ok(_) => panic!("attempt 3 does not exist"),
     }
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -414,7 +406,6 @@ async fn stop_terms_every_task_and_leaves_no_process() {
     assert_eq!(view["jobStatus"]["state"], "STOPPED", "{view:#}");
     assert_eq!(view["jobStatus"]["appExitCode"], -210);
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Alice's job "doomed" (two tasks that wait for TERM), running, then deleted (202);
@@ -451,7 +442,6 @@ async fn delete_ends_every_task_and_frees_the_name() {
     let listed = client.jobs(Some("alice")).await.expect("list");
     assert!(listed.is_empty());
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,7 +476,6 @@ async fn a_deletion_once_answered_survives_a_server_killed_right_after() {
         "SUCCEEDED"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -579,7 +568,6 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
     let log = log_of(&client, "alice", "crash", "worker", 0).await;
     assert!(log.contains("attempt 1"), "{log}");
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Runs `rest-lite ARGS` to its end (killed past the deadline); returns (code, stdout,
@@ -680,7 +668,6 @@ fn each_retried_attempt_is_told_with_its_reason() {
     );
     assert!(stdout.contains(told), "{stdout}");
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -702,7 +689,6 @@ fn run_exits_with_the_failed_jobs_code() {
     // The runtime's own lines are not the user's output (`run -v` shows them).
     assert!(!stdout.contains("[runtime "), "{stdout}");
     assert!(stderr.contains("FAILED"), "{stderr}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -837,7 +823,6 @@ fn the_command_line_client_drives_a_job() {
     assert!(stdout.contains("[worker-0] giving up"), "{stdout}");
     assert!(stderr.contains("job failing FAILED"), "{stderr}");
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -846,7 +831,7 @@ fn without_a_cluster_configuration_serve_runs_jobs_here() {
     let state = dir.join("state");
     let server = Server::spawn(
         Server::command(&state)
-            .env("HOME", &dir)
+            .env("HOME", dir.as_os_str())
             .env_remove("KUBECONFIG")
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("KUBERNETES_SERVICE_PORT"),
@@ -861,7 +846,6 @@ fn without_a_cluster_configuration_serve_runs_jobs_here() {
         server.url
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -958,7 +942,6 @@ fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
         "{stderr}"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -1099,7 +1082,6 @@ fn a_token_made_by_the_command_lets_its_user_in() {
         stderr.contains("hint: is a server running there?"),
         "{stderr}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The body of a GET, over a plain connection.
@@ -1174,7 +1156,6 @@ async fn a_tasks_ports_are_held_until_its_main_container_starts() {
     let log = log_of(&client, "alice", "held", "worker", 0).await;
     assert_eq!(log, format!("bound {port}\n"));
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A v1 job as OpenPAI's users wrote them (comments, a role name with '-', numbers as
@@ -1255,7 +1236,6 @@ fn a_v1_job_as_people_wrote_it_runs_its_code_under_bash() {
         std::fs::read_dir(dir.join("code")).expect("code").count(),
         1
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -1281,7 +1261,6 @@ fn code_this_machine_cannot_reach_is_refused_before_anything_runs() {
         "{stderr}"
     );
     assert!(!stdout.contains("[main-0]"), "{stdout}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `rest-lite run spec | head`: the reader goes away, the job goes on to its end, and
@@ -1309,7 +1288,6 @@ fn run_whose_reader_went_away_ends_with_the_jobs_code() {
         .status()
         .expect("rest-lite");
     assert_eq!(out.code(), Some(0), "{out:?}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `codeDir` on HDFS, where this machine has a client: the runtime fetches it with `hdfs
@@ -1356,7 +1334,6 @@ fn code_on_hdfs_is_fetched_with_the_hdfs_client() {
         calls.starts_with("dfs -get -f hdfs://namenode:9000/user/alice/code /"),
         "{calls}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `submit` of a user's own published job file (mythezone/OpenPAI_zmy, its virtual
@@ -1396,7 +1373,6 @@ fn submit_names_the_fields_of_a_published_file_it_does_not_act_on() {
         "{stderr}"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The issue's own task: stdout and stderr interleaved, back to back.
@@ -1487,7 +1463,6 @@ fn output_reads_in_the_order_it_was_written_through_every_reader() {
         .collect();
     assert_eq!(printed, expected);
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A failure's reason is the line that says what went wrong, picked from the task's
@@ -1591,7 +1566,6 @@ fn a_failures_reason_is_the_line_that_names_its_cause() {
         );
         drop(server);
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `submit --wait` on a job whose command fails at once (a typo): its tasks run for a
@@ -1632,7 +1606,6 @@ fn submit_wait_ends_with_the_outcome_of_a_job_that_fails_at_once() {
         "{stderr}"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Listening sockets on `port` from /proc/net/tcp and tcp6, as `address:port` in hex.
@@ -1696,5 +1669,4 @@ async fn every_task_port_is_bound_on_the_tasks_address_only() {
     client.stop("alice", "bound").await.expect("stop");
     assert_eq!(until_none_left(&events).len(), 2);
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }

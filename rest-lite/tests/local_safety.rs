@@ -17,11 +17,8 @@ use serde_json::{Value, json};
 use common::fifo::{events, final_view, next_event};
 use common::serve::Server;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rest-lite-safety-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("safety", name)
 }
 
 fn spec(name: &str, tasks: u32, command: &str, envs: Value) -> String {
@@ -136,7 +133,6 @@ async fn a_second_server_on_the_same_directory_is_refused_and_the_first_keeps_it
     assert_eq!(state["state"], "STOPPED", "{state:#}");
     assert_eq!(next_event(&rx), None, "no task process is left");
     drop(first);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,7 +176,6 @@ async fn a_forged_process_record_is_not_believed_by_a_restarted_server() {
     bystander.kill().expect("kill");
     bystander.wait().expect("wait");
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,7 +211,6 @@ async fn an_unreadable_job_is_skipped_and_the_rest_served() {
         "nothing was removed"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// What is the same in every task of an attempt (the peers' variables, the peer table)
@@ -269,7 +263,6 @@ async fn the_tasks_of_an_attempt_share_one_copy_of_the_peers_files() {
     };
     assert_ne!(own(0), own(1));
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,7 +331,6 @@ async fn state_and_the_files_holding_the_environment_are_private() {
         "{run_dir:?}"
     );
     assert_eq!(mode(&run_dir), 0o700);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -376,7 +368,6 @@ fn the_embedded_default_listens_beyond_loopback_only_when_told() {
         !dir.join("state").exists(),
         "refused before anything was opened"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -427,7 +418,6 @@ async fn a_job_larger_than_the_machine_takes_is_refused_naming_the_limit() {
         "SUCCEEDED"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Watches alice's job `job` until it waits for this machine's task slots: its reason
@@ -548,5 +538,4 @@ async fn a_job_waits_whole_for_the_machines_task_slots_and_says_why() {
         "STOPPED"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -15,11 +15,8 @@ use common::fifo::{events, final_view, next_event};
 use common::request;
 use common::serve::Server;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rest-lite-pages-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("pages", name)
 }
 
 /// Each task prints a line with markup in it, reports `up` (holding the events FIFO open
@@ -222,7 +219,6 @@ async fn a_person_sees_the_job_its_tasks_and_their_logs_in_chromium() {
         "{list}"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A failed two-role job as a person sees it: the task whose end decided the outcome
@@ -331,7 +327,6 @@ async fn a_failed_job_page_marks_the_culprit_and_explains_the_rest_in_chromium()
         "{page}"
     );
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 const ALICE: &str = "alice's token; with a space";
@@ -547,7 +542,6 @@ async fn pages_sign_in_with_a_cookie_and_show_each_user_only_their_jobs() {
     release(&go, 0);
     final_view(&alice, "alice", "mine").await;
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -585,5 +579,4 @@ fn the_root_leads_to_the_jobs_and_the_docs_list_the_api() {
     assert_eq!(missing.status, 404);
     assert!(missing.body.contains("alice~nothing"), "{}", missing.body);
     drop(server);
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -91,5 +91,4 @@ fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
     );
     step("done");
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -882,8 +882,7 @@ async fn a_job_watch_outlasts_an_api_server_restart_with_no_gap_and_no_repeat() 
 
 fn tokens() -> pai_server::auth::Tokens {
     use pai_server::auth::hash;
-    let dir = std::env::temp_dir().join(format!("rest-lite-tokens-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = common::scratch("server", "tokens");
     let path = dir.join("tokens.yaml");
     let file = format!(
         "users:\n  - {{name: alice, tokenSha256: {}}}\n  - {{name: bob, tokenSha256: {}}}\n  - {{name: ops, tokenSha256: {}, admin: true}}\n",
@@ -893,9 +892,7 @@ fn tokens() -> pai_server::auth::Tokens {
     );
     std::fs::write(&path, &file).expect("write");
     assert!(!file.contains("alice-secret"), "tokens are stored hashed");
-    let tokens = pai_server::auth::Tokens::load(&path).expect("loads");
-    std::fs::remove_dir_all(&dir).ok();
-    tokens
+    pai_server::auth::Tokens::load(&path).expect("loads")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -989,8 +986,7 @@ async fn the_auth_matrix() {
 async fn the_serve_command_serves_and_stops_on_sigterm() {
     use std::io::BufRead;
     let api = ApiServer::start().await;
-    let dir = std::env::temp_dir().join(format!("rest-lite-serve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = common::scratch("server", "serve");
     let kubeconfig = dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, Some("jobs"));
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rest-lite"))
@@ -1061,7 +1057,6 @@ async fn the_serve_command_serves_and_stops_on_sigterm() {
         .expect("join")
         .expect("wait");
     assert!(status.success(), "{status}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 fn nix_kill(pid: u32) {

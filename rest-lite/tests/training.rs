@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use pai_client::ClientError;
@@ -17,12 +16,8 @@ use serde_json::json;
 use common::fifo::{events, final_view, next_event};
 use common::serve::Server;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("rest-lite-training-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("training", name)
 }
 
 /// True when every program is here; otherwise says which is not (skips), and fails under CI.

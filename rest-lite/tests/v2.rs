@@ -24,7 +24,7 @@ const NS: &str = "jobs";
 /// The example's secret (`secrets.handshake`).
 const SECRET: &str = "open-sesame";
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> common::Scratch {
     common::scratch("v2", name)
 }
 
@@ -240,7 +240,6 @@ async fn on_this_machine_a_v2_job_runs_and_its_secret_reaches_only_its_tasks() {
     assert_eq!(bob.status, 404);
     let list = get(&server, "/api/v2/jobs?username=alice", OTHER);
     assert_eq!(list.body, "[]");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A v2 job with a secret, a registry credential made of it and an ssh key from it.
@@ -331,7 +330,6 @@ async fn on_kubernetes_secrets_are_secrets_the_framework_owns() {
         !server.log().contains(SECRET),
         "the server logged the secret"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -527,7 +525,6 @@ async fn the_v2_list_filters_orders_and_pages_as_openpai_does() {
         .body
             == "[]"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,5 +549,4 @@ async fn a_userssh_key_from_the_secrets_is_rendered_in_the_task() {
     // Readers of the job see the template, not the key.
     let view = get(&server, "/api/v2/jobs/alice~keyed/config", TOKEN);
     assert!(!view.body.contains("FromTheSecrets"), "{}", view.body);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,12 +10,32 @@ mod spec;
 #[allow(unused_imports)]
 pub use spec::*;
 
-/// A fresh directory `rest-lite-<area>-<name>-<pid>` under the temporary directory.
-pub fn scratch(area: &str, name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("rest-lite-{area}-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch");
-    dir
+/// A fresh directory for one test, `rest-lite-<area>-<name>-…` under the temporary
+/// directory, removed when it goes out of scope: at the test's end, and also when the
+/// test fails (a clean-up written at a test's end is skipped by its panic).
+pub struct Scratch(tempfile::TempDir);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+/// A [`Scratch`] directory for test `name` of `area`.
+pub fn scratch(area: &str, name: &str) -> Scratch {
+    Scratch(
+        tempfile::Builder::new()
+            .prefix(&format!("rest-lite-{area}-{name}-"))
+            .tempdir()
+            .expect("a scratch directory"),
+    )
 }
 
 /// A token file in `dir` admitting `users` (name, token, admin).
