@@ -293,7 +293,7 @@ pub fn token_from_cookies(headers: &axum::http::HeaderMap) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(name, _)| *name == COOKIE)
-        .and_then(|(_, value)| percent_decode(value))
+        .and_then(|(_, value)| pai_api::path::decode(value))
         .filter(|t| !t.is_empty())
 }
 
@@ -305,27 +305,10 @@ pub fn session_cookie(token: Option<&str>, tls: bool) -> String {
     match token {
         Some(token) => format!(
             "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=2592000{secure}",
-            pai_api::path::percent_encode(token, b"")
+            pai_api::path::segment(token)
         ),
         None => format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
     }
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The caller of a page: the bearer token or the sign-in cookie; `None` when the

@@ -183,7 +183,7 @@ impl IntoResponse for ToSignIn {
 /// The page's caller, or the way to the sign-in (coming back to `here`).
 fn signed_in(state: &AppState, headers: &HeaderMap, here: &str) -> Result<Caller, ToSignIn> {
     auth::page_caller(&state.access, headers).ok_or_else(|| {
-        let next = pai_api::path::percent_encode(here, b"/");
+        let next = pai_api::path::path(here);
         ToSignIn(format!("/ui/sign-in?next={next}"))
     })
 }
@@ -439,10 +439,7 @@ async fn submit_form(
 ) -> Response {
     let query = query.map(|q| q.0).unwrap_or_default();
     let here = match &query.clone {
-        Some(from) => format!(
-            "/ui/submit?clone={}",
-            pai_api::path::percent_encode(from, b"/")
-        ),
+        Some(from) => format!("/ui/submit?clone={}", pai_api::path::path(from)),
         None => "/ui/submit".to_string(),
     };
     let caller = match signed_in(&state, &headers, &here) {
