@@ -119,10 +119,25 @@ impl Order {
         )?;
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         let tid = nix::unistd::gettid().as_raw();
-        for fd in read {
-            fasync::aim(fd.as_fd(), signal, tid)?;
+        let set_async = |fd: &OwnedFd, on: bool| -> nix::Result<()> {
             let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
-            fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_ASYNC))?;
+            let flags = if on {
+                flags | OFlag::O_ASYNC
+            } else {
+                flags - OFlag::O_ASYNC
+            };
+            fcntl(fd, FcntlArg::F_SETFL(flags)).map(drop)
+        };
+        let armed = read.iter().try_for_each(|fd| {
+            fasync::aim(fd.as_fd(), signal, tid)?;
+            set_async(fd, true).map_err(std::io::Error::from)
+        });
+        if let Err(e) = armed {
+            // Half armed is not armed: no signal keeps queueing for a reader that polls.
+            for fd in read {
+                let _ = set_async(fd, false);
+            }
+            return Err(e);
         }
         Ok(Self { signals, signal })
     }
