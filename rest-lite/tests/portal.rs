@@ -129,6 +129,7 @@ fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
     let stopped = step("stopped");
     assert_eq!(stopped["state"], "STOPPED");
     assert_eq!(stopped["stop"], false);
+    assert_eq!(stopped["links"], 0, "no links to ports nobody serves");
     assert!(!text(&stopped["commands"]).contains(" -f"), "{stopped}");
     assert!(
         !text(&stopped["commands"]).contains("rest-lite ssh"),
@@ -155,6 +156,7 @@ fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
         "{sorted}"
     );
     assert!(text(&step("deleted")["url"]).ends_with("/ui/jobs"));
+    assert_eq!(step("deleted")["asked"], true, "Delete asks once more");
 
     // Another origin: refused before anything ran.
     let other = step("other-origin");

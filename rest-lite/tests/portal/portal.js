@@ -118,6 +118,7 @@ taskRoles:
     const stopped = await untilState(page, ['STOPPED']);
     step('stopped', {
       state: stopped,
+      links: (await page.$$('tr[id^=task-] a[target=_blank]')).length,
       stop: (await page.$('#stop')) !== null,
       commands: await page.textContent('#commands'),
     });
@@ -140,8 +141,11 @@ taskRoles:
 
     // Delete the stopped one.
     await page.goto(`${base}/ui/jobs/alice/portal-demo`);
+    // Asked once more: the button is behind "Delete…".
+    const hidden = !(await page.isVisible('#delete'));
+    await page.click('#delete-open');
     await Promise.all([page.waitForNavigation(), page.click('#delete')]);
-    step('deleted', { url: page.url() });
+    step('deleted', { url: page.url(), asked: hidden });
 
     // Another origin's page posting to the form: the browser sends it (with the
     // cookie: ports do not make another site), the server refuses it.

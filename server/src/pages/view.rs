@@ -435,7 +435,12 @@ pub fn job_page(
                     TaskRow {
                         id: format!("{name}-{}", task.task_index),
                         state: task.task_state.to_string(),
-                        links: port_links(task),
+                        // A port answers only while its task runs.
+                        links: if task.task_state == JobState::Running {
+                            port_links(task)
+                        } else {
+                            Vec::new()
+                        },
                         exit_meaning: task
                             .container_exit_meaning
                             .clone()
