@@ -193,11 +193,17 @@ mod tests {
         assert_eq!(open.take(b"anything"), (&b"anything"[..], false));
     }
 
-    #[test]
-    fn records_rotate_between_records_and_a_long_one_is_cut() {
-        let dir = std::env::temp_dir().join(format!("records-{}", std::process::id()));
+    /// A fresh directory for one test, and the log's path in it.
+    fn log_in(name: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("user.log");
+        (dir, path)
+    }
+
+    #[test]
+    fn records_rotate_between_records_and_a_long_one_is_cut() {
+        let (dir, path) = log_in("records");
         let mut log = CappedLog::create(&path, 10).expect("create");
         log.write_records(b"aaaa\nbbbb\ncc\n").expect("write");
         assert_eq!(
@@ -216,9 +222,7 @@ mod tests {
 
     #[test]
     fn the_log_rotates_at_its_cap() {
-        let dir = std::env::temp_dir().join(format!("capped-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("user.log");
+        let (dir, path) = log_in("capped");
         let mut log = CappedLog::create(&path, 10).expect("create");
         log.write(b"0123456789abcdef").expect("write");
         log.write(b"ghij").expect("write");

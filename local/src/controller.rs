@@ -17,8 +17,6 @@ use super::procs::{self, ProcessId};
 use super::task::{self, Identity, Launch, Progress, StopRequest};
 use crate::job::{Command, Inner, Job, uid};
 use crate::ports;
-use pai_kube_runtime::layout::{Layout, Task as RuntimeTask};
-use pai_kube_runtime::logs::USER_LOG;
 
 use crate::error::Error;
 use pai_contract::framework::INIT_CONTAINER;
@@ -605,18 +603,8 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
             };
             let fc = identity.fc_env();
             let root = inner.store.task_root(&name, attempt, &role.name, index);
-            // Where the runtime will put it: the same rule, from the same code.
-            let user_log = RuntimeTask {
-                framework_attempt: u32::try_from(attempt).unwrap_or(0),
-                kube_role: role.name.clone(),
-                index,
-                task_attempt: 0,
-            }
-            .log_dir(&Layout::new(&root))
-            .join(USER_LOG);
             let launch = Launch {
                 runtime: inner.settings.runtime.clone(),
-                user_log,
                 root: root.clone(),
                 assets: inner.assets.clone(),
                 peers_file: inner.store.peers_file(&name, attempt),

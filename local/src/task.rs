@@ -110,8 +110,6 @@ pub struct Launch {
     pub main_env: Vec<(String, String)>,
     /// Between TERM and KILL when the task is stopped.
     pub grace: Duration,
-    /// The user command's own log, as the runtime writes it.
-    pub user_log: PathBuf,
     /// Where its processes are started.
     pub spawner: procs::Spawner,
     /// Its ports, bound by the server until its main container starts.

@@ -674,18 +674,8 @@ async fn logs_are_the_tasks_output(h: &Harness) {
     h.said_hello("alice", "talk");
     h.exit("alice", "talk", 0).await;
     let client = h.client(ALICE);
-    let read = |source| {
-        let client = client.clone();
-        async move {
-            common::read_all(
-                client
-                    .logs("alice", "talk", "worker", 0, true, source)
-                    .await
-                    .expect("logs"),
-            )
-            .await
-        }
-    };
+    let read =
+        |source: Source| common::task_log(&client, ("alice", "talk"), ("worker", 0), true, source);
     // The user's output alone by default; the runtime's lines apart (with the barrier's,
     // kept in the init container's log on a cluster); both when asked.
     let text = read(Source::User).await;

@@ -32,11 +32,12 @@ fn until_none_left(rx: &mpsc::Receiver<Option<String>>) -> Vec<String> {
 }
 
 async fn log_of(client: &Client, user: &str, job: &str, role: &str, index: u32) -> String {
-    common::read_all(
-        client
-            .logs(user, job, role, index, true, pai_client::Source::User)
-            .await
-            .expect("logs"),
+    common::task_log(
+        client,
+        (user, job),
+        (role, index),
+        true,
+        pai_client::Source::User,
     )
     .await
 }
@@ -1404,16 +1405,7 @@ fn output_reads_in_the_order_it_was_written_through_every_reader() {
         assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
         let followed = log_of(&client, "alice", "ordered", "worker", 0).await;
         let read = |lines: pai_client::Lines, follow| {
-            let client = client.clone();
-            async move {
-                common::read_all(
-                    client
-                        .logs("alice", "ordered", "worker", 0, follow, lines)
-                        .await
-                        .expect("logs"),
-                )
-                .await
-            }
+            common::task_log(&client, ("alice", "ordered"), ("worker", 0), follow, lines)
         };
         (
             followed,

@@ -73,6 +73,24 @@ pub async fn read_all(mut stream: pai_client::Chunks) -> String {
     String::from_utf8_lossy(&text).into_owned()
 }
 
+/// Task `role`-`index`'s log of `user`'s `job`, those `lines`, read to its end (with
+/// `follow`, until the task ends).
+pub async fn task_log(
+    client: &pai_client::Client,
+    (user, job): (&str, &str),
+    (role, index): (&str, u32),
+    follow: bool,
+    lines: impl Into<pai_client::Lines>,
+) -> String {
+    read_all(
+        client
+            .logs(user, job, role, index, follow, lines)
+            .await
+            .expect("logs"),
+    )
+    .await
+}
+
 /// A response: status, headers (lower-case names), body.
 pub struct Answer {
     pub status: u16,
