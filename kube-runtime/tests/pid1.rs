@@ -498,3 +498,38 @@ fn a_container_log_that_is_a_file_and_daemon_logs_stay_within_the_cap() {
         "the daemon's log rotated"
     );
 }
+
+/// On a host whose ssh port another process holds (host networking), the task does not
+/// start with a warning in its output: `run` ends as a conflict (FrameworkController's
+/// 201, retried elsewhere, not counted) before the user command runs.
+#[test]
+fn a_taken_ssh_port_ends_the_task_as_a_conflict() {
+    let taken = std::net::TcpListener::bind(("0.0.0.0", 0)).expect("a port to take");
+    let port = taken.local_addr().expect("address").port();
+    let task = TaskDir::new("port-taken");
+    let ran = task.root().join("ran");
+    task.main(&format!("echo ran > {}", ran.display()));
+    let out = finish(
+        task.subreaper()
+            .env(
+                "PAI_SSH_PUB_KEY",
+                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey test",
+            )
+            .env("PAI_CONTAINER_SSH_PORT", port.to_string())
+            .spawn()
+            .expect("run"),
+    );
+    assert_eq!(
+        out.code,
+        Some(pai_contract::exit::codes::CONTAINER_TRANSIENT_CONFLICT_FAILED),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!("ssh port {port} is taken")),
+        "{}",
+        out.stderr
+    );
+    assert!(!ran.exists(), "the user command did not run");
+    drop(taken);
+}

@@ -530,6 +530,36 @@ async fn pages_sign_in_with_a_cookie_and_show_each_user_only_their_jobs() {
         assert_eq!(bob.status, 404, "{path}");
         assert!(!bob.body.contains("hello from"), "{path}: {}", bob.body);
     }
+    // Nor can he stop, delete or clone it from the portal (as from his own page: the
+    // browser's Sec-Fetch-Site says so).
+    for action in ["stop", "delete"] {
+        let bob = request(
+            &url,
+            "POST",
+            &format!("/ui/jobs/alice/mine/{action}"),
+            &[
+                ("Authorization", &bearer),
+                ("Sec-Fetch-Site", "same-origin"),
+            ],
+            "",
+        );
+        assert_eq!(bob.status, 404, "{action}: {}", bob.body);
+    }
+    let clone = request(
+        &url,
+        "GET",
+        "/ui/submit?clone=alice/mine",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(clone.status, 200);
+    assert!(
+        clone.body.contains("alice~mine was not found") && !clone.body.contains("jobName"),
+        "{}",
+        clone.body
+    );
+    let still = alice.job("alice", "mine").await.expect("still there");
+    assert_eq!(still.job_status.state, pai_api::status::JobState::Running);
 
     // Signing out clears the cookie.
     let out = request(&url, "POST", "/ui/sign-out", &[("Cookie", &cookie)], "");
