@@ -54,7 +54,7 @@ pub fn decide(framework: &Framework, lookup: impl Fn(&str) -> Option<Seen>) -> D
                 "job {job}, which this job waited for to be {wanted}, was deleted"
             ));
         };
-        if now.to_string() == wanted {
+        if now.is(state) {
             continue;
         }
         if now.is_final() {

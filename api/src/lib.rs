@@ -6,6 +6,7 @@ pub mod dependencies;
 pub mod error;
 pub mod jobs;
 pub mod path;
+pub mod routes;
 pub mod ssh;
 pub mod status;
 pub mod time;

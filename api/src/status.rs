@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::jobs::Execution;
 use pai_contract::exit::codes;
 use pai_contract::framework::{
     CompletionStatus, ExecutionType, Framework, FrameworkState, TaskStatus,
@@ -49,6 +50,17 @@ impl JobState {
         JobState::Unknown,
     ];
 
+    /// Whether the job is in the state a job waiting for it wants (`dependsOn`).
+    pub fn is(self, wanted: pai_contract::depends::Wanted) -> bool {
+        use pai_contract::depends::Wanted;
+        matches!(
+            (self, wanted),
+            (JobState::Succeeded, Wanted::Succeeded)
+                | (JobState::Failed, Wanted::Failed)
+                | (JobState::Stopped, Wanted::Stopped)
+        )
+    }
+
     /// Whether the job ended: nothing changes any more but its deletion.
     pub fn is_final(self) -> bool {
         matches!(
@@ -83,7 +95,8 @@ pub struct JobStatus {
     /// The Framework's own state, e.g. `AttemptRunning`.
     pub sub_state: String,
     /// `START` or `STOP`.
-    pub execution_type: String,
+    #[schema(value_type = String)]
+    pub execution_type: Execution,
     pub retries: i32,
     pub created_time: Option<i64>,
     pub completed_time: Option<i64>,
@@ -166,7 +179,7 @@ impl AttemptView {
             let _ = write!(line, ": task {role}-{index}");
         }
         let _ = write!(line, ": {}", self.meaning);
-        if !self.meaning.contains("code") {
+        if !pai_contract::exit::meaning_says_code(self.exit_code) {
             let _ = write!(line, " (exit code {})", self.exit_code);
         }
         if let Some(d) = self.diagnostics.as_deref().filter(|d| !d.is_empty()) {
@@ -497,8 +510,8 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
             format!("{:?}", s.state)
         }),
         execution_type: match framework.spec.execution_type {
-            ExecutionType::Start => "START".to_string(),
-            ExecutionType::Stop => "STOP".to_string(),
+            ExecutionType::Start => Execution::Start,
+            ExecutionType::Stop => Execution::Stop,
         },
         retries: status.map_or(0, |s| s.retry_policy_status.total_retried_count),
         created_time: created,
@@ -628,7 +641,7 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
     // False, saying why in words that are true of the job now.
     let not_so = |state: JobState| -> (String, String) {
         match job.state {
-            JobState::Waiting | JobState::Running if job.execution_type == "STOP" => (
+            JobState::Waiting | JobState::Running if job.execution_type == Execution::Stop => (
                 "Stopping".into(),
                 "a stop was requested: the tasks end within their grace period".into(),
             ),

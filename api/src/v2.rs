@@ -23,7 +23,8 @@ pub struct JobSummaryV2 {
     /// The Framework's own state, e.g. `AttemptRunning`.
     pub sub_state: String,
     /// `START` or `STOP`.
-    pub execution_type: String,
+    #[schema(value_type = String)]
+    pub execution_type: crate::jobs::Execution,
     pub retries: i32,
     /// When it was submitted (epoch ms).
     pub submission_time: Option<i64>,
@@ -48,7 +49,7 @@ impl From<&JobSummary> for JobSummaryV2 {
             username: s.username.clone(),
             state: s.state,
             sub_state: s.sub_state.clone(),
-            execution_type: s.execution_type.clone(),
+            execution_type: s.execution_type,
             retries: s.retries,
             submission_time: s.created_time,
             created_time: s.created_time,

@@ -232,7 +232,10 @@ fn completion_codes_decide_the_final_state() {
         BASE,
     );
     assert_eq!(view.job_status.state, JobState::Stopped);
-    assert_eq!(view.job_status.execution_type, "STOP");
+    assert_eq!(
+        view.job_status.execution_type,
+        pai_api::jobs::Execution::Stop
+    );
     assert_eq!(condition(&view, "Stopped").status, "True");
 
     let view = job_view(

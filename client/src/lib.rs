@@ -12,6 +12,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use pai_api::routes;
 use serde::de::DeserializeOwned;
 
 use pai_api::jobs::{Execution, JobSummary, Message};
@@ -154,7 +155,7 @@ impl Client {
     }
 
     fn job_path(user: &str, job: &str) -> String {
-        format!("/api/v1/user/{}/jobs/{}", encode(user), encode(job))
+        routes::JOB.with(&[user, job])
     }
 
     async fn send(
@@ -230,7 +231,7 @@ impl Client {
     /// Whether the server answers `/healthz` with success.
     pub async fn healthz(&self) -> Result<(), ClientError> {
         let response = self
-            .send(Method::GET, "/healthz", None, Bytes::new())
+            .send(Method::GET, routes::HEALTHZ.template(), None, Bytes::new())
             .await?;
         response
             .into_body()
@@ -249,7 +250,7 @@ impl Client {
     ) -> Result<Message, ClientError> {
         self.json(
             Method::POST,
-            &format!("/api/v1/user/{}/jobs", encode(user)),
+            &routes::USER_JOBS.with(&[user]),
             Some(format.media_type()),
             Bytes::from(spec.to_string()),
         )
@@ -342,15 +343,15 @@ impl Client {
     /// The jobs of `user`, or every job the caller may see.
     pub async fn jobs(&self, user: Option<&str>) -> Result<Vec<JobSummary>, ClientError> {
         let path = match user {
-            Some(user) => format!("/api/v1/user/{}/jobs", encode(user)),
-            None => "/api/v1/jobs".to_string(),
+            Some(user) => routes::USER_JOBS.with(&[user]),
+            None => routes::JOBS.with(&[]),
         };
         self.json(Method::GET, &path, None, Bytes::new()).await
     }
 
     /// Whom this client's token stands for.
     pub async fn whoami(&self) -> Result<pai_api::jobs::WhoAmI, ClientError> {
-        self.json(Method::GET, "/api/v1/whoami", None, Bytes::new())
+        self.json(Method::GET, routes::WHOAMI.template(), None, Bytes::new())
             .await
     }
 
@@ -358,7 +359,7 @@ impl Client {
     pub async fn ssh(&self, user: &str, job: &str) -> Result<SshInfo, ClientError> {
         self.json(
             Method::GET,
-            &format!("{}/ssh", Self::job_path(user, job)),
+            &routes::JOB_SSH.with(&[user, job]),
             None,
             Bytes::new(),
         )
@@ -367,7 +368,7 @@ impl Client {
 
     /// The private half of the job's key pair (OpenSSH format).
     pub async fn ssh_key(&self, user: &str, job: &str) -> Result<String, ClientError> {
-        let path = format!("{}/ssh/key", Self::job_path(user, job));
+        let path = routes::JOB_SSH_KEY.with(&[user, job]);
         let bytes = self.body(Method::GET, &path, None, Bytes::new()).await?;
         String::from_utf8(bytes.to_vec()).map_err(|e| ClientError::Answer(e.to_string()))
     }
@@ -388,7 +389,7 @@ impl Client {
             .map_err(|e| ClientError::Answer(e.to_string()))?;
         self.json(
             Method::PUT,
-            &format!("{}/executionType", Self::job_path(user, job)),
+            &routes::JOB_EXECUTION.with(&[user, job]),
             Some("application/json"),
             Bytes::from(body),
         )
@@ -445,8 +446,8 @@ impl Client {
         query: &str,
     ) -> Result<Chunks, ClientError> {
         let path = format!(
-            "{}/logs?role={}&index={index}&{query}",
-            Self::job_path(user, job),
+            "{}?role={}&index={index}&{query}",
+            routes::JOB_LOGS.with(&[user, job]),
             encode(role)
         );
         let response = self.send(Method::GET, &path, None, Bytes::new()).await?;

@@ -195,34 +195,49 @@ pub fn completion(code: i32) -> CompletionCode {
 /// What a task's completion code means, in a few words a user reads: who ended the task
 /// and why. Codes of no row are the user command's own exit code.
 pub fn meaning(code: i32) -> String {
+    match platform_meaning(code) {
+        Some(meaning) => meaning.into(),
+        None if code > 128 && code < 160 => {
+            format!("the user command was killed by signal {}", code - 128)
+        }
+        None => format!("the user command exited with code {code}"),
+    }
+}
+
+/// Whether [`meaning`] of `code` says the number itself ("exited with code 3"); a
+/// platform's code or a signal's it does not.
+pub fn meaning_says_code(code: i32) -> bool {
+    platform_meaning(code).is_none() && !(code > 128 && code < 160)
+}
+
+/// What `code` means where the platform (the runtime, FrameworkController, the embedded
+/// default) gave it, or 0; `None`: it is the user command's own exit code.
+pub fn platform_meaning(code: i32) -> Option<&'static str> {
     use codes::*;
-    match code {
-        SUCCEEDED => "succeeded".into(),
-        CONTAINER_TRANSIENT_FAILED => {
-            "failed, and may pass if retried (the runtime said so)".into()
-        }
+    Some(match code {
+        SUCCEEDED => "succeeded",
+        CONTAINER_TRANSIENT_FAILED => "failed, and may pass if retried (the runtime said so)",
         CONTAINER_TRANSIENT_CONFLICT_FAILED => {
-            "a conflict: a port taken, or the barrier timed out; retried later".into()
+            "a conflict: a port taken, or the barrier timed out; retried later"
         }
-        CONTAINER_PERMANENT_FAILED => "failed for good (the runtime said so); not retried".into(),
+        CONTAINER_PERMANENT_FAILED => "failed for good (the runtime said so); not retried",
         CONFIG_MAP_EXTERNAL_DELETED | POD_EXTERNAL_DELETED => {
-            "ended from outside: its pod deleted, or the server restarted while it ran".into()
+            "ended from outside: its pod deleted, or the server restarted while it ran"
         }
         CONFIG_MAP_LOCAL_CACHE_CREATION_TIMEOUT | POD_LOCAL_CACHE_CREATION_TIMEOUT => {
-            "its pod was not seen in time by the controller".into()
+            "its pod was not seen in time by the controller"
         }
-        POD_CREATION_TRANSIENT_ERROR => "its pod could not be created, for now".into(),
-        POD_CREATION_PERMANENT_ERROR => "its pod cannot be created".into(),
-        STOP_FRAMEWORK_REQUESTED => "stopped: the job was stopped".into(),
+        POD_CREATION_TRANSIENT_ERROR => "its pod could not be created, for now",
+        POD_CREATION_PERMANENT_ERROR => "its pod cannot be created",
+        STOP_FRAMEWORK_REQUESTED => "stopped: the job was stopped",
         FRAMEWORK_ATTEMPT_COMPLETION => {
-            "stopped by the platform: the job's attempt ended (another task decided it)".into()
+            "stopped by the platform: the job's attempt ended (another task decided it)"
         }
-        DELETE_TASK_REQUESTED => "stopped: the task was deleted".into(),
-        POD_FAILED_WITHOUT_FAILED_CONTAINER => "its pod failed, no container did".into(),
-        POD_CREATION_UNKNOWN_ERROR => "its pod could not be created (unknown error)".into(),
-        n if n > 128 && n < 160 => format!("the user command was killed by signal {}", n - 128),
-        n => format!("the user command exited with code {n}"),
-    }
+        DELETE_TASK_REQUESTED => "stopped: the task was deleted",
+        POD_FAILED_WITHOUT_FAILED_CONTAINER => "its pod failed, no container did",
+        POD_CREATION_UNKNOWN_ERROR => "its pod could not be created (unknown error)",
+        _ => return None,
+    })
 }
 
 /// What a task's completion code means where the job's attempt ended as `attempt_code`
@@ -285,6 +300,16 @@ mod tests {
         );
         assert_eq!(meaning(3), "the user command exited with code 3");
         assert_eq!(meaning(137), "the user command was killed by signal 9");
+        assert_eq!(platform_meaning(3), None);
+        for code in [-220, 0, 3, 137, 255] {
+            assert_eq!(
+                meaning_says_code(code),
+                meaning(code).contains(&format!("code {code}")),
+                "{code}"
+            );
+        }
+        assert_eq!(platform_meaning(137), None);
+        assert!(platform_meaning(codes::CONTAINER_TRANSIENT_CONFLICT_FAILED).is_some());
         for row in TABLE {
             assert!(
                 !meaning(row.code).contains("exited with code"),

@@ -645,7 +645,10 @@ async fn stop_and_start_follow_the_rules(h: &Harness) {
     h.stop_carried_out("alice", "s");
     let last = views_until_the_end(views).await.pop().expect("a view");
     assert_eq!(last.job_status.state, JobState::Stopped, "{last:?}");
-    assert_eq!(last.job_status.execution_type, "STOP");
+    assert_eq!(
+        last.job_status.execution_type,
+        pai_api::jobs::Execution::Stop
+    );
     assert_eq!(
         api_error(client.execution("alice", "s", Execution::Start).await),
         (409, ErrorCode::ConflictJobError)
@@ -919,7 +922,8 @@ async fn others_never_see_a_job(h: &Harness) {
         .await
         .expect("alice sees it");
     assert_eq!(
-        view.job_status.execution_type, "START",
+        view.job_status.execution_type,
+        pai_api::jobs::Execution::Start,
         "bob changed nothing"
     );
     let anonymous = Client::new(&h.server.url, None);

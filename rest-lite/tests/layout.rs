@@ -101,3 +101,59 @@ fn the_readme_names_every_source_file_in_its_crates_row() {
         "files the README's layout names that do not exist: {named_but_absent:#?}"
     );
 }
+
+/// Every `.rs` file under `dir`, by path.
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs" || e == "hbs") {
+            out.push(path);
+        }
+    }
+}
+
+/// A route's path is written once, in `pai_api::routes`: the router, the OpenAPI
+/// document, the client, the views and the pages' templates take it from there. Comments
+/// and a file's unit tests (after its `#[cfg(test)]`) may spell a path out.
+#[test]
+fn every_route_path_is_written_once() {
+    let root = common::repo_root();
+    let own = root.join("api/src/routes.rs");
+    let mut files = Vec::new();
+    // test-support speaks the Kubernetes API's routes, not ours.
+    for folder in CRATES.iter().filter(|f| **f != "test-support") {
+        rust_files(&root.join(folder).join("src"), &mut files);
+    }
+    rust_files(&root.join("server/templates"), &mut files);
+    let spelled = [
+        "\"/api/v",
+        "\"/ui",
+        "\"/docs",
+        "\"/healthz",
+        "\"/readyz",
+        "\"/metrics",
+    ];
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| **f != own) {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            let line = line.trim_start();
+            if line.starts_with("//") {
+                continue;
+            }
+            if spelled.iter().any(|s| line.contains(s)) {
+                found.push(format!("{}:{}: {line}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "route paths written outside pai_api::routes: {found:#?}"
+    );
+}

@@ -59,14 +59,14 @@ pub async fn resolve(backend: &dyn Backend, framework: &mut Framework) -> Result
         })?;
         let now = job_state(&found);
         let wanted = dependency.state.as_str();
-        if now.is_final() && now.to_string() != wanted {
+        if now.is_final() && !now.is(dependency.state) {
             return Err(ApiError::bad_request(format!(
                 "{}: job {:?} ended {now}; this job would wait for it to be {wanted} forever",
                 field(i),
                 dependency.job
             )));
         }
-        all_met &= now.to_string() == wanted;
+        all_met &= now.is(dependency.state);
         if let Some(path) = cycle(backend, &user, &own, &found).await? {
             return Err(ApiError::bad_request(format!(
                 "{}: waiting for job {:?} makes a cycle: {own} → {}",

@@ -128,7 +128,7 @@ pub struct Job {
 impl Job {
     /// The job's URL, the base of its task log links.
     pub fn url(&self) -> String {
-        format!("/api/v1/user/{}/jobs/{}", self.user, self.job)
+        pai_api::routes::JOB.with(&[self.user.as_str(), &self.job])
     }
 
     /// The 404 of this job.

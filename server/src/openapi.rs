@@ -74,8 +74,8 @@ impl Modify for BearerTokens {
             ),
         );
         for (path, item) in openapi.paths.paths.iter_mut() {
-            if !(path.starts_with("/api/v1/") || path.starts_with("/api/v2/") || path == "/metrics")
-                || path == DOCUMENT_PATH
+            if !(pai_api::routes::is_api(path) || path == pai_api::routes::METRICS.template())
+                || path == pai_api::routes::OPENAPI.template()
             {
                 continue;
             }
@@ -143,14 +143,14 @@ fn add_links(document: &mut serde_json::Value) {
     // (path, method, status, the job's runtime expression, own link)
     let sources = [
         (
-            "/api/v1/user/{user}/jobs",
+            pai_api::routes::USER_JOBS.template(),
             "post",
             "202",
             "$request.body#/jobName",
             "",
         ),
         (
-            "/api/v1/user/{user}/jobs/{job}",
+            pai_api::routes::JOB.template(),
             "get",
             "200",
             "$request.path.job",
@@ -194,7 +194,7 @@ fn state_rules(document: &mut serde_json::Value) {
     };
     if let Some(paths) = document.get_mut("paths").and_then(Value::as_object_mut) {
         for (path, item) in paths.iter_mut() {
-            let v2 = path.starts_with("/api/v2/");
+            let v2 = pai_api::routes::is_v2(path);
             let parameters = item
                 .as_object_mut()
                 .into_iter()
@@ -225,13 +225,10 @@ pub fn document() -> serde_json::Value {
     document
 }
 
-/// Where the document is served.
-pub const DOCUMENT_PATH: &str = "/api/v1/openapi.json";
-
 /// `GET /api/v1/openapi.json`.
 #[utoipa::path(
     get,
-    path = "/api/v1/openapi.json",
+    path = pai_api::routes::OPENAPI.template(),
     tag = "operations",
     responses((status = 200, description = "this document (OpenAPI 3.1)", body = Object))
 )]
@@ -274,21 +271,24 @@ mod tests {
     #[test]
     fn the_names_rules_and_limits_come_from_the_constants_validation_uses() {
         let document = document();
-        let logs = "/api/v1/user/{user}/jobs/{job}/logs";
+        let logs = pai_api::routes::JOB_LOGS.template();
         for name in ["user", "job"] {
             let schema = parameter(&document, logs, name);
             assert_eq!(schema["pattern"], NAME_PATTERN, "{name}");
             assert_eq!(schema["maxLength"], MAX_NAME_LEN, "{name}");
         }
-        let username = parameter(&document, "/api/v1/jobs", "username");
+        let username = parameter(&document, pai_api::routes::JOBS.template(), "username");
         assert_eq!(username["pattern"], NAME_PATTERN);
-        for list in ["/api/v1/jobs", "/api/v1/user/{user}/jobs"] {
+        for list in [
+            pai_api::routes::JOBS.template(),
+            pai_api::routes::USER_JOBS.template(),
+        ] {
             let limit = parameter(&document, list, "limit");
             assert_eq!(limit["minimum"], 1, "{list}");
             assert_eq!(limit["maximum"], crate::jobs::MAX_PAGE, "{list}");
         }
         // OpenPAI's v2 list has its own bound.
-        let limit = parameter(&document, "/api/v2/jobs", "limit");
+        let limit = parameter(&document, pai_api::routes::V2_JOBS.template(), "limit");
         assert_eq!(limit["maximum"], 50_000);
         assert_eq!(parameter(&document, logs, "role")["pattern"], ROLE_PATTERN);
         assert_eq!(

@@ -5,6 +5,8 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, put};
 
+use pai_api::routes::*;
+
 use crate::state::AppState;
 use crate::{auth, guard, metrics, openapi, routes, v2};
 
@@ -12,61 +14,40 @@ use crate::{auth, guard, metrics, openapi, routes, v2};
 pub fn router(state: AppState) -> Router {
     let limit = state.body_limit;
     let api = Router::new()
-        .route("/api/v1/jobs", get(routes::list_jobs))
+        .route(JOBS.template(), get(routes::list_jobs))
         .route(
-            "/api/v1/user/{user}/jobs",
+            USER_JOBS.template(),
             get(routes::list_user_jobs).post(routes::submit),
         )
         .route(
-            "/api/v1/user/{user}/jobs/{job}",
+            JOB.template(),
             get(routes::get_job)
                 .put(routes::submit_named)
                 .delete(routes::delete_job),
         )
-        .route(
-            "/api/v1/user/{user}/jobs/{job}/config",
-            get(routes::get_config),
-        )
-        .route("/api/v1/user/{user}/jobs/{job}/ssh", get(routes::get_ssh))
-        .route(
-            "/api/v1/user/{user}/jobs/{job}/ssh/key",
-            get(routes::get_ssh_key),
-        )
-        .route("/api/v1/user/{user}/jobs/{job}/logs", get(routes::get_logs))
-        .route("/api/v1/whoami", get(routes::whoami))
+        .route(JOB_CONFIG.template(), get(routes::get_config))
+        .route(JOB_SSH.template(), get(routes::get_ssh))
+        .route(JOB_SSH_KEY.template(), get(routes::get_ssh_key))
+        .route(JOB_LOGS.template(), get(routes::get_logs))
+        .route(JOB_EXECUTION.template(), put(routes::set_execution))
+        .route(WHOAMI.template(), get(routes::whoami))
         // OpenPAI's v2 REST API, as its SDK calls it.
-        .route("/api/v2/jobs", get(v2::list).post(v2::submit))
-        .route("/api/v2/jobs/{job_id}", get(v2::get_job))
-        .route("/api/v2/jobs/{job_id}/config", get(v2::get_config))
+        .route(V2_JOBS.template(), get(v2::list).post(v2::submit))
+        .route(V2_JOB.template(), get(v2::get_job))
+        .route(V2_JOB_CONFIG.template(), get(v2::get_config))
         .route(
-            "/api/v2/jobs/{job_id}/tag",
+            V2_JOB_TAG.template(),
             put(v2::add_tag).delete(v2::delete_tag),
         )
-        .route(
-            "/api/v2/jobs/{job_id}/executionType",
-            put(v2::set_execution),
-        )
-        .route(
-            "/api/v2/jobs/{job_id}/attempts/{attempt_id}",
-            get(v2::get_attempt),
-        )
-        .route(
-            "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts",
-            get(v2::get_task),
-        )
-        .route(
-            "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts/{task_attempt_id}/logs",
-            get(v2::get_task_logs),
-        )
-        .route(
-            "/api/v1/user/{user}/jobs/{job}/executionType",
-            put(routes::set_execution),
-        );
+        .route(V2_JOB_EXECUTION.template(), put(v2::set_execution))
+        .route(V2_ATTEMPT.template(), get(v2::get_attempt))
+        .route(V2_TASK.template(), get(v2::get_task))
+        .route(V2_TASK_LOGS.template(), get(v2::get_task_logs));
     // Job counts by state are no one's business but the server's callers'.
     let api = if state.metrics_elsewhere {
         api
     } else {
-        api.route("/metrics", get(routes::metrics))
+        api.route(METRICS.template(), get(routes::metrics))
     };
     let api = api
         .layer(axum::middleware::from_fn_with_state(
@@ -75,9 +56,9 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(limit));
     Router::new()
-        .route("/healthz", get(routes::healthz))
-        .route("/readyz", get(routes::readyz))
-        .route(openapi::DOCUMENT_PATH, get(openapi::openapi_json))
+        .route(HEALTHZ.template(), get(routes::healthz))
+        .route(READYZ.template(), get(routes::readyz))
+        .route(OPENAPI.template(), get(openapi::openapi_json))
         .merge(api)
         .merge(crate::pages::router())
         .fallback(routes::no_route)
@@ -98,7 +79,7 @@ pub fn router(state: AppState) -> Router {
 /// scrapes an internal port; the job counts it shows name no job or user.
 pub fn metrics_router(state: AppState) -> Router {
     Router::new()
-        .route("/metrics", get(routes::metrics))
+        .route(METRICS.template(), get(routes::metrics))
         .fallback(routes::no_route)
         .layer(axum::middleware::from_fn_with_state(
             site(&state),

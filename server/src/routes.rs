@@ -123,7 +123,7 @@ fn submitted(result: Submitted) -> Response {
 /// `POST /api/v1/user/{user}/jobs`: the job's name comes from the spec.
 #[utoipa::path(
     post,
-    path = "/api/v1/user/{user}/jobs",
+    path = pai_api::routes::USER_JOBS.template(),
     tag = "jobs",
     params(UserPath, SubmitQuery),
     request_body(description = "the job spec, JSON or YAML (contracts §1); what a schema cannot say is checked by the server, which answers 400 naming every broken rule", content((JobSpecDocument = "application/json"), (JobSpecDocument = "application/yaml"))),
@@ -154,7 +154,7 @@ pub async fn submit(
 /// must be the spec's.
 #[utoipa::path(
     put,
-    path = "/api/v1/user/{user}/jobs/{job}",
+    path = pai_api::routes::JOB.template(),
     tag = "jobs",
     params(JobPath, SubmitQuery),
     request_body(description = "the job spec; its jobName must be the path's", content((JobSpecDocument = "application/json"), (JobSpecDocument = "application/yaml"))),
@@ -204,7 +204,7 @@ pub struct GetQuery {
 /// `GET /api/v1/user/{user}/jobs/{job}`, or its changes with `watch=true`.
 #[utoipa::path(
     get,
-    path = "/api/v1/user/{user}/jobs/{job}",
+    path = pai_api::routes::JOB.template(),
     tag = "jobs",
     params(JobPath, GetQuery),
     responses(
@@ -244,7 +244,7 @@ pub async fn get_job(
 /// `GET …/config`: the spec exactly as submitted.
 #[utoipa::path(
     get,
-    path = "/api/v1/user/{user}/jobs/{job}/config",
+    path = pai_api::routes::JOB_CONFIG.template(),
     tag = "jobs",
     params(JobPath),
     responses(
@@ -265,7 +265,7 @@ pub async fn get_config(job: Job) -> ApiResult {
 /// logged in to (404 when no task can).
 #[utoipa::path(
     get,
-    path = "/api/v1/user/{user}/jobs/{job}/ssh",
+    path = pai_api::routes::JOB_SSH.template(),
     tag = "jobs",
     params(JobPath),
     responses(
@@ -281,7 +281,7 @@ pub async fn get_ssh(State(state): State<AppState>, job: Job) -> ApiResult {
 /// every task of the job accepts; for the job's owner and operators only.
 #[utoipa::path(
     get,
-    path = "/api/v1/user/{user}/jobs/{job}/ssh/key",
+    path = pai_api::routes::JOB_SSH_KEY.template(),
     tag = "jobs",
     params(JobPath),
     responses(
@@ -326,7 +326,7 @@ pub struct ExecutionBody {
 /// `PUT …/executionType` `{"value": "START" | "STOP"}`.
 #[utoipa::path(
     put,
-    path = "/api/v1/user/{user}/jobs/{job}/executionType",
+    path = pai_api::routes::JOB_EXECUTION.template(),
     tag = "jobs",
     params(JobPath),
     request_body = ExecutionBody,
@@ -362,7 +362,7 @@ pub async fn execute(
 /// `DELETE /api/v1/user/{user}/jobs/{job}`: the Framework and, with it, its pods.
 #[utoipa::path(
     delete,
-    path = "/api/v1/user/{user}/jobs/{job}",
+    path = pai_api::routes::JOB.template(),
     tag = "jobs",
     params(JobPath),
     responses(
@@ -433,7 +433,7 @@ fn encode(value: &str) -> String {
 /// `GET /api/v1/user/{user}/jobs`.
 #[utoipa::path(
     get,
-    path = "/api/v1/user/{user}/jobs",
+    path = pai_api::routes::USER_JOBS.template(),
     tag = "jobs",
     params(UserPath, PageQuery),
     responses(
@@ -458,7 +458,7 @@ pub async fn list_user_jobs(
     )
     .await?;
     Ok(page_of(
-        &format!("/api/v1/user/{}/jobs", owner.user),
+        &pai_api::routes::USER_JOBS.with(&[owner.user.as_str()]),
         &shown,
         page,
     ))
@@ -475,7 +475,7 @@ pub struct ListQuery {
 /// without being told.
 #[utoipa::path(
     get,
-    path = "/api/v1/whoami",
+    path = pai_api::routes::WHOAMI.template(),
     tag = "jobs",
     responses(
         (status = 200, description = "the user the bearer token stands for, and whether it may act on every user's jobs", body = pai_api::jobs::WhoAmI),
@@ -494,7 +494,7 @@ pub async fn whoami(
 /// `GET /api/v1/jobs?username=`.
 #[utoipa::path(
     get,
-    path = "/api/v1/jobs",
+    path = pai_api::routes::JOBS.template(),
     tag = "jobs",
     params(ListQuery, PageQuery),
     responses(
@@ -514,11 +514,11 @@ pub async fn list_jobs(
         ("limit", page.limit.map(|l| l.to_string())),
     ];
     let listed = jobs::list(&state, &caller, query.username.as_deref(), &page.filter()).await?;
-    Ok(page_of("/api/v1/jobs", &shown, listed))
+    Ok(page_of(pai_api::routes::JOBS.template(), &shown, listed))
 }
 
 /// `GET /healthz`.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "the process serves", body = String)))]
+#[utoipa::path(get, path = pai_api::routes::HEALTHZ.template(), tag = "operations", responses((status = 200, description = "the process serves", body = String)))]
 pub async fn healthz() -> &'static str {
     "ok"
 }
@@ -594,7 +594,7 @@ impl From<LogSource> for pai_contract::log_lines::Source {
 /// lines apart with `source`.
 #[utoipa::path(
     get,
-    path = "/api/v1/user/{user}/jobs/{job}/logs",
+    path = pai_api::routes::JOB_LOGS.template(),
     tag = "jobs",
     params(JobPath, LogQuery),
     responses(
@@ -684,7 +684,7 @@ pub async fn get_logs(
 /// `GET /readyz`: ready when the backend answers.
 #[utoipa::path(
     get,
-    path = "/readyz",
+    path = pai_api::routes::READYZ.template(),
     tag = "operations",
     responses(
         (status = 200, description = "the backend answers", body = String),
@@ -699,7 +699,7 @@ pub async fn readyz(State(state): State<AppState>) -> ApiResult {
 /// `GET /metrics`: Prometheus text format.
 #[utoipa::path(
     get,
-    path = "/metrics",
+    path = pai_api::routes::METRICS.template(),
     tag = "operations",
     description = "Needs a token, unless the server serves it on a listener of its own (`--metrics-listen`).",
     responses(

@@ -104,7 +104,7 @@ fn no_attempt(job: &Job, attempt: i32) -> ApiError {
 /// `POST /api/v2/jobs`: a job for the token's user.
 #[utoipa::path(
     post,
-    path = "/api/v2/jobs",
+    path = pai_api::routes::V2_JOBS.template(),
     operation_id = "createJob",
     tag = "v2",
     request_body(description = "an OpenPAI job protocol v2 document (or a v1 job config), as the SDK sends it (text/yaml) or as JSON", content((JobSpecDocument = "text/yaml"), (JobSpecDocument = "application/yaml"), (JobSpecDocument = "application/json"))),
@@ -222,7 +222,7 @@ fn compare(a: &JobSummaryV2, b: &JobSummaryV2, field: &str) -> std::cmp::Orderin
 /// ordered and paged as OpenPAI does.
 #[utoipa::path(
     get,
-    path = "/api/v2/jobs",
+    path = pai_api::routes::V2_JOBS.template(),
     operation_id = "listJobs",
     tag = "v2",
     params(ListQuery),
@@ -297,7 +297,7 @@ pub async fn list(
 /// `GET /api/v2/jobs/{job_id}`: the job with its current attempt.
 #[utoipa::path(
     get,
-    path = "/api/v2/jobs/{job_id}",
+    path = pai_api::routes::V2_JOB.template(),
     operation_id = "getJob",
     tag = "v2",
     params(JobIdPath),
@@ -328,7 +328,7 @@ fn view(state: &AppState, job: &Job) -> Response {
 /// current one; an earlier one's end is in `jobStatus.attempts`).
 #[utoipa::path(
     get,
-    path = "/api/v2/jobs/{job_id}/attempts/{attempt_id}",
+    path = pai_api::routes::V2_ATTEMPT.template(),
     operation_id = "getJobAttempt",
     tag = "v2",
     params(AttemptPath),
@@ -353,7 +353,7 @@ pub async fn get_attempt(
 /// (`secrets: "******"`), as YAML (JSON is YAML too).
 #[utoipa::path(
     get,
-    path = "/api/v2/jobs/{job_id}/config",
+    path = pai_api::routes::V2_JOB_CONFIG.template(),
     operation_id = "getJobConfig",
     tag = "v2",
     params(JobIdPath),
@@ -375,7 +375,7 @@ pub async fn get_config(
 /// `PUT /api/v2/jobs/{job_id}/executionType` `{"value": "START" | "STOP"}`.
 #[utoipa::path(
     put,
-    path = "/api/v2/jobs/{job_id}/executionType",
+    path = pai_api::routes::V2_JOB_EXECUTION.template(),
     operation_id = "updateJobExecutionType",
     tag = "v2",
     params(JobIdPath),
@@ -413,7 +413,7 @@ pub struct TagBody {
 /// owner's or an operator's).
 #[utoipa::path(
     put,
-    path = "/api/v2/jobs/{job_id}/tag",
+    path = pai_api::routes::V2_JOB_TAG.template(),
     operation_id = "addTag",
     tag = "v2",
     params(JobIdPath),
@@ -437,7 +437,7 @@ pub async fn add_tag(
 /// tags (404 `NoTagError` when it has no such tag).
 #[utoipa::path(
     delete,
-    path = "/api/v2/jobs/{job_id}/tag",
+    path = pai_api::routes::V2_JOB_TAG.template(),
     operation_id = "deleteTag",
     tag = "v2",
     params(JobIdPath),
@@ -507,7 +507,7 @@ async fn task(
 /// and its attempts.
 #[utoipa::path(
     get,
-    path = "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts",
+    path = pai_api::routes::V2_TASK.template(),
     operation_id = "getTask",
     tag = "v2",
     params(TaskPath),
@@ -544,7 +544,7 @@ pub async fn get_task(
 /// the task's current attempt's log is kept.
 #[utoipa::path(
     get,
-    path = "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts/{task_attempt_id}/logs",
+    path = pai_api::routes::V2_TASK_LOGS.template(),
     operation_id = "getTaskLogs",
     tag = "v2",
     params(TaskLogPath),

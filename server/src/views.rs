@@ -59,7 +59,7 @@ const SWEEP_SLACK: usize = 64;
 
 /// A job's URL in the API.
 pub fn job_url(user: &str, job: &str) -> String {
-    format!("/api/v1/user/{user}/jobs/{job}")
+    pai_api::routes::JOB.with(&[user, job])
 }
 
 fn make(framework: &Framework, held: Option<&Waiting>) -> Made {

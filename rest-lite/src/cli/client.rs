@@ -292,8 +292,9 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
         if args.wait {
             message(&submitted)?;
             let page = format!(
-                "{}/ui/jobs/{user}/{job}",
-                args.connection.server.trim_end_matches('/')
+                "{}{}",
+                args.connection.server.trim_end_matches('/'),
+                pai_api::routes::UI_JOB.with(&[&user, &job])
             );
             let flags = args.connection.flags();
             let settle = std::time::Duration::from_secs_f64(args.settle);

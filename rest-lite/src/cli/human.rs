@@ -203,7 +203,7 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    if s.execution_type == "STOP" && !s.state.is_final() {
+    if s.execution_type == pai_api::jobs::Execution::Stop && !s.state.is_final() {
         out.push_str("stopping: its tasks got TERM and are killed after their grace period\n");
     }
     if s.state.is_final()
@@ -242,7 +242,7 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
             if let (Some(code), Some(meaning)) =
                 (task.container_exit_code, &task.container_exit_meaning)
                 && code != 0
-                && !meaning.starts_with("the user command")
+                && pai_contract::exit::platform_meaning(code).is_some()
             {
                 meanings.insert(code, meaning.clone());
             }

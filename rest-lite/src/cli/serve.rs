@@ -271,7 +271,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             // user reads this output and the token file.
             tracing::info!(
                 token_file = %path.display(),
-                "pages: {url}/ui/sign-in?token={token} (the command line of this user finds the token itself)"
+                "pages: {url}{}?token={token} (the command line of this user finds the token itself)",
+                pai_api::routes::UI_SIGN_IN.template()
             );
         }
         // Requests in flight finish; open streams (watches, followed logs) get a few

@@ -64,7 +64,7 @@ pub fn page() -> DocsPage {
             title: "API".to_string(),
             ..Frame::default()
         },
-        document: crate::openapi::DOCUMENT_PATH,
+        document: pai_api::routes::OPENAPI.template(),
         routes,
     }
 }

@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use handlebars::Handlebars;
+use pai_api::routes;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{self, Caller};
@@ -38,6 +39,7 @@ const TAIL_BYTES: usize = 4096;
 static TEMPLATES: LazyLock<Handlebars<'static>> = LazyLock::new(|| {
     let mut registry = Handlebars::new();
     registry.set_strict_mode(false);
+    registry.register_helper("route", Box::new(route_helper));
     let templates = [
         ("layout", include_str!("../../templates/layout.hbs")),
         ("jobs", include_str!("../../templates/jobs.hbs")),
@@ -57,19 +59,52 @@ static TEMPLATES: LazyLock<Handlebars<'static>> = LazyLock::new(|| {
     registry
 });
 
+/// `{{route NAME VALUE…}}`: the page route `NAME` ([`routes::PAGES`]) with `VALUE`s in
+/// its segments, so that the templates write no path of their own.
+fn route_helper(
+    helper: &handlebars::Helper<'_>,
+    _: &Handlebars<'_>,
+    _: &handlebars::Context,
+    _: &mut handlebars::RenderContext<'_, '_>,
+    out: &mut dyn handlebars::Output,
+) -> handlebars::HelperResult {
+    let name = helper.param(0).and_then(|p| p.value().as_str()).ok_or(
+        handlebars::RenderErrorReason::ParamNotFoundForIndex("route", 0),
+    )?;
+    let route = routes::page(name).ok_or_else(|| {
+        handlebars::RenderErrorReason::Other(format!("no page route is called {name}"))
+    })?;
+    let values: Vec<String> = helper.params()[1..]
+        .iter()
+        .map(|p| match p.value() {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    out.write(&handlebars::html_escape(&route.with(&values)))?;
+    Ok(())
+}
+
 /// Every page's route.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/", get(to_jobs))
-        .route("/ui", get(to_jobs))
-        .route("/ui/jobs", get(job_list))
-        .route("/ui/jobs/{user}/{job}", get(job_page))
-        .route("/ui/jobs/{user}/{job}/logs/{role}/{index}", get(task_log))
-        .route("/ui/jobs/{user}/{job}/{action}", post(job_action))
-        .route("/ui/submit", get(submit_form).post(submit_job))
-        .route("/ui/sign-in", get(sign_in_form).post(sign_in))
-        .route("/ui/sign-out", post(sign_out))
-        .route("/docs", get(docs))
+        .route(routes::HOME.template(), get(to_jobs))
+        .route(routes::UI.template(), get(to_jobs))
+        .route(routes::UI_JOBS.template(), get(job_list))
+        .route(routes::UI_JOB.template(), get(job_page))
+        .route(routes::UI_TASK_LOG.template(), get(task_log))
+        .route(routes::UI_JOB_ACTION.template(), post(job_action))
+        .route(
+            routes::UI_SUBMIT.template(),
+            get(submit_form).post(submit_job),
+        )
+        .route(
+            routes::UI_SIGN_IN.template(),
+            get(sign_in_form).post(sign_in),
+        )
+        .route(routes::UI_SIGN_OUT.template(), post(sign_out))
+        .route(routes::DOCS.template(), get(docs))
 }
 
 /// A rendered page with the headers every page gets: no caching (it shows live state),
@@ -155,20 +190,14 @@ fn see_other(location: &str) -> Response {
 }
 
 async fn to_jobs() -> Response {
-    see_other("/ui/jobs")
+    see_other(routes::UI_JOBS.template())
 }
 
 /// A place to go back to after signing in: one of our own pages, never another site.
 fn safe_next(next: Option<&str>) -> String {
-    next.filter(|n| {
-        (n.starts_with("/ui/")
-            || *n == "/docs"
-            || n.starts_with("/docs?")
-            || n.starts_with("/docs#"))
-            && !n.contains(['\\', '\r', '\n'])
-    })
-    .unwrap_or("/ui/jobs")
-    .to_string()
+    next.filter(|n| routes::is_page(n) && !n.contains(['\\', '\r', '\n']))
+        .unwrap_or(routes::UI_JOBS.template())
+        .to_string()
 }
 
 /// The way to the sign-in page, coming back to a page afterwards.
@@ -184,7 +213,7 @@ impl IntoResponse for ToSignIn {
 fn signed_in(state: &AppState, headers: &HeaderMap, here: &str) -> Result<Caller, ToSignIn> {
     auth::page_caller(&state.access, headers).ok_or_else(|| {
         let next = pai_api::path::path(here);
-        ToSignIn(format!("/ui/sign-in?next={next}"))
+        ToSignIn(format!("{}?next={next}", routes::UI_SIGN_IN.template()))
     })
 }
 
@@ -204,7 +233,7 @@ async fn job_list(
 ) -> Response {
     // A malformed query lists everything (the page is for people).
     let query = query.map(|q| q.0).unwrap_or_default();
-    let caller = match signed_in(&state, &headers, "/ui/jobs") {
+    let caller = match signed_in(&state, &headers, routes::UI_JOBS.template()) {
         Ok(caller) => caller,
         Err(to_sign_in) => return to_sign_in.into_response(),
     };
@@ -416,7 +445,7 @@ async fn job_action(
             .map(|()| here),
         "delete" => jobs::delete(&state, &found)
             .await
-            .map(|()| "/ui/jobs".to_string()),
+            .map(|()| routes::UI_JOBS.with(&[])),
         _ => Err(ApiError::no_route(&format!("{here}/{action}"))),
     };
     match done {
@@ -439,8 +468,12 @@ async fn submit_form(
 ) -> Response {
     let query = query.map(|q| q.0).unwrap_or_default();
     let here = match &query.clone {
-        Some(from) => format!("/ui/submit?clone={}", pai_api::path::path(from)),
-        None => "/ui/submit".to_string(),
+        Some(from) => format!(
+            "{}?clone={}",
+            routes::UI_SUBMIT.template(),
+            pai_api::path::path(from)
+        ),
+        None => routes::UI_SUBMIT.with(&[]),
     };
     let caller = match signed_in(&state, &headers, &here) {
         Ok(caller) => caller,
@@ -472,7 +505,7 @@ async fn submit_job(
     headers: HeaderMap,
     multipart: Result<axum::extract::Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Response {
-    let caller = match signed_in(&state, &headers, "/ui/submit") {
+    let caller = match signed_in(&state, &headers, routes::UI_SUBMIT.template()) {
         Ok(caller) => caller,
         Err(to_sign_in) => return to_sign_in.into_response(),
     };
@@ -628,7 +661,7 @@ fn signed_in_as(state: &AppState, token: &str, next: String) -> Response {
 }
 
 async fn sign_out(State(state): State<AppState>) -> Response {
-    let mut response = see_other("/ui/sign-in");
+    let mut response = see_other(routes::UI_SIGN_IN.template());
     if let Ok(cookie) = HeaderValue::from_str(&auth::session_cookie(None, state.tls)) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }

@@ -4,8 +4,10 @@
 use serde::Serialize;
 
 use pai_api::jobs::JobSummary;
+use pai_api::routes;
 use pai_api::status::{JobState, JobView};
 use pai_api::time::{age, iso, readable};
+use pai_contract::exit;
 
 /// Seconds between refreshes of a page that shows something still running.
 pub const REFRESH_SECONDS: u32 = 5;
@@ -63,9 +65,9 @@ pub struct JobRow {
 /// The job list's filters, search and order (`?state=FAILED&user=alice&q=bert&sort=duration`).
 #[derive(Clone, Debug, Default, serde::Deserialize, Serialize)]
 pub struct ListQuery {
-    /// Only jobs in this state (`RUNNING`, …); empty: all.
-    #[serde(default)]
-    pub state: String,
+    /// Only jobs in this state (`RUNNING`, …); empty or absent: all.
+    #[serde(default, deserialize_with = "state_or_all")]
+    pub state: Option<JobState>,
     /// Only this user's jobs; empty: all the caller may see.
     #[serde(default)]
     pub user: String,
@@ -76,6 +78,17 @@ pub struct ListQuery {
     /// (longest first).
     #[serde(default)]
     pub sort: String,
+}
+
+/// The form's "All states" (`state=`) as no filter, any other value as a state.
+fn state_or_all<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<JobState>, D::Error> {
+    use serde::Deserialize;
+    use serde::de::IntoDeserializer;
+    let text = String::deserialize(d)?;
+    if text.is_empty() {
+        return Ok(None);
+    }
+    JobState::deserialize(text.into_deserializer()).map(Some)
 }
 
 const SORTS: [&str; 5] = ["created", "name", "state", "user", "duration"];
@@ -102,7 +115,7 @@ pub fn jobs_page(
     let needle = query.q.trim().to_lowercase();
     let mut picked: Vec<&JobSummary> = jobs
         .iter()
-        .filter(|j| query.state.is_empty() || j.status.state.to_string() == query.state)
+        .filter(|j| query.state.is_none_or(|s| j.status.state == s))
         .filter(|j| query.user.is_empty() || j.status.username == query.user)
         .filter(|j| needle.is_empty() || j.name.to_lowercase().contains(&needle))
         .collect();
@@ -147,7 +160,10 @@ pub fn jobs_page(
         },
         states: JobState::ALL
             .iter()
-            .map(|s| choice(&s.to_string(), &query.state))
+            .map(|s| Choice {
+                value: s.to_string(),
+                selected: query.state == Some(*s),
+            })
             .collect(),
         users: if user.is_none() {
             users.iter().map(|u| choice(u, &query.user)).collect()
@@ -164,7 +180,7 @@ pub fn jobs_page(
 
 /// A job's page.
 pub fn job_url(user: &str, job: &str) -> String {
-    format!("/ui/jobs/{user}/{job}")
+    routes::UI_JOB.with(&[user, job])
 }
 
 #[derive(Serialize)]
@@ -349,7 +365,7 @@ pub fn job_page(
     let user = status.username.clone();
     let mut tails_shown = 0;
     let mut tails_omitted = false;
-    let here = format!("/ui/jobs/{user}/{}", view.name);
+    let here = routes::UI_JOB.with(&[&user, &view.name]);
     let roles: Vec<RoleSection> = view
         .task_roles
         .iter()
@@ -441,11 +457,12 @@ pub fn job_page(
                         } else {
                             Vec::new()
                         },
-                        exit_meaning: task
-                            .container_exit_meaning
-                            .clone()
-                            .filter(|m| !m.starts_with("the user command"))
-                            .filter(|_| task.container_exit_code != Some(0)),
+                        // The platform's codes alone: the user's own code says itself.
+                        exit_meaning: task.container_exit_meaning.clone().filter(|_| {
+                            task.container_exit_code.is_some_and(|code| {
+                                code != 0 && exit::platform_meaning(code).is_some()
+                            })
+                        }),
                         decided: task.decided_outcome,
                         ip: task.container_ip.clone(),
                         ports: task
@@ -536,7 +553,8 @@ pub fn job_page(
             .as_ref()
             .and_then(|w| w.since)
             .map(|t| age(now_ms - t)),
-        stopping: status.execution_type == "STOP" && !status.state.is_final(),
+        stopping: status.execution_type == pai_api::jobs::Execution::Stop
+            && !status.state.is_final(),
         retries: status.retries,
         one_retry: status.retries == 1,
         running: status.running_task_number,
@@ -571,7 +589,8 @@ pub fn job_page(
             }),
         cause: status.app_exit_cause.as_ref().map(|c| c.line.clone()),
         cause_pattern: status.app_exit_cause.as_ref().map(|c| c.pattern.clone()),
-        can_stop: !status.state.is_final() && status.execution_type != "STOP",
+        can_stop: !status.state.is_final()
+            && status.execution_type != pai_api::jobs::Execution::Stop,
         runs: status.state == JobState::Running,
         ended: status.state.is_final(),
         resources: Vec::new(),
