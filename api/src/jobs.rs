@@ -5,16 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::status::JobStatus;
 
-/// `START` or `STOP`, the values of `PUT …/executionType`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
-pub enum Execution {
-    /// Keep (or let) the job run; a completed or stopping job cannot start again.
-    #[serde(rename = "START")]
-    Start,
-    /// Stop every task: TERM, then KILL after the grace period; the job ends STOPPED.
-    #[serde(rename = "STOP")]
-    Stop,
-}
+pub use crate::status::Execution;
 
 /// One job in a list.
 #[derive(Serialize, Deserialize, utoipa::ToSchema)]

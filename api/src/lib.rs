@@ -2,7 +2,6 @@
 //! answers and the client reads. Built from a Framework ([`status::job_view`]), never from
 //! the server's state, so the client and the pages share them without the server.
 
-pub mod dependencies;
 pub mod error;
 pub mod jobs;
 pub mod path;

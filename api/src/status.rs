@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::jobs::Execution;
 use pai_contract::exit::codes;
 use pai_contract::framework::{
     CompletionStatus, ExecutionType, Framework, FrameworkState, TaskStatus,
@@ -68,6 +67,17 @@ impl JobState {
             JobState::Succeeded | JobState::Failed | JobState::Stopped
         )
     }
+}
+
+/// `START` or `STOP`, the values of `PUT …/executionType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+pub enum Execution {
+    /// Keep (or let) the job run; a completed or stopping job cannot start again.
+    #[serde(rename = "START")]
+    Start,
+    /// Stop every task: TERM, then KILL after the grace period; the job ends STOPPED.
+    #[serde(rename = "STOP")]
+    Stop,
 }
 
 /// `GET /api/v1/user/:u/jobs/:j`.

@@ -18,8 +18,9 @@
 //! logged once, when it first happens, and once more when the wait gets an answer again.
 
 use std::collections::BTreeSet;
-use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
+
+use pai_contract::backoff::{self, Backoff};
 
 use tracing::{info, warn};
 
@@ -99,16 +100,23 @@ pub fn classify(error: &kube::Error, allowed_before: bool) -> Verdict {
 
 /// One wait's memory of its failures: whether it was ever answered, the back-off, and
 /// what it has logged.
-#[derive(Default)]
 pub struct Retry {
     allowed_before: bool,
     failures: u32,
+    backoff: Backoff,
     logged: BTreeSet<Kind>,
 }
 
-/// First back-off and its cap.
-const FIRST: Duration = Duration::from_millis(100);
-const CAP: Duration = Duration::from_secs(10);
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            allowed_before: false,
+            failures: 0,
+            backoff: Backoff::new(backoff::BARRIER),
+            logged: BTreeSet::new(),
+        }
+    }
+}
 
 impl Retry {
     /// The API server accepted a request of this wait (a watch started): later
@@ -124,6 +132,7 @@ impl Retry {
             info!("the API server answers again");
         }
         self.failures = 0;
+        self.backoff.reset();
         self.logged.clear();
     }
 
@@ -138,23 +147,14 @@ impl Retry {
         verdict
     }
 
-    /// Waits before the next request: 0.1 s doubling to 10 s, each delay between half
-    /// and all of it (jitter, so that a thousand tasks refused together do not come back
-    /// together), and never less than the server asked for.
+    /// Waits before the next request: the barrier's back-off ([`backoff::BARRIER`], 0.1 s
+    /// doubling to 10 s, jittered so that a thousand tasks refused together do not come
+    /// back together), and never less than the server asked for.
     pub async fn wait(&mut self, at_least: Option<Duration>) {
-        let ceiling = FIRST.saturating_mul(1 << self.failures.min(7)).min(CAP);
         self.failures = self.failures.saturating_add(1);
-        let delay = jittered(ceiling).max(at_least.unwrap_or_default());
+        let delay = self.backoff.next_delay().max(at_least.unwrap_or_default());
         tokio::time::sleep(delay).await;
     }
-}
-
-/// A duration between half of `ceiling` and all of it.
-fn jittered(ceiling: Duration) -> Duration {
-    // A fresh RandomState is seeded from the OS per process and varies per call.
-    let random = RandomState::new().hash_one(std::time::Instant::now());
-    let half = ceiling / 2;
-    half + half.mul_f64((random % 1_000) as f64 / 1_000.0)
 }
 
 #[cfg(test)]
@@ -219,16 +219,5 @@ mod tests {
                 ..
             }
         ));
-    }
-
-    #[test]
-    fn jitter_stays_between_half_and_all_of_the_ceiling() {
-        for _ in 0..1_000 {
-            let d = jittered(Duration::from_secs(10));
-            assert!(
-                d >= Duration::from_secs(5) && d <= Duration::from_secs(10),
-                "{d:?}"
-            );
-        }
     }
 }

@@ -13,6 +13,7 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use pai_api::routes;
+use pai_contract::backoff::{self, Backoff};
 use serde::de::DeserializeOwned;
 
 use pai_api::jobs::{Execution, JobSummary, Message};
@@ -82,13 +83,8 @@ impl ClientError {
 }
 
 /// How many times in a row a watch is opened again after transient failures before it
-/// gives up: with [`retry_delay`], about five minutes.
+/// gives up: with the client's back-off ([`backoff::CLIENT`]), four minutes or so.
 const WATCH_RETRIES: u32 = 40;
-
-/// 0.25 s doubling to 8 s.
-fn retry_delay(failures: u32) -> std::time::Duration {
-    std::time::Duration::from_millis(250u64 << failures.saturating_sub(1).min(5))
-}
 
 /// A client of one server, acting with one token (or none).
 #[derive(Clone)]
@@ -274,10 +270,16 @@ impl Client {
         let first = self.watch_once(user, job).await?;
         let this = self.clone();
         let (user, job) = (user.to_string(), job.to_string());
-        // (the open watch, the last line given, done, failures in a row)
+        // (the open watch, the last line given, done, failures in a row, the back-off)
         let views = futures::stream::unfold(
-            (Some(first), None::<Vec<u8>>, false, 0u32),
-            move |(mut open, mut last, done, mut failures)| {
+            (
+                Some(first),
+                None::<Vec<u8>>,
+                false,
+                0u32,
+                Backoff::new(backoff::CLIENT),
+            ),
+            move |(mut open, mut last, done, mut failures, mut delays)| {
                 let (this, user, job) = (this.clone(), user.clone(), job.clone());
                 async move {
                     if done {
@@ -292,10 +294,12 @@ impl Client {
                                 Err(ClientError::Api { status: 404, .. }) => return None,
                                 Err(e) if e.is_transient() && failures < WATCH_RETRIES => {
                                     failures += 1;
-                                    tokio::time::sleep(retry_delay(failures)).await;
+                                    tokio::time::sleep(delays.next_delay()).await;
                                     continue;
                                 }
-                                Err(e) => return Some((Err(e), (None, last, true, failures))),
+                                Err(e) => {
+                                    return Some((Err(e), (None, last, true, failures, delays)));
+                                }
                             },
                         };
                         match lines.next().await {
@@ -304,21 +308,24 @@ impl Client {
                             Some(Ok(line)) if last.as_ref() == Some(&line) => continue,
                             Some(Ok(line)) => {
                                 failures = 0;
+                                delays.reset();
                                 let view: Result<JobView, _> = serde_json::from_slice(&line)
                                     .map_err(|e| ClientError::Answer(e.to_string()));
                                 let final_state =
                                     view.as_ref().is_ok_and(|v| v.job_status.state.is_final());
                                 last = Some(line);
-                                return Some((view, (open, last, final_state, failures)));
+                                return Some((view, (open, last, final_state, failures, delays)));
                             }
                             // Cut mid-stream (the server restarted, a proxy dropped it):
                             // watch again; the view resumes from the job as it is now.
                             Some(Err(e)) if e.is_transient() && failures < WATCH_RETRIES => {
                                 failures += 1;
                                 open = None;
-                                tokio::time::sleep(retry_delay(failures)).await;
+                                tokio::time::sleep(delays.next_delay()).await;
                             }
-                            Some(Err(e)) => return Some((Err(e), (None, last, true, failures))),
+                            Some(Err(e)) => {
+                                return Some((Err(e), (None, last, true, failures, delays)));
+                            }
                             // The server ended the watch: open it again.
                             None => open = None,
                         }

@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod attempts;
+pub mod backoff;
 pub mod code_dir;
 pub mod depends;
 pub mod env;

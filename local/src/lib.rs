@@ -8,6 +8,7 @@
 //! what was left running and fails-and-retries those attempts.
 
 pub mod assets;
+pub mod backend;
 mod controller;
 mod error;
 mod job;

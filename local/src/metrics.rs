@@ -65,6 +65,35 @@ pub struct Observed {
     pub barrier_wait: Histogram,
 }
 
+impl Observed {
+    /// Appends the histograms in Prometheus' text format to `out`.
+    pub fn write(&self, out: &mut String) {
+        use std::fmt::Write;
+        for (name, help, histogram) in [
+            (
+                "rest_lite_task_start_seconds",
+                "From an attempt's start to each task's user command running (this machine).",
+                &self.task_start,
+            ),
+            (
+                "rest_lite_barrier_wait_seconds",
+                "From an attempt's start to its peer table written, once per attempt (this machine).",
+                &self.barrier_wait,
+            ),
+        ] {
+            let snapshot = histogram.snapshot();
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} histogram");
+            for (bound, count) in &snapshot.cumulative {
+                let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+            }
+            let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", snapshot.count);
+            let _ = writeln!(out, "{name}_sum {:.6}", snapshot.sum_seconds);
+            let _ = writeln!(out, "{name}_count {}", snapshot.count);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

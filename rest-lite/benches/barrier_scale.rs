@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use pai_barrier::config::{Attempt, Source};
 use pai_barrier::{BarrierConfig, kube_source, published};
+use pai_cluster::backend::KubeBackend;
+use pai_cluster::publisher::Publisher;
 use pai_contract::meta;
-use pai_server::kube_backend::KubeBackend;
-use pai_server::publisher::Publisher;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_attempt, to_value};
 use serde_json::{Value, json};

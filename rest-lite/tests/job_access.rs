@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use pai_barrier::{Attempt, BarrierConfig, Source, kube_source, published};
 use pai_client::Client;
+use pai_cluster::backend::KubeBackend;
+use pai_cluster::publisher::Publisher;
 use pai_contract::access;
 use pai_server::AppState;
 use pai_server::auth::Access;
-use pai_server::kube_backend::KubeBackend;
-use pai_server::publisher::Publisher;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{set_all_addresses, set_attempt};
 use pai_test_support::rbac::{Attributes, allows, covers};
@@ -162,11 +162,11 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     let publisher = tokio::spawn(Publisher::new(kube_client(&api), NS).run(store.clone()));
     // The keeper of finished tasks' logs.
     let keeper = tokio::spawn(
-        pai_server::log_keeper::LogKeeper::new(kube_client(&api), NS, store.clone(), 1024).run(),
+        pai_cluster::log_keeper::LogKeeper::new(kube_client(&api), NS, store.clone(), 1024).run(),
     );
     // The server's Events too (the test API server dates objects long ago).
     let recorder = tokio::spawn(
-        pai_server::events::Recorder::new(kube_client(&api), NS, "rest-lite-0")
+        pai_cluster::events::Recorder::new(kube_client(&api), NS, "rest-lite-0")
             .with_max_age(Duration::from_secs(100 * 365 * 86_400))
             .run(store),
     );

@@ -12,6 +12,8 @@ const CRATES: &[&str] = &[
     "contract",
     "translate",
     "api",
+    "engine",
+    "cluster",
     "client",
     "barrier",
     "kube-runtime",

@@ -12,9 +12,9 @@
 mod common;
 
 use pai_barrier::{PeerTable, Readiness, published, readiness};
+use pai_cluster::backend::KubeBackend;
+use pai_cluster::publisher::Publisher;
 use pai_contract::Framework;
-use pai_server::kube_backend::KubeBackend;
-use pai_server::publisher::Publisher;
 use pai_test_support::frameworks::{NAMESPACE, set_attempt, set_pod_ip};
 use pai_test_support::{ApiServer, Fault};
 use serde_json::Value;

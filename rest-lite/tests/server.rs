@@ -6,7 +6,7 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use pai_server::kube_backend::KubeBackend;
+use pai_cluster::backend::KubeBackend;
 use pai_server::{AppState, router};
 use pai_test_support::ApiServer;
 use pai_translate::config::ClusterConfig;
@@ -48,7 +48,7 @@ async fn start_with_watch_limit(
         api,
         tokens,
         watch_limit,
-        pai_server::store::DEFAULT_STALE_LIMIT,
+        pai_cluster::store::DEFAULT_STALE_LIMIT,
     )
     .await
 }
@@ -661,7 +661,7 @@ async fn before_the_first_list_reads_are_503_naming_the_reason_and_readyz_says_s
     // Unreachable from the start.
     let mut api = ApiServer::start().await;
     api.stop().await;
-    let s = unlisted(api, pai_server::store::DEFAULT_STALE_LIMIT).await;
+    let s = unlisted(api, pai_cluster::store::DEFAULT_STALE_LIMIT).await;
     let reply = until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
         r.body.contains("has not read the jobs")
     })
@@ -686,7 +686,7 @@ async fn before_the_first_list_reads_are_503_naming_the_reason_and_readyz_says_s
     // written; once granted, the server becomes ready by itself.
     let api = ApiServer::start().await;
     api.deny(Some(403));
-    let s = unlisted(api, pai_server::store::DEFAULT_STALE_LIMIT).await;
+    let s = unlisted(api, pai_cluster::store::DEFAULT_STALE_LIMIT).await;
     let reply = until(s.addr, "/readyz", |r| r.body.contains("rbac.yaml")).await;
     assert_eq!(reply.status, 503, "{}", reply.body);
     s.api.deny(None);
@@ -798,7 +798,7 @@ async fn each_write_is_seen_by_the_next_read_of_any_replica() {
     let s = start().await;
     // A second replica on the same API server.
     let other = {
-        let backend = backend_on(&s.api, pai_server::store::DEFAULT_STALE_LIMIT);
+        let backend = backend_on(&s.api, pai_cluster::store::DEFAULT_STALE_LIMIT);
         backend.store().listed().await;
         serve_backend(
             backend,
@@ -1232,7 +1232,7 @@ async fn a_tasks_log_outlives_its_pod() {
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
     // 64 bytes kept of each log: the end of it.
     let backend =
-        backend_on(&api, pai_server::store::DEFAULT_STALE_LIMIT).keeping_logs(client, NS, 64);
+        backend_on(&api, pai_cluster::store::DEFAULT_STALE_LIMIT).keeping_logs(client, NS, 64);
     backend.store().listed().await;
     let addr = serve_backend(
         backend,
@@ -1341,7 +1341,7 @@ async fn a_pod_deleted_while_no_server_ran_is_kept_by_the_next() {
     let store = KubeBackend::store_only(client.clone(), NS, &s.api.url());
     store.listed().await;
     let keeper =
-        tokio::spawn(pai_server::log_keeper::LogKeeper::new(client, NS, store, 1024).run());
+        tokio::spawn(pai_cluster::log_keeper::LogKeeper::new(client, NS, store, 1024).run());
     s.api.wait_gone("pods", NS, &ps).await;
     let kept = s
         .api
@@ -1365,7 +1365,7 @@ async fn a_pod_deleted_while_no_server_ran_is_kept_by_the_next() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_delay_and_a_stop_are_shown_and_told_as_they_are() {
     use k8s_openapi::api::events::v1::Event;
-    use pai_server::events::Recorder;
+    use pai_cluster::events::Recorder;
     let s = start().await;
     let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
         .expect("client");
@@ -1821,7 +1821,7 @@ async fn a_watch_ends_when_the_job_was_deleted_while_the_cluster_was_away() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_say_what_happened_to_a_failing_and_retried_job_once_across_replicas() {
     use k8s_openapi::api::events::v1::Event;
-    use pai_server::events::{Recorder, event, occurrences};
+    use pai_cluster::events::{Recorder, event, occurrences};
     let s = start().await;
     let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
         .expect("client");
@@ -1957,7 +1957,7 @@ async fn events_say_what_happened_to_a_failing_and_retried_job_once_across_repli
             "metadata": {"name": fw(), "namespace": NS, "uid": recorded[0].regarding.as_ref().and_then(|r| r.uid.clone())},
             "spec": {"executionType": "Start", "retryPolicy": {"fancyRetryPolicy": false, "maxRetryCount": 0}, "taskRoles": []}}))
         .expect("framework");
-    let name = event(&framework, &pai_server::events::deleted(), "-")
+    let name = event(&framework, &pai_cluster::events::deleted(), "-")
         .metadata
         .name
         .expect("name");
@@ -2115,7 +2115,7 @@ async fn the_copy_keeps_frameworks_without_their_managed_fields() {
     });
     let stored = s.api.get("frameworks", NS, &fw()).expect("stored");
     assert_eq!(stored["metadata"]["managedFields"], managed);
-    let backend = backend_on(&s.api, pai_server::store::DEFAULT_STALE_LIMIT);
+    let backend = backend_on(&s.api, pai_cluster::store::DEFAULT_STALE_LIMIT);
     backend.store().listed().await;
     let copy = backend.store().get(&fw()).expect("in the copy");
     assert_eq!(

@@ -5,8 +5,8 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::backend::BackendError;
 pub use pai_api::error::{ErrorBody, ErrorCode};
+use pai_engine::backend::BackendError;
 use pai_translate::spec::SpecErrors;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,6 +165,16 @@ impl ApiError {
 
 /// What a backend said, as the API says it. The job's names are not known here; where a
 /// message should name them, the caller words it (see `jobs::submit`).
+impl From<pai_engine::depends::DependencyError> for ApiError {
+    fn from(error: pai_engine::depends::DependencyError) -> Self {
+        use pai_engine::depends::DependencyError;
+        match error {
+            DependencyError::Refused(message) => Self::bad_request(message),
+            DependencyError::Backend(error) => error.into(),
+        }
+    }
+}
+
 impl From<BackendError> for ApiError {
     fn from(error: BackendError) -> Self {
         match error {

@@ -11,11 +11,11 @@ use pai_contract::framework::{ExecutionType, FrameworkState};
 use pai_contract::ssh_key::JobKey;
 
 use super::auth::Caller;
-use super::backend::{BackendError, FrameworkStream};
 use super::error::ApiError;
 use super::extract::{Job, SpecBody, user_name};
 use crate::state::AppState;
 use pai_api::status::JobState;
+use pai_engine::backend::{BackendError, FrameworkStream};
 use pai_translate::ports::Seed;
 use pai_translate::spec::{JobSpec, UserName};
 use pai_translate::transform::Submission;
@@ -82,7 +82,7 @@ pub async fn submit(
         .transformer
         .transform(submission, Seed::Random)
         .map_err(|e| ApiError::bad_spec(&e))?;
-    crate::depends::resolve(state.backend.as_ref(), &mut framework).await?;
+    pai_engine::depends::resolve(state.backend.as_ref(), &mut framework).await?;
     if dry_run {
         return Ok(Submitted::DryRun(Box::new(framework)));
     }

@@ -117,31 +117,3 @@ pub fn render_jobs(
     }
     out
 }
-
-/// The embedded default's histograms.
-pub fn render_observed(observed: &pai_local::metrics::Observed) -> String {
-    let mut out = String::new();
-    for (name, help, histogram) in [
-        (
-            "rest_lite_task_start_seconds",
-            "From an attempt's start to each task's user command running (this machine).",
-            &observed.task_start,
-        ),
-        (
-            "rest_lite_barrier_wait_seconds",
-            "From an attempt's start to its peer table written, once per attempt (this machine).",
-            &observed.barrier_wait,
-        ),
-    ] {
-        let snapshot = histogram.snapshot();
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
-        for (bound, count) in &snapshot.cumulative {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", snapshot.count);
-        let _ = writeln!(out, "{name}_sum {:.6}", snapshot.sum_seconds);
-        let _ = writeln!(out, "{name}_count {}", snapshot.count);
-    }
-    out
-}

@@ -11,7 +11,6 @@ use futures::StreamExt;
 use serde::Deserialize;
 
 use super::auth::Caller;
-use super::backend::BackendError;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery, Job, JobPath, Owner, SpecBody, UserPath};
 use super::jobs::{self, Submitted};
@@ -21,6 +20,7 @@ use pai_api::jobs::{Execution, JobSummary, Message};
 use pai_api::ssh::SshInfo;
 use pai_api::status::JobState;
 use pai_api::status::JobView;
+use pai_engine::backend::BackendError;
 use pai_translate::spec::SpecFormat;
 use pai_translate::spec::schema::JobSpecDocument;
 
@@ -651,7 +651,7 @@ pub async fn get_logs(
                 .await
         }
         None => {
-            crate::backend::task_log(
+            pai_engine::backend::task_log(
                 state.backend.as_ref(),
                 &pod,
                 query.follow,
@@ -722,9 +722,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             );
         }
     }
-    if let Some(observed) = state.backend.observed() {
-        text.push_str(&super::metrics::render_observed(observed));
-    }
+    state.backend.write_metrics(&mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

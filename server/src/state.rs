@@ -13,7 +13,7 @@ pub const DEFAULT_WATCH_SECONDS: u32 = 1800;
 
 #[derive(Clone)]
 pub struct AppState {
-    pub backend: Arc<dyn crate::backend::Backend>,
+    pub backend: Arc<dyn pai_engine::backend::Backend>,
     pub transformer: Arc<Transformer>,
     pub body_limit: usize,
     /// Who may call.
@@ -38,14 +38,14 @@ impl AppState {
     /// A server over `backend` making Frameworks by `config`, callers admitted by
     /// `access`: the default body limit, no other host names, plain HTTP, fresh metrics.
     pub fn new(
-        backend: Arc<dyn crate::backend::Backend>,
+        backend: Arc<dyn pai_engine::backend::Backend>,
         config: pai_translate::config::ClusterConfig,
         access: crate::auth::Access,
     ) -> Self {
         let holds = backend.clone();
         // Jobs that wait for jobs first: nothing else holds them (their pods are gated).
         let views = crate::views::Views::holding(Arc::new(move |f| {
-            crate::depends::held(holds.as_ref(), f).or_else(|| holds.held(f))
+            pai_engine::depends::held(holds.as_ref(), f).or_else(|| holds.held(f))
         }));
         Self {
             backend,

@@ -77,7 +77,7 @@ impl Connection {
             let state_dir = self
                 .state_dir
                 .clone()
-                .unwrap_or_else(pai_server::local::default_state_dir);
+                .unwrap_or_else(pai_local::default_state_dir);
             pai_server::machine_token::read(&state_dir)
         })
     }

@@ -28,7 +28,7 @@ mod spec_file;
 mod token;
 mod wait;
 
-pub use pai_server::local::RUNTIME_COMMAND;
+pub use pai_local::RUNTIME_COMMAND;
 
 use std::io::Write;
 use std::path::PathBuf;

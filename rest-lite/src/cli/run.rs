@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 
 use pai_client::Client;
-use pai_server::local::LocalBackend;
+use pai_local::backend::LocalBackend;
 use pai_server::{AppState, router};
 use pai_translate::spec::{JobSpec, UserName};
 
@@ -66,8 +66,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
         // Closed like `serve`: only this user's token (in the run's private directory).
         let (access, token) = machine_access(&state_dir)?;
-        let backend: Arc<dyn pai_server::backend::Backend> = Arc::new(backend);
-        tokio::spawn(pai_server::depends::run(backend.clone()));
+        let backend: Arc<dyn pai_engine::Backend> = backend;
         let state = AppState::new(backend, config, access);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 
+use pai_cluster::KubeBackend;
+use pai_engine::backend::Backend;
+use pai_local::backend::LocalBackend;
+use pai_local::task::Runtime;
+use pai_local::{Assets, Settings};
 use pai_server::auth::{Access, Caller, TokenTable, Tokens};
-use pai_server::backend::Backend;
 use pai_server::guard::Hosts;
-use pai_server::kube_backend::KubeBackend;
-use pai_server::local::Runtime;
-use pai_server::local::{Assets, LocalBackend, Settings};
-use pai_server::publisher::Publisher;
 use pai_server::{AppState, machine_token, metrics_router, router, tls};
 use pai_translate::config::ClusterConfig;
 
@@ -122,13 +122,8 @@ impl LocalArgs {
             assets,
             default_grace: std::time::Duration::from_secs(30),
             conflict_delay: std::time::Duration::from_secs(5),
-            max_tasks: self
-                .max_tasks
-                .unwrap_or_else(pai_server::local::default_max_tasks),
-            ports: self
-                .port_range
-                .clone()
-                .unwrap_or(pai_server::local::DEFAULT_PORTS),
+            max_tasks: self.max_tasks.unwrap_or_else(pai_local::default_max_tasks),
+            ports: self.port_range.clone().unwrap_or(pai_local::DEFAULT_PORTS),
         })
     }
 }
@@ -215,7 +210,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                         .local
                         .state_dir
                         .clone()
-                        .unwrap_or_else(pai_server::local::default_state_dir)
+                        .unwrap_or_else(pai_local::default_state_dir)
                 )
                 .display()
             ),
@@ -227,7 +222,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     .local
                     .state_dir
                     .clone()
-                    .unwrap_or_else(pai_server::local::default_state_dir);
+                    .unwrap_or_else(pai_local::default_state_dir);
                 let (access, token) = machine_access(&state_dir)?;
                 (access, Some((token, machine_token::path(&state_dir))))
             }
@@ -240,8 +235,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             &args.local,
         )
         .await?;
-        // Jobs that wait for jobs, released or failed as those change.
-        tokio::spawn(pai_server::depends::run(backend.clone()));
         let describe = backend.describe();
         let state = AppState {
             body_limit: args.max_body_bytes,
@@ -339,25 +332,16 @@ async fn backend(
             let address = kube_config.cluster_url.to_string();
             let client =
                 kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
-            // Why waiting jobs wait: the pods' scheduling verdicts and the gang engine's.
-            let backend = KubeBackend::start(client.clone(), &config.namespace, &address)
-                .admitting(client.clone(), &config.namespace, config.gang.engine)
-                // A finished task's log kept before FrameworkController deletes its pod.
-                .keeping_logs(client.clone(), &config.namespace, config.kept_log_bytes);
-            // Each attempt's peer table, for the barriers of its tasks, from the same copy.
-            tokio::spawn(Publisher::new(client.clone(), &config.namespace).run(backend.store()));
-            // How each attempt ended, kept on its Framework before the next replaces it.
-            tokio::spawn(
-                pai_server::history::Historian::new(client.clone(), &config.namespace)
-                    .run(backend.store()),
-            );
-            // What happened to each job, as Kubernetes Events on its Framework.
-            let instance = pai_server::events::instance_name();
-            tokio::spawn(
-                pai_server::events::Recorder::new(client, &config.namespace, &instance)
-                    .run(backend.store()),
-            );
-            Arc::new(backend)
+            // The backend starts its controllers itself: the copy's watch, why waiting
+            // jobs wait, kept logs, peer tables, attempt history, Events, dependencies.
+            let settings = pai_cluster::backend::Settings {
+                namespace: config.namespace.clone(),
+                address,
+                engine: config.gang.engine,
+                kept_log_bytes: config.kept_log_bytes,
+                instance: pai_cluster::events::instance_name(),
+            };
+            KubeBackend::run(client, &settings)
         }
         None => {
             if !listen.ip().is_loopback() && !local.local_listen_anywhere {
@@ -369,11 +353,10 @@ async fn backend(
             let state_dir = local
                 .state_dir
                 .clone()
-                .unwrap_or_else(pai_server::local::default_state_dir);
-            let backend = LocalBackend::open(local.settings(state_dir.clone())?)
+                .unwrap_or_else(pai_local::default_state_dir);
+            LocalBackend::open(local.settings(state_dir.clone())?)
                 .await
-                .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
-            Arc::new(backend)
+                .with_context(|| format!("opening the state directory {}", state_dir.display()))?
         }
     })
 }

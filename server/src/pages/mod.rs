@@ -330,7 +330,7 @@ async fn job_page(
                 Ok(lines) => {
                     use pai_contract::log_lines::{Source, keep};
                     let last = |source| {
-                        crate::backend::last_lines(
+                        pai_engine::backend::last_lines(
                             keep(&lines, source).as_bytes(),
                             TAIL_LINES,
                             TAIL_BYTES,
@@ -341,7 +341,7 @@ async fn job_page(
                         runtime: last(Source::Runtime),
                     }
                 }
-                Err(crate::backend::BackendError::NotFound) => {
+                Err(pai_engine::backend::BackendError::NotFound) => {
                     Tail::Missing("no log yet".to_string())
                 }
                 Err(e) => Tail::Missing(format!("log not available: {e}")),
@@ -411,13 +411,14 @@ async fn task_log(
         (Some(r), Ok(i)) if i < r.tasks() => framework.pod_name(r, i),
         _ => return error_page(&no_task(), who(&state, &caller)),
     };
-    let main = crate::backend::task_log(state.backend.as_ref(), &pod, false, None, source).await;
+    let main =
+        pai_engine::backend::task_log(state.backend.as_ref(), &pod, false, None, source).await;
     match main {
         Ok(stream) => with_headers(
             Body::from_stream(stream).into_response(),
             "text/plain; charset=utf-8",
         ),
-        Err(crate::backend::BackendError::NotFound) => error_page(
+        Err(pai_engine::backend::BackendError::NotFound) => error_page(
             &ApiError::no_job(&user, &job).with_message(format!(
                 "task {role}-{index} of job {user}~{job} has no log yet"
             )),

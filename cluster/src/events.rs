@@ -24,11 +24,12 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
-use tokio::sync::broadcast::error::RecvError;
 
 use pai_contract::exit::codes;
 use pai_contract::framework::{ExecutionType, FrameworkState};
 use pai_contract::{Framework, meta};
+
+use pai_engine::controller::{Outcome, Reconcile};
 
 use crate::store::{Change, KubeStore};
 
@@ -362,10 +363,17 @@ impl Recorder {
     }
 
     /// Runs while `store` is kept.
-    pub async fn run(mut self, store: KubeStore) {
-        let mut changes = store.subscribe();
-        store.listed().await;
-        // What is recorded already (by another replica, or before a restart): one list.
+    pub async fn run(self, store: KubeStore) {
+        let recording = Recording {
+            recorder: self,
+            store: store.clone(),
+            listed: false,
+        };
+        store.control(recording).await;
+    }
+
+    /// What is recorded already (by another replica, or before a restart): one list.
+    async fn list_recorded(&mut self) {
         let selector = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
         match self
             .events
@@ -377,27 +385,6 @@ impl Recorder {
                 .extend(list.items.iter().map(|e| e.name_any())),
             Err(error) => {
                 tracing::debug!(%error, "cannot list the Events recorded; a 409 will say so")
-            }
-        }
-        for framework in store.all() {
-            self.observe(&framework).await;
-        }
-        loop {
-            match changes.recv().await {
-                Ok(Change::Applied(framework)) => self.observe(&framework).await,
-                Ok(Change::Deleted(framework)) => {
-                    self.record(&framework, &deleted()).await;
-                    // Nothing more happens to it: what is kept for it goes.
-                    self.buckets.remove(framework.name());
-                    let prefix = format!("{}.", framework.name());
-                    self.recorded.retain(|name| !name.starts_with(&prefix));
-                }
-                Err(RecvError::Lagged(_)) => {
-                    for framework in store.all() {
-                        self.observe(&framework).await;
-                    }
-                }
-                Err(RecvError::Closed) => return,
             }
         }
     }
@@ -458,6 +445,46 @@ impl Recorder {
         }
         bucket.tokens -= 1;
         true
+    }
+}
+
+/// The recorder at work: a reconcile function on the controller runtime. Events are
+/// best effort: one that cannot be recorded is not tried again.
+struct Recording {
+    recorder: Recorder,
+    store: KubeStore,
+    /// Whether the Events recorded already were listed.
+    listed: bool,
+}
+
+impl Reconcile for Recording {
+    type Change = Change;
+
+    fn key(change: &Change) -> String {
+        change.framework().name_any()
+    }
+
+    async fn all(&mut self) -> Vec<Change> {
+        if !std::mem::replace(&mut self.listed, true) {
+            self.recorder.list_recorded().await;
+        }
+        self.store.all_changes()
+    }
+
+    async fn reconcile(&mut self, change: Change) -> Outcome<Change> {
+        match change {
+            Change::Applied(framework) => self.recorder.observe(&framework).await,
+            Change::Deleted(framework) => {
+                self.recorder.record(&framework, &deleted()).await;
+                // Nothing more happens to it: what is kept for it goes.
+                self.recorder.buckets.remove(framework.name());
+                let prefix = format!("{}.", framework.name());
+                self.recorder
+                    .recorded
+                    .retain(|name| !name.starts_with(&prefix));
+            }
+        }
+        Outcome::Done
     }
 }
 

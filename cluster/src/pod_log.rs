@@ -18,8 +18,8 @@ use kube::api::LogParams;
 
 use pai_contract::framework::FrameworkState;
 
-use crate::backend::LogStream;
 use crate::store::KubeStore;
+use pai_engine::backend::LogStream;
 
 const FIRST_WAIT: Duration = Duration::from_secs(1);
 const LONGEST_WAIT: Duration = Duration::from_secs(5);
@@ -62,7 +62,7 @@ pub fn chunks(reader: impl futures::AsyncRead + Send + 'static) -> LogStream {
             Ok(0) => None,
             Ok(n) => {
                 buf.truncate(n);
-                Some((Ok(axum::body::Bytes::from(buf)), reader))
+                Some((Ok(bytes::Bytes::from(buf)), reader))
             }
             Err(e) => Some((Err(e), reader)),
         }
@@ -85,7 +85,7 @@ pub fn when_started(
                 // Ended before this follower saw it run: what was kept, if anything.
                 return match crate::log_keeper::kept_now(&config_maps, &store, &pod).await {
                     Some(kept) => {
-                        futures::stream::once(async move { Ok(axum::body::Bytes::from(kept.main)) })
+                        futures::stream::once(async move { Ok(bytes::Bytes::from(kept.main)) })
                             .boxed()
                     }
                     None => futures::stream::empty().boxed(),

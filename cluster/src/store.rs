@@ -27,7 +27,6 @@
 //! its watch.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -36,6 +35,7 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt};
 use tokio::sync::{broadcast, watch};
 
+use pai_contract::backoff::{self, Backoff};
 use pai_contract::{Framework, meta};
 
 /// How long a failing copy is still served.
@@ -52,6 +52,15 @@ pub enum Change {
     Applied(Arc<Framework>),
     /// Framework deleted (its last state).
     Deleted(Arc<Framework>),
+}
+
+impl Change {
+    /// The Framework it is about, as it is now (or was last).
+    pub fn framework(&self) -> &Arc<Framework> {
+        match self {
+            Change::Applied(framework) | Change::Deleted(framework) => framework,
+        }
+    }
 }
 
 /// How current the copy is.
@@ -137,7 +146,7 @@ impl KubeStore {
                 api,
                 shared,
                 explain,
-                failures: 0.into(),
+                backoff: std::sync::Mutex::new(Backoff::new(backoff::SERVER)),
             }
             .run()
             .await;
@@ -202,6 +211,24 @@ impl KubeStore {
         }
     }
 
+    /// Runs `controller` over the copy on the one controller runtime: subscribed now,
+    /// it looks at every Framework once the first list is in, then at every change.
+    pub async fn control<R>(&self, controller: R)
+    where
+        R: pai_engine::controller::Reconcile<Change = Change>,
+    {
+        let changes = self.subscribe();
+        self.listed().await;
+        let changes = pai_engine::controller::from_broadcast(changes, |change| change);
+        pai_engine::controller::run(controller, changes).await;
+    }
+
+    /// Every Framework of the copy, each as a change (what a controller looks at when
+    /// it starts, and after it fell behind).
+    pub fn all_changes(&self) -> Vec<Change> {
+        self.all().into_iter().map(Change::Applied).collect()
+    }
+
     /// Every change from now on. A subscriber that falls more than 4,096 changes
     /// behind is told it lagged, and reads the copy again.
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
@@ -248,8 +275,9 @@ struct Informer {
     api: Api<Framework>,
     shared: std::sync::Weak<Shared>,
     explain: Explain,
-    /// Failures in a row (the back-off's exponent); none once a list or watch starts.
-    failures: std::sync::atomic::AtomicU32,
+    /// The one back-off ([`pai_contract::backoff::SERVER`]), reset once a list or watch
+    /// starts.
+    backoff: std::sync::Mutex<Backoff>,
 }
 
 /// Why a list or watch ended.
@@ -292,8 +320,11 @@ impl Informer {
                         version = None;
                     }
                     drop(shared);
-                    let failures = self.failures.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(crate::backoff::delay(failures)).await;
+                    let delay = self
+                        .backoff
+                        .lock()
+                        .map_or(backoff::SERVER.cap, |mut b| b.next_delay());
+                    tokio::time::sleep(delay).await;
                 }
             }
         }
@@ -421,7 +452,9 @@ impl Informer {
 impl Informer {
     /// The API server answered a list or a watch.
     fn answered(&self) {
-        self.failures.store(0, Ordering::Relaxed);
+        if let Ok(mut backoff) = self.backoff.lock() {
+            backoff.reset();
+        }
         self.explain.answered();
     }
 }

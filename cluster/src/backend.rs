@@ -14,15 +14,17 @@ use serde::de::DeserializeOwned;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
 use pai_contract::{Framework, meta, training};
 
-use super::backend::{Backend, BackendError, FrameworkStream, LogStream};
-use super::job_access::JobAccess;
+use pai_engine::backend::{Backend, BackendError, Changed, FrameworkStream, LogStream};
+use pai_engine::controller::Event;
+
+use crate::errors::ApiErrors;
+use crate::job_access::JobAccess;
 use crate::store::KubeStore;
 use pai_contract::framework::MAIN_CONTAINER;
 
@@ -60,7 +62,7 @@ fn kept_stream(bytes: Vec<u8>, lost: &str) -> LogStream {
             format!("{}{lost}\n", pai_contract::log_lines::mark("WARN")).as_bytes(),
         );
     }
-    futures::stream::once(async move { Ok(axum::body::Bytes::from(bytes)) }).boxed()
+    futures::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed()
 }
 
 /// The PodGroups of `api_version` (`group/version`) in `namespace`.
@@ -82,82 +84,45 @@ const TAIL_TTL: Duration = Duration::from_secs(3);
 /// Log tails kept at most (the oldest go first).
 const TAILS_KEPT: usize = 4096;
 
-/// Words for the API server's failures, the same for the backend and its store.
-pub struct ApiErrors {
-    namespace: String,
-    address: String,
-    /// Some request of this server was answered: a 401/403 now is the API server's
-    /// trouble (503, ask again), not a missing grant.
-    allowed: AtomicBool,
-}
-
-impl ApiErrors {
-    fn new(namespace: &str, address: &str) -> Arc<Self> {
-        Arc::new(Self {
-            namespace: namespace.to_string(),
-            address: address.to_string(),
-            allowed: false.into(),
-        })
-    }
-
-    fn error(&self, error: kube::Error) -> BackendError {
-        match error {
-            kube::Error::Api(status) => match status.code {
-                404 => BackendError::NotFound,
-                409 => BackendError::Conflict(status.message),
-                400 | 422 => BackendError::Invalid(status.message),
-                401 | 403 if self.allowed.load(Ordering::Relaxed) => {
-                    // Allowed before: not its Role but the API server (restarting, its
-                    // caches filling). Ask again shortly.
-                    self.unavailable(format!(
-                        "{} {}: the API server refuses credentials it accepted before (is it restarting?)",
-                        status.code, status.reason
-                    ))
-                }
-                429 => self.unavailable(format!(
-                    "429 {}: the API server asks its clients to slow down",
-                    status.message
-                )),
-                401 | 403 => BackendError::Other(format!(
-                    "rest-lite's service account may not do this in namespace {} ({} {}): see its Role in deploy/rest-lite/rbac.yaml",
-                    self.namespace, status.code, status.message
-                )),
-                500..=599 => BackendError::Unavailable {
-                    address: self.address.clone(),
-                    message: format!("{} {}", status.code, status.reason),
-                },
-                code => {
-                    BackendError::Other(format!("the API server answered {code} {}", status.reason))
-                }
-            },
-            kube::Error::HyperError(e) => self.unavailable(e.to_string()),
-            kube::Error::Service(e) => self.unavailable(e.to_string()),
-            other => BackendError::Other(other.to_string()),
-        }
-    }
-
-    fn unavailable(&self, message: String) -> BackendError {
-        BackendError::Unavailable {
-            address: self.address.clone(),
-            message,
-        }
-    }
-}
-
-impl crate::store::ApiVoice for ApiErrors {
-    fn answered(&self) {
-        self.allowed.store(true, Ordering::Relaxed);
-    }
-
-    fn explain(&self, error: kube::Error) -> String {
-        match self.error(error) {
-            BackendError::Unavailable { message, .. } => message,
-            other => other.to_string(),
-        }
-    }
+/// What the server runs on a cluster beside the jobs API.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub namespace: String,
+    /// The API server's address, as errors name it.
+    pub address: String,
+    /// Whose groups and queues hold a job before it runs.
+    pub engine: pai_translate::gang::Engine,
+    /// The end of each task's log kept once its pod is gone (`keptLogBytes`; 0: none).
+    pub kept_log_bytes: u64,
+    /// This replica's name, as its Events' `reportingInstance`.
+    pub instance: String,
 }
 
 impl KubeBackend {
+    /// The backend with every controller the server runs on a cluster, each started
+    /// here and nowhere else: the copy's watch, why jobs wait (admission), kept logs,
+    /// and on the controller runtime the peer tables, the attempts' history, Events and
+    /// jobs that wait for jobs. They run as long as the process (within a Tokio runtime).
+    pub fn run(client: Client, settings: &Settings) -> Arc<Self> {
+        let namespace = settings.namespace.as_str();
+        let backend = Arc::new(
+            Self::start(client.clone(), namespace, &settings.address)
+                .admitting(client.clone(), namespace, settings.engine)
+                .keeping_logs(client.clone(), namespace, settings.kept_log_bytes),
+        );
+        let store = backend.store();
+        tokio::spawn(
+            crate::publisher::Publisher::new(client.clone(), namespace).run(store.clone()),
+        );
+        tokio::spawn(crate::history::Historian::new(client.clone(), namespace).run(store.clone()));
+        tokio::spawn(
+            crate::events::Recorder::new(client, namespace, &settings.instance).run(store),
+        );
+        let dependencies: Arc<dyn Backend> = backend.clone();
+        pai_engine::depends::start(&dependencies);
+        backend
+    }
+
     /// A backend on the API server `client` talks to (at `address`), in `namespace`;
     /// starts the watch that keeps its copy of the Frameworks (within a Tokio runtime).
     pub fn start(client: Client, namespace: &str, address: &str) -> Self {
@@ -613,27 +578,30 @@ impl Backend for KubeBackend {
         self.store.get(name)
     }
 
-    fn changes(
-        &self,
-    ) -> Option<futures::stream::BoxStream<'static, Option<crate::backend::Changed>>> {
-        use tokio::sync::broadcast::error::RecvError;
-        let changes = self.store.subscribe();
-        Some(
-            futures::stream::unfold(changes, |mut changes| async move {
-                let item = match changes.recv().await {
-                    Ok(crate::store::Change::Applied(f) | crate::store::Change::Deleted(f)) => {
-                        Some(crate::backend::Changed {
-                            name: f.metadata.name.clone().unwrap_or_default(),
-                            waits: pai_contract::depends::waits(&f),
-                        })
-                    }
-                    Err(RecvError::Lagged(_)) => None,
-                    Err(RecvError::Closed) => return None,
-                };
-                Some((item, changes))
-            })
-            .boxed(),
-        )
+    fn seen(&self, name: &str) -> Option<pai_engine::backend::Seen> {
+        self.store
+            .get(name)
+            .map(|f| pai_engine::backend::Seen::of(&f))
+    }
+
+    /// A job's images, registry credentials and commands are the cluster's to check:
+    /// nothing to say before it runs.
+    fn warnings(&self, _spec: &pai_translate::spec::JobSpec) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// FrameworkController and the kubelet start the tasks, and export their own
+    /// metrics; the server measures nothing of them.
+    fn write_metrics(&self, _out: &mut String) {}
+
+    fn changes(&self) -> futures::stream::BoxStream<'static, Event<Changed>> {
+        pai_engine::controller::from_broadcast(self.store.subscribe(), |change| {
+            let framework = change.framework();
+            Changed {
+                name: framework.name().to_string(),
+                waits: pai_contract::depends::waits(framework),
+            }
+        })
     }
 
     /// Marks the dependencies met and takes the gate out of the pod templates (one patch
@@ -645,7 +613,7 @@ impl Backend for KubeBackend {
             let framework = self.store.get(name).ok_or(BackendError::NotFound)?;
             if !pai_contract::depends::released(&framework) {
                 let mut ungated = (*framework).clone();
-                crate::depends::ungate_template(&mut ungated);
+                pai_engine::depends::ungate_template(&mut ungated);
                 let patch = serde_json::json!({
                     "metadata": {
                         "resourceVersion": framework.metadata.resource_version,
@@ -670,7 +638,7 @@ impl Backend for KubeBackend {
                 .map_err(|e| self.error(e))?;
             for pod in pods {
                 let mut spec = pod.spec.clone().unwrap_or_default();
-                if !crate::depends::ungate(&mut spec) {
+                if !pai_engine::depends::ungate(&mut spec) {
                     continue;
                 }
                 // Only gates may be taken away; others' (Kueue's) stay, under the
@@ -884,7 +852,7 @@ impl Backend for KubeBackend {
                 Err(e) => return Err(self.error(e)),
             };
             self.answered();
-            Ok(futures::stream::once(async move { Ok(axum::body::Bytes::from(text)) }).boxed())
+            Ok(futures::stream::once(async move { Ok(bytes::Bytes::from(text)) }).boxed())
         }
         .boxed()
     }
@@ -926,7 +894,7 @@ impl Backend for KubeBackend {
                     .ok_or(BackendError::NotFound)?,
                 Err(e) => return Err(self.error(e)),
             };
-            let tail = super::backend::last_lines(&text, lines, max_bytes);
+            let tail = pai_engine::backend::last_lines(&text, lines, max_bytes);
             let mut tails = self.tails.lock().unwrap_or_else(|p| p.into_inner());
             if tails.len() >= TAILS_KEPT {
                 tails.retain(|_, (read, _)| read.elapsed() < TAIL_TTL);

@@ -1,12 +1,14 @@
-//! Where Frameworks live: a Kubernetes cluster (FrameworkController runs them), or this
-//! machine (the embedded default). The server holds no state of its own.
+//! Where Frameworks live: a Kubernetes cluster (FrameworkController runs them; crate
+//! `pai-cluster`), or this machine (the embedded default; crate `pai-local`). The server
+//! holds no state of its own, and asks only what both do.
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
+use pai_api::status::{JobState, job_state};
 use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
@@ -43,7 +45,7 @@ pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
 /// is deleted, and then the stream ends.
 pub type FrameworkStream = BoxStream<'static, Result<Option<Arc<Framework>>, BackendError>>;
 
-/// A Framework that changed (or went away).
+/// A Framework that changed (or went away), by name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Changed {
     pub name: String,
@@ -52,24 +54,40 @@ pub struct Changed {
     pub waits: bool,
 }
 
-/// The operations the jobs API needs of a place that runs Frameworks.
+/// What a job is now, as a job that waits for it asks: its state and its Framework's
+/// UID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub state: JobState,
+    pub uid: Option<String>,
+}
+
+impl Seen {
+    /// What `framework` is now.
+    pub fn of(framework: &Framework) -> Self {
+        Self {
+            state: job_state(framework),
+            uid: framework.metadata.uid.clone(),
+        }
+    }
+}
+
+/// The operations the jobs API needs of a place that runs Frameworks. Every method is
+/// each backend's own: none has a default that would quietly do nothing on one of them.
 pub trait Backend: Send + Sync + 'static {
     /// A short description for the start-up line: which backend, where.
     fn describe(&self) -> String;
-    /// What the backend measured of the tasks it started (this machine's only; on a
-    /// cluster FrameworkController and the kubelet start them).
-    fn observed(&self) -> Option<&pai_local::metrics::Observed> {
-        None
-    }
+    /// Appends what the backend measured itself, in Prometheus' text format, to `out`
+    /// (`/metrics`): the embedded default times the tasks it starts; on a cluster
+    /// FrameworkController and the kubelet start them and export their own.
+    fn write_metrics(&self, out: &mut String);
     /// The user tasks run as, the one to log in to them as over ssh.
     fn task_user(&self) -> String;
     /// Where this backend runs tasks: this machine's processes, or a cluster's pods (the
     /// place a job's code and virtual cluster are checked for).
     fn runs_here(&self) -> bool;
     /// What a user submitting `spec` here should know (see [`pai_translate::warnings`]).
-    fn warnings(&self, _spec: &pai_translate::spec::JobSpec) -> Vec<String> {
-        Vec::new()
-    }
+    fn warnings(&self, spec: &pai_translate::spec::JobSpec) -> Vec<String>;
     /// Creates the Framework and keeps its ssh key pair where its pods find it (a Secret
     /// owned by the Framework, a private file of the job); both or neither.
     fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>>;
@@ -94,44 +112,26 @@ pub trait Backend: Send + Sync + 'static {
     /// gang scheduler's group, the queue, the scheduler's verdict on its pods, this
     /// machine's task slots); `None`: nothing does, and its Framework's state speaks. The
     /// same `Arc` until the reason changes (a job's view is made again then).
-    fn held(&self, _framework: &Framework) -> Option<Arc<pai_api::waiting::Waiting>> {
-        None
-    }
+    fn held(&self, framework: &Framework) -> Option<Arc<pai_api::waiting::Waiting>>;
     /// The Framework `name` as the backend holds it now, without asking anyone (the
     /// server's copy, the embedded default's jobs): what a job's dependencies are
     /// checked against. `None`: not there, or the backend cannot tell at once.
-    fn peek(&self, _name: &str) -> Option<Arc<Framework>> {
-        None
-    }
+    fn peek(&self, name: &str) -> Option<Arc<Framework>>;
     /// What job (Framework) `name` is now, as [`Backend::peek`] would tell, without a
     /// copy of it: its state and UID.
-    fn seen(&self, name: &str) -> Option<pai_api::dependencies::Seen> {
-        self.peek(name).map(|f| pai_api::dependencies::Seen::of(&f))
-    }
-    /// Frameworks as they change (`None` in the stream: changes were missed, look at
-    /// them all); `None`: the backend cannot tell.
-    fn changes(&self) -> Option<BoxStream<'static, Option<Changed>>> {
-        None
-    }
+    fn seen(&self, name: &str) -> Option<Seen>;
+    /// Frameworks as they change, from now on; the stream ends with the backend.
+    fn changes(&self) -> BoxStream<'static, crate::controller::Event<Changed>>;
     /// Lets the job `name`, which waited for other jobs, run: marks its dependencies met
     /// and lifts what held its tasks. Idempotent: called again while its pods may still
     /// be held.
-    fn release<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(async { Ok(()) })
-    }
+    fn release<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
     /// Ends the job `name`, which waited for other jobs, FAILED: one of them will never
     /// reach its state (`why`).
-    fn refuse<'a>(
-        &'a self,
-        _name: &'a str,
-        _why: &'a str,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(async { Ok(()) })
-    }
+    fn refuse<'a>(&'a self, name: &'a str, why: &'a str)
+    -> BoxFuture<'a, Result<(), BackendError>>;
     /// Whether reads can be answered now (`/readyz`); the reason when not.
-    fn ready(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
+    fn ready(&self) -> Result<(), BackendError>;
     fn set_execution<'a>(
         &'a self,
         name: &'a str,
@@ -167,32 +167,15 @@ pub trait Backend: Send + Sync + 'static {
     /// The log of pod `pod`'s init container (the runtime's `entry`: `prep/`, the
     /// barrier) where the backend keeps it apart from the main container's; `NotFound`
     /// where it is part of [`Backend::logs`] (the embedded default's one log per task).
-    fn init_logs<'a>(&'a self, _pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
-        Box::pin(async { Err(BackendError::NotFound) })
-    }
+    fn init_logs<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>>;
     /// The end of pod `pod`'s current log: its last `lines` lines, of its last
-    /// `max_bytes` bytes at most (a page shows these; the whole log is `logs`). This
-    /// default reads the log through and keeps only its end.
+    /// `max_bytes` bytes at most (a page shows these; the whole log is `logs`).
     fn log_tail<'a>(
         &'a self,
         pod: &'a str,
         lines: usize,
         max_bytes: usize,
-    ) -> BoxFuture<'a, Result<String, BackendError>> {
-        Box::pin(async move {
-            use futures::StreamExt;
-            let mut stream = self.logs(pod, false, None).await?;
-            let mut end: Vec<u8> = Vec::new();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| BackendError::Other(e.to_string()))?;
-                end.extend_from_slice(&chunk);
-                if end.len() > 2 * max_bytes {
-                    end.drain(..end.len() - max_bytes);
-                }
-            }
-            Ok(last_lines(&end, lines, max_bytes))
-        })
-    }
+    ) -> BoxFuture<'a, Result<String, BackendError>>;
     /// Watches Framework `name` (which exists when the watch starts).
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;
     /// Deletes the Framework (and so its pods); `NotFound` when there is none.

@@ -1,5 +1,5 @@
-//! The embedded default behind the jobs API: [`pai_local::Machine`] (its own crate, which
-//! knows nothing of HTTP) as a [`Backend`].
+//! The embedded default behind the jobs API: [`crate::Machine`] (which knows nothing of
+//! HTTP) as a [`Backend`], with its dependency controller started by the backend itself.
 
 use std::sync::Arc;
 
@@ -8,30 +8,32 @@ use futures::future::BoxFuture;
 use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
-pub use pai_local::task::Runtime;
-pub use pai_local::{
-    Assets, DEFAULT_PORTS, RUNTIME_COMMAND, Settings, assets, default_max_tasks, default_state_dir,
-};
+use pai_engine::backend::{Backend, BackendError, Changed, FrameworkStream, LogStream};
+use pai_engine::controller::Event;
 
-use crate::backend::{Backend, BackendError, FrameworkStream, LogStream};
+use crate::Settings;
 
 /// Runs Frameworks on this machine.
-pub struct LocalBackend(pai_local::Machine);
+pub struct LocalBackend(crate::Machine);
 
 impl LocalBackend {
-    /// Opens the state directory (see [`pai_local::Machine::open`]).
-    pub async fn open(settings: Settings) -> Result<Self, anyhow::Error> {
-        Ok(Self(pai_local::Machine::open(settings).await?))
+    /// Opens the state directory (see [`crate::Machine::open`]) and starts the
+    /// dependency controller of its jobs; it runs as long as the backend is kept.
+    pub async fn open(settings: Settings) -> Result<Arc<Self>, crate::Error> {
+        let backend = Arc::new(Self(crate::Machine::open(settings).await?));
+        let dependencies: Arc<dyn Backend> = backend.clone();
+        pai_engine::depends::start(&dependencies);
+        Ok(backend)
     }
 }
 
-impl From<pai_local::Error> for BackendError {
-    fn from(error: pai_local::Error) -> Self {
+impl From<crate::Error> for BackendError {
+    fn from(error: crate::Error) -> Self {
         match error {
-            pai_local::Error::Conflict(message) => Self::Conflict(message),
-            pai_local::Error::NotFound => Self::NotFound,
-            pai_local::Error::Refused(message) => Self::Refused(message),
-            pai_local::Error::Other(message) => Self::Other(message),
+            crate::Error::Conflict(message) => Self::Conflict(message),
+            crate::Error::NotFound => Self::NotFound,
+            crate::Error::Refused(message) => Self::Refused(message),
+            crate::Error::Other(message) => Self::Other(message),
         }
     }
 }
@@ -70,8 +72,8 @@ impl Backend for LocalBackend {
         out
     }
 
-    fn observed(&self) -> Option<&pai_local::metrics::Observed> {
-        Some(self.0.observed())
+    fn write_metrics(&self, out: &mut String) {
+        self.0.observed().write(out);
     }
 
     fn held(&self, framework: &Framework) -> Option<Arc<pai_api::waiting::Waiting>> {
@@ -120,27 +122,24 @@ impl Backend for LocalBackend {
         self.0.get(name).map(Arc::new)
     }
 
-    fn seen(&self, name: &str) -> Option<pai_api::dependencies::Seen> {
-        self.0.inspect(name, pai_api::dependencies::Seen::of)
+    fn seen(&self, name: &str) -> Option<pai_engine::backend::Seen> {
+        self.0.inspect(name, pai_engine::backend::Seen::of)
     }
 
-    fn changes(
-        &self,
-    ) -> Option<futures::stream::BoxStream<'static, Option<crate::backend::Changed>>> {
-        use futures::StreamExt;
-        use tokio::sync::broadcast::error::RecvError;
-        let changes = self.0.changes();
-        Some(
-            futures::stream::unfold(changes, |mut changes| async move {
-                let item = match changes.recv().await {
-                    Ok((name, waits)) => Some(crate::backend::Changed { name, waits }),
-                    Err(RecvError::Lagged(_)) => None,
-                    Err(RecvError::Closed) => return None,
-                };
-                Some((item, changes))
-            })
-            .boxed(),
-        )
+    fn ready(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// The runtime's lines (`prep/`, the barrier) are part of the task's one log.
+    fn init_logs<'a>(&'a self, _pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        Box::pin(async { Err(BackendError::NotFound) })
+    }
+
+    fn changes(&self) -> futures::stream::BoxStream<'static, Event<Changed>> {
+        pai_engine::controller::from_broadcast(self.0.changes(), |(name, waits)| Changed {
+            name,
+            waits,
+        })
     }
 
     fn release<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
@@ -195,7 +194,7 @@ impl Backend for LocalBackend {
         Box::pin(async move {
             Ok(self
                 .0
-                .logs(pod, follow, earlier, pai_local::LogWhich::Container)?)
+                .logs(pod, follow, earlier, crate::LogWhich::Container)?)
         })
     }
 
@@ -209,7 +208,7 @@ impl Backend for LocalBackend {
         Box::pin(async move {
             Ok(self
                 .0
-                .logs(pod, follow, earlier, pai_local::LogWhich::Stream(stream))?)
+                .logs(pod, follow, earlier, crate::LogWhich::Stream(stream))?)
         })
     }
 
@@ -221,7 +220,7 @@ impl Backend for LocalBackend {
     ) -> BoxFuture<'a, Result<String, BackendError>> {
         Box::pin(async move {
             let end = self.0.log_end(pod, max_bytes as u64)?;
-            Ok(crate::backend::last_lines(&end, lines, max_bytes))
+            Ok(pai_engine::backend::last_lines(&end, lines, max_bytes))
         })
     }
 

@@ -26,7 +26,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use pai_api::waiting::{self, Waiting};
+use pai_api::waiting::Waiting;
+
+use crate::waiting;
 use pai_contract::framework::LABEL_FRAMEWORK_NAME;
 use pai_contract::{Framework, meta};
 use pai_translate::gang::Engine;
