@@ -188,7 +188,9 @@ async fn watch_framework(
     let watch_config = watcher::Config::default()
         .fields(&format!("metadata.name={}", config.name))
         .timeout(watch_seconds(config));
-    let events = watcher::watcher(api, watch_config).default_backoff();
+    let events = watcher::watcher(api, watch_config).backoff(crate::retry::WatchBackoff::new(
+        pai_contract::backoff::BARRIER,
+    ));
     pin_mut!(events);
     let mut seen = false;
     let mut retry = Retry::default();

@@ -157,6 +157,32 @@ impl Retry {
     }
 }
 
+/// The one back-off as kube's watcher takes it (`WatchStreamExt::backoff`), for the
+/// watches that kube's watcher resumes by itself: every loop that asks the API server
+/// again waits as [`pai_contract::backoff`] says, kube's watches too.
+pub struct WatchBackoff(Backoff);
+
+impl WatchBackoff {
+    /// `policy`'s back-off.
+    pub fn new(policy: backoff::Policy) -> Self {
+        Self(Backoff::new(policy))
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.0.next_delay())
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

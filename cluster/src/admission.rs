@@ -15,6 +15,8 @@
 //! changes, the job's Framework is announced to the copy's subscribers again, so its
 //! view is made anew and job watches send a line.
 
+use pai_barrier::retry::WatchBackoff;
+use pai_contract::backoff;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
@@ -95,7 +97,7 @@ impl Admission {
             .labels(&format!("{ours},{LABEL_FRAMEWORK_NAME}"))
             .fields("status.phase=Pending");
         let stream = watcher::watcher(pods, config)
-            .default_backoff()
+            .backoff(WatchBackoff::new(backoff::SERVER))
             .map(|event| event.map(|e| map_event(e, pod_reading)));
         tasks.push(spawn(Source::Pods, stream.boxed(), started.clone()));
         let pod_group = |api_version: &str, reader: Reader| {
@@ -121,7 +123,7 @@ impl Admission {
                 config = config.labels(labels);
             }
             let stream = watcher::watcher(api, config)
-                .default_backoff()
+                .backoff(WatchBackoff::new(backoff::SERVER))
                 .map(move |event| event.map(|e| map_event(e, reader)));
             tasks.push(spawn(Source::Engine, stream.boxed(), started));
         }

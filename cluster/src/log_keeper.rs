@@ -19,6 +19,8 @@
 //! - While the server does not run, a completed attempt's pods wait for it: the job's
 //!   next attempt (or its completion) waits too. `keptLogBytes: 0` turns this off.
 
+use pai_barrier::retry::WatchBackoff;
+use pai_contract::backoff;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,7 +43,11 @@ use crate::store::KubeStore;
 
 /// Tries of a log that cannot be read, and the wait between them.
 const READ_TRIES: u32 = 3;
-const READ_WAIT: Duration = Duration::from_secs(2);
+/// The waits between tries (the one back-off, about 1 s, then 2 s).
+const READ_WAITS: backoff::Policy = backoff::Policy {
+    first: Duration::from_secs(2),
+    cap: Duration::from_secs(4),
+};
 /// The lines asked of the kubelet, of which the last bytes are kept.
 const TAIL_LINES: i64 = 20_000;
 
@@ -79,7 +85,7 @@ impl LogKeeper {
         let ours = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
         let mut pods =
             watcher::watcher(self.pods.clone(), watcher::Config::default().labels(&ours))
-                .default_backoff()
+                .backoff(WatchBackoff::new(backoff::SERVER))
                 .applied_objects()
                 .boxed();
         while let Some(event) = pods.next().await {
@@ -150,6 +156,7 @@ impl LogKeeper {
                 ..LogParams::default()
             };
             let mut tries = 0;
+            let mut waits = backoff::Backoff::new(READ_WAITS);
             let text = loop {
                 match self.pods.logs(pod, &params).await {
                     Ok(text) => break Some(text),
@@ -161,7 +168,7 @@ impl LogKeeper {
                             lost.push(format!("{container}: {e}"));
                             break None;
                         }
-                        tokio::time::sleep(READ_WAIT).await;
+                        tokio::time::sleep(waits.next_delay()).await;
                     }
                 }
             };

@@ -5,10 +5,12 @@
 //! container starts, then follows it, and ends without a word if the task ends before
 //! (its pod failed in its init container, the job was stopped or deleted).
 //!
-//! Waiting asks the API server again with a back-off (1 s, doubled, at most 5 s): one
+//! Waiting asks the API server again with the one back-off (1 s doubling to 5 s, each
+//! wait between half and all of it): one
 //! GET per follower every few seconds while its task starts, which is what a reader of
 //! `kubectl logs -f` retried by hand costs, and nothing once it runs.
 
+use pai_contract::backoff::{Backoff, Policy};
 use std::time::Duration;
 
 use futures::{AsyncReadExt, StreamExt};
@@ -21,8 +23,10 @@ use pai_contract::framework::FrameworkState;
 use crate::store::KubeStore;
 use pai_engine::backend::LogStream;
 
-const FIRST_WAIT: Duration = Duration::from_secs(1);
-const LONGEST_WAIT: Duration = Duration::from_secs(5);
+const WAITING: Policy = Policy {
+    first: Duration::from_secs(1),
+    cap: Duration::from_secs(5),
+};
 
 /// Whether an error of the log endpoint says the container has not started (400) or the
 /// pod is not there (404): the answers of a task that is starting.
@@ -79,7 +83,7 @@ pub fn when_started(
     params: LogParams,
 ) -> LogStream {
     let started = async move {
-        let mut wait = FIRST_WAIT;
+        let mut waits = Backoff::new(WAITING);
         loop {
             if task_over(&store, &pod) {
                 // Ended before this follower saw it run: what was kept, if anything.
@@ -91,8 +95,7 @@ pub fn when_started(
                     None => futures::stream::empty().boxed(),
                 };
             }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(LONGEST_WAIT);
+            tokio::time::sleep(waits.next_delay()).await;
             match pods.log_stream(&pod, &params).await {
                 Ok(reader) => return chunks(reader),
                 Err(e) if not_started(&e) => continue,
