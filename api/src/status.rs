@@ -403,6 +403,12 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         .and_then(|c| c.trigger.as_ref())
         .and_then(|t| t.task_role_name.clone().zip(t.task_index));
     let trigger_task = trigger_task.as_ref().map(|(r, i)| (r.as_str(), *i));
+    let facts = TaskFacts {
+        logs_base,
+        stopping,
+        attempt_code: completion.map(|a| a.code),
+        trigger_task,
+    };
     let own_ports = framework.task_ports();
     let mut task_roles = BTreeMap::new();
     let mut total_tasks = 0;
@@ -413,13 +419,6 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         let gpus = role.gpu_count();
         let tasks = role.tasks();
         // The role's ports, read once; a task's own (the embedded default's) over them.
-        let ports_view = |plan: &PortPlan| -> std::sync::Arc<BTreeMap<String, String>> {
-            std::sync::Arc::new(
-                plan.iter()
-                    .map(|(label, p)| (label.to_string(), pai_contract::ports::join_ports(p)))
-                    .collect(),
-            )
-        };
         let role_ports = ports_view(&role.port_plan());
         let own = own_ports.role(&role.name);
         total_tasks += tasks;
@@ -438,57 +437,16 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         }
         let task_statuses = (0..tasks)
             .map(|index| {
-                let task = by_index[index as usize];
-                let message = task
-                    .and_then(|t| t.attempt_status.completion_status.as_ref())
-                    .and_then(|c| c.main_message())
-                    .and_then(pai_contract::results::read_message)
-                    .unwrap_or_default();
-                let (result, result_error) = match message.reported {
-                    Some(pai_contract::results::Reported::Result(value)) => (Some(value), None),
-                    Some(pai_contract::results::Reported::Invalid(why)) => (None, Some(why)),
-                    None => (None, None),
+                let ports = own
+                    .get(index as usize)
+                    .map_or_else(|| role_ports.clone(), ports_view);
+                let place = TaskPlace {
+                    kube_role: &role.name,
+                    pai_role: &pai_name,
+                    index,
+                    gpus,
                 };
-                TaskView {
-                    task_index: index,
-                    task_state: task.map_or(JobState::Waiting, |t| task_state(t, stopping)),
-                    container_id: task.and_then(|t| t.attempt_status.pod_uid.clone()),
-                    container_ip: task.and_then(|t| {
-                        t.attempt_status
-                            .pod_ip
-                            .clone()
-                            .filter(|ip| !ip.is_empty())
-                            .or_else(|| t.attempt_status.pod_host_ip.clone())
-                    }),
-                    container_ports: own
-                        .get(index as usize)
-                        .map_or_else(|| role_ports.clone(), ports_view),
-                    container_gpus: gpus,
-                    container_log: {
-                        use std::fmt::Write;
-                        let mut log = String::with_capacity(logs_base.len() + pai_name.len() + 24);
-                        let _ = write!(log, "{logs_base}/logs?role={pai_name}&index={index}");
-                        log
-                    },
-                    container_exit_code: task
-                        .and_then(|t| t.attempt_status.completion_status.as_ref())
-                        .map(|c| c.code),
-                    container_exit_meaning: task
-                        .and_then(|t| t.attempt_status.completion_status.as_ref())
-                        .map(|c| {
-                            pai_contract::exit::task_meaning(
-                                c.code,
-                                completion.map(|a| a.code),
-                                stopping,
-                            )
-                        }),
-                    decided_outcome: trigger_task
-                        .is_some_and(|(r, i)| r == role.name && i64::from(i) == i64::from(index)),
-                    retries: task.map_or(0, |t| t.retry_policy_status.total_retried_count),
-                    result,
-                    result_error,
-                    container_exit_cause: message.cause.map(ExitCause::from),
-                }
+                task_view(&facts, &place, by_index[index as usize], ports)
             })
             .collect::<Vec<TaskView>>();
         running_task_number += task_statuses
@@ -575,6 +533,86 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
     }
 }
 
+/// What every task's view of one job reads.
+struct TaskFacts<'a> {
+    /// The job's URL, the base of its task log links.
+    logs_base: &'a str,
+    /// A stop was asked.
+    stopping: bool,
+    /// How the job's attempt ended, when it did.
+    attempt_code: Option<i32>,
+    /// The task whose end decided the attempt (its Kubernetes role name and index).
+    trigger_task: Option<(&'a str, i32)>,
+}
+
+/// Which task a view is of.
+struct TaskPlace<'a> {
+    kube_role: &'a str,
+    pai_role: &'a str,
+    index: u32,
+    gpus: u32,
+}
+
+/// A role's ports as a view shows them, shared by its tasks.
+fn ports_view(plan: &PortPlan) -> std::sync::Arc<BTreeMap<String, String>> {
+    std::sync::Arc::new(
+        plan.iter()
+            .map(|(label, p)| (label.to_string(), pai_contract::ports::join_ports(p)))
+            .collect(),
+    )
+}
+
+/// One task as the view shows it (`task`: its status, `None` before it has one).
+fn task_view(
+    facts: &TaskFacts<'_>,
+    place: &TaskPlace<'_>,
+    task: Option<&TaskStatus>,
+    container_ports: std::sync::Arc<BTreeMap<String, String>>,
+) -> TaskView {
+    let index = place.index;
+    let completion = task.and_then(|t| t.attempt_status.completion_status.as_ref());
+    let message = completion
+        .and_then(|c| c.main_message())
+        .and_then(pai_contract::results::read_message)
+        .unwrap_or_default();
+    let (result, result_error) = match message.reported {
+        Some(pai_contract::results::Reported::Result(value)) => (Some(value), None),
+        Some(pai_contract::results::Reported::Invalid(why)) => (None, Some(why)),
+        None => (None, None),
+    };
+    TaskView {
+        task_index: index,
+        task_state: task.map_or(JobState::Waiting, |t| task_state(t, facts.stopping)),
+        container_id: task.and_then(|t| t.attempt_status.pod_uid.clone()),
+        container_ip: task.and_then(|t| {
+            t.attempt_status
+                .pod_ip
+                .clone()
+                .filter(|ip| !ip.is_empty())
+                .or_else(|| t.attempt_status.pod_host_ip.clone())
+        }),
+        container_ports,
+        container_gpus: place.gpus,
+        container_log: {
+            use std::fmt::Write;
+            let (base, role) = (facts.logs_base, place.pai_role);
+            let mut log = String::with_capacity(base.len() + role.len() + 24);
+            let _ = write!(log, "{base}/logs?role={role}&index={index}");
+            log
+        },
+        container_exit_code: completion.map(|c| c.code),
+        container_exit_meaning: completion
+            .map(|c| pai_contract::exit::task_meaning(c.code, facts.attempt_code, facts.stopping)),
+        decided_outcome: facts
+            .trigger_task
+            .is_some_and(|(r, i)| r == place.kube_role && i64::from(i) == i64::from(index)),
+        retries: task.map_or(0, |t| t.retry_policy_status.total_retried_count),
+        result,
+        result_error,
+        container_exit_cause: message.cause.map(ExitCause::from),
+    }
+}
+
 /// Every ended attempt of `framework`, as people read it.
 fn attempt_views(framework: &Framework) -> Vec<AttemptView> {
     let Some(status) = framework.status.as_ref() else {
@@ -610,175 +648,47 @@ fn attempt_views(framework: &Framework) -> Vec<AttemptView> {
 
 fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
     let status = framework.status.as_ref();
-    let created = framework
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0.to_string())
-        .or_else(|| status.and_then(|s| s.start_time.clone()))
-        .unwrap_or_default();
-    let changed = status.and_then(|s| s.transition_time.clone());
     let attempt = status.map(|s| &s.attempt_status);
-    let ended = status
-        .and_then(|s| s.completion_time.clone())
-        .or_else(|| attempt.and_then(|a| a.completion_time.clone()));
-    let finished = |state: JobState| job.state == state;
+    let moments = Moments {
+        created: framework
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .or_else(|| status.and_then(|s| s.start_time.clone()))
+            .unwrap_or_default(),
+        changed: status.and_then(|s| s.transition_time.clone()),
+        ended: status
+            .and_then(|s| s.completion_time.clone())
+            .or_else(|| attempt.and_then(|a| a.completion_time.clone())),
+    };
     let diagnostics = job.app_exit_diagnostics.clone().unwrap_or_default();
-    // The task whose end decided the outcome, when one did: `worker-2`.
-    let trigger = job
-        .app_exit_trigger_task_role_name
-        .as_ref()
-        .zip(job.app_exit_trigger_task_index)
-        .map(|(role, index)| format!("{role}-{index}"));
-    // A condition that holds changed when its event happened; one that does not, when it
-    // stopped holding (the end of a run) or, if it never held, at creation.
-    let since = |on: bool, event: Option<String>, off: Option<String>| {
-        if on {
-            event.or_else(|| changed.clone())
-        } else {
-            off
-        }
-        .unwrap_or_else(|| created.clone())
-    };
-    let cond = |kind: &str, on: bool, reason: String, message: String, time: String| Condition {
-        kind: kind.to_string(),
-        status: if on { "True" } else { "False" }.to_string(),
-        reason,
-        message,
-        last_transition_time: time,
-    };
-    // An ending condition: True with `reason` and `message` when the job ended so; else
-    // False, saying why in words that are true of the job now.
-    let not_so = |state: JobState| -> (String, String) {
-        match job.state {
-            JobState::Waiting | JobState::Running if job.execution_type == Execution::Stop => (
-                "Stopping".into(),
-                "a stop was requested: the tasks end within their grace period".into(),
-            ),
-            JobState::Waiting | JobState::Running => {
-                ("NotEnded".into(), "the job has not ended".into())
-            }
-            other if other == state => (String::new(), String::new()),
-            other => (
-                match other {
-                    JobState::Succeeded => "Succeeded",
-                    JobState::Failed => "Failed",
-                    JobState::Stopped => "Stopped",
-                    _ => "Unknown",
-                }
-                .into(),
-                format!("the job ended {other}"),
-            ),
-        }
-    };
     let outcome = |kind, state: JobState, reason: String, message: String| {
-        let on = finished(state);
-        let (reason, message) = if on { (reason, message) } else { not_so(state) };
-        cond(kind, on, reason, message, since(on, ended.clone(), None))
+        let on = job.state == state;
+        let (reason, message) = if on {
+            (reason, message)
+        } else {
+            not_so(job, state)
+        };
+        condition(
+            kind,
+            on,
+            reason,
+            message,
+            moments.since(on, moments.ended.clone(), None),
+        )
     };
-    let dependency_failed = pai_contract::depends::failed(framework).is_some();
-    let failed_reason = match (&trigger, job.app_exit_code) {
-        _ if dependency_failed => "DependencyFailed".to_string(),
-        (Some(_), _) => "TaskFailed".to_string(),
-        (None, Some(code)) => format!("ExitCode{code}"),
-        (None, None) => "Failed".to_string(),
-    };
-    let failed_message = match (&trigger, job.app_exit_code) {
-        _ if dependency_failed => diagnostics.clone(),
-        (Some(task), Some(code)) => {
-            format!("task {task} ended with exit code {code}: {diagnostics}")
-        }
-        _ => diagnostics.clone(),
-    };
-    let admitted = match &job.waiting {
-        Some(waiting) => cond(
-            "Admitted",
-            false,
-            waiting.reason.clone(),
-            waiting.message.clone(),
-            waiting
-                .since
-                .map(crate::time::iso)
-                .unwrap_or_else(|| created.clone()),
-        ),
-        None => {
-            let ran = attempt.and_then(|a| a.run_time.clone());
-            let on = ran.is_some() || job.state == JobState::Running;
-            cond(
-                "Admitted",
-                on,
-                if on { "Admitted" } else { "NotRun" }.into(),
-                if on {
-                    format!(
-                        "attempt {} was placed and started",
-                        attempt.map_or(0, |a| a.id)
-                    )
-                } else {
-                    "the job ended before its tasks ran".into()
-                },
-                since(on, ran, None),
-            )
-        }
-    };
-    // An attempt that ended while the job goes on (its pods being deleted, or its retry
-    // waiting): nothing of it runs, whatever the job's state says.
-    let attempt_end = (!job.state.is_final())
-        .then(|| attempt.and_then(|a| a.completion_status.as_ref().map(|c| (a, c))))
-        .flatten();
-    let running = job.state == JobState::Running && attempt_end.is_none();
-    let run_time = attempt.and_then(|a| a.run_time.clone());
-    let attempt_ended_at = attempt_end.and_then(|(a, _)| a.completion_time.clone());
-    let running_since = since(
-        running,
-        run_time.clone(),
-        attempt_ended_at.or_else(|| run_time.and(ended.clone())),
-    );
+    let (failed_reason, failed_message) = failed_words(framework, job);
     vec![
-        cond(
+        condition(
             "Submitted",
             true,
             "Accepted".into(),
             "the Framework was created".into(),
-            created.clone(),
+            moments.created.clone(),
         ),
-        admitted,
-        cond(
-            "Running",
-            running,
-            if running {
-                "TasksRunning"
-            } else if job.state.is_final() {
-                "Ended"
-            } else if attempt_end.is_some() {
-                "AttemptEnded"
-            } else {
-                "NotStarted"
-            }
-            .into(),
-            if running {
-                format!(
-                    "{} of {} tasks run (attempt {})",
-                    job.running_task_number,
-                    job.total_task_number,
-                    attempt.map_or(0, |a| a.id)
-                )
-            } else if job.state.is_final() {
-                format!("the job ended {}", job.state)
-            } else if let Some((a, c)) = attempt_end {
-                match &job.waiting {
-                    Some(w) => w.message.clone(),
-                    None => format!(
-                        "attempt {} ended with {} ({}); its tasks are being stopped",
-                        a.id,
-                        c.code,
-                        pai_contract::exit::meaning(c.code)
-                    ),
-                }
-            } else {
-                "no attempt of the job runs yet".into()
-            },
-            running_since,
-        ),
+        admitted(attempt, job, &moments),
+        running(attempt, job, &moments),
         outcome(
             "Succeeded",
             JobState::Succeeded,
@@ -793,4 +703,167 @@ fn conditions(framework: &Framework, job: &JobStatus) -> Vec<Condition> {
             diagnostics,
         ),
     ]
+}
+
+/// When a job's conditions changed.
+struct Moments {
+    created: String,
+    /// The Framework's last transition.
+    changed: Option<String>,
+    /// When the job (or its attempt) ended.
+    ended: Option<String>,
+}
+
+impl Moments {
+    /// A condition that holds changed when its event happened; one that does not, when
+    /// it stopped holding (the end of a run) or, if it never held, at creation.
+    fn since(&self, on: bool, event: Option<String>, off: Option<String>) -> String {
+        if on {
+            event.or_else(|| self.changed.clone())
+        } else {
+            off
+        }
+        .unwrap_or_else(|| self.created.clone())
+    }
+}
+
+fn condition(kind: &str, on: bool, reason: String, message: String, time: String) -> Condition {
+    Condition {
+        kind: kind.to_string(),
+        status: if on { "True" } else { "False" }.to_string(),
+        reason,
+        message,
+        last_transition_time: time,
+    }
+}
+
+/// An ending condition that does not hold: why, in words that are true of the job now.
+fn not_so(job: &JobStatus, state: JobState) -> (String, String) {
+    match job.state {
+        JobState::Waiting | JobState::Running if job.execution_type == Execution::Stop => (
+            "Stopping".into(),
+            "a stop was requested: the tasks end within their grace period".into(),
+        ),
+        JobState::Waiting | JobState::Running => {
+            ("NotEnded".into(), "the job has not ended".into())
+        }
+        other if other == state => (String::new(), String::new()),
+        other => (
+            match other {
+                JobState::Succeeded => "Succeeded",
+                JobState::Failed => "Failed",
+                JobState::Stopped => "Stopped",
+                _ => "Unknown",
+            }
+            .into(),
+            format!("the job ended {other}"),
+        ),
+    }
+}
+
+/// The `Failed` condition's reason and message: a dependency, the deciding task
+/// (`worker-2`), or the job's exit code.
+fn failed_words(framework: &Framework, job: &JobStatus) -> (String, String) {
+    let diagnostics = job.app_exit_diagnostics.clone().unwrap_or_default();
+    let trigger = job
+        .app_exit_trigger_task_role_name
+        .as_ref()
+        .zip(job.app_exit_trigger_task_index)
+        .map(|(role, index)| format!("{role}-{index}"));
+    if pai_contract::depends::failed(framework).is_some() {
+        return ("DependencyFailed".to_string(), diagnostics);
+    }
+    match (trigger, job.app_exit_code) {
+        (Some(task), Some(code)) => (
+            "TaskFailed".to_string(),
+            format!("task {task} ended with exit code {code}: {diagnostics}"),
+        ),
+        (Some(_), None) => ("TaskFailed".to_string(), diagnostics),
+        (None, Some(code)) => (format!("ExitCode{code}"), diagnostics),
+        (None, None) => ("Failed".to_string(), diagnostics),
+    }
+}
+
+/// `Admitted`: what holds the job, or whether its attempt was placed.
+fn admitted(
+    attempt: Option<&pai_contract::framework::FrameworkAttemptStatus>,
+    job: &JobStatus,
+    moments: &Moments,
+) -> Condition {
+    if let Some(waiting) = &job.waiting {
+        return condition(
+            "Admitted",
+            false,
+            waiting.reason.clone(),
+            waiting.message.clone(),
+            waiting
+                .since
+                .map(crate::time::iso)
+                .unwrap_or_else(|| moments.created.clone()),
+        );
+    }
+    let ran = attempt.and_then(|a| a.run_time.clone());
+    let on = ran.is_some() || job.state == JobState::Running;
+    condition(
+        "Admitted",
+        on,
+        if on { "Admitted" } else { "NotRun" }.into(),
+        if on {
+            format!(
+                "attempt {} was placed and started",
+                attempt.map_or(0, |a| a.id)
+            )
+        } else {
+            "the job ended before its tasks ran".into()
+        },
+        moments.since(on, ran, None),
+    )
+}
+
+/// `Running`: whether the tasks of the current attempt run. An attempt that ended while
+/// the job goes on (its pods being deleted, or its retry waiting) runs nothing, whatever
+/// the job's state says.
+fn running(
+    attempt: Option<&pai_contract::framework::FrameworkAttemptStatus>,
+    job: &JobStatus,
+    moments: &Moments,
+) -> Condition {
+    let attempt_end = (!job.state.is_final())
+        .then(|| attempt.and_then(|a| a.completion_status.as_ref().map(|c| (a, c))))
+        .flatten();
+    let running = job.state == JobState::Running && attempt_end.is_none();
+    let run_time = attempt.and_then(|a| a.run_time.clone());
+    let attempt_ended_at = attempt_end.and_then(|(a, _)| a.completion_time.clone());
+    let since = moments.since(
+        running,
+        run_time.clone(),
+        attempt_ended_at.or_else(|| run_time.and(moments.ended.clone())),
+    );
+    let (reason, message) = if running {
+        (
+            "TasksRunning",
+            format!(
+                "{} of {} tasks run (attempt {})",
+                job.running_task_number,
+                job.total_task_number,
+                attempt.map_or(0, |a| a.id)
+            ),
+        )
+    } else if job.state.is_final() {
+        ("Ended", format!("the job ended {}", job.state))
+    } else if let Some((a, c)) = attempt_end {
+        let message = match &job.waiting {
+            Some(w) => w.message.clone(),
+            None => format!(
+                "attempt {} ended with {} ({}); its tasks are being stopped",
+                a.id,
+                c.code,
+                pai_contract::exit::meaning(c.code)
+            ),
+        };
+        ("AttemptEnded", message)
+    } else {
+        ("NotStarted", "no attempt of the job runs yet".to_string())
+    };
+    condition("Running", running, reason.into(), message, since)
 }

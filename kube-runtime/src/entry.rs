@@ -66,17 +66,10 @@ fn setup(what: &str, path: &Path, e: impl std::fmt::Display) -> EntryError {
     EntryError::Setup(format!("{what} {}: {e}", path.display()))
 }
 
-/// Runs the init container's work.
+/// Runs the init container's work: `prep/`, the barrier, then every file the main
+/// container reads (the env files, the peers, the training files, the user's script).
 pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
-    let var = |k: &str| std::env::var(k).ok();
-    let task = Task::from_env(var).map_err(EntryError::Identity)?;
-    let user_cmd = std::env::var_os(names::USER_CMD).ok_or(EntryError::NoCommand)?;
-    let selection = match std::env::var(training::FRAMEWORK_ENV_VAR) {
-        Ok(text) => text
-            .parse::<Selection>()
-            .map_err(|e| EntryError::Identity(e.to_string()))?,
-        Err(_) => Selection::none(),
-    };
+    let (task, user_cmd, selection) = identity()?;
     let log_dir = task.log_dir(layout);
     for dir in [
         layout.root().to_path_buf(),
@@ -98,19 +91,7 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         kube_role: task.kube_role.clone(),
         index: task.index,
     };
-    let mut vars = dynamic_env(&passed.peers, &me)?;
-    if let Ok(pod) = std::env::var(pai_contract::env::fc::POD_NAME) {
-        vars.push(Variable::new(names::CONTAINER_ID, pod, Class::Own));
-    }
-    check_ports(&passed, &me)?;
-    // A v2 job's public key may come from its secrets (`userssh: <% $secrets.key %>`):
-    // the rendered key is this task's own variable, which the daemons (sshd) see.
-    if let (Some(secrets), Ok(key)) = (&secrets, std::env::var(names::SSH_PUB_KEY))
-        && key.contains("<%")
-    {
-        let rendered = render_secrets(&key, secrets, names::SSH_PUB_KEY)?;
-        vars.push(Variable::new(names::SSH_PUB_KEY, rendered, Class::Own));
-    }
+    let vars = task_vars(&passed, &me, secrets.as_ref())?;
     let role = passed
         .peers
         .roles
@@ -129,7 +110,66 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     for note in &training.notes {
         tracing::warn!("{note}");
     }
+    let mode = file_mode()?;
+    let dynamic_count = vars.len();
+    let fitted = write_environment(layout, &passed, vars, &training, mode)?;
+    write_user_script(layout, &user_cmd, secrets.as_ref(), mode)?;
+    info!(
+        role = %task.kube_role,
+        index = task.index,
+        variables = dynamic_count,
+        exported = fitted.exported.len(),
+        bytes = fitted.bytes(),
+        "entry done: env files, peers and main.sh written"
+    );
+    Ok(())
+}
 
+/// Which task this is, its command, and which training variables its job asked for.
+fn identity() -> Result<(Task, std::ffi::OsString, Selection), EntryError> {
+    let var = |k: &str| std::env::var(k).ok();
+    let task = Task::from_env(var).map_err(EntryError::Identity)?;
+    let user_cmd = std::env::var_os(names::USER_CMD).ok_or(EntryError::NoCommand)?;
+    let selection = match std::env::var(training::FRAMEWORK_ENV_VAR) {
+        Ok(text) => text
+            .parse::<Selection>()
+            .map_err(|e| EntryError::Identity(e.to_string()))?,
+        Err(_) => Selection::none(),
+    };
+    Ok((task, user_cmd, selection))
+}
+
+/// This task's dynamic variables, from the peer table the barrier passed with.
+fn task_vars(
+    passed: &Passed,
+    me: &Me,
+    secrets: Option<&serde_json::Value>,
+) -> Result<Vec<Variable>, EntryError> {
+    let mut vars = dynamic_env(&passed.peers, me)?;
+    if let Ok(pod) = std::env::var(pai_contract::env::fc::POD_NAME) {
+        vars.push(Variable::new(names::CONTAINER_ID, pod, Class::Own));
+    }
+    check_ports(passed, me)?;
+    // A v2 job's public key may come from its secrets (`userssh: <% $secrets.key %>`):
+    // the rendered key is this task's own variable, which the daemons (sshd) see.
+    if let (Some(secrets), Ok(key)) = (secrets, std::env::var(names::SSH_PUB_KEY))
+        && key.contains("<%")
+    {
+        let rendered = render_secrets(&key, secrets, names::SSH_PUB_KEY)?;
+        vars.push(Variable::new(names::SSH_PUB_KEY, rendered, Class::Own));
+    }
+    Ok(vars)
+}
+
+/// Writes the task's environment: its own variables, its peers', the training files,
+/// the peer table and the Framework; what is the same in many tasks once per host.
+fn write_environment(
+    layout: &Layout,
+    passed: &Passed,
+    vars: Vec<Variable>,
+    training: &training_env::Training,
+    mode: u32,
+) -> Result<budget::Fitted, EntryError> {
     // What is the same in many tasks is written once per host where they share one
     // (the embedded default), and hard-linked.
     let shared = std::env::var_os(pai_contract::env::runtime::SHARED_DIR).map(PathBuf::from);
@@ -152,8 +192,6 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         &peers_json,
         0o644,
     )?;
-    let mode = file_mode()?;
-    let dynamic_count = vars.len();
     let all: Vec<Variable> = vars
         .into_iter()
         .chain(training.vars.iter().cloned())
@@ -207,21 +245,23 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         )?;
     }
     write_ssh_client(layout, &training.ssh_config, mode)?;
-    let mut script = std::os::unix::ffi::OsStrExt::as_bytes(user_cmd.as_os_str()).to_vec();
-    if let Some(secrets) = &secrets {
+    Ok(fitted)
+}
+
+/// The user's command as `main.sh`, a v2 job's secrets rendered into it.
+fn write_user_script(
+    layout: &Layout,
+    user_cmd: &std::ffi::OsStr,
+    secrets: Option<&serde_json::Value>,
+    mode: u32,
+) -> Result<(), EntryError> {
+    let mut script = std::os::unix::ffi::OsStrExt::as_bytes(user_cmd).to_vec();
+    if let Some(secrets) = secrets {
         let text = String::from_utf8_lossy(&script).into_owned();
         script = render_secrets(&text, secrets, names::USER_CMD)?.into_bytes();
     }
     script.push(b'\n');
     write_file(&layout.main_sh(), &script, mode)?;
-    info!(
-        role = %task.kube_role,
-        index = task.index,
-        variables = dynamic_count,
-        exported = fitted.exported.len(),
-        bytes = fitted.bytes(),
-        "entry done: env files, peers and main.sh written"
-    );
     Ok(())
 }
 

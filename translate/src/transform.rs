@@ -232,13 +232,62 @@ impl Transformer {
         }
     }
 
+    /// A role's pod: the runtime's init container, the main container, their volumes,
+    /// and where the pod runs.
     fn pod(&self, role: &TaskRole, plan: &PortPlan, job: &JobParts<'_>) -> PodTemplateSpec {
         let cfg = &self.config;
-        let mounts = vec![
-            mount(RUNTIME_VOLUME, paths::RUNTIME_ROOT),
-            mount(LOGS_VOLUME, paths::LOGS),
-        ];
+        let mut labels = job.labels.clone();
+        labels.extend(job.gang.labels.clone());
+        let mut annotations = BTreeMap::from([(
+            meta::ANNOTATION_ROLE.to_string(),
+            role.name().as_str().to_string(),
+        )]);
+        annotations.extend(job.gang.annotations.clone());
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(labels),
+                annotations: Some(annotations),
+                // The server keeps the end of the task's log before the pod goes.
+                finalizers: (cfg.kept_log_bytes > 0)
+                    .then(|| vec![pai_contract::kept_logs::FINALIZER.to_string()]),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                restart_policy: Some("Never".to_string()),
+                scheduler_name: job.gang.scheduler_name.clone(),
+                // Held until the jobs it waits for reached their states.
+                scheduling_gates: job.gated.then(|| {
+                    vec![PodSchedulingGate {
+                        name: pai_contract::depends::GATE.to_string(),
+                    }]
+                }),
+                priority_class_name: job.gang.priority_class_name.clone(),
+                // The job's own account, which may read the job's Framework and peer
+                // table and nothing else; no token is mounted into the user's container.
+                service_account_name: Some(access::job_account(job.name)),
+                automount_service_account_token: Some(false),
+                host_network: cfg.host_network.then_some(true),
+                image_pull_secrets: {
+                    let names: Vec<LocalObjectReference> = cfg
+                        .image_pull_secrets
+                        .iter()
+                        .chain(&job.pull_secret)
+                        .map(|name| LocalObjectReference { name: name.clone() })
+                        .collect();
+                    (!names.is_empty()).then_some(names)
+                },
+                termination_grace_period_seconds: Some(cfg.termination_grace_period_sec),
+                init_containers: Some(vec![self.init_container(role, job)]),
+                containers: vec![self.main_container(role, plan, job)],
+                volumes: Some(self.volumes(role, job)),
+                ..PodSpec::default()
+            }),
+        }
+    }
 
+    /// The runtime's `entry`: `prep/`, the barrier, the files the main container reads.
+    fn init_container(&self, role: &TaskRole, job: &JobParts<'_>) -> Container {
+        let cfg = &self.config;
         let mut init_env = vec![
             env_var(names::USER_CMD, role.command()),
             env_var(names::KUBE_APISERVER_ADDRESS, &cfg.kube_apiserver_address),
@@ -259,7 +308,17 @@ impl Transformer {
         if let Some(timeout) = cfg.barrier_timeout_sec {
             init_env.push(env_var(barrier::TIMEOUT, &timeout.to_string()));
         }
-        let init = Container {
+        let mut mounts = shared_mounts();
+        mounts.push(VolumeMount {
+            read_only: Some(true),
+            ..mount(JOB_SSH_VOLUME, training::JOB_SSH_MOUNT)
+        });
+        // The barrier's token: in this container only.
+        mounts.push(VolumeMount {
+            read_only: Some(true),
+            ..mount(TOKEN_VOLUME, access::TOKEN_MOUNT)
+        });
+        Container {
             name: INIT_CONTAINER.to_string(),
             image: Some(cfg.runtime_image.clone()),
             image_pull_policy: cfg.runtime_image_pull_policy.clone(),
@@ -268,22 +327,15 @@ impl Transformer {
                 paths::commands::ENTRY.to_string(),
             ]),
             env: Some(init_env),
-            volume_mounts: Some({
-                let mut init_mounts = mounts.clone();
-                init_mounts.push(VolumeMount {
-                    read_only: Some(true),
-                    ..mount(JOB_SSH_VOLUME, training::JOB_SSH_MOUNT)
-                });
-                // The barrier's token: in this container only.
-                init_mounts.push(VolumeMount {
-                    read_only: Some(true),
-                    ..mount(TOKEN_VOLUME, access::TOKEN_MOUNT)
-                });
-                init_mounts
-            }),
+            volume_mounts: Some(mounts),
             ..Container::default()
-        };
+        }
+    }
 
+    /// The user's image with the runtime's `run` as PID 1, the whole environment, the
+    /// role's resources and ports.
+    fn main_container(&self, role: &TaskRole, plan: &PortPlan, job: &JobParts<'_>) -> Container {
+        let cfg = &self.config;
         let role_vars = role_env(role, plan, job.protocol);
         let mut runtime_vars = vec![
             (
@@ -327,9 +379,9 @@ impl Transformer {
                 ..ContainerPort::default()
             })
             .collect();
-        let mut main_mounts = mounts;
-        main_mounts.push(mount(SHM_VOLUME, paths::DEV_SHM));
-        let main = Container {
+        let mut mounts = shared_mounts();
+        mounts.push(mount(SHM_VOLUME, paths::DEV_SHM));
+        Container {
             name: MAIN_CONTAINER.to_string(),
             image: Some(role.image_or(job.image).to_string()),
             command: Some(vec![paths::RUN.to_string()]),
@@ -340,7 +392,7 @@ impl Transformer {
                 ..ResourceRequirements::default()
             }),
             ports: Some(ports),
-            volume_mounts: Some(main_mounts),
+            volume_mounts: Some(mounts),
             security_context: (!cfg.extra_capabilities.is_empty()).then(|| SecurityContext {
                 capabilities: Some(Capabilities {
                     add: Some(cfg.extra_capabilities.clone()),
@@ -349,9 +401,13 @@ impl Transformer {
                 ..SecurityContext::default()
             }),
             ..Container::default()
-        };
+        }
+    }
 
-        let logs = match &cfg.log_host_path {
+    /// The pod's volumes: the runtime's files, the logs, `/dev/shm`, the job's key, the
+    /// barrier's token.
+    fn volumes(&self, role: &TaskRole, job: &JobParts<'_>) -> Vec<Volume> {
+        let logs = match &self.config.log_host_path {
             Some(path) => Volume {
                 name: LOGS_VOLUME.to_string(),
                 host_path: Some(HostPathVolumeSource {
@@ -362,74 +418,36 @@ impl Transformer {
             },
             None => empty_dir(LOGS_VOLUME, None, None),
         };
-        let mut labels = job.labels.clone();
-        labels.extend(job.gang.labels.clone());
-        let mut annotations = BTreeMap::from([(
-            meta::ANNOTATION_ROLE.to_string(),
-            role.name().as_str().to_string(),
-        )]);
-        annotations.extend(job.gang.annotations.clone());
-        PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: Some(labels),
-                annotations: Some(annotations),
-                // The server keeps the end of the task's log before the pod goes.
-                finalizers: (cfg.kept_log_bytes > 0)
-                    .then(|| vec![pai_contract::kept_logs::FINALIZER.to_string()]),
-                ..ObjectMeta::default()
-            }),
-            spec: Some(PodSpec {
-                restart_policy: Some("Never".to_string()),
-                scheduler_name: job.gang.scheduler_name.clone(),
-                // Held until the jobs it waits for reached their states.
-                scheduling_gates: job.gated.then(|| {
-                    vec![PodSchedulingGate {
-                        name: pai_contract::depends::GATE.to_string(),
-                    }]
+        vec![
+            empty_dir(RUNTIME_VOLUME, None, None),
+            logs,
+            empty_dir(
+                SHM_VOLUME,
+                Some("Memory"),
+                Some(Quantity(format!("{}Mi", role.resources().shm_mb))),
+            ),
+            Volume {
+                name: JOB_SSH_VOLUME.to_string(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(training::job_ssh_secret(job.name)),
+                    // Read by the init container's user alone; it copies the key for
+                    // the task's user.
+                    default_mode: Some(0o400),
+                    ..SecretVolumeSource::default()
                 }),
-                priority_class_name: job.gang.priority_class_name.clone(),
-                // The job's own account, which may read the job's Framework and peer
-                // table and nothing else; no token is mounted into the user's container.
-                service_account_name: Some(access::job_account(job.name)),
-                automount_service_account_token: Some(false),
-                host_network: cfg.host_network.then_some(true),
-                image_pull_secrets: {
-                    let names: Vec<LocalObjectReference> = cfg
-                        .image_pull_secrets
-                        .iter()
-                        .chain(&job.pull_secret)
-                        .map(|name| LocalObjectReference { name: name.clone() })
-                        .collect();
-                    (!names.is_empty()).then_some(names)
-                },
-                termination_grace_period_seconds: Some(cfg.termination_grace_period_sec),
-                init_containers: Some(vec![init]),
-                containers: vec![main],
-                volumes: Some(vec![
-                    empty_dir(RUNTIME_VOLUME, None, None),
-                    logs,
-                    empty_dir(
-                        SHM_VOLUME,
-                        Some("Memory"),
-                        Some(Quantity(format!("{}Mi", res.shm_mb))),
-                    ),
-                    Volume {
-                        name: JOB_SSH_VOLUME.to_string(),
-                        secret: Some(SecretVolumeSource {
-                            secret_name: Some(training::job_ssh_secret(job.name)),
-                            // Read by the init container's user alone; it copies the
-                            // key for the task's user.
-                            default_mode: Some(0o400),
-                            ..SecretVolumeSource::default()
-                        }),
-                        ..Volume::default()
-                    },
-                    token_volume(),
-                ]),
-                ..PodSpec::default()
-            }),
-        }
+                ..Volume::default()
+            },
+            token_volume(),
+        ]
     }
+}
+
+/// What both containers mount: the runtime's files and the logs.
+fn shared_mounts() -> Vec<VolumeMount> {
+    vec![
+        mount(RUNTIME_VOLUME, paths::RUNTIME_ROOT),
+        mount(LOGS_VOLUME, paths::LOGS),
+    ]
 }
 
 /// The text kept in the Framework and read back as the job's config: as submitted, with

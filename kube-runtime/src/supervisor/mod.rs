@@ -103,7 +103,33 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Outcome, SuperviseErr
         path: plan.log_dir.display().to_string(),
         source,
     })?;
+    let (on_demand, daemon_env) = hold_ssh(plan)?;
+    let daemons = start_daemons(plan, &daemon_env, on_demand.is_some());
+    let (user_pid, reader) = start_user_command(plan)?;
+    let mut run = Supervision {
+        plan,
+        pid1,
+        user_pid,
+        daemons,
+        on_demand,
+        status: None,
+        stop_deadline: None,
+        cleanup: None,
+    };
+    while run.step(signals)? {}
+    let ended = run.status.unwrap_or(Ended::Exited(0));
+    let detector = reader.join();
+    info!(code = ended.code(), "user command ended");
+    let cause = match detector {
+        Ok(detector) if ended.code() != 0 => detector.cause(ended.code(), ended.signal_name()),
+        _ => None,
+    };
+    Ok(Outcome { ended, cause })
+}
 
+/// Holds the ssh port before anything starts (nobody takes it in between), and the
+/// environment the daemon scripts run with.
+fn hold_ssh(plan: &Plan) -> Result<(Option<ssh::OnDemand>, Arc<Environment>), SuperviseError> {
     let environment = |vars: &[(OsString, OsString)]| {
         Environment::new(vars.iter().map(|(k, v)| (k, v))).map_err(|source| SuperviseError::Spawn {
             program: "the daemon scripts".into(),
@@ -113,7 +139,6 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Outcome, SuperviseErr
     let mut on_demand_env = plan.daemon_env.clone();
     on_demand_env.push((ssh::ON_DEMAND_VAR.into(), "1".into()));
     let on_demand_env = Arc::new(environment(&on_demand_env)?);
-    // The ssh port is held before anything starts: nobody takes it in between.
     let on_demand = plan.ssh.clone().map(|sshd| {
         let port = sshd.port;
         let session = sshd.session.clone();
@@ -125,32 +150,33 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Outcome, SuperviseErr
         });
         ssh::OnDemand::listen(sshd, setup).map_err(|e| (port, session, e))
     });
-    let on_demand = match on_demand {
-        None => None,
-        Some(Ok(on_demand)) => Some(on_demand),
+    match on_demand {
+        None => Ok((None, Arc::new(environment(&plan.daemon_env)?))),
+        Some(Ok(on_demand)) => Ok((Some(on_demand), on_demand_env)),
         // Taken by someone else: the task goes elsewhere (a conflict, retried), rather
         // than serve ssh on a port another process answers.
         Some(Err((port, _, e))) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            return Err(SuperviseError::PortTaken { port });
+            Err(SuperviseError::PortTaken { port })
         }
         Some(Err((port, session, e))) => {
             warn!(port, error = %e, "cannot hold the ssh port; the daemon scripts start sshd themselves");
             // Their sshd's sessions read it: now, not at the first connection.
             session.write();
-            None
+            Ok((None, Arc::new(environment(&plan.daemon_env)?)))
         }
-    };
-    let daemon_env = match on_demand {
-        Some(_) => on_demand_env,
-        None => Arc::new(environment(&plan.daemon_env)?),
-    };
-    let mut daemons: HashMap<Pid, String> = HashMap::new();
+    }
+}
+
+/// Starts the `init/` daemon scripts (sshd's setup waits for the first connection when
+/// the port is held); one that cannot start is left out.
+fn start_daemons(plan: &Plan, env: &Environment, ssh_on_demand: bool) -> HashMap<Pid, String> {
+    let mut daemons = HashMap::new();
     for (name, script) in &plan.daemons {
-        if on_demand.is_some() && name == ssh::SETUP_SCRIPT {
+        if ssh_on_demand && name == ssh::SETUP_SCRIPT {
             // Run at the first ssh connection instead.
             continue;
         }
-        match start_script(name, script, &daemon_env, &plan.log_dir, plan.log_cap) {
+        match start_script(name, script, env, &plan.log_dir, plan.log_cap) {
             Ok(pid) => {
                 info!(daemon = %name, %pid, "started");
                 daemons.insert(pid, name.clone());
@@ -158,7 +184,19 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Outcome, SuperviseErr
             Err(e) => warn!(daemon = %name, error = %e, "cannot start; the job goes on without it"),
         }
     }
+    daemons
+}
 
+/// Starts the user command with its output read in order into the user log.
+fn start_user_command(
+    plan: &Plan,
+) -> Result<
+    (
+        Pid,
+        std::thread::JoinHandle<pai_contract::failure::Detector>,
+    ),
+    SuperviseError,
+> {
     let user_log_path = plan.log_dir.join(crate::logs::USER_LOG);
     let user_log = match CappedLog::create(&user_log_path, plan.log_cap) {
         Ok(log) => Some(Arc::new(Mutex::new(log))),
@@ -193,25 +231,83 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Outcome, SuperviseErr
         },
     )
     .map_err(spawn_error)?;
-    drop(env);
     info!(pid = %user_pid, "user command started");
+    Ok((user_pid, reader))
+}
 
-    let mut status: Option<Ended> = None;
-    // After a forwarded TERM or INT: when to KILL the user command's group.
-    let mut stop_deadline: Option<Instant> = None;
-    // After the user command ended: when to KILL what is left, and whether we did.
-    let mut cleanup: Option<(Instant, bool)> = None;
-    // Notes what ended: the user command's status, a daemon's end.
-    // `cleaning_up`: the clean-up's TERM went out, so a daemon's end may be ours.
-    let mut note = |ended: Vec<(Pid, Ended)>, status: &mut Option<Ended>, cleaning_up: bool| {
+/// The supervisor's loop: what runs, what ended, and the deadlines of a stop.
+struct Supervision<'a> {
+    plan: &'a Plan,
+    pid1: bool,
+    user_pid: Pid,
+    daemons: HashMap<Pid, String>,
+    on_demand: Option<ssh::OnDemand>,
+    /// The user command's status, once it ended.
+    status: Option<Ended>,
+    /// After a forwarded TERM or INT: when to KILL the user command's group.
+    stop_deadline: Option<Instant>,
+    /// After the user command ended: when to KILL what is left, and whether we did.
+    cleanup: Option<(Instant, bool)>,
+}
+
+impl Supervision<'_> {
+    /// Reaps, acts on the deadlines, then waits for signals; `false` once nothing runs
+    /// any more and everything that ended was told.
+    fn step(&mut self, signals: &Signals) -> Result<bool, SuperviseError> {
+        let reaped = reap();
+        self.note(reaped.ended);
+        let now = Instant::now();
+        if self.status.is_some() {
+            if !reaped.children_left {
+                return Ok(false);
+            }
+            match self.cleanup {
+                None => {
+                    signal_rest(Signal::SIGTERM, self.pid1);
+                    self.cleanup = Some((now + self.plan.grace, false));
+                }
+                Some((deadline, false)) if now >= deadline => {
+                    warn!("processes left after the grace period; killing them");
+                    signal_rest(Signal::SIGKILL, self.pid1);
+                    self.cleanup = Some((deadline, true));
+                }
+                Some(_) => {}
+            }
+        } else if let Some(deadline) = self.stop_deadline
+            && now >= deadline
+        {
+            warn!(
+                grace_s = self.plan.grace.as_secs(),
+                "the user command outlived the grace period; killing it"
+            );
+            signal_group(self.user_pid, Signal::SIGKILL);
+            self.stop_deadline = None;
+        }
+        let deadline = match (self.status, self.cleanup) {
+            (Some(_), Some((deadline, false))) => Some(deadline),
+            (Some(_), _) => None,
+            (None, _) => self.stop_deadline,
+        };
+        // With everything killed, SIGCHLD is the only thing left to wait for.
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        for signal in signals.wait(timeout)? {
+            self.forward(signal);
+        }
+        Ok(true)
+    }
+
+    /// Notes what ended: the user command's status, a daemon's end. Once the clean-up's
+    /// TERM went out, a daemon's end may be ours.
+    fn note(&mut self, ended: Vec<(Pid, Ended)>) {
+        let cleaning_up = self.cleanup.is_some();
         for (pid, ended) in ended {
-            if let Some(on_demand) = &on_demand {
+            if let Some(on_demand) = &self.on_demand {
                 on_demand.reaped(pid.as_raw().unsigned_abs(), cleaning_up);
             }
-            if pid == user_pid {
+            if pid == self.user_pid {
                 // Told once its output is all read, after it.
-                *status = Some(ended);
-            } else if let Some(name) = daemons.remove(&pid) {
+                self.status = Some(ended);
+            } else if let Some(name) = self.daemons.remove(&pid) {
                 if ended.code() == 0 {
                     info!(daemon = %name, "daemon script finished");
                 } else if cleaning_up {
@@ -222,74 +318,28 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Outcome, SuperviseErr
                 }
             }
         }
-    };
-    loop {
-        let reaped = reap();
-        note(reaped.ended, &mut status, cleanup.is_some());
-        let now = Instant::now();
-        if status.is_some() {
-            if !reaped.children_left {
-                // Nothing runs any more, and everything that ended was told.
-                break;
-            }
-            match cleanup {
-                None => {
-                    signal_rest(Signal::SIGTERM, pid1);
-                    cleanup = Some((now + plan.grace, false));
-                }
-                Some((deadline, false)) if now >= deadline => {
-                    warn!("processes left after the grace period; killing them");
-                    signal_rest(Signal::SIGKILL, pid1);
-                    cleanup = Some((deadline, true));
-                }
-                Some(_) => {}
-            }
-        } else if let Some(deadline) = stop_deadline
-            && now >= deadline
-        {
-            warn!(
-                grace_s = plan.grace.as_secs(),
-                "the user command outlived the grace period; killing it"
-            );
-            signal_group(user_pid, Signal::SIGKILL);
-            stop_deadline = None;
-        }
+    }
 
-        let deadline = match (status, cleanup) {
-            (Some(_), Some((deadline, false))) => Some(deadline),
-            (Some(_), _) => None,
-            (None, _) => stop_deadline,
-        };
-        // With everything killed, SIGCHLD is the only thing left to wait for.
-        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        for signal in signals.wait(timeout)? {
-            if !forwarded(signal) {
-                continue;
-            }
-            // A TERM while the grace period of an earlier one runs adds nothing: the
-            // user command has it, and KILL follows at the deadline. The kernel sends
-            // the parent-death signal again for every thread of a dying parent the
-            // task is handed to in turn, so one stop can arrive as several TERMs;
-            // forwarded each, they would run the user command's TERM trap again.
-            if signal == Signal::SIGTERM && stop_deadline.is_some() {
-                info!("TERM again within the grace period; not forwarded twice");
-                continue;
-            }
-            if status.is_none() {
-                info!(%signal, "forwarding to the user command");
-                signal_group(user_pid, signal);
-                if matches!(signal, Signal::SIGTERM | Signal::SIGINT) && stop_deadline.is_none() {
-                    stop_deadline = Some(Instant::now() + plan.grace);
-                }
+    /// Hands `signal` to the user command's group while it runs.
+    fn forward(&mut self, signal: Signal) {
+        if !forwarded(signal) {
+            return;
+        }
+        // A TERM while the grace period of an earlier one runs adds nothing: the user
+        // command has it, and KILL follows at the deadline. The kernel sends the
+        // parent-death signal again for every thread of a dying parent the task is
+        // handed to in turn, so one stop can arrive as several TERMs; forwarded each,
+        // they would run the user command's TERM trap again.
+        if signal == Signal::SIGTERM && self.stop_deadline.is_some() {
+            info!("TERM again within the grace period; not forwarded twice");
+            return;
+        }
+        if self.status.is_none() {
+            info!(%signal, "forwarding to the user command");
+            signal_group(self.user_pid, signal);
+            if matches!(signal, Signal::SIGTERM | Signal::SIGINT) && self.stop_deadline.is_none() {
+                self.stop_deadline = Some(Instant::now() + self.plan.grace);
             }
         }
     }
-    let ended = status.unwrap_or(Ended::Exited(0));
-    let detector = reader.join();
-    info!(code = ended.code(), "user command ended");
-    let cause = match detector {
-        Ok(detector) if ended.code() != 0 => detector.cause(ended.code(), ended.signal_name()),
-        _ => None,
-    };
-    Ok(Outcome { ended, cause })
 }

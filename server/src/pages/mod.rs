@@ -300,55 +300,7 @@ async fn job_page(
     let framework = found.framework;
     let made = state.views.of(&framework);
     let job_view = &made.view;
-    // The last lines of the first tasks that started, read side by side.
-    let started: Vec<(String, u32)> = job_view
-        .task_roles
-        .iter()
-        .flat_map(|(role, r)| {
-            r.task_statuses
-                .iter()
-                .filter(|t| t.task_state != JobState::Waiting)
-                .map(move |t| (role.clone(), t.task_index))
-        })
-        .take(TAILS_PER_PAGE)
-        .collect();
-    let reads = started.iter().map(|(role, index)| {
-        let backend = state.backend.clone();
-        let pod = framework
-            .role(role)
-            .map(|r| framework.pod_name(r, *index))
-            .unwrap_or_default();
-        // Read more than is shown: the runtime's lines are shown apart from the user's.
-        async move { backend.log_tail(&pod, TAIL_LINES * 4, TAIL_BYTES * 4).await }
-    });
-    let read = futures::future::join_all(reads).await;
-    let mut tails: std::collections::HashMap<(String, u32), Tail> = started
-        .into_iter()
-        .zip(read)
-        .map(|(key, result)| {
-            let tail = match result {
-                Ok(lines) => {
-                    use pai_contract::log_lines::{Source, keep};
-                    let last = |source| {
-                        pai_engine::backend::last_lines(
-                            keep(&lines, source).as_bytes(),
-                            TAIL_LINES,
-                            TAIL_BYTES,
-                        )
-                    };
-                    Tail::Lines {
-                        user: last(Source::User),
-                        runtime: last(Source::Runtime),
-                    }
-                }
-                Err(pai_engine::backend::BackendError::NotFound) => {
-                    Tail::Missing("no log yet".to_string())
-                }
-                Err(e) => Tail::Missing(format!("log not available: {e}")),
-            };
-            (key, tail)
-        })
-        .collect();
+    let mut tails = read_tails(&state, &framework, job_view).await;
     let mut tail_of = |role: &str, index: u32| {
         tails.remove(&(role.to_string(), index)).unwrap_or_else(|| {
             let waiting = job_view
@@ -378,6 +330,62 @@ async fn job_page(
         data.flags = format!(" --server {server}{}", data.flags);
     }
     page(StatusCode::OK, "job", &data)
+}
+
+/// The last lines of the first tasks that started, read side by side, by role and index.
+async fn read_tails(
+    state: &AppState,
+    framework: &pai_contract::Framework,
+    job_view: &pai_api::status::JobView,
+) -> std::collections::HashMap<(String, u32), Tail> {
+    let started: Vec<(String, u32)> = job_view
+        .task_roles
+        .iter()
+        .flat_map(|(role, r)| {
+            r.task_statuses
+                .iter()
+                .filter(|t| t.task_state != JobState::Waiting)
+                .map(move |t| (role.clone(), t.task_index))
+        })
+        .take(TAILS_PER_PAGE)
+        .collect();
+    let reads = started.iter().map(|(role, index)| {
+        let backend = state.backend.clone();
+        let pod = framework
+            .role(role)
+            .map(|r| framework.pod_name(r, *index))
+            .unwrap_or_default();
+        // Read more than is shown: the runtime's lines are shown apart from the user's.
+        async move { backend.log_tail(&pod, TAIL_LINES * 4, TAIL_BYTES * 4).await }
+    });
+    let read = futures::future::join_all(reads).await;
+    started
+        .into_iter()
+        .zip(read)
+        .map(|(key, result)| {
+            let tail = match result {
+                Ok(lines) => {
+                    use pai_contract::log_lines::{Source, keep};
+                    let last = |source| {
+                        pai_engine::backend::last_lines(
+                            keep(&lines, source).as_bytes(),
+                            TAIL_LINES,
+                            TAIL_BYTES,
+                        )
+                    };
+                    Tail::Lines {
+                        user: last(Source::User),
+                        runtime: last(Source::Runtime),
+                    }
+                }
+                Err(pai_engine::backend::BackendError::NotFound) => {
+                    Tail::Missing("no log yet".to_string())
+                }
+                Err(e) => Tail::Missing(format!("log not available: {e}")),
+            };
+            (key, tail)
+        })
+        .collect()
 }
 
 #[derive(Deserialize, Default)]

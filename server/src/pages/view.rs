@@ -3,9 +3,10 @@
 
 use serde::Serialize;
 
+use pai_api::jobs::Execution;
 use pai_api::jobs::JobSummary;
 use pai_api::routes;
-use pai_api::status::{JobState, JobView};
+use pai_api::status::{JobState, JobView, TaskView};
 use pai_api::time::{age, iso, readable};
 use pai_contract::exit;
 
@@ -363,172 +364,36 @@ pub fn job_page(
 ) -> JobPage {
     let status = &view.job_status;
     let user = status.username.clone();
-    let mut tails_shown = 0;
-    let mut tails_omitted = false;
+    let mut tails = TailCount::default();
     let here = routes::UI_JOB.with(&[&user, &view.name]);
     let roles: Vec<RoleSection> = view
         .task_roles
         .iter()
         .filter(|(name, _)| paging.role.as_ref().is_none_or(|r| r == *name))
         .map(|(name, role)| {
-            let all = &role.task_statuses;
-            let total = all.len();
-            let running = all
+            let picked = pick(name, &role.task_statuses, paging, &here);
+            let tasks = picked
+                .tasks
                 .iter()
-                .filter(|t| t.task_state == JobState::Running)
-                .count();
-            // One page of the role's tasks: by index from `from` when the role is paged
-            // through; else the failed ones first, then the rest by index.
-            let (picked, shown, previous, next): (Vec<_>, _, _, _) = if paging.role.is_some() {
-                let from = paging.from.min(total);
-                let to = (from + TASKS_PER_PAGE).min(total);
-                let link = |at: usize| format!("{here}?role={name}&from={at}");
-                (
-                    all[from..to].iter().collect(),
-                    Some(format!("tasks {from}–{} of {total}", to.saturating_sub(1))),
-                    (from > 0).then(|| link(from.saturating_sub(TASKS_PER_PAGE))),
-                    (to < total).then(|| link(to)),
-                )
-            } else if total > TASKS_PER_PAGE {
-                let mut picked: Vec<_> = all
-                    .iter()
-                    .filter(|t| t.task_state == JobState::Failed)
-                    .take(TASKS_PER_PAGE)
-                    .collect();
-                let room = TASKS_PER_PAGE - picked.len();
-                picked.extend(
-                    all.iter()
-                        .filter(|t| t.task_state != JobState::Failed)
-                        .take(room),
-                );
-                (
-                    picked,
-                    Some(format!(
-                        "{TASKS_PER_PAGE} of {total} tasks: the failed ones first, then by index"
-                    )),
-                    None,
-                    Some(format!("{here}?role={name}&from=0")),
-                )
-            } else {
-                (all.iter().collect(), None, None, None)
-            };
-            let counts = (picked.len() < total).then(|| {
-                let mut by_state: std::collections::BTreeMap<String, usize> = Default::default();
-                for task in all {
-                    *by_state.entry(task.task_state.to_string()).or_default() += 1;
-                }
-                by_state
-                    .iter()
-                    .map(|(state, n)| format!("{n} {state}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            });
-            let tasks: Vec<TaskRow> = picked
-                .into_iter()
                 .map(|task| {
-                    let (tail, runtime_tail, tail_note) = match tail(name, task.task_index) {
-                        Tail::Lines { user, runtime } => {
-                            tails_shown += 1;
-                            let note = user.is_empty().then(|| {
-                                if status.state.is_final() || task.task_state.is_final() {
-                                    "no output".to_string()
-                                } else {
-                                    "no output yet".to_string()
-                                }
-                            });
-                            (
-                                Some(user).filter(|l| !l.is_empty()),
-                                Some(runtime).filter(|l| !l.is_empty()),
-                                note,
-                            )
-                        }
-                        Tail::Missing(why) => (None, None, Some(why)),
-                        Tail::NotRead => {
-                            tails_omitted = true;
-                            (None, None, None)
-                        }
-                    };
-                    TaskRow {
-                        id: format!("{name}-{}", task.task_index),
-                        state: task.task_state.to_string(),
-                        // A port answers only while its task runs.
-                        links: if task.task_state == JobState::Running {
-                            port_links(task)
-                        } else {
-                            Vec::new()
-                        },
-                        // The platform's codes alone: the user's own code says itself.
-                        exit_meaning: task.container_exit_meaning.clone().filter(|_| {
-                            task.container_exit_code.is_some_and(|code| {
-                                code != 0 && exit::platform_meaning(code).is_some()
-                            })
-                        }),
-                        decided: task.decided_outcome,
-                        ip: task.container_ip.clone(),
-                        ports: task
-                            .container_ports
-                            .iter()
-                            .map(|(label, ports)| format!("{label}:{ports}"))
-                            .collect::<Vec<_>>()
-                            .join(" "),
-                        exit_code_known: task.container_exit_code.is_some(),
-                        exit_code: task.container_exit_code,
-                        retries: task.retries,
-                        log_url: format!(
-                            "{}/logs/{name}/{}",
-                            job_url(&user, &view.name),
-                            task.task_index
-                        ),
-                        result: task.result.as_ref().map(|v| v.to_string()),
-                        result_error: task.result_error.clone(),
-                        tail,
-                        runtime_tail,
-                        tail_note,
-                    }
+                    let read = tail(name, task.task_index);
+                    task_row(view, name, task, tails.count(read, status.state, task))
                 })
                 .collect();
             RoleSection {
                 name: name.clone(),
-                running,
-                total,
+                running: role
+                    .task_statuses
+                    .iter()
+                    .filter(|t| t.task_state == JobState::Running)
+                    .count(),
+                total: role.task_statuses.len(),
                 tasks,
-                counts,
-                shown,
-                previous,
-                next,
+                counts: picked.counts,
+                shown: picked.shown,
+                previous: picked.previous,
+                next: picked.next,
             }
-        })
-        .collect();
-    // What the facts already say: a condition repeating it points there instead.
-    let said_above = |message: &str| {
-        let diagnostics = status.app_exit_diagnostics.as_deref().unwrap_or_default();
-        let cause = status
-            .app_exit_cause
-            .as_ref()
-            .map_or("", |c| c.line.as_str());
-        [diagnostics, cause]
-            .into_iter()
-            .find(|said| !said.is_empty() && message.contains(said))
-            .map_or_else(
-                || message.to_string(),
-                |said| message.replace(said, "(the reason above)"),
-            )
-    };
-    let conditions = view
-        .conditions
-        .iter()
-        .map(|c| ConditionLine {
-            time: c
-                .last_transition_time
-                .parse::<jiff::Timestamp>()
-                .map_or_else(
-                    |_| c.last_transition_time.clone(),
-                    |t| readable(t.as_millisecond()),
-                ),
-            kind: c.kind.clone(),
-            status: c.status.clone(),
-            reason: c.reason.clone(),
-            message: said_above(&c.message),
         })
         .collect();
     let trigger = match (
@@ -553,8 +418,7 @@ pub fn job_page(
             .as_ref()
             .and_then(|w| w.since)
             .map(|t| age(now_ms - t)),
-        stopping: status.execution_type == pai_api::jobs::Execution::Stop
-            && !status.state.is_final(),
+        stopping: status.execution_type == Execution::Stop && !status.state.is_final(),
         retries: status.retries,
         one_retry: status.retries == 1,
         running: status.running_task_number,
@@ -576,30 +440,19 @@ pub fn job_page(
             .filter(|a| a.retried)
             .map(|a| a.line())
             .collect(),
-        // The cause is said on its own row: the diagnostics point there.
-        diagnostics: status
-            .app_exit_diagnostics
-            .as_deref()
-            .filter(|d| !d.is_empty())
-            .map(|d| match &status.app_exit_cause {
-                Some(cause) if d.contains(&cause.line) => {
-                    d.replace(&cause.line, "(the cause above)")
-                }
-                _ => d.to_string(),
-            }),
+        diagnostics: diagnostics(status),
         cause: status.app_exit_cause.as_ref().map(|c| c.line.clone()),
         cause_pattern: status.app_exit_cause.as_ref().map(|c| c.pattern.clone()),
-        can_stop: !status.state.is_final()
-            && status.execution_type != pai_api::jobs::Execution::Stop,
+        can_stop: !status.state.is_final() && status.execution_type != Execution::Stop,
         runs: status.state == JobState::Running,
         ended: status.state.is_final(),
         resources: Vec::new(),
         spec: None,
         clone: format!("{user}/{}", view.name),
         roles,
-        conditions,
-        tails_shown,
-        tails_omitted,
+        conditions: condition_lines(view),
+        tails_shown: tails.shown,
+        tails_omitted: tails.omitted,
         first_role: view.task_roles.keys().next().cloned().unwrap_or_default(),
         flags: if viewer == user {
             String::new()
@@ -608,6 +461,196 @@ pub fn job_page(
         },
         user,
     }
+}
+
+/// One page of a role's tasks, and the words and links around it.
+struct Picked<'a> {
+    tasks: Vec<&'a TaskView>,
+    /// How many of each state, when not every task is shown.
+    counts: Option<String>,
+    /// Which tasks are shown, when not all.
+    shown: Option<String>,
+    previous: Option<String>,
+    next: Option<String>,
+}
+
+/// The tasks of role `name` shown: by index from `from` when the role is paged through;
+/// else, in a role too large for one page, the failed ones first, then the rest by index.
+fn pick<'a>(name: &str, all: &'a [TaskView], paging: &TaskPage, here: &str) -> Picked<'a> {
+    let total = all.len();
+    let mut picked = if paging.role.is_some() {
+        let from = paging.from.min(total);
+        let to = (from + TASKS_PER_PAGE).min(total);
+        let link = |at: usize| format!("{here}?role={name}&from={at}");
+        Picked {
+            tasks: all[from..to].iter().collect(),
+            counts: None,
+            shown: Some(format!("tasks {from}–{} of {total}", to.saturating_sub(1))),
+            previous: (from > 0).then(|| link(from.saturating_sub(TASKS_PER_PAGE))),
+            next: (to < total).then(|| link(to)),
+        }
+    } else if total > TASKS_PER_PAGE {
+        let failed = |t: &&TaskView| t.task_state == JobState::Failed;
+        let mut tasks: Vec<_> = all.iter().filter(failed).take(TASKS_PER_PAGE).collect();
+        let room = TASKS_PER_PAGE - tasks.len();
+        tasks.extend(all.iter().filter(|t| !failed(t)).take(room));
+        Picked {
+            tasks,
+            counts: None,
+            shown: Some(format!(
+                "{TASKS_PER_PAGE} of {total} tasks: the failed ones first, then by index"
+            )),
+            previous: None,
+            next: Some(format!("{here}?role={name}&from=0")),
+        }
+    } else {
+        Picked {
+            tasks: all.iter().collect(),
+            counts: None,
+            shown: None,
+            previous: None,
+            next: None,
+        }
+    };
+    if picked.tasks.len() < total {
+        let mut by_state: std::collections::BTreeMap<String, usize> = Default::default();
+        for task in all {
+            *by_state.entry(task.task_state.to_string()).or_default() += 1;
+        }
+        let counts: Vec<_> = by_state
+            .iter()
+            .map(|(state, n)| format!("{n} {state}"))
+            .collect();
+        picked.counts = Some(counts.join(", "));
+    }
+    picked
+}
+
+/// The log tails a page shows, and whether some were left out.
+#[derive(Default)]
+struct TailCount {
+    shown: usize,
+    omitted: bool,
+}
+
+/// A task's tail as its row shows it: the user's lines, the runtime's, a note.
+type RowTail = (Option<String>, Option<String>, Option<String>);
+
+impl TailCount {
+    /// `read` of a task of a job in `job` state, counted.
+    fn count(&mut self, read: Tail, job: JobState, task: &TaskView) -> RowTail {
+        match read {
+            Tail::Lines { user, runtime } => {
+                self.shown += 1;
+                let note = user.is_empty().then(|| {
+                    if job.is_final() || task.task_state.is_final() {
+                        "no output".to_string()
+                    } else {
+                        "no output yet".to_string()
+                    }
+                });
+                (
+                    Some(user).filter(|l| !l.is_empty()),
+                    Some(runtime).filter(|l| !l.is_empty()),
+                    note,
+                )
+            }
+            Tail::Missing(why) => (None, None, Some(why)),
+            Tail::NotRead => {
+                self.omitted = true;
+                (None, None, None)
+            }
+        }
+    }
+}
+
+/// One task's row.
+fn task_row(view: &JobView, role: &str, task: &TaskView, tail: RowTail) -> TaskRow {
+    let (tail, runtime_tail, tail_note) = tail;
+    TaskRow {
+        id: format!("{role}-{}", task.task_index),
+        state: task.task_state.to_string(),
+        // A port answers only while its task runs.
+        links: if task.task_state == JobState::Running {
+            port_links(task)
+        } else {
+            Vec::new()
+        },
+        // The platform's codes alone: the user's own code says itself.
+        exit_meaning: task.container_exit_meaning.clone().filter(|_| {
+            task.container_exit_code
+                .is_some_and(|code| code != 0 && exit::platform_meaning(code).is_some())
+        }),
+        decided: task.decided_outcome,
+        ip: task.container_ip.clone(),
+        ports: task
+            .container_ports
+            .iter()
+            .map(|(label, ports)| format!("{label}:{ports}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        exit_code_known: task.container_exit_code.is_some(),
+        exit_code: task.container_exit_code,
+        retries: task.retries,
+        log_url: format!(
+            "{}/logs/{role}/{}",
+            job_url(&view.job_status.username, &view.name),
+            task.task_index
+        ),
+        result: task.result.as_ref().map(|v| v.to_string()),
+        result_error: task.result_error.clone(),
+        tail,
+        runtime_tail,
+        tail_note,
+    }
+}
+
+/// The diagnostics, pointing at the cause's own row instead of repeating it.
+fn diagnostics(status: &pai_api::status::JobStatus) -> Option<String> {
+    status
+        .app_exit_diagnostics
+        .as_deref()
+        .filter(|d| !d.is_empty())
+        .map(|d| match &status.app_exit_cause {
+            Some(cause) if d.contains(&cause.line) => d.replace(&cause.line, "(the cause above)"),
+            _ => d.to_string(),
+        })
+}
+
+/// The conditions, each pointing at what the facts above already say instead of
+/// repeating it.
+fn condition_lines(view: &JobView) -> Vec<ConditionLine> {
+    let status = &view.job_status;
+    let said_above = |message: &str| {
+        let diagnostics = status.app_exit_diagnostics.as_deref().unwrap_or_default();
+        let cause = status
+            .app_exit_cause
+            .as_ref()
+            .map_or("", |c| c.line.as_str());
+        [diagnostics, cause]
+            .into_iter()
+            .find(|said| !said.is_empty() && message.contains(said))
+            .map_or_else(
+                || message.to_string(),
+                |said| message.replace(said, "(the reason above)"),
+            )
+    };
+    view.conditions
+        .iter()
+        .map(|c| ConditionLine {
+            time: c
+                .last_transition_time
+                .parse::<jiff::Timestamp>()
+                .map_or_else(
+                    |_| c.last_transition_time.clone(),
+                    |t| readable(t.as_millisecond()),
+                ),
+            kind: c.kind.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: said_above(&c.message),
+        })
+        .collect()
 }
 
 /// A task's ports as links (all but ssh), where it has an address.
