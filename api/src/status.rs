@@ -387,6 +387,7 @@ pub fn job_view(framework: &Framework, logs_base: &str) -> JobView {
 
 /// The job as OpenPAI shows it; `held`: why it waits, as what holds it says (the
 /// Framework's own state speaks when that is `None`). Used only while it is `WAITING`.
+// Long: mostly the JobStatus literal, one line per field of OpenPAI's view.
 pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiting>) -> JobView {
     let name = framework.job_name().unwrap_or(framework.name()).to_string();
     let username = framework.user_name().unwrap_or_default().to_string();
@@ -409,59 +410,9 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         attempt_code: completion.map(|a| a.code),
         trigger_task,
     };
-    let own_ports = framework.task_ports();
-    let mut task_roles = BTreeMap::new();
-    let mut total_tasks = 0;
-    let mut total_gpus = 0u32;
-    let mut running_task_number = 0;
-    for role in &framework.spec.task_roles {
-        let pai_name = role.pai_name().to_string();
-        let gpus = role.gpu_count();
-        let tasks = role.tasks();
-        // The role's ports, read once; a task's own (the embedded default's) over them.
-        let role_ports = ports_view(&role.port_plan());
-        let own = own_ports.role(&role.name);
-        total_tasks += tasks;
-        total_gpus = total_gpus.saturating_add(gpus.saturating_mul(tasks));
-        // Each task's status by index, in one pass: the view is linear in the tasks.
-        let mut by_index: Vec<Option<&TaskStatus>> = vec![None; tasks as usize];
-        if let Some(observed) = statuses.iter().find(|r| r.name == role.name) {
-            for task in &observed.task_statuses {
-                if let Some(slot) = usize::try_from(task.index)
-                    .ok()
-                    .and_then(|i| by_index.get_mut(i))
-                {
-                    *slot = Some(task);
-                }
-            }
-        }
-        let task_statuses = (0..tasks)
-            .map(|index| {
-                let ports = own
-                    .get(index as usize)
-                    .map_or_else(|| role_ports.clone(), ports_view);
-                let place = TaskPlace {
-                    kube_role: &role.name,
-                    pai_role: &pai_name,
-                    index,
-                    gpus,
-                };
-                task_view(&facts, &place, by_index[index as usize], ports)
-            })
-            .collect::<Vec<TaskView>>();
-        running_task_number += task_statuses
-            .iter()
-            .filter(|t| t.task_state == JobState::Running)
-            .count() as u32;
-        task_roles.insert(
-            pai_name.clone(),
-            RoleView {
-                task_role_status: RoleName { name: pai_name },
-                task_statuses,
-            },
-        );
-    }
-
+    let roles = role_views(framework, &facts, &statuses);
+    let (task_roles, total_tasks, total_gpus, running_task_number) =
+        (roles.views, roles.tasks, roles.gpus, roles.running);
     let created = framework
         .metadata
         .creation_timestamp
@@ -530,6 +481,81 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         job_status,
         task_roles,
         conditions,
+    }
+}
+
+/// Every role's view, with the job's counts.
+struct Roles {
+    views: BTreeMap<String, RoleView>,
+    tasks: u32,
+    gpus: u32,
+    running: u32,
+}
+
+/// The roles of `framework` in its spec's order, each task's view from `statuses`.
+fn role_views(
+    framework: &Framework,
+    facts: &TaskFacts<'_>,
+    statuses: &[pai_contract::framework::TaskRoleStatus],
+) -> Roles {
+    let own_ports = framework.task_ports();
+    let mut task_roles = BTreeMap::new();
+    let mut total_tasks = 0;
+    let mut total_gpus = 0u32;
+    let mut running_task_number = 0;
+    for role in &framework.spec.task_roles {
+        let pai_name = role.pai_name().to_string();
+        let gpus = role.gpu_count();
+        let tasks = role.tasks();
+        // The role's ports, read once; a task's own (the embedded default's) over them.
+        let role_ports = ports_view(&role.port_plan());
+        let own = own_ports.role(&role.name);
+        total_tasks += tasks;
+        total_gpus = total_gpus.saturating_add(gpus.saturating_mul(tasks));
+        // Each task's status by index, in one pass: the view is linear in the tasks.
+        let mut by_index: Vec<Option<&TaskStatus>> = vec![None; tasks as usize];
+        if let Some(observed) = statuses.iter().find(|r| r.name == role.name) {
+            for task in &observed.task_statuses {
+                if let Some(slot) = usize::try_from(task.index)
+                    .ok()
+                    .and_then(|i| by_index.get_mut(i))
+                {
+                    *slot = Some(task);
+                }
+            }
+        }
+        let task_statuses = (0..tasks)
+            .map(|index| {
+                let ports = own
+                    .get(index as usize)
+                    .map_or_else(|| role_ports.clone(), ports_view);
+                let place = TaskPlace {
+                    kube_role: &role.name,
+                    pai_role: &pai_name,
+                    index,
+                    gpus,
+                };
+                task_view(facts, &place, by_index[index as usize], ports)
+            })
+            .collect::<Vec<TaskView>>();
+        running_task_number += task_statuses
+            .iter()
+            .filter(|t| t.task_state == JobState::Running)
+            .count() as u32;
+        task_roles.insert(
+            pai_name.clone(),
+            RoleView {
+                task_role_status: RoleName { name: pai_name },
+                task_statuses,
+            },
+        );
+    }
+
+    Roles {
+        views: task_roles,
+        tasks: total_tasks,
+        gpus: total_gpus,
+        running: running_task_number,
     }
 }
 

@@ -96,6 +96,8 @@ fn watch_seconds(config: &BarrierConfig) -> u32 {
 
 /// Watches the attempt's table by name until a table of this attempt instance arrives.
 /// A dropped or ended watch resumes from the last resourceVersion (from 0 after 410).
+// Long: one watch loop: its events, resume after a cut, 410, the retry rule; they share the
+// watch's state.
 async fn watch_published(
     client: Client,
     config: &BarrierConfig,

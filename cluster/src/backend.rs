@@ -405,6 +405,8 @@ impl Backend for KubeBackend {
         self.admission.as_ref()?.held(framework)
     }
 
+    // Long: creating a job is ordered (access, gang group, key Secret, Framework, owner
+    // references) and undone in reverse on failure.
     fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>> {
         async move {
             self.check_queue(&framework).await?;

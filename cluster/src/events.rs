@@ -61,22 +61,7 @@ pub struct Occurrence {
 /// What `framework`'s state says happened to it (besides its deletion, which only the
 /// watch knows).
 pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
-    let mut found = vec![Occurrence {
-        key: "submitted".into(),
-        warning: false,
-        reason: "Submitted",
-        action: "Submit",
-        note: format!(
-            "job {} of user {} submitted",
-            framework.job_name().unwrap_or("?"),
-            framework.user_name().unwrap_or("?")
-        ),
-        time: framework
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.to_string()),
-    }];
+    let mut found = vec![submitted(framework)];
     if framework.spec.execution_type == ExecutionType::Stop {
         found.push(Occurrence {
             key: "stop".into(),
@@ -111,6 +96,32 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
             time: attempt.start_time.clone(),
         });
     }
+    task_failures(framework, attempt.id, &mut found);
+    attempt_end(framework, &mut found);
+    found
+}
+
+fn submitted(framework: &Framework) -> Occurrence {
+    Occurrence {
+        key: "submitted".into(),
+        warning: false,
+        reason: "Submitted",
+        action: "Submit",
+        note: format!(
+            "job {} of user {} submitted",
+            framework.job_name().unwrap_or("?"),
+            framework.user_name().unwrap_or("?")
+        ),
+        time: framework
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string()),
+    }
+}
+
+/// Each task of attempt `attempt` that failed (not stopped by the platform or the user).
+fn task_failures(framework: &Framework, attempt: i32, found: &mut Vec<Occurrence>) {
     for role in framework.task_role_statuses().unwrap_or_default().iter() {
         for task in &role.task_statuses {
             let Some(done) = &task.attempt_status.completion_status else {
@@ -124,7 +135,7 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
                 continue;
             }
             found.push(Occurrence {
-                key: format!("attempt-{}.{}-{}.failed", attempt.id, role.name, task.index),
+                key: format!("attempt-{}.{}-{}.failed", attempt, role.name, task.index),
                 warning: true,
                 reason: "TaskFailed",
                 action: "Run",
@@ -132,7 +143,7 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
                     "task {}-{} of attempt {} failed: {} ({}){}",
                     role.name,
                     task.index,
-                    attempt.id,
+                    attempt,
                     done.code,
                     done.phrase,
                     diagnostics(done.diagnostics.as_deref())
@@ -141,6 +152,16 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
             });
         }
     }
+}
+
+/// How the current attempt ended, and the retry it scheduled.
+// Long: one match over how an attempt ends (succeeded, stopped, failed; final or retried),
+// each arm a few lines.
+fn attempt_end(framework: &Framework, found: &mut Vec<Occurrence>) {
+    let Some(status) = &framework.status else {
+        return;
+    };
+    let attempt = &status.attempt_status;
     if let Some(done) = &attempt.completion_status {
         let final_ = status.state == FrameworkState::Completed;
         let succeeded = done.code == codes::SUCCEEDED;
@@ -179,7 +200,7 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
                     Some(done.code),
                 ) =>
             {
-                return found;
+                return;
             }
             (false, true) => (
                 format!("attempt-{}.completed", attempt.id),
@@ -226,7 +247,6 @@ pub fn occurrences(framework: &Framework) -> Vec<Occurrence> {
                 .or_else(|| status.completion_time.clone()),
         });
     }
-    found
 }
 
 /// The Framework was deleted (only the watch knows).

@@ -57,6 +57,8 @@ impl Variable {
 
 /// Every dynamic variable for task `me`, in a stable order: the variables of the peer
 /// table, then every role's family.
+// Long: every variable family in the order the contract lists them; the order is part of
+// what tasks see.
 pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicEnvError> {
     let role_index = peers
         .roles

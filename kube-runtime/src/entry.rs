@@ -163,6 +163,7 @@ fn task_vars(
 
 /// Writes the task's environment: its own variables, its peers', the training files,
 /// the peer table and the Framework; what is the same in many tasks once per host.
+// Long: the files of a task's environment in the order `run` reads them.
 fn write_environment(
     layout: &Layout,
     passed: &Passed,

@@ -121,6 +121,8 @@ fn init_env(inner: &Inner, job: &str, mut env: Vec<(String, String)>) -> Vec<(St
 type Report = (i32, String, u32, Progress);
 
 /// Drives the job until it is deleted.
+// Long: the job's event loop: one select over commands, reports and the timer; each arm
+// hands off to a function.
 pub(super) async fn drive(
     inner: Arc<Inner>,
     job: Arc<Job>,
@@ -534,6 +536,8 @@ fn not_started(message: String) -> Event {
 /// and address; returns where each is and how to start it.
 type Placed = (Vec<Placement>, Vec<(String, u32, Launch)>);
 
+// Long: the steps of placing one attempt, in order (ports, pods, addresses, the peer
+// table), which share the attempt's locals.
 fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
     // A copy: binding a port per task takes a while for a large job, and the job's
     // readers (its status, the job list) must not wait for it. Only this driver changes

@@ -100,6 +100,8 @@ pub enum Effect {
 }
 
 /// Applies `event`; returns what must be done.
+// Long: FrameworkController's transition table as one match over (state, event), tested as
+// a table.
 pub fn step(framework: &mut Framework, event: Event, cx: &mut Context<'_>) -> Vec<Effect> {
     let mut effects = Vec::new();
     match event {

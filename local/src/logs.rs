@@ -91,6 +91,8 @@ fn ordered_log(root: &Path, attempt: i32, role: &str, index: u32) -> PathBuf {
     .join(pai_kube_runtime::logs::USER_LOG)
 }
 
+// Long: one state machine over a task's log files (which attempt, rotation, follow, the
+// task's end); its states share every local.
 pub(crate) fn log_stream(
     inner: &Arc<Inner>,
     job: Arc<Job>,

@@ -150,6 +150,8 @@ pub struct StopRequest {
 
 /// Runs the task to its end, reporting through `report`; a stop request ends it with
 /// TERM, then KILL of its whole tree after `grace`.
+// Long: one task's life in order (spawn, report, stop with TERM then KILL, reap), sharing
+// its process group.
 pub async fn run(
     launch: Launch,
     report: impl Fn(Progress),

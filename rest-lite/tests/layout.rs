@@ -159,3 +159,86 @@ fn every_route_path_is_written_once() {
         "route paths written outside pai_api::routes: {found:#?}"
     );
 }
+
+/// The functions of `text` (up to its unit tests) longer than `limit` lines whose
+/// comment just above gives no reason (`// Long: …`), as `name (lines)`.
+fn long_without_reason(text: &str, limit: usize) -> Vec<String> {
+    let code = text.split("\n#[cfg(test)]").next().unwrap_or_default();
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let signature = trimmed
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub(super) ")
+            .trim_start_matches("pub ")
+            .trim_start_matches("async ");
+        let Some(rest) = signature.strip_prefix("fn ") else {
+            i += 1;
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // The body opens where the signature ends; a declaration without one is skipped.
+        let Some(open) = (i..lines.len()).find(|&j| {
+            let l = lines[j].trim_end();
+            l.ends_with('{') || l.ends_with(';')
+        }) else {
+            break;
+        };
+        if lines[open].trim_end().ends_with(';') {
+            i = open + 1;
+            continue;
+        }
+        let close = (open + 1..lines.len())
+            .find(|&j| lines[j].len() == indent + 1 && lines[j].ends_with('}'))
+            .unwrap_or(lines.len() - 1);
+        let length = close - i + 1;
+        let reason = lines[i.saturating_sub(4)..i]
+            .iter()
+            .any(|l| l.trim_start().starts_with("// Long:"));
+        if length > limit && !reason {
+            found.push(format!("{name} ({length} lines)"));
+        }
+        i = close + 1;
+    }
+    found
+}
+
+/// No function over 80 lines without a reason written next to it.
+#[test]
+fn long_functions_say_why() {
+    let root = common::repo_root();
+    let mut files = Vec::new();
+    for folder in CRATES.iter().filter(|f| **f != "test-support") {
+        rust_files(&root.join(folder).join("src"), &mut files);
+    }
+    let mut found = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+    {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        for long in long_without_reason(&text, 80) {
+            found.push(format!("{}: {long}", file.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "functions over 80 lines with no `// Long: …` reason above them: {found:#?}"
+    );
+}
+
+#[test]
+fn a_long_function_is_found_and_its_reason_read() {
+    let body = "    let x = 1;\n".repeat(90);
+    let text = format!(
+        "fn short() {{\n}}\n\nfn long() {{\n{body}}}\n\n// Long: a table.\nfn table() {{\n{body}}}\n"
+    );
+    assert_eq!(long_without_reason(&text, 80), ["long (92 lines)"]);
+}

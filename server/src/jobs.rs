@@ -30,6 +30,8 @@ pub enum Submitted {
 
 /// Validates, transforms and (unless `dry_run`) creates the job. `path_job` is the PUT
 /// form's job name, which must be the spec's.
+// Long: a submission's steps in order (parse, transform, dependencies, key, secrets,
+// create), each a call.
 pub async fn submit(
     state: &AppState,
     caller: &Caller,

@@ -30,6 +30,8 @@ pub const PROBE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Probes every running task; 404 `NoJobSshInfoError` when none can be logged in to,
 /// naming the reasons.
+// Long: probes every running task and words each reason it cannot be logged in to, as one
+// answer.
 pub async fn ssh_info(state: &AppState, job: &Job) -> Result<SshInfo, ApiError> {
     let job_key = state
         .backend

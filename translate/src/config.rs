@@ -128,6 +128,7 @@ impl ClusterConfig {
     }
 
     /// Checks every field's rule.
+    // Long: one rule per field of the cluster config, in the file's order.
     pub fn check(&self) -> Result<(), ConfigError> {
         let invalid = |field, rule: String| Err(ConfigError::Invalid { field, rule });
         if !is_dns_label(&self.namespace) {

@@ -90,6 +90,7 @@ impl CodeSource {
 
 /// Checks the place-dependent fields of `spec` for `place`: the warnings to give, or
 /// every reason it cannot run there.
+// Long: one check per place-dependent field (codeDir, virtual cluster, image, resources).
 pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<String>, SpecErrors> {
     let mut warnings = Vec::new();
     if let Place::Cluster(_) = place {

@@ -82,6 +82,8 @@ impl Transformer {
 
     /// The Framework that runs `submission`. Fails when the ports cannot be allocated
     /// (a valid spec's names always fit FrameworkController's rules).
+    // Long: the Framework's fields in its own order (metadata, roles, annotations), each a
+    // few lines.
     pub fn transform(
         &self,
         submission: Submission<'_>,

@@ -173,6 +173,7 @@ pub fn results(view: &JobView) -> String {
 }
 
 /// `rest-lite status`: the job in a few lines, then a line per task.
+// Long: the status text top to bottom, as a person reads it.
 pub fn status(view: &JobView, now_ms: i64) -> String {
     let s = &view.job_status;
     let mut out = String::new();

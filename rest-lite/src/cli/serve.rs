@@ -178,6 +178,8 @@ pub fn machine_access(state_dir: &Path) -> Result<(Access, String)> {
     Ok((access, token))
 }
 
+// Long: start-up in order (config, hosts, TLS, tokens, backend, listeners, shutdown), as an
+// operator reads it.
 pub fn serve(args: ServeArgs) -> Result<()> {
     let mut config = load_config(args.config.as_deref())?;
     if let Some(namespace) = &args.namespace {

@@ -355,6 +355,7 @@ pub enum Tail {
 
 /// The job page of `view`; `tail(role, index)` is what was read of that task's log;
 /// `viewer` is who looks (their own jobs need no `-u` in the commands shown).
+// Long: mostly the page's struct literal, one line per field the template shows.
 pub fn job_page(
     view: &JobView,
     tail: &mut dyn FnMut(&str, u32) -> Tail,

@@ -121,40 +121,15 @@ struct Around {
 
 /// Reads a v2 document into a [`JobSpec`]: `value` is the document, `order` its roles'
 /// names as written.
+// Long: protocol v2's top-level fields in the order the protocol lists them, then the
+// roles; each step is a few lines.
 pub(super) fn job(value: &Value, order: &[String]) -> Result<JobSpec, SpecErrors> {
     let mut errors = Errors::default();
     let mut notes = Vec::new();
     let Some(obj) = Object::new(value, FieldPath::root(), JOB_FIELDS, &mut errors) else {
         return Err(errors.into_spec_errors());
     };
-    match obj.optional("protocolVersion") {
-        Some((Value::Number(n), _)) if n.as_u64() == Some(2) => {}
-        Some((Value::String(s), _)) if s == "2" => {}
-        Some((v, p)) => errors.push(
-            &p,
-            format!("must be 2 (OpenPAI's job protocol v2), got {}", shown(v)),
-        ),
-        None => errors.push(&obj.path("protocolVersion"), "must be 2, got null"),
-    }
-    let name = obj
-        .required("name", &mut errors)
-        .and_then(|(v, p)| v2_name(v, &p, &mut errors).map(|s| (s, p)))
-        .and_then(|(s, p)| JobName::parse(s).map_err(|rule| errors.push(&p, rule)).ok());
-    match obj.required("type", &mut errors) {
-        Some((Value::String(s), _)) if s == "job" => {}
-        Some((v, p)) => errors.push(&p, format!("must be \"job\", got {}", shown(v))),
-        None => {}
-    }
-    if let Some((v, p)) = obj.optional("version")
-        && !(v.is_string() || v.is_number())
-    {
-        errors.push(&p, format!("must be a string or a number, got {}", kind(v)));
-    }
-    for key in ["contributor", "description"] {
-        if let Some((v, p)) = obj.optional(key) {
-            reader::string(v, &p, &mut errors);
-        }
-    }
+    let name = job_header(&obj, &mut errors);
     let prerequisites = match obj.optional("prerequisites") {
         Some((v, p)) => prerequisites(v, &p, &mut errors, &mut notes),
         None => HashMap::new(),
@@ -207,48 +182,19 @@ pub(super) fn job(value: &Value, order: &[String]) -> Result<JobSpec, SpecErrors
         secrets: secrets.as_ref(),
         deployment: deployment.as_ref().map(|(_, roles)| *roles),
     };
-    let mut roles = Vec::new();
     let mut auths: Vec<(String, RegistryAuth)> = Vec::new();
     let mut user_keys: BTreeSet<String> = BTreeSet::new();
+    let mut roles = Vec::new();
     if let Some((v, p)) = roles_value {
-        match v {
-            Value::Object(map) if !map.is_empty() => {
-                for key in ordered(map, order) {
-                    let path = p.field(key);
-                    if let Some(role) = role(
-                        key,
-                        &map[key],
-                        &path,
-                        &context,
-                        &extras,
-                        &mut auths,
-                        &mut user_keys,
-                        &mut errors,
-                        &mut notes,
-                    ) {
-                        roles.push(role);
-                    }
-                }
-                check_names(&roles, &p, &mut errors);
-                let tasks: u64 = roles.iter().map(|r| u64::from(r.task_number)).sum();
-                if tasks > u64::from(MAX_TASKS_PER_FRAMEWORK) {
-                    errors.push(
-                        &p,
-                        format!(
-                            "the job has {tasks} tasks; FrameworkController runs at most {MAX_TASKS_PER_FRAMEWORK} in one Framework"
-                        ),
-                    );
-                }
-            }
-            Value::Object(_) => errors.push(&p, "must name at least one role"),
-            other => errors.push(
-                &p,
-                format!(
-                    "must be an object of role names to roles, got {}",
-                    kind(other)
-                ),
-            ),
-        }
+        let mut read = RoleReading {
+            context: &context,
+            extras: &extras,
+            auths: &mut auths,
+            user_keys: &mut user_keys,
+            errors: &mut errors,
+            notes: &mut notes,
+        };
+        roles = read.all(v, &p, order);
     }
     for (i, plugin) in extras.plugins.iter().enumerate() {
         for role in plugin.roles.iter().flatten() {
@@ -303,6 +249,97 @@ pub(super) fn job(value: &Value, order: &[String]) -> Result<JobSpec, SpecErrors
         registry_auths: auths.into_iter().map(|(_, a)| a).collect(),
         gang_allocation: extras.gang_allocation,
     })
+}
+
+/// The job's own fields: `protocolVersion`, `name`, `type`, `version`, `contributor`,
+/// `description`; the name when it is valid.
+fn job_header(obj: &Object<'_>, errors: &mut Errors) -> Option<JobName> {
+    match obj.optional("protocolVersion") {
+        Some((Value::Number(n), _)) if n.as_u64() == Some(2) => {}
+        Some((Value::String(s), _)) if s == "2" => {}
+        Some((v, p)) => errors.push(
+            &p,
+            format!("must be 2 (OpenPAI's job protocol v2), got {}", shown(v)),
+        ),
+        None => errors.push(&obj.path("protocolVersion"), "must be 2, got null"),
+    }
+    let name = obj
+        .required("name", errors)
+        .and_then(|(v, p)| v2_name(v, &p, errors).map(|s| (s, p)))
+        .and_then(|(s, p)| JobName::parse(s).map_err(|rule| errors.push(&p, rule)).ok());
+    match obj.required("type", errors) {
+        Some((Value::String(s), _)) if s == "job" => {}
+        Some((v, p)) => errors.push(&p, format!("must be \"job\", got {}", shown(v))),
+        None => {}
+    }
+    if let Some((v, p)) = obj.optional("version")
+        && !(v.is_string() || v.is_number())
+    {
+        errors.push(&p, format!("must be a string or a number, got {}", kind(v)));
+    }
+    for key in ["contributor", "description"] {
+        if let Some((v, p)) = obj.optional(key) {
+            reader::string(v, &p, errors);
+        }
+    }
+    name
+}
+
+/// What reading the roles shares: the job's context, and what the roles add to.
+struct RoleReading<'a> {
+    context: &'a Context<'a>,
+    extras: &'a Extras,
+    auths: &'a mut Vec<(String, RegistryAuth)>,
+    user_keys: &'a mut BTreeSet<String>,
+    errors: &'a mut Errors,
+    notes: &'a mut Vec<String>,
+}
+
+impl RoleReading<'_> {
+    /// `taskRoles` (`v` at `p`), in `order`: every role, their names apart, the tasks
+    /// within FrameworkController's bound.
+    fn all(&mut self, v: &Value, p: &FieldPath, order: &[String]) -> Vec<TaskRole> {
+        let mut roles = Vec::new();
+        match v {
+            Value::Object(map) if !map.is_empty() => {
+                for key in ordered(map, order) {
+                    let path = p.field(key);
+                    if let Some(role) = role(
+                        key,
+                        &map[key],
+                        &path,
+                        self.context,
+                        self.extras,
+                        self.auths,
+                        self.user_keys,
+                        self.errors,
+                        self.notes,
+                    ) {
+                        roles.push(role);
+                    }
+                }
+                check_names(&roles, p, self.errors);
+                let tasks: u64 = roles.iter().map(|r| u64::from(r.task_number)).sum();
+                if tasks > u64::from(MAX_TASKS_PER_FRAMEWORK) {
+                    self.errors.push(
+                        p,
+                        format!(
+                            "the job has {tasks} tasks; FrameworkController runs at most {MAX_TASKS_PER_FRAMEWORK} in one Framework"
+                        ),
+                    );
+                }
+            }
+            Value::Object(_) => self.errors.push(p, "must name at least one role"),
+            other => self.errors.push(
+                p,
+                format!(
+                    "must be an object of role names to roles, got {}",
+                    kind(other)
+                ),
+            ),
+        }
+        roles
+    }
 }
 
 fn shown(value: &Value) -> String {
@@ -376,6 +413,7 @@ fn objects<'a>(
 }
 
 /// `prerequisites`: the declared ones by (kind, name).
+// Long: one arm per prerequisite kind (dockerimage, script, output, data), each short.
 fn prerequisites<'a>(
     value: &'a Value,
     path: &FieldPath,
@@ -809,6 +847,8 @@ fn too_long(limit: usize) -> String {
 }
 
 #[allow(clippy::too_many_arguments)]
+// Long: a role's fields in the protocol's order; the long parts (name, prerequisites,
+// image, command) are functions of their own.
 fn role(
     key: &str,
     value: &Value,
@@ -821,26 +861,7 @@ fn role(
     notes: &mut Vec<String>,
 ) -> Option<TaskRole> {
     let before = errors.len();
-    let name = if key.starts_with(|c: char| c.is_ascii_digit()) {
-        errors.push(
-            path,
-            "a role name starts with a letter or '_' (^[a-zA-Z_][a-zA-Z0-9_]*$)",
-        );
-        None
-    } else if let Some(c) = key
-        .chars()
-        .find(|&c| !(c.is_ascii_alphanumeric() || c == '_'))
-    {
-        errors.push(
-            path,
-            format!("a role name is letters, digits and '_' (^[a-zA-Z_][a-zA-Z0-9_]*$); {c:?} is not allowed"),
-        );
-        None
-    } else {
-        RoleName::parse(key)
-            .map_err(|rule| errors.push(path, rule))
-            .ok()
-    };
+    let name = role_name(key, path, errors);
     let obj = Object::new(value, path.clone(), ROLE_FIELDS, errors)?;
     let Value::Object(map) = value else {
         return None;
@@ -869,59 +890,8 @@ fn role(
             format!("{p}: {n}: a task is not retried alone here (its peers found it at the barrier); the job's attempt is retried by jobRetryCount")
         });
     }
-    // Prerequisites the role names: they must exist; runtime plugins among them run.
-    let mut plugins: Vec<PluginUse> = Vec::new();
-    if let Some((v, p)) = obj.optional("prerequisites")
-        && let Some(items) = reader::list(v, &p, errors)
-    {
-        for (i, item) in items.iter().enumerate() {
-            let ip = p.index(i);
-            let Some(wanted) = reader::string(item, &ip, errors) else {
-                continue;
-            };
-            let found: Vec<&Prerequisite<'_>> = context
-                .prerequisites
-                .iter()
-                .filter(|((_, n), _)| n == wanted)
-                .map(|(_, p)| p)
-                .collect();
-            if found.is_empty() {
-                errors.push(&ip, format!("prerequisite {wanted:?} does not exist"));
-            }
-            for prerequisite in found {
-                if let Some(plugin) = plugin_of_prerequisite(prerequisite, errors) {
-                    plugins.push(plugin);
-                }
-            }
-        }
-    }
-    for (kind_name, field) in KINDS {
-        if let Some((v, p)) = obj.optional(field)
-            && let Some(wanted) = reader::string(v, &p, errors)
-            && !context
-                .prerequisites
-                .contains_key(&(kind_name, wanted.to_string()))
-        {
-            errors.push(&p, format!("names no {kind_name} prerequisite: {wanted:?}"));
-        }
-    }
-    // The image and, when its prerequisite has one, the registry's credentials.
-    let image = match obj.required("dockerImage", errors) {
-        Some((Value::String(wanted), _)) => context
-            .prerequisites
-            .get(&("dockerimage", wanted.clone()))
-            .and_then(|p| {
-                let uri = p.value.get("uri")?.as_str()?.to_string();
-                if let Some(auth) = p.value.get("auth")
-                    && !auths.iter().any(|(n, _)| n == wanted)
-                    && let Some(auth) = registry_auth(auth, &p.path.field("auth"), context, errors)
-                {
-                    auths.push((wanted.clone(), auth));
-                }
-                Some(uri)
-            }),
-        _ => None,
-    };
+    let mut plugins = role_prerequisites(&obj, context, errors);
+    let image = role_image(&obj, context, auths, errors);
     let (shm, extra_notes) = match obj.optional("extraContainerOptions") {
         Some((v, p)) => container_options(v, &p, errors),
         None => (None, Vec::new()),
@@ -934,29 +904,7 @@ fn role(
     let command = obj
         .required("commands", errors)
         .and_then(|(v, p)| commands(v, &p, errors).map(|c| (c, p)))
-        .map(|(lines, p)| {
-            let (pre, post) = context
-                .deployment
-                .and_then(|d| d.get(key))
-                .map(|w| (w.pre.as_slice(), w.post.as_slice()))
-                .unwrap_or_default();
-            let joined: Vec<&str> = pre
-                .iter()
-                .chain(&lines)
-                .chain(post)
-                .map(|c| c.trim())
-                .collect();
-            render(
-                &joined.join("\n"),
-                &scopes,
-                context.secrets,
-                &p,
-                errors,
-                notes,
-            )
-            .trim()
-            .to_string()
-        });
+        .map(|(lines, p)| role_command(key, &lines, &p, &scopes, context, errors, notes));
     obj.finish(errors);
 
     // The runtime plugins for this role: those of extras (filtered by taskroles), then
@@ -1006,6 +954,132 @@ fn role(
         completion: completion?,
         image,
     })
+}
+
+/// A role's name, by protocol v2's rule (a letter or '_', then letters, digits, '_').
+fn role_name(key: &str, path: &FieldPath, errors: &mut Errors) -> Option<RoleName> {
+    if key.starts_with(|c: char| c.is_ascii_digit()) {
+        errors.push(
+            path,
+            "a role name starts with a letter or '_' (^[a-zA-Z_][a-zA-Z0-9_]*$)",
+        );
+        None
+    } else if let Some(c) = key
+        .chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || c == '_'))
+    {
+        errors.push(
+            path,
+            format!("a role name is letters, digits and '_' (^[a-zA-Z_][a-zA-Z0-9_]*$); {c:?} is not allowed"),
+        );
+        None
+    } else {
+        RoleName::parse(key)
+            .map_err(|rule| errors.push(path, rule))
+            .ok()
+    }
+}
+
+/// The prerequisites a role names: they must exist; the runtime plugins among them
+/// run. Each kind's field (`dockerImage`, …) must name one of its kind.
+fn role_prerequisites(
+    obj: &Object<'_>,
+    context: &Context<'_>,
+    errors: &mut Errors,
+) -> Vec<PluginUse> {
+    let mut plugins = Vec::new();
+    if let Some((v, p)) = obj.optional("prerequisites")
+        && let Some(items) = reader::list(v, &p, errors)
+    {
+        for (i, item) in items.iter().enumerate() {
+            let ip = p.index(i);
+            let Some(wanted) = reader::string(item, &ip, errors) else {
+                continue;
+            };
+            let found: Vec<&Prerequisite<'_>> = context
+                .prerequisites
+                .iter()
+                .filter(|((_, n), _)| n == wanted)
+                .map(|(_, p)| p)
+                .collect();
+            if found.is_empty() {
+                errors.push(&ip, format!("prerequisite {wanted:?} does not exist"));
+            }
+            for prerequisite in found {
+                if let Some(plugin) = plugin_of_prerequisite(prerequisite, errors) {
+                    plugins.push(plugin);
+                }
+            }
+        }
+    }
+    for (kind_name, field) in KINDS {
+        if let Some((v, p)) = obj.optional(field)
+            && let Some(wanted) = reader::string(v, &p, errors)
+            && !context
+                .prerequisites
+                .contains_key(&(kind_name, wanted.to_string()))
+        {
+            errors.push(&p, format!("names no {kind_name} prerequisite: {wanted:?}"));
+        }
+    }
+    plugins
+}
+
+/// The role's image and, when its prerequisite has one, the registry's credentials
+/// (each registry's once, in `auths`).
+fn role_image(
+    obj: &Object<'_>,
+    context: &Context<'_>,
+    auths: &mut Vec<(String, RegistryAuth)>,
+    errors: &mut Errors,
+) -> Option<String> {
+    let Some((Value::String(wanted), _)) = obj.required("dockerImage", errors) else {
+        return None;
+    };
+    let prerequisite = context
+        .prerequisites
+        .get(&("dockerimage", wanted.clone()))?;
+    let uri = prerequisite.value.get("uri")?.as_str()?.to_string();
+    if let Some(auth) = prerequisite.value.get("auth")
+        && !auths.iter().any(|(n, _)| n == wanted)
+        && let Some(auth) = registry_auth(auth, &prerequisite.path.field("auth"), context, errors)
+    {
+        auths.push((wanted.clone(), auth));
+    }
+    Some(uri)
+}
+
+/// The role's commands with its deployment's before and after them, rendered.
+fn role_command(
+    key: &str,
+    lines: &[&str],
+    path: &FieldPath,
+    scopes: &Value,
+    context: &Context<'_>,
+    errors: &mut Errors,
+    notes: &mut Vec<String>,
+) -> String {
+    let (pre, post) = context
+        .deployment
+        .and_then(|d| d.get(key))
+        .map(|w| (w.pre.as_slice(), w.post.as_slice()))
+        .unwrap_or_default();
+    let joined: Vec<&str> = pre
+        .iter()
+        .chain(lines)
+        .chain(post)
+        .map(|c| c.trim())
+        .collect();
+    render(
+        &joined.join("\n"),
+        scopes,
+        context.secrets,
+        path,
+        errors,
+        notes,
+    )
+    .trim()
+    .to_string()
 }
 
 /// The role's completion policy as OpenPAI sets it: `minFailedInstances` null or 0 is 1,
@@ -1202,6 +1276,8 @@ fn plugin_of_prerequisite(p: &Prerequisite<'_>, errors: &mut Errors) -> Option<P
 }
 
 #[allow(clippy::too_many_arguments)]
+// Long: one arm per runtime plugin OpenPAI ships (ssh, tensorboard, cmd, …), each short;
+// they read best side by side.
 fn apply_plugin(
     plugin: &PluginUse,
     role: &str,

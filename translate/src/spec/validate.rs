@@ -31,6 +31,8 @@ const PLATFORM_FLAGS: &[(&str, &str)] = &[
     ("paiAzRDMA", "give the container Azure's RDMA devices"),
 ];
 
+// Long: v1's fields one after another, in the order OpenPAI's docs list them; each is a few
+// lines and names its own field path.
 pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
     let mut errors = Errors::default();
     let mut notes = Vec::new();
