@@ -37,8 +37,34 @@ fn die_with_parent() -> Result<(), String> {
     Ok(())
 }
 
-const USAGE: &str =
-    "usage: kube-runtime entry [--root DIR] [--assets DIR]\n       kube-runtime run [--root DIR]";
+/// The runtime's commands, as clap reads them.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "kube-runtime",
+    about = "The program inside every task: `entry` in the init container, `run` as PID 1 of the main container."
+)]
+enum Command {
+    /// The init container's work: `prep/`, the gang barrier, the task's env files and
+    /// script.
+    #[command(name = commands::ENTRY)]
+    Entry {
+        /// Where the task's files go (default: the runtime's root).
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+        /// Where `prep/` and `init/` are (default: `$PAI_RUNTIME_ASSETS`, else beside
+        /// this program).
+        #[arg(long, value_name = "DIR")]
+        assets: Option<PathBuf>,
+    },
+    /// PID 1 of the main container: the `init/` daemons, the user command, its signals
+    /// and its exit code.
+    #[command(name = commands::RUN)]
+    Run {
+        /// Where `entry` left the task's files.
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
+}
 
 /// Runs the runtime with `args` (`args[0]` is the program name; `run` as its file name
 /// means the `run` command). Call before any thread starts: `run` blocks signals for
@@ -51,23 +77,19 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
         .is_some_and(|n| n == commands::RUN);
-    let command = if invoked_as_run {
-        commands::RUN.to_string()
-    } else if args.len() > 1 {
-        args.remove(1)
-    } else {
-        String::new()
-    };
-    // argv may be empty (execve allows it): then there is no command.
-    let (root, assets) = match options(args.get(1..).unwrap_or_default()) {
-        Ok(options) => options,
-        Err(message) => {
-            eprintln!("kube-runtime: {message}\n{USAGE}");
-            return ExitCode::from(2);
+    if invoked_as_run {
+        args.insert(1, commands::RUN.to_string());
+    }
+    // argv may be empty (execve allows it): then there is no command, a usage error.
+    let command = match <Command as clap::Parser>::try_parse_from(&args) {
+        Ok(command) => command,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    match command.as_str() {
-        commands::RUN => {
+    match command {
+        Command::Run { root } => {
             // Before any thread exists, so that every thread inherits the blocked mask.
             let signals = match Signals::block() {
                 Ok(s) => s,
@@ -79,7 +101,7 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                 Err(e) => fail(e.exit_code().code(), &e.to_string()),
             }
         }
-        commands::ENTRY => {
+        Command::Entry { root, assets } => {
             pai_barrier::logging::init();
             let assets = assets
                 .or_else(|| std::env::var_os(ASSETS_VAR).map(PathBuf::from))
@@ -94,28 +116,7 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                 Err(e) => fail(e.exit_code().code(), &e.to_string()),
             }
         }
-        other => {
-            eprintln!("kube-runtime: unknown command {other:?}\n{USAGE}");
-            ExitCode::from(2)
-        }
     }
-}
-
-fn options(args: &[String]) -> Result<(Option<PathBuf>, Option<PathBuf>), String> {
-    let (mut root, mut assets) = (None, None);
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let slot = match arg.as_str() {
-            "--root" => &mut root,
-            "--assets" => &mut assets,
-            other => return Err(format!("unexpected argument {other:?}")),
-        };
-        *slot = Some(PathBuf::from(
-            it.next()
-                .ok_or_else(|| format!("{arg} needs a directory"))?,
-        ));
-    }
-    Ok((root, assets))
 }
 
 fn fail(code: i32, message: &str) -> ExitCode {
@@ -135,6 +136,13 @@ mod tests {
         );
         assert_eq!(
             format!("{:?}", main(vec!["kube-runtime".into(), "--root".into()])),
+            format!("{:?}", ExitCode::from(2))
+        );
+        assert_eq!(
+            format!(
+                "{:?}",
+                main(vec!["kube-runtime".into(), "entry".into(), "--nope".into()])
+            ),
             format!("{:?}", ExitCode::from(2))
         );
     }

@@ -10,11 +10,8 @@ use serde_json::Value;
 
 /// Renders `folder` (under deploy/) through an overlay that sets `namespace`.
 fn render(kubectl: &Path, folder: &str, namespace: &str) -> Vec<Value> {
-    let overlay = std::env::temp_dir().join(format!(
-        "rest-lite-deploy-{}-{folder}-{namespace}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&overlay).expect("overlay dir");
+    let scratch = common::scratch("deploy", &format!("{folder}-{namespace}"));
+    let overlay = scratch.to_path_buf();
     // kustomize takes other folders only by relative path.
     let target = common::repo_root().join("deploy").join(folder);
     let depth = overlay.components().count() - 1;
@@ -33,7 +30,6 @@ fn render(kubectl: &Path, folder: &str, namespace: &str) -> Vec<Value> {
         .arg(&overlay)
         .output()
         .expect("run kubectl");
-    std::fs::remove_dir_all(&overlay).ok();
     assert!(
         out.status.success(),
         "kubectl kustomize {folder}: {}",
