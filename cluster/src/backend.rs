@@ -20,7 +20,10 @@ use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
 use pai_contract::{Framework, meta, training};
 
-use pai_engine::backend::{Backend, BackendError, Changed, FrameworkStream, LogStream};
+use pai_contract::log_lines::Source;
+use pai_engine::backend::{
+    Backend, BackendError, Changed, FrameworkStream, LogPart, LogStream, split_log,
+};
 use pai_engine::controller::Event;
 
 use crate::errors::ApiErrors;
@@ -376,6 +379,89 @@ impl KubeBackend {
                 tracing::warn!(object = %name, error = %self.error(e), "cannot remove an access object of a job that was not created");
             }
         }
+    }
+}
+
+/// A task's two container logs, as the trait's `log` puts them together.
+impl KubeBackend {
+    /// The main container's log (`earlier`: that attempt's, kept once its pod went).
+    fn main_log<'a>(
+        &'a self,
+        pod: &'a str,
+        follow: bool,
+        earlier: Option<i32>,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        async move {
+            if let Some(attempt) = earlier {
+                return match self.kept(pod, attempt).await {
+                    Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
+                    None => Err(BackendError::Gone(format!(
+                        "the log of attempt {attempt} is no longer on the cluster: FrameworkController deleted its pod, and no copy of it was kept (keptLogBytes is 0, or the server was not running)"
+                    ))),
+                };
+            }
+            let params = LogParams {
+                container: Some(MAIN_CONTAINER.to_string()),
+                follow,
+                ..LogParams::default()
+            };
+            match self.pods.log_stream(pod, &params).await {
+                Ok(reader) => {
+                    self.answered();
+                    Ok(crate::pod_log::chunks(reader))
+                }
+                // Starting: a follower waits for the main container (see `pod_log`); a
+                // reader gets what there is of the user's output, nothing yet, where
+                // the container exists and has not started.
+                Err(e) if crate::pod_log::not_started(&e) => {
+                    self.answered();
+                    if follow {
+                        Ok(crate::pod_log::when_started(
+                            self.pods.clone(),
+                            self.config_maps.clone(),
+                            self.store.clone(),
+                            pod.to_string(),
+                            params,
+                        ))
+                    } else if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                        // Gone after it ended: what was kept of it.
+                        match self.kept_now(pod).await {
+                            Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
+                            None => Err(BackendError::NotFound),
+                        }
+                    } else {
+                        Ok(futures::stream::empty().boxed())
+                    }
+                }
+                Err(e) => Err(self.error(e)),
+            }
+        }
+        .boxed()
+    }
+
+    /// The init container's log: the runtime's `entry` (whole; it has ended or waits at
+    /// the barrier), or what was kept of it once the pod is gone.
+    fn init_log<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        async move {
+            let params = LogParams {
+                container: Some(pai_contract::framework::INIT_CONTAINER.to_string()),
+                ..LogParams::default()
+            };
+            let text = match self.pods.logs(pod, &params).await {
+                Ok(text) => text,
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    return self
+                        .kept_now(pod)
+                        .await
+                        .map(|k| kept_stream(k.init, ""))
+                        .ok_or(BackendError::NotFound);
+                }
+                Err(e) => return Err(self.error(e)),
+            };
+            self.answered();
+            Ok(futures::stream::once(async move { Ok(bytes::Bytes::from(text)) }).boxed())
+        }
+        .boxed()
     }
 }
 
@@ -766,95 +852,40 @@ impl Backend for KubeBackend {
         .boxed()
     }
 
-    fn output<'a>(
-        &'a self,
-        _pod: &'a str,
-        stream: pai_contract::ordered_log::Stream,
-        _follow: bool,
-        _earlier: Option<i32>,
-    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
-        let why = format!(
-            "stream={} cannot be served on a cluster: the kubelet's log API gives a container's stdout and stderr merged (in the order the container runtime read them); leave stream out for both",
-            stream.as_str()
-        );
-        Box::pin(async move { Err(BackendError::Refused(why)) })
-    }
-
-    fn logs<'a>(
+    /// The kubelet's log API gives a container's stdout and stderr merged (in the order
+    /// the container runtime read them): one stream alone is refused. The runtime's lines
+    /// are the init container's log, then the main container's marked lines.
+    fn log<'a>(
         &'a self,
         pod: &'a str,
+        part: LogPart,
         follow: bool,
         earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
         async move {
-            if let Some(attempt) = earlier {
-                return match self.kept(pod, attempt).await {
-                    Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
-                    None => Err(BackendError::Gone(format!(
-                        "the log of attempt {attempt} is no longer on the cluster: FrameworkController deleted its pod, and no copy of it was kept (keptLogBytes is 0, or the server was not running)"
-                    ))),
-                };
-            }
-            let params = LogParams {
-                container: Some(MAIN_CONTAINER.to_string()),
-                follow,
-                ..LogParams::default()
-            };
-            match self.pods.log_stream(pod, &params).await {
-                Ok(reader) => {
-                    self.answered();
-                    Ok(crate::pod_log::chunks(reader))
+            let source = match part {
+                LogPart::Lines(source) => source,
+                LogPart::Stream(stream) => {
+                    return Err(BackendError::Refused(format!(
+                        "stream={} cannot be served on a cluster: the kubelet's log API gives a container's stdout and stderr merged (in the order the container runtime read them); leave stream out for both",
+                        stream.as_str()
+                    )));
                 }
-                // Starting: a follower waits for the main container (see `pod_log`); a
-                // reader gets what there is of the user's output, nothing yet, where
-                // the container exists and has not started.
-                Err(e) if crate::pod_log::not_started(&e) => {
-                    self.answered();
-                    if follow {
-                        Ok(crate::pod_log::when_started(
-                            self.pods.clone(),
-                            self.config_maps.clone(),
-                            self.store.clone(),
-                            pod.to_string(),
-                            params,
-                        ))
-                    } else if matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                        // Gone after it ended: what was kept of it.
-                        match self.kept_now(pod).await {
-                            Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
-                            None => Err(BackendError::NotFound),
-                        }
-                    } else {
-                        Ok(futures::stream::empty().boxed())
-                    }
-                }
-                Err(e) => Err(self.error(e)),
-            }
-        }
-        .boxed()
-    }
-
-    /// The init container's log: the runtime's `entry` (whole; it has ended or waits at
-    /// the barrier), or what was kept of it once the pod is gone.
-    fn init_logs<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
-        async move {
-            let params = LogParams {
-                container: Some(pai_contract::framework::INIT_CONTAINER.to_string()),
-                ..LogParams::default()
             };
-            let text = match self.pods.logs(pod, &params).await {
-                Ok(text) => text,
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    return self
-                        .kept_now(pod)
-                        .await
-                        .map(|k| kept_stream(k.init, ""))
-                        .ok_or(BackendError::NotFound);
+            let init = match source {
+                Source::Runtime | Source::All if earlier.is_none() => {
+                    self.init_log(pod).await.ok()
                 }
-                Err(e) => return Err(self.error(e)),
+                _ => None,
             };
-            self.answered();
-            Ok(futures::stream::once(async move { Ok(bytes::Bytes::from(text)) }).boxed())
+            let main = match (init, self.main_log(pod, follow, earlier).await) {
+                (Some(init), Ok(main)) => Ok(init.chain(main).boxed()),
+                // The main container has not started: the init container's log is all
+                // there is.
+                (Some(init), Err(_)) => Ok(init),
+                (None, main) => main,
+            };
+            main.map(|stream| split_log(stream, source))
         }
         .boxed()
     }

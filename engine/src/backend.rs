@@ -38,6 +38,17 @@ pub enum BackendError {
     Other(String),
 }
 
+/// Which part of a task's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogPart {
+    /// Its lines as `Source` keeps them: the user command's output, the runtime's lines
+    /// (the init container's first, where the backend keeps them apart), or all.
+    Lines(pai_contract::log_lines::Source),
+    /// One stream of the user command's output (its stdout or its stderr alone), from
+    /// the ordered log the runtime keeps.
+    Stream(pai_contract::ordered_log::Stream),
+}
+
 /// A task's log, chunk by chunk.
 pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
 
@@ -144,30 +155,17 @@ pub trait Backend: Send + Sync + 'static {
         name: &'a str,
         edit: &'a pai_contract::tags::Edit,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
-    /// The main container's log of pod `pod`; with `follow`, it goes on as the task writes.
-    /// `earlier`: the log of that earlier attempt of the task instead of the current
-    /// one's (complete: there is nothing to follow), or [`BackendError::Gone`] where
-    /// the backend no longer has it.
-    fn logs<'a>(
+    /// A part of task `pod`'s log ([`LogPart`]); with `follow`, it goes on as the task
+    /// writes. `earlier`: that earlier attempt's instead of the current one's (complete:
+    /// there is nothing to follow), or [`BackendError::Gone`] where the backend no longer
+    /// has it; [`BackendError::Refused`] where the backend cannot give that part.
+    fn log<'a>(
         &'a self,
         pod: &'a str,
+        part: LogPart,
         follow: bool,
         earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
-    /// One stream of the user command's output in pod `pod` (its stdout or its stderr
-    /// alone), from the ordered log the runtime keeps, as [`Backend::logs`] reads;
-    /// [`BackendError::Refused`] where the backend cannot tell the streams apart.
-    fn output<'a>(
-        &'a self,
-        pod: &'a str,
-        stream: pai_contract::ordered_log::Stream,
-        follow: bool,
-        earlier: Option<i32>,
-    ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
-    /// The log of pod `pod`'s init container (the runtime's `entry`: `prep/`, the
-    /// barrier) where the backend keeps it apart from the main container's; `NotFound`
-    /// where it is part of [`Backend::logs`] (the embedded default's one log per task).
-    fn init_logs<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>>;
     /// The end of pod `pod`'s current log: its last `lines` lines, of its last
     /// `max_bytes` bytes at most (a page shows these; the whole log is `logs`).
     fn log_tail<'a>(
@@ -180,31 +178,6 @@ pub trait Backend: Send + Sync + 'static {
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;
     /// Deletes the Framework (and so its pods); `NotFound` when there is none.
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
-}
-
-/// A task's log as `source` wants it: the main container's (`earlier`: of that earlier
-/// attempt; `follow`: as it goes on), after the init container's where the backend keeps
-/// that apart and the runtime's lines are wanted.
-pub async fn task_log(
-    backend: &dyn Backend,
-    pod: &str,
-    follow: bool,
-    earlier: Option<i32>,
-    source: pai_contract::log_lines::Source,
-) -> Result<LogStream, BackendError> {
-    use futures::StreamExt;
-    use pai_contract::log_lines::Source;
-    let init = match source {
-        Source::Runtime | Source::All if earlier.is_none() => backend.init_logs(pod).await.ok(),
-        _ => None,
-    };
-    let main = match (init, backend.logs(pod, follow, earlier).await) {
-        (Some(init), Ok(main)) => Ok(init.chain(main).boxed()),
-        // The main container has not started: the init container's log is all there is.
-        (Some(init), Err(_)) => Ok(init),
-        (None, main) => main,
-    };
-    main.map(|stream| split_log(stream, source))
 }
 
 /// The lines of `stream` that `source` keeps ([`pai_contract::log_lines`]), as they come.

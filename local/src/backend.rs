@@ -8,7 +8,9 @@ use futures::future::BoxFuture;
 use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
-use pai_engine::backend::{Backend, BackendError, Changed, FrameworkStream, LogStream};
+use pai_engine::backend::{
+    Backend, BackendError, Changed, FrameworkStream, LogPart, LogStream, split_log,
+};
 use pai_engine::controller::Event;
 
 use crate::Settings;
@@ -130,11 +132,6 @@ impl Backend for LocalBackend {
         Ok(())
     }
 
-    /// The runtime's lines (`prep/`, the barrier) are part of the task's one log.
-    fn init_logs<'a>(&'a self, _pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
-        Box::pin(async { Err(BackendError::NotFound) })
-    }
-
     fn changes(&self) -> futures::stream::BoxStream<'static, Event<Changed>> {
         pai_engine::controller::from_broadcast(self.0.changes(), |(name, waits)| Changed {
             name,
@@ -185,30 +182,26 @@ impl Backend for LocalBackend {
         })
     }
 
-    fn logs<'a>(
+    /// One log per task: the runtime's lines (`prep/`, the barrier) are in it, marked.
+    fn log<'a>(
         &'a self,
         pod: &'a str,
+        part: LogPart,
         follow: bool,
         earlier: Option<i32>,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
         Box::pin(async move {
-            Ok(self
-                .0
-                .logs(pod, follow, earlier, crate::LogWhich::Container)?)
-        })
-    }
-
-    fn output<'a>(
-        &'a self,
-        pod: &'a str,
-        stream: pai_contract::ordered_log::Stream,
-        follow: bool,
-        earlier: Option<i32>,
-    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
-        Box::pin(async move {
-            Ok(self
-                .0
-                .logs(pod, follow, earlier, crate::LogWhich::Stream(stream))?)
+            Ok(match part {
+                LogPart::Lines(source) => split_log(
+                    self.0
+                        .logs(pod, follow, earlier, crate::LogWhich::Container)?,
+                    source,
+                ),
+                LogPart::Stream(stream) => {
+                    self.0
+                        .logs(pod, follow, earlier, crate::LogWhich::Stream(stream))?
+                }
+            })
         })
     }
 

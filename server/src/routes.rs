@@ -20,7 +20,7 @@ use pai_api::jobs::{Execution, JobSummary, Message};
 use pai_api::ssh::SshInfo;
 use pai_api::status::JobState;
 use pai_api::status::JobView;
-use pai_engine::backend::BackendError;
+use pai_engine::backend::{BackendError, LogPart};
 use pai_translate::spec::SpecFormat;
 use pai_translate::spec::schema::JobSpecDocument;
 
@@ -645,20 +645,12 @@ pub async fn get_logs(
             ));
         }
         Some(stream) => {
-            state
-                .backend
-                .output(&pod, stream.into(), query.follow, earlier)
-                .await
+            let part = LogPart::Stream(stream.into());
+            state.backend.log(&pod, part, query.follow, earlier).await
         }
         None => {
-            pai_engine::backend::task_log(
-                state.backend.as_ref(),
-                &pod,
-                query.follow,
-                earlier,
-                query.source.into(),
-            )
-            .await
+            let part = LogPart::Lines(query.source.into());
+            state.backend.log(&pod, part, query.follow, earlier).await
         }
     }
     .map_err(|e| match e {

@@ -419,8 +419,8 @@ async fn task_log(
         (Some(r), Ok(i)) if i < r.tasks() => framework.pod_name(r, i),
         _ => return error_page(&no_task(), who(&state, &caller)),
     };
-    let main =
-        pai_engine::backend::task_log(state.backend.as_ref(), &pod, false, None, source).await;
+    let part = pai_engine::backend::LogPart::Lines(source);
+    let main = state.backend.log(&pod, part, false, None).await;
     match main {
         Ok(stream) => with_headers(
             Body::from_stream(stream).into_response(),
