@@ -169,13 +169,19 @@ fn main() {
         .expect("run");
     read_fifo(&started);
     let idle = rss_kib(child.id(), "VmRSS:");
+    // What each task adds on its own (heap, stacks) apart from the binary's pages, which
+    // the tasks of a host share through the page cache.
+    let (anon, file) = (
+        rss_kib(child.id(), "RssAnon:"),
+        rss_kib(child.id(), "RssFile:"),
+    );
     read_fifo(&streamed);
     let after = rss_kib(child.id(), "VmRSS:");
     let peak = rss_kib(child.id(), "VmHWM:");
     std::fs::write(&release, "\n").expect("release");
     child.wait().expect("wait");
     println!(
-        "\nsupervisor RSS: {idle} KiB at the user command's start, {after} KiB after {} MiB of output (peak {peak} KiB)",
+        "\nsupervisor RSS: {idle} KiB at the user command's start ({anon} KiB its own, {file} KiB the binary's and libraries' shared pages), {after} KiB after {} MiB of output (peak {peak} KiB)",
         bytes >> 20
     );
     output(quick);
