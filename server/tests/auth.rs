@@ -1,5 +1,5 @@
-//! Who may do what: the token matrix. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! Who may do what: the token matrix. The Kubernetes backend over the in-process API
+//! server, over real sockets.
 
 mod support;
 

@@ -1,5 +1,5 @@
-//! Stopping, starting and deleting a job; a retry's delay and a stop as the views tell them. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! Stopping, starting and deleting a job; a retry's delay and a stop as the views tell
+//! them. The Kubernetes backend over the in-process API server, over real sockets.
 
 mod support;
 
@@ -8,12 +8,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_start_and_delete() {
     let s = start().await;
-    assert_eq!(
-        submit(s.addr, "alice", &base_job().to_string())
-            .await
-            .status,
-        202
-    );
+    submit_base_job(&s).await;
     let path = "/api/v1/user/alice/jobs/job/executionType";
     let reply = request(
         s.addr,

@@ -1,5 +1,6 @@
-//! The server's copy of the Frameworks: before its first list, while the API server fails, past its bound, read-your-writes across replicas, a restart of the API server, managed fields. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! The server's copy of the Frameworks: before its first list, while the API server fails,
+//! past its bound, read-your-writes across replicas, a restart of the API server, managed
+//! fields. The Kubernetes backend over the in-process API server, over real sockets.
 
 mod support;
 
@@ -52,7 +53,7 @@ async fn before_the_first_list_reads_are_503_naming_the_reason_and_readyz_says_s
 async fn reads_come_from_the_copy_without_asking_the_api_server_even_while_it_fails() {
     use pai_test_support::Fault;
     let s = start().await;
-    submit(s.addr, "alice", &base_job().to_string()).await;
+    submit_base_job(&s).await;
     let job = "/api/v1/user/alice/jobs/job";
     let reads = [
         job,
@@ -119,7 +120,7 @@ async fn a_copy_that_stays_out_of_date_past_its_bound_is_refused_until_current_a
         std::time::Duration::ZERO,
     )
     .await;
-    submit(s.addr, "alice", &base_job().to_string()).await;
+    submit_base_job(&s).await;
     let job = "/api/v1/user/alice/jobs/job";
     assert_eq!(request(s.addr, "GET", job, None, "").await.status, 200);
     s.api.stop().await;
@@ -198,7 +199,7 @@ async fn each_write_is_seen_by_the_next_read_of_any_replica() {
         );
     }
     // Both replicas answer for the same jobs.
-    submit(s.addr, "alice", &base_job().to_string()).await;
+    submit_base_job(&s).await;
     let mine = until(s.addr, job, |r| r.status == 200).await;
     let theirs = until(other, job, |r| r.status == 200).await;
     assert_eq!(mine.json(), theirs.json());
@@ -232,7 +233,7 @@ async fn a_job_watch_outlasts_an_api_server_restart_with_no_gap_and_no_repeat() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_copy_keeps_frameworks_without_their_managed_fields() {
     let s = start().await;
-    submit(s.addr, "alice", &base_job().to_string()).await;
+    submit_base_job(&s).await;
     let managed = json!([{"manager": "frameworkcontroller", "operation": "Update",
         "apiVersion": "frameworkcontroller.microsoft.com/v1", "fieldsType": "FieldsV1",
         "fieldsV1": {"f:status": {}}}]);

@@ -1,5 +1,5 @@
-//! Kubernetes Events on each Framework, once across replicas. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! Kubernetes Events on each Framework, once across replicas. The Kubernetes backend over
+//! the in-process API server, over real sockets.
 
 mod support;
 
@@ -23,7 +23,7 @@ async fn events_say_what_happened_to_a_failing_and_retried_job_once_across_repli
             tokio::spawn(recorder.run(store))
         })
         .collect();
-    submit(s.addr, "alice", &base_job().to_string()).await;
+    submit_base_job(&s).await;
     let now = jiff::Timestamp::now().to_string();
     let failed_task = |f: &mut Value, attempt: i32| {
         f["status"] = json!({"state": "AttemptCompleted", "startTime": now,

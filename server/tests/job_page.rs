@@ -1,5 +1,5 @@
-//! The job page's log previews: each read once for many readers. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! The job page's log previews: each read once for many readers. The Kubernetes backend
+//! over the in-process API server, over real sockets.
 
 mod support;
 
@@ -8,7 +8,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_page_read_by_many_reads_each_log_preview_once() {
     let s = start().await;
-    submit(s.addr, "alice", &base_job().to_string()).await;
+    submit_base_job(&s).await;
     s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}});
         pai_test_support::frameworks::set_all_addresses(f, &[("ps", 2), ("worker", 2)]);

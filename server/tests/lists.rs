@@ -1,5 +1,5 @@
-//! Job lists: pages by limit and continue, filters by state. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! Job lists: pages by limit and continue, filters by state. The Kubernetes backend over
+//! the in-process API server, over real sockets.
 
 mod support;
 

@@ -1,5 +1,5 @@
-//! Task logs: served, followed, while a task starts, kept after its pod is gone. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! Task logs: served, followed, while a task starts, kept after its pod is gone. The
+//! Kubernetes backend over the in-process API server, over real sockets.
 
 mod support;
 
@@ -8,12 +8,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_are_served_and_followed() {
     let s = start().await;
-    assert_eq!(
-        submit(s.addr, "alice", &base_job().to_string())
-            .await
-            .status,
-        202
-    );
+    submit_base_job(&s).await;
     let path = "/api/v1/user/alice/jobs/job/logs?role=worker&index=1";
     let missing = request(s.addr, "GET", path, None, "").await;
     assert_eq!(missing.error(), (404, "NoTaskError".to_string()));

@@ -1,5 +1,5 @@
-//! Readiness, metrics and the OpenAPI document. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! Readiness, metrics and the OpenAPI document. The Kubernetes backend over the in-process
+//! API server, over real sockets.
 
 mod support;
 
@@ -12,12 +12,7 @@ async fn readiness_follows_the_cluster_and_metrics_count_routes() {
         request(s.addr, "GET", "/readyz", None, "").await.status,
         200
     );
-    assert_eq!(
-        submit(s.addr, "alice", &base_job().to_string())
-            .await
-            .status,
-        202
-    );
+    submit_base_job(&s).await;
     let metrics = request(s.addr, "GET", "/metrics", None, "").await;
     assert_eq!(metrics.status, 200);
     assert!(
@@ -142,7 +137,7 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
     );
 
     // The documented job view is the one served: every key of a real one is in the schema.
-    submit(s.addr, "alice", &base_job().to_string()).await;
+    submit_base_job(&s).await;
     let view = request(s.addr, "GET", "/api/v1/user/alice/jobs/job", None, "")
         .await
         .json();

@@ -1,5 +1,5 @@
-//! The ssh info: only tasks whose sshd answers. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! The ssh info: only tasks whose sshd answers. The Kubernetes backend over the in-process
+//! API server, over real sockets.
 
 mod support;
 
@@ -10,12 +10,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssh_info_lists_only_tasks_whose_sshd_answers() {
     let s = start().await;
-    assert_eq!(
-        submit(s.addr, "alice", &base_job().to_string())
-            .await
-            .status,
-        202
-    );
+    submit_base_job(&s).await;
     let reply = request(s.addr, "GET", "/api/v1/user/alice/jobs/job/ssh", None, "").await;
     assert_eq!(reply.error(), (404, "NoJobSshInfoError".to_string()));
     assert!(

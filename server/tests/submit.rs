@@ -1,5 +1,6 @@
-//! Submitting: formats, names, the named PUT, bad input, dry runs, races, the cluster's refusal, dependency cycles. The Kubernetes backend over the in-process API server, over real
-//! sockets.
+//! Submitting: formats, names, the named PUT, bad input, dry runs, races, the cluster's
+//! refusal, dependency cycles. The Kubernetes backend over the in-process API server, over
+//! real sockets.
 
 mod support;
 

@@ -1,4 +1,5 @@
-//! Job watches: every change once, the client's watch again, a job deleted while the cluster was away. The Kubernetes backend over the in-process API server, over real
+//! Job watches: every change once, the client's watch again, a job deleted while the
+//! cluster was away. The Kubernetes backend over the in-process API server, over real
 //! sockets.
 
 mod support;
