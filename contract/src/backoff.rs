@@ -64,14 +64,6 @@ impl Backoff {
     }
 }
 
-impl Iterator for Backoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        Some(self.next_delay())
-    }
-}
-
 /// backon adds to each wait up to as much again: halves of the ceilings, jittered,
 /// are waits between half of each ceiling and all of it.
 fn build(policy: Policy) -> ExponentialBackoff {

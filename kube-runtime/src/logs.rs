@@ -193,11 +193,14 @@ mod tests {
         assert_eq!(open.take(b"anything"), (&b"anything"[..], false));
     }
 
-    /// A fresh directory for one test, and the log's path in it.
-    fn log_in(name: &str) -> (PathBuf, PathBuf) {
-        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("user.log");
+    /// A fresh directory for one test (removed with it, a failing test's too), and the
+    /// log's path in it.
+    fn log_in(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{name}-"))
+            .tempdir()
+            .expect("dir");
+        let path = dir.path().join("user.log");
         (dir, path)
     }
 
@@ -207,17 +210,16 @@ mod tests {
         let mut log = CappedLog::create(&path, 10).expect("create");
         log.write_records(b"aaaa\nbbbb\ncc\n").expect("write");
         assert_eq!(
-            std::fs::read(dir.join("user.log.1")).expect("old"),
+            std::fs::read(dir.path().join("user.log.1")).expect("old"),
             b"aaaa\nbbbb\n"
         );
         assert_eq!(std::fs::read(&path).expect("new"), b"cc\n");
         log.write_records(b"0123456789abcdef\nz\n").expect("write");
         assert_eq!(
-            std::fs::read(dir.join("user.log.1")).expect("old"),
+            std::fs::read(dir.path().join("user.log.1")).expect("old"),
             b"012345678\n"
         );
         assert_eq!(std::fs::read(&path).expect("new"), b"z\n");
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
@@ -227,16 +229,15 @@ mod tests {
         log.write(b"0123456789abcdef").expect("write");
         log.write(b"ghij").expect("write");
         assert_eq!(
-            std::fs::read(dir.join("user.log.1")).expect("old"),
+            std::fs::read(dir.path().join("user.log.1")).expect("old"),
             b"0123456789"
         );
         assert_eq!(std::fs::read(&path).expect("new"), b"abcdefghij");
         log.write(b"k").expect("write");
         assert_eq!(
-            std::fs::read(dir.join("user.log.1")).expect("old"),
+            std::fs::read(dir.path().join("user.log.1")).expect("old"),
             b"abcdefghij"
         );
         assert_eq!(std::fs::read(&path).expect("new"), b"k");
-        std::fs::remove_dir_all(&dir).ok();
     }
 }
