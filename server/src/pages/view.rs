@@ -378,7 +378,7 @@ pub fn job_page(
                 .iter()
                 .map(|task| {
                     let read = tail(name, task.task_index);
-                    task_row(view, name, task, tails.count(read, status.state, task))
+                    task_row(&here, name, task, tails.count(read, status.state, task))
                 })
                 .collect();
             RoleSection {
@@ -565,8 +565,8 @@ impl TailCount {
     }
 }
 
-/// One task's row.
-fn task_row(view: &JobView, role: &str, task: &TaskView, tail: RowTail) -> TaskRow {
+/// One task's row; `page`: the job's page, its log links' base.
+fn task_row(page: &str, role: &str, task: &TaskView, tail: RowTail) -> TaskRow {
     let (tail, runtime_tail, tail_note) = tail;
     TaskRow {
         id: format!("{role}-{}", task.task_index),
@@ -593,11 +593,7 @@ fn task_row(view: &JobView, role: &str, task: &TaskView, tail: RowTail) -> TaskR
         exit_code_known: task.container_exit_code.is_some(),
         exit_code: task.container_exit_code,
         retries: task.retries,
-        log_url: format!(
-            "{}/logs/{role}/{}",
-            job_url(&view.job_status.username, &view.name),
-            task.task_index
-        ),
+        log_url: format!("{page}/logs/{role}/{}", task.task_index),
         result: task.result.as_ref().map(|v| v.to_string()),
         result_error: task.result_error.clone(),
         tail,
