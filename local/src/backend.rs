@@ -117,7 +117,7 @@ impl Backend for LocalBackend {
         &'a self,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Arc<Framework>>, BackendError>> {
-        Box::pin(async move { Ok(self.0.get(name).map(Arc::new)) })
+        Box::pin(async move { Ok(self.peek(name)) })
     }
 
     fn peek(&self, name: &str) -> Option<Arc<Framework>> {
