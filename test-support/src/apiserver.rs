@@ -126,6 +126,8 @@ pub struct Request {
     pub uri: String,
     /// Bytes of the response body sent so far (a watch's grow while it lasts).
     pub bytes_sent: u64,
+    /// The bearer token it came with: who asked (this server checks none).
+    pub bearer: Option<String>,
 }
 
 impl Request {
@@ -725,6 +727,12 @@ async fn admit(
     next: Next,
 ) -> Response {
     let (method, uri) = (request.method().clone(), request.uri().clone());
+    let bearer = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
     let sent = Arc::new(AtomicU64::new(0));
     let fault = {
         let mut store = shared.lock();
@@ -732,6 +740,7 @@ async fn admit(
             method: method.to_string(),
             uri: uri.to_string(),
             bytes_sent: 0,
+            bearer,
         });
         store.sent.push(sent.clone());
         store.fault

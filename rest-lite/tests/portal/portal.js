@@ -39,6 +39,20 @@ async function untilState(page, states, ms = 60000) {
   }
 }
 
+// Reloads a job's page until the job is RUNNING and so is every task on it: a job
+// runs as soon as one of its tasks does, and only a running task's ports are links.
+async function untilEveryTaskRuns(page, ms = 60000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const job = (await page.textContent('#job-state')).trim();
+    const tasks = await page.$$eval('tr[id^=task-] span.state', (spans) =>
+      spans.map((s) => s.textContent.trim()));
+    if (job === 'RUNNING' && tasks.length > 0 && tasks.every((t) => t === 'RUNNING')) return job;
+    if (Date.now() > deadline) throw new Error(`job ${job}, tasks ${tasks}: wanted all RUNNING`);
+    await page.reload();
+  }
+}
+
 (async () => {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM,
@@ -70,7 +84,7 @@ async function untilState(page, states, ms = 60000) {
     await Promise.all([page.waitForNavigation(), page.click('#submit')]);
     step('submitted', { text: await page.textContent('#submitted') });
     await Promise.all([page.waitForNavigation(), page.click('#submitted a')]);
-    const running = await untilState(page, ['RUNNING']);
+    const running = await untilEveryTaskRuns(page);
     await page.screenshot({ path: path.join(shots, 'job-running.png'), fullPage: true });
     step('running', {
       state: running,
