@@ -1,21 +1,22 @@
 //! The `barrier` binary, as an init container runs it: environment in, files and an exit
 //! code out.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::Command;
 
 use pai_barrier::PeerTable;
 use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_pod_ip, to_value};
 
-fn out_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("barrier-bin-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    dir
+/// A directory for one test, removed when it goes out of scope (a failing test's too).
+fn out_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("barrier-bin-{name}-"))
+        .tempdir()
+        .expect("a scratch directory")
 }
 
-async fn run(server: &ApiServer, framework: &str, timeout: &str, dir: &PathBuf) -> (i32, String) {
+async fn run(server: &ApiServer, framework: &str, timeout: &str, dir: &Path) -> (i32, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_barrier"));
     command
         .arg(dir)
@@ -44,8 +45,9 @@ async fn passes_and_writes_framework_and_peers() {
     set_pod_ip(&mut fw, "worker", 0, &address(1, 0));
     set_pod_ip(&mut fw, "worker", 1, &address(1, 1));
     server.create("frameworks", NAMESPACE, fw);
-    let dir = out_dir("pass");
-    let (code, stderr) = run(&server, "alicejob", "60", &dir).await;
+    let scratch = out_dir("pass");
+    let dir = scratch.path();
+    let (code, stderr) = run(&server, "alicejob", "60", dir).await;
     assert_eq!(code, 0, "{stderr}");
     let peers: PeerTable =
         serde_json::from_slice(&std::fs::read(dir.join("peers.json")).expect("peers.json"))
@@ -75,7 +77,7 @@ async fn passes_and_writes_framework_and_peers() {
     let sourced = Command::new("bash")
         .arg("-c")
         .arg("FB_PS_PORT=4001 FB_WORKER_PORT=5001 . ./injector.sh >/dev/null && echo \"$FB_PS_IPS|$FB_WORKER_ADDRESSES\"")
-        .current_dir(&dir)
+        .current_dir(dir)
         .output()
         .expect("bash");
     assert_eq!(
@@ -87,7 +89,6 @@ async fn passes_and_writes_framework_and_peers() {
             address(1, 1)
         )
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// What frameworkbarrier's `generateInjector` (pkg/barrier/barrier.go at d6e7078) writes
@@ -156,28 +157,28 @@ async fn exit_codes_follow_frameworkbarrier() {
         NAMESPACE,
         to_value(&framework("never", &[("worker", 1)])),
     );
-    let dir = out_dir("codes");
+    let scratch = out_dir("codes");
+    let dir = scratch.path();
 
-    let (code, stderr) = run(&server, "missing", "60", &dir).await;
+    let (code, stderr) = run(&server, "missing", "60", dir).await;
     assert_eq!(code, 210, "{stderr}");
     assert!(
         stderr.contains("framework jobs/missing does not exist"),
         "{stderr}"
     );
 
-    let (code, stderr) = run(&server, "never", "1", &dir).await;
+    let (code, stderr) = run(&server, "never", "1", dir).await;
     assert_eq!(code, 201, "{stderr}");
     assert!(stderr.contains("0/1 tasks have an address"), "{stderr}");
 
     server.deny(Some(403));
-    let (code, stderr) = run(&server, "never", "60", &dir).await;
+    let (code, stderr) = run(&server, "never", "60", dir).await;
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("403 Forbidden"), "{stderr}");
     assert!(
         !dir.join("peers.json").exists(),
         "nothing written on failure"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

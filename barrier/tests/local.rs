@@ -1,6 +1,6 @@
 //! The local source: the same rule over a Framework file replaced atomically.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use pai_barrier::{BarrierError, local_source, output};
@@ -8,11 +8,12 @@ use pai_contract::exit::ExitCode;
 use pai_test_support::frameworks::{address, framework, set_pod_ip, to_value};
 use serde_json::Value;
 
-fn dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("barrier-local-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    dir
+/// A directory for one test, removed when it goes out of scope (a failing test's too).
+fn dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("barrier-local-{name}-"))
+        .tempdir()
+        .expect("a scratch directory")
 }
 
 fn publish(path: &Path, value: &Value) {
@@ -21,7 +22,8 @@ fn publish(path: &Path, value: &Value) {
 
 #[test]
 fn passes_when_the_last_address_is_published() {
-    let dir = dir("pass");
+    let scratch = dir("pass");
+    let dir = scratch.path();
     let path = dir.join("framework.json");
     let mut value = to_value(&framework("fw", &[("server", 1), ("client", 2)]));
     publish(&path, &value);
@@ -38,12 +40,12 @@ fn passes_when_the_last_address_is_published() {
         passed.peers.role("client").expect("client").addresses[1].to_string(),
         address(1, 1)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn a_missing_file_is_not_found() {
-    let dir = dir("missing");
+    let scratch = dir("missing");
+    let dir = scratch.path();
     let err = local_source::wait(&dir.join("framework.json"), Duration::from_secs(120))
         .expect_err("missing");
     assert_eq!(err.exit_code(), ExitCode::PermanentFailure);
@@ -53,12 +55,12 @@ fn a_missing_file_is_not_found() {
     )
     .expect_err("missing");
     assert!(matches!(err, BarrierError::NotFound { .. }), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn a_deleted_file_is_not_found() {
-    let dir = dir("deleted");
+    let scratch = dir("deleted");
+    let dir = scratch.path();
     let path = dir.join("framework.json");
     publish(&path, &to_value(&framework("fw", &[("server", 1)])));
     let waiter = {
@@ -68,12 +70,12 @@ fn a_deleted_file_is_not_found() {
     std::fs::remove_file(&path).expect("delete");
     let err = waiter.join().expect("thread").expect_err("deleted");
     assert!(matches!(err, BarrierError::NotFound { .. }), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn times_out_as_a_transient_conflict() {
-    let dir = dir("timeout");
+    let scratch = dir("timeout");
+    let dir = scratch.path();
     let path = dir.join("framework.json");
     publish(&path, &to_value(&framework("fw", &[("server", 2)])));
     let err = local_source::wait(&path, Duration::from_secs(1)).expect_err("times out");
@@ -82,5 +84,4 @@ fn times_out_as_a_transient_conflict() {
         err.to_string().contains("0/2 tasks have an address"),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -92,14 +92,16 @@ mod tests {
 
     #[test]
     fn a_tree_is_copied_under_its_name_with_links_as_links() {
-        let scratch = std::env::temp_dir().join(format!("code-dir-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&scratch);
-        let src = scratch.join("src/code");
+        let scratch = tempfile::Builder::new()
+            .prefix("code-dir-")
+            .tempdir()
+            .expect("a scratch directory");
+        let src = scratch.path().join("src/code");
         std::fs::create_dir_all(src.join("pkg")).unwrap();
         std::fs::write(src.join("start.sh"), "echo hi\n").unwrap();
         std::fs::write(src.join("pkg/a.py"), "x = 1\n").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", src.join("outside")).unwrap();
-        let work = scratch.join("work");
+        let work = scratch.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
         let copied = copy_into(&src, &work).unwrap();
         assert_eq!(
@@ -122,6 +124,5 @@ mod tests {
         // Again, over the first copy (a retried task): the same result.
         assert_eq!(copy_into(&src, &work).unwrap(), copied);
         assert_eq!(tree_bytes(&src, u64::MAX).unwrap(), 14);
-        let _ = std::fs::remove_dir_all(&scratch);
     }
 }

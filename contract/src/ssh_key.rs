@@ -198,9 +198,11 @@ mod tests {
             return;
         };
         let key = JobKey::generate("test").expect("key");
-        let dir = std::env::temp_dir().join(format!("pai-key-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("id");
+        let dir = tempfile::Builder::new()
+            .prefix("pai-key-")
+            .tempdir()
+            .expect("a scratch directory");
+        let path = dir.path().join("id");
         {
             use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
@@ -219,7 +221,6 @@ mod tests {
             .arg(&path)
             .output()
             .expect("ssh-keygen runs");
-        let _ = std::fs::remove_dir_all(&dir);
         assert!(
             out.status.success(),
             "{}",

@@ -86,8 +86,11 @@ mod tests {
 
     #[test]
     fn the_same_bytes_are_one_read_only_file_and_others_their_own() {
-        let dir = std::env::temp_dir().join(format!("shared-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::Builder::new()
+            .prefix("shared-")
+            .tempdir()
+            .expect("a scratch directory");
+        let dir = scratch.path();
         let shared = dir.join("shared");
         for task in ["a", "b", "c"] {
             std::fs::create_dir_all(dir.join(task)).expect("dir");
@@ -108,13 +111,15 @@ mod tests {
         assert_eq!(inode("a").nlink(), 3, "a, b and the shared copy");
         let own = std::fs::metadata(dir.join("a/own")).expect("stat");
         assert_eq!((own.nlink(), own.mode() & 0o777), (1, 0o600));
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
     fn tasks_writing_at_once_end_with_one_copy() {
-        let dir = std::env::temp_dir().join(format!("shared-race-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::Builder::new()
+            .prefix("shared-race-")
+            .tempdir()
+            .expect("a scratch directory");
+        let dir = scratch.path();
         let shared = dir.join("shared");
         let bytes = vec![b'x'; 256 * 1024];
         for round in 0..20 {
@@ -136,6 +141,5 @@ mod tests {
                 .collect();
             assert_eq!(inodes.len(), 1, "round {round}");
         }
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -1,7 +1,7 @@
 //! `kube-runtime entry` as the init container runs it, then `run` on what it left: the
 //! whole path from a Framework with addresses to a user command that sees its peers.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;

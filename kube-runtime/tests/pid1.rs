@@ -1,6 +1,6 @@
 //! `kube-runtime run` as PID 1 of a new PID namespace, with real processes and signals.
 
-mod common;
+use crate::common;
 
 use std::os::unix::ffi::OsStrExt;
 

@@ -3,7 +3,7 @@
 //! and a command run over ssh sees the job's `PAI_*` variables. Needs openssh-server and an ssh client (`.ci/run`
 //! installs them).
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! nothing: a chroot holding only it and a static busybox. entry passes the local barrier
 //! there and run starts the user command as PID 1. Needs busybox-static (`.ci/run`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -74,8 +74,11 @@ fn the_static_runtime_runs_in_a_chroot_with_only_busybox() {
     }
     let runtime = static_runtime();
 
-    let root = std::env::temp_dir().join(format!("kube-runtime-chroot-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let scratch = tempfile::Builder::new()
+        .prefix("kube-runtime-chroot-")
+        .tempdir()
+        .expect("a scratch directory");
+    let root = scratch.path();
     for dir in ["bin", "proc", "opt/pai", "state"] {
         std::fs::create_dir_all(root.join(dir)).expect("dir");
     }
@@ -110,7 +113,7 @@ fn the_static_runtime_runs_in_a_chroot_with_only_busybox() {
             "echo \"peer ps at $PAI_HOST_IP_ps_0, I am pid $$\"; exit 7".to_string(),
         ),
     ];
-    let entry = in_chroot(&root, &["/opt/pai/kube-runtime", "entry"], &env);
+    let entry = in_chroot(root, &["/opt/pai/kube-runtime", "entry"], &env);
     assert_eq!(
         entry.status.code(),
         Some(0),
@@ -118,7 +121,7 @@ fn the_static_runtime_runs_in_a_chroot_with_only_busybox() {
         String::from_utf8_lossy(&entry.stderr)
     );
 
-    let run = in_chroot(&root, &["/usr/local/pai/run"], &env);
+    let run = in_chroot(root, &["/usr/local/pai/run"], &env);
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert_eq!(
         run.status.code(),
@@ -132,5 +135,4 @@ fn the_static_runtime_runs_in_a_chroot_with_only_busybox() {
         stdout,
         format!("peer ps at {}, I am pid 3\n", address(0, 0))
     );
-    std::fs::remove_dir_all(&root).ok();
 }

@@ -85,11 +85,14 @@ mod tests {
 
     #[test]
     fn unpacking_writes_executables_and_drops_strangers() {
-        let state = std::env::temp_dir().join(format!("pai-assets-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&state);
+        let scratch = tempfile::Builder::new()
+            .prefix("pai-assets-")
+            .tempdir()
+            .expect("a scratch directory");
+        let state = scratch.path();
         std::fs::create_dir_all(state.join("assets/init")).expect("dir");
         std::fs::write(state.join("assets/init/99-old.sh"), "exit 1").expect("stranger");
-        let root = unpack(&state).expect("unpack");
+        let root = unpack(state).expect("unpack");
         for asset in EMBEDDED {
             let path = root.join(asset.path);
             assert_eq!(std::fs::read_to_string(&path).expect("written"), asset.text);
@@ -101,11 +104,10 @@ mod tests {
         let before = std::fs::metadata(root.join(EMBEDDED[0].path))
             .and_then(|m| m.modified())
             .expect("mtime");
-        unpack(&state).expect("again");
+        unpack(state).expect("again");
         let after = std::fs::metadata(root.join(EMBEDDED[0].path))
             .and_then(|m| m.modified())
             .expect("mtime");
         assert_eq!(before, after);
-        std::fs::remove_dir_all(&state).ok();
     }
 }

@@ -4,7 +4,7 @@
 //! (real task processes). Each task of the suite's jobs prints a line, then waits for its
 //! exit code on a FIFO (the "gate"), so the test decides when and how it ends.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

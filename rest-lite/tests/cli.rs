@@ -1,6 +1,6 @@
 //! The `rest-lite transform` command, run as a user runs it.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

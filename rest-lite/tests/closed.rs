@@ -5,7 +5,7 @@
 //! a command that leaves a mark: the mark never appears; the same request done right
 //! leaves it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

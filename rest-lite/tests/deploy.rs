@@ -1,7 +1,7 @@
 //! The manifests in deploy/ render with `kubectl kustomize` into a namespace of the
 //! deployer's choice, with nothing left in another namespace.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

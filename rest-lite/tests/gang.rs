@@ -8,7 +8,7 @@
 //! allowed by `deploy/rest-lite/rbac.yaml` (and the ClusterRole of
 //! `rbac-volcano-queues.yaml` for Volcano's cluster-wide queues).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

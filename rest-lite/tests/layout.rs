@@ -2,7 +2,7 @@
 //! crate's row (a module `x.rs` as `` `x.rs` ``, a folder module as `` `x/` ``), and every
 //! file a row names exists in that crate.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

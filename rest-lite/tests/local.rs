@@ -3,7 +3,7 @@
 //! Tasks report through a FIFO: every user process holds its write end, so end of file
 //! on the read end means every one of them is gone.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! unreadable job skipped, private files and directories, loopback only unless
 //! acknowledged, and jobs larger than the machine refused.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

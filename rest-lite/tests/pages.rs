@@ -3,7 +3,7 @@
 //! while the job runs and after it ended, with screenshots in `target/pages/`), and over
 //! plain HTTP for the sign-in, the per-user rule and the headers.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -9,7 +9,7 @@
 //! watch, so once a Framework changed later has its table, every earlier change has been
 //! handled.
 
-mod common;
+use crate::common;
 
 use pai_barrier::{PeerTable, Readiness, published, readiness};
 use pai_cluster::backend::KubeBackend;

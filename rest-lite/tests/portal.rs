@@ -8,7 +8,7 @@
 //! `target/portal/`. Needs Node.js, the npm package and Chromium (`.ci/run` installs
 //! them); says what is missing and skips without them, except under `CI=true`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

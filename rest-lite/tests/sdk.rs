@@ -5,7 +5,7 @@
 //! stops it, and sees a bad job refused. Needs Node.js and the SDK (`npm ci --prefix rest-lite/tests/sdk`, which
 //! `.ci/run` does); says what is missing and skips without them, except under `CI=true`.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,8 +1,7 @@
 //! `rest-lite serve`, the binary: it serves, stops on SIGTERM, and refuses to listen
 //! beyond loopback without tokens.
 
-#[path = "../../server/tests/support/mod.rs"]
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -5,7 +5,7 @@
 //! python3 (`.ci/run` installs them); without them each test says what is missing and
 //! passes, except under `CI=true`, where it fails.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -4,7 +4,7 @@
 //! secret's value is nowhere a reader can reach: no route, no page, no server log line,
 //! not the Framework, not an Event; only the task gets it, where the protocol puts it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -123,18 +123,20 @@ pub fn read(state_dir: &Path) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "rest-lite-machine-token-{name}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+    /// A directory for one test, removed when it goes out of scope (a failing test's
+    /// too), and the state directory in it, not made yet.
+    fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("rest-lite-machine-token-{name}-"))
+            .tempdir()
+            .expect("a scratch directory");
+        let dir = scratch.path().join("state");
+        (scratch, dir)
     }
 
     #[test]
     fn made_once_private_and_read_back() {
-        let dir = scratch("once");
+        let (_scratch, dir) = scratch("once");
         let token = load_or_create(&dir).expect("made");
         assert_eq!(token.len(), 64);
         let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
@@ -142,12 +144,11 @@ mod tests {
         assert_eq!(mode(&path(&dir)), 0o600);
         assert_eq!(load_or_create(&dir).expect("again"), token);
         assert_eq!(read(&dir).as_deref(), Some(token.as_str()));
-        std::fs::remove_dir_all(&dir).expect("clean");
     }
 
     #[test]
     fn a_file_others_may_read_is_refused() {
-        let dir = scratch("open");
+        let (_scratch, dir) = scratch("open");
         load_or_create(&dir).expect("made");
         std::fs::set_permissions(path(&dir), std::fs::Permissions::from_mode(0o644))
             .expect("chmod");
@@ -156,6 +157,5 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
         let err = load_or_create(&dir).expect_err("refused");
         assert!(err.to_string().contains("chmod 700"), "{err}");
-        std::fs::remove_dir_all(&dir).expect("clean");
     }
 }

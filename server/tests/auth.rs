@@ -1,7 +1,7 @@
 //! Who may do what: the token matrix. The Kubernetes backend over the in-process API
 //! server, over real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -1,7 +1,7 @@
 //! Stopping, starting and deleting a job; a retry's delay and a stop as the views tell
 //! them. The Kubernetes backend over the in-process API server, over real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -2,7 +2,7 @@
 //! past its bound, read-your-writes across replicas, a restart of the API server, managed
 //! fields. The Kubernetes backend over the in-process API server, over real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -1,7 +1,7 @@
 //! Kubernetes Events on each Framework, once across replicas. The Kubernetes backend over
 //! the in-process API server, over real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

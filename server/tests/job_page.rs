@@ -1,7 +1,7 @@
 //! The job page's log previews: each read once for many readers. The Kubernetes backend
 //! over the in-process API server, over real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -1,7 +1,7 @@
 //! Job lists: pages by limit and continue, filters by state. The Kubernetes backend over
 //! the in-process API server, over real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

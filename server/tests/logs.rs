@@ -1,7 +1,7 @@
 //! Task logs: served, followed, while a task starts, kept after its pod is gone. The
 //! Kubernetes backend over the in-process API server, over real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

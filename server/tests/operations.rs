@@ -1,7 +1,7 @@
 //! Readiness, metrics and the OpenAPI document. The Kubernetes backend over the in-process
 //! API server, over real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -1,7 +1,7 @@
 //! The ssh info: only tasks whose sshd answers. The Kubernetes backend over the in-process
 //! API server, over real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -2,7 +2,7 @@
 //! refusal, dependency cycles. The Kubernetes backend over the in-process API server, over
 //! real sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -2,7 +2,7 @@
 //! cluster was away. The Kubernetes backend over the in-process API server, over real
 //! sockets.
 
-mod support;
+use crate::support;
 
 use support::*;
 

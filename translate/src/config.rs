@@ -263,9 +263,11 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_bad_values_are_errors() {
-        let dir = std::env::temp_dir().join(format!("rest-lite-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("c.yaml");
+        let dir = tempfile::Builder::new()
+            .prefix("rest-lite-config-")
+            .tempdir()
+            .expect("a scratch directory");
+        let path = dir.path().join("c.yaml");
         std::fs::write(&path, "hostNetwrk: true\n").expect("write");
         let err = ClusterConfig::load(&path).expect_err("typo");
         assert!(err.to_string().contains("hostNetwrk"), "{err}");
@@ -303,6 +305,5 @@ mod tests {
         let config = ClusterConfig::load(&path).expect("valid");
         assert!(config.host_network);
         assert_eq!(config.namespace, "jobs");
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -1,6 +1,6 @@
 //! Bad specs: each must be rejected with exactly the listed errors (field path and rule).
 
-mod common;
+use crate::common;
 
 use serde_json::{Value, json};
 

@@ -1,7 +1,7 @@
 //! What the Framework says, field by field: the static environment of contracts §2, the
 //! pod shape of §3 and §4, and the cluster settings that change it.
 
-mod common;
+use crate::common;
 
 use pai_contract::PortPlan;
 use pai_translate::config::ClusterConfig;

@@ -3,7 +3,7 @@
 //! cannot fit is refused naming the rule, and two (user, job) pairs never share a
 //! Framework.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

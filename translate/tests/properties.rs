@@ -1,6 +1,6 @@
 //! Property tests of validation and port allocation over generated jobs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 

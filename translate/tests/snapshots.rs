@@ -2,7 +2,7 @@
 //! and checked against FrameworkController's CRD. After an intended change, run with
 //! `BLESS=1` and review the diff.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

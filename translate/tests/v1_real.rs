@@ -7,7 +7,7 @@
 //! retries, `putJobAsync` for the directories' placeholders). Every field the file sets
 //! that is not acted on must be named by a warning.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 
@@ -249,8 +249,11 @@ fn code_dirs_are_checked_for_the_place_they_run_in() {
     use pai_translate::config::ClusterConfig;
     use pai_translate::place::{Place, check};
     use pai_translate::spec::UserName;
-    let scratch = std::env::temp_dir().join(format!("v1-place-{}", std::process::id()));
-    let code = scratch.join("code");
+    let scratch = tempfile::Builder::new()
+        .prefix("v1-place-")
+        .tempdir()
+        .expect("a scratch directory");
+    let code = scratch.path().join("code");
     std::fs::create_dir_all(&code).expect("scratch");
     let user = UserName::parse("alice").expect("user");
     let spec = |code_dir: &str, cluster: &str| {
@@ -333,5 +336,4 @@ fn code_dirs_are_checked_for_the_place_they_run_in() {
         typo[0].contains("\"defualt\" (did you mean \"default\"?) names no queue"),
         "{typo:?}"
     );
-    let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -1,7 +1,7 @@
 //! Bad protocol v2 documents: each refused with every broken rule at once, each naming
 //! its field path and the rule; and what OpenPAI accepted but is not done here, said.
 
-mod common;
+use crate::common;
 
 use serde_json::{Value, json};
 

@@ -6,7 +6,7 @@
 //! fields both produce, and with what its runtime's plugins do (microsoft/openpai-runtime
 //! `src/plugins`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -10,16 +10,24 @@ use pai_kube_runtime::shell;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_kube-runtime");
 
+/// A task's root, removed when it goes out of scope (a failing test's too).
 pub struct TaskDir {
     pub dir: PathBuf,
+    _removed_at_drop: tempfile::TempDir,
 }
 
 impl TaskDir {
     pub fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("kube-runtime-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("kube-runtime-{name}-"))
+            .tempdir()
+            .expect("a scratch directory");
+        let dir = scratch.path().to_path_buf();
         std::fs::create_dir_all(dir.join("init")).expect("dir");
-        let task = Self { dir };
+        let task = Self {
+            dir,
+            _removed_at_drop: scratch,
+        };
         task.env_file(&[]);
         task
     }
@@ -83,12 +91,6 @@ impl TaskDir {
 
     pub fn log_dir(&self) -> PathBuf {
         self.dir.join("logs/attempt-0/role-worker/idx-0/attempt-0")
-    }
-}
-
-impl Drop for TaskDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -5,10 +5,8 @@ pub mod fifo;
 pub mod node;
 pub mod serve;
 
-#[path = "../../../translate/tests/common/mod.rs"]
-mod spec;
 #[allow(unused_imports)]
-pub use spec::*;
+pub use crate::spec::*;
 
 /// A fresh directory for one test, `rest-lite-<area>-<name>-…` under the temporary
 /// directory, removed when it goes out of scope: at the test's end, and also when the

@@ -13,9 +13,7 @@ pub use pai_translate::config::ClusterConfig;
 pub use serde_json::{Value, json};
 pub use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[path = "../../../translate/tests/common/mod.rs"]
-mod spec;
-pub use spec::*;
+pub use crate::spec::*;
 
 /// A directory for one test, removed when it goes out of scope.
 pub fn scratch(name: &str) -> tempfile::TempDir {

@@ -1,0 +1,31 @@
+//! rest-lite's integration tests, as one test binary.
+//!
+//! Every test binary links all of the crate's dependencies (kube, axum, k8s-openapi:
+//! some 75 MB each); one binary per crate, one module per feature, keeps a clean
+//! build's disk and link time to a fraction of one binary per file.
+
+/// The specs the translation's tests write, shared by every crate's tests.
+#[path = "../../translate/tests/common/mod.rs"]
+mod spec;
+
+#[path = "../../server/tests/support/mod.rs"]
+mod support;
+
+mod common;
+
+mod backends;
+mod cli;
+mod closed;
+mod deploy;
+mod gang;
+mod job_access;
+mod layout;
+mod local;
+mod local_safety;
+mod pages;
+mod peers;
+mod portal;
+mod sdk;
+mod serve_command;
+mod training;
+mod v2;
