@@ -13,6 +13,7 @@ pub use pai_translate::config::ClusterConfig;
 pub use serde_json::{Value, json};
 pub use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+// The translation's spec helpers, which each test binary's root includes as `spec`.
 pub use crate::spec::*;
 
 /// A directory for one test, removed when it goes out of scope.
