@@ -9,11 +9,8 @@ use pai_test_support::ApiServer;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_pod_ip, to_value};
 
 /// A directory for one test, removed when it goes out of scope (a failing test's too).
-fn out_dir(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("barrier-bin-{name}-"))
-        .tempdir()
-        .expect("a scratch directory")
+fn out_dir(name: &str) -> pai_test_support::scratch::TempDir {
+    pai_test_support::scratch(&format!("barrier-bin-{name}"))
 }
 
 async fn run(server: &ApiServer, framework: &str, timeout: &str, dir: &Path) -> (i32, String) {

@@ -9,11 +9,8 @@ use pai_test_support::frameworks::{address, framework, set_pod_ip, to_value};
 use serde_json::Value;
 
 /// A directory for one test, removed when it goes out of scope (a failing test's too).
-fn dir(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("barrier-local-{name}-"))
-        .tempdir()
-        .expect("a scratch directory")
+fn dir(name: &str) -> pai_test_support::scratch::TempDir {
+    pai_test_support::scratch(&format!("barrier-local-{name}"))
 }
 
 fn publish(path: &Path, value: &Value) {

@@ -195,11 +195,8 @@ mod tests {
 
     /// A fresh directory for one test (removed with it, a failing test's too), and the
     /// log's path in it.
-    fn log_in(name: &str) -> (tempfile::TempDir, PathBuf) {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("{name}-"))
-            .tempdir()
-            .expect("dir");
+    fn log_in(name: &str) -> (pai_test_support::scratch::TempDir, PathBuf) {
+        let dir = pai_test_support::scratch(name);
         let path = dir.path().join("user.log");
         (dir, path)
     }

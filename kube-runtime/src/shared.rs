@@ -86,10 +86,7 @@ mod tests {
 
     #[test]
     fn the_same_bytes_are_one_read_only_file_and_others_their_own() {
-        let scratch = tempfile::Builder::new()
-            .prefix("shared-")
-            .tempdir()
-            .expect("a scratch directory");
+        let scratch = pai_test_support::scratch("shared");
         let dir = scratch.path();
         let shared = dir.join("shared");
         for task in ["a", "b", "c"] {
@@ -115,10 +112,7 @@ mod tests {
 
     #[test]
     fn tasks_writing_at_once_end_with_one_copy() {
-        let scratch = tempfile::Builder::new()
-            .prefix("shared-race-")
-            .tempdir()
-            .expect("a scratch directory");
+        let scratch = pai_test_support::scratch("shared-race");
         let dir = scratch.path();
         let shared = dir.join("shared");
         let bytes = vec![b'x'; 256 * 1024];

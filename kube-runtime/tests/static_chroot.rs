@@ -74,10 +74,7 @@ fn the_static_runtime_runs_in_a_chroot_with_only_busybox() {
     }
     let runtime = static_runtime();
 
-    let scratch = tempfile::Builder::new()
-        .prefix("kube-runtime-chroot-")
-        .tempdir()
-        .expect("a scratch directory");
+    let scratch = pai_test_support::scratch("kube-runtime-chroot");
     let root = scratch.path();
     for dir in ["bin", "proc", "opt/pai", "state"] {
         std::fs::create_dir_all(root.join(dir)).expect("dir");

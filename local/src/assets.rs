@@ -85,10 +85,7 @@ mod tests {
 
     #[test]
     fn unpacking_writes_executables_and_drops_strangers() {
-        let scratch = tempfile::Builder::new()
-            .prefix("pai-assets-")
-            .tempdir()
-            .expect("a scratch directory");
+        let scratch = pai_test_support::scratch("pai-assets");
         let state = scratch.path();
         std::fs::create_dir_all(state.join("assets/init")).expect("dir");
         std::fs::write(state.join("assets/init/99-old.sh"), "exit 1").expect("stranger");

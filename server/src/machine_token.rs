@@ -125,11 +125,8 @@ mod tests {
 
     /// A directory for one test, removed when it goes out of scope (a failing test's
     /// too), and the state directory in it, not made yet.
-    fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
-        let scratch = tempfile::Builder::new()
-            .prefix(&format!("rest-lite-machine-token-{name}-"))
-            .tempdir()
-            .expect("a scratch directory");
+    fn scratch(name: &str) -> (pai_test_support::scratch::TempDir, PathBuf) {
+        let scratch = pai_test_support::scratch(&format!("rest-lite-machine-token-{name}"));
         let dir = scratch.path().join("state");
         (scratch, dir)
     }

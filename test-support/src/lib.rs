@@ -4,6 +4,8 @@ pub mod apiserver;
 pub mod frameworks;
 pub mod needs;
 pub mod rbac;
+pub mod scratch;
 pub mod validation;
 
 pub use apiserver::{ApiServer, Fault};
+pub use scratch::scratch;

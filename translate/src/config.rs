@@ -263,10 +263,7 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_bad_values_are_errors() {
-        let dir = tempfile::Builder::new()
-            .prefix("rest-lite-config-")
-            .tempdir()
-            .expect("a scratch directory");
+        let dir = pai_test_support::scratch("rest-lite-config");
         let path = dir.path().join("c.yaml");
         std::fs::write(&path, "hostNetwrk: true\n").expect("write");
         let err = ClusterConfig::load(&path).expect_err("typo");

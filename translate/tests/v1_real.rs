@@ -249,10 +249,7 @@ fn code_dirs_are_checked_for_the_place_they_run_in() {
     use pai_translate::config::ClusterConfig;
     use pai_translate::place::{Place, check};
     use pai_translate::spec::UserName;
-    let scratch = tempfile::Builder::new()
-        .prefix("v1-place-")
-        .tempdir()
-        .expect("a scratch directory");
+    let scratch = pai_test_support::scratch("v1-place");
     let code = scratch.path().join("code");
     std::fs::create_dir_all(&code).expect("scratch");
     let user = UserName::parse("alice").expect("user");

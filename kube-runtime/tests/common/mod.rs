@@ -13,15 +13,12 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_kube-runtime");
 /// A task's root, removed when it goes out of scope (a failing test's too).
 pub struct TaskDir {
     pub dir: PathBuf,
-    _removed_at_drop: tempfile::TempDir,
+    _removed_at_drop: pai_test_support::scratch::TempDir,
 }
 
 impl TaskDir {
     pub fn new(name: &str) -> Self {
-        let scratch = tempfile::Builder::new()
-            .prefix(&format!("kube-runtime-{name}-"))
-            .tempdir()
-            .expect("a scratch directory");
+        let scratch = pai_test_support::scratch(&format!("kube-runtime-{name}"));
         let dir = scratch.path().to_path_buf();
         std::fs::create_dir_all(dir.join("init")).expect("dir");
         let task = Self {

@@ -11,7 +11,7 @@ pub use crate::spec::*;
 /// A fresh directory for one test, `rest-lite-<area>-<name>-…` under the temporary
 /// directory, removed when it goes out of scope: at the test's end, and also when the
 /// test fails (a clean-up written at a test's end is skipped by its panic).
-pub struct Scratch(tempfile::TempDir);
+pub struct Scratch(pai_test_support::scratch::TempDir);
 
 impl std::ops::Deref for Scratch {
     type Target = std::path::Path;
@@ -28,12 +28,9 @@ impl AsRef<std::path::Path> for Scratch {
 
 /// A [`Scratch`] directory for test `name` of `area`.
 pub fn scratch(area: &str, name: &str) -> Scratch {
-    Scratch(
-        tempfile::Builder::new()
-            .prefix(&format!("rest-lite-{area}-{name}-"))
-            .tempdir()
-            .expect("a scratch directory"),
-    )
+    Scratch(pai_test_support::scratch(&format!(
+        "rest-lite-{area}-{name}"
+    )))
 }
 
 /// A token file in `dir` admitting `users` (name, token, admin).

@@ -17,11 +17,8 @@ pub use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub use crate::spec::*;
 
 /// A directory for one test, removed when it goes out of scope.
-pub fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("rest-lite-server-{name}-"))
-        .tempdir()
-        .expect("a scratch directory")
+pub fn scratch(name: &str) -> pai_test_support::scratch::TempDir {
+    pai_test_support::scratch(&format!("rest-lite-server-{name}"))
 }
 
 pub const NS: &str = "jobs";
