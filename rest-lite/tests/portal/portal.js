@@ -28,27 +28,20 @@ taskRoles:
     command: echo serving on $PAI_CONTAINER_HOST_http_PORT_LIST; while :; do sleep 1; done
 `;
 
-// Reloads until the job's state is one of `states` (the page says it); at most `ms`.
-async function untilState(page, states, ms = 60000) {
+// Reloads until the job's state is one of `states` and, with `taskStates`, every task's
+// is one of those (a job runs as soon as one of its tasks does); at most `ms`.
+async function untilState(page, states, taskStates = null, ms = 60000) {
   const deadline = Date.now() + ms;
   for (;;) {
     const state = (await page.textContent('#job-state')).trim();
-    if (states.includes(state)) return state;
-    if (Date.now() > deadline) throw new Error(`still ${state}, wanted ${states}`);
-    await page.reload();
-  }
-}
-
-// Reloads a job's page until the job is RUNNING and so is every task on it: a job
-// runs as soon as one of its tasks does, and only a running task's ports are links.
-async function untilEveryTaskRuns(page, ms = 60000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const job = (await page.textContent('#job-state')).trim();
-    const tasks = await page.$$eval('tr[id^=task-] span.state', (spans) =>
-      spans.map((s) => s.textContent.trim()));
-    if (job === 'RUNNING' && tasks.length > 0 && tasks.every((t) => t === 'RUNNING')) return job;
-    if (Date.now() > deadline) throw new Error(`job ${job}, tasks ${tasks}: wanted all RUNNING`);
+    const tasks = taskStates === null ? [] : await page.$$eval('tr[id^=task-] span.state',
+      (spans) => spans.map((s) => s.textContent.trim()));
+    const tasksDone = taskStates === null
+      || (tasks.length > 0 && tasks.every((t) => taskStates.includes(t)));
+    if (states.includes(state) && tasksDone) return state;
+    if (Date.now() > deadline) {
+      throw new Error(`job ${state}, tasks ${tasks}: wanted ${states}, tasks ${taskStates}`);
+    }
     await page.reload();
   }
 }
@@ -84,7 +77,8 @@ async function untilEveryTaskRuns(page, ms = 60000) {
     await Promise.all([page.waitForNavigation(), page.click('#submit')]);
     step('submitted', { text: await page.textContent('#submitted') });
     await Promise.all([page.waitForNavigation(), page.click('#submitted a')]);
-    const running = await untilEveryTaskRuns(page);
+    // Every task running: only a running task's ports are links.
+    const running = await untilState(page, ['RUNNING'], ['RUNNING']);
     await page.screenshot({ path: path.join(shots, 'job-running.png'), fullPage: true });
     step('running', {
       state: running,
