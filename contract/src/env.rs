@@ -114,6 +114,12 @@ pub mod runtime {
     /// service its socket), passed from the server's hold to the runtime's without a
     /// moment in which the port is free for anyone else.
     pub const SSH_LISTENER: &str = "PAI_RUNTIME_SSH_LISTENER";
+    /// Set by the embedded default in container mode: a file (in the task's own volume)
+    /// holding the container's environment as `NAME=VALUE` records, each ended by a NUL.
+    /// The runtime sets them and removes the file before anything else runs, so a value
+    /// of any bytes (a multi-line command, a secret) never passes through the engine's
+    /// command line or its process environment, and no other task or user reads it.
+    pub const ENV_FROM: &str = "PAI_RUNTIME_ENV_FROM";
     /// [`SSH_LISTENER`]'s value: the listener is standard input.
     pub const SSH_LISTENER_STDIN: &str = "stdin";
 }

@@ -52,6 +52,12 @@ pub struct Cause {
     pub line: String,
 }
 
+/// The pattern name of a command the kernel's out-of-memory killer ended (the runtime
+/// reads its container's cgroup, not the output).
+pub const OOM_KILLED: &str = "oom-killed";
+/// What a kubelet calls such an end: a container's reason, and the cause line's first word.
+pub const OOM_KILLED_REASON: &str = "OOMKilled";
+
 /// The name of Python's traceback rule in [`DEFAULTS`]' ranking.
 pub const PYTHON_EXCEPTION: &str = "python-exception";
 

@@ -37,6 +37,48 @@ fn die_with_parent() -> Result<(), String> {
     Ok(())
 }
 
+/// With [`ENV_FROM`](pai_contract::env::runtime::ENV_FROM) set (the embedded default's
+/// containers): the file's `NAME=VALUE\0` records become this process's environment, over
+/// what the engine gave it (as a pod's variables go over its image's), and the file and
+/// the variable are removed. Runs before any thread exists.
+fn environment_from_file() -> Result<(), String> {
+    use pai_contract::env::runtime::ENV_FROM;
+    use std::os::unix::ffi::OsStrExt;
+    let Some(path) = std::env::var_os(ENV_FROM) else {
+        return Ok(());
+    };
+    let bytes = std::fs::read(&path)
+        .map_err(|e| format!("cannot read {ENV_FROM}={}: {e}", path.to_string_lossy()))?;
+    let mut records = Vec::new();
+    for record in bytes.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let at = record
+            .iter()
+            .position(|b| *b == b'=')
+            .filter(|at| *at > 0)
+            .ok_or_else(|| {
+                format!(
+                    "{ENV_FROM}: a record without NAME= ({} bytes)",
+                    record.len()
+                )
+            })?;
+        records.push((
+            std::ffi::OsStr::from_bytes(&record[..at]).to_owned(),
+            std::ffi::OsStr::from_bytes(&record[at + 1..]).to_owned(),
+        ));
+    }
+    let _ = std::fs::remove_file(&path);
+    #[allow(unsafe_code)]
+    // SAFETY: called first thing in main, before any thread exists: nothing reads the
+    // environment concurrently.
+    unsafe {
+        std::env::remove_var(ENV_FROM);
+        for (name, value) in records {
+            std::env::set_var(name, value);
+        }
+    }
+    Ok(())
+}
+
 /// The runtime's commands, as clap reads them.
 #[derive(clap::Parser, Debug)]
 #[command(
@@ -70,13 +112,19 @@ enum Command {
 /// means the `run` command). Call before any thread starts: `run` blocks signals for
 /// every thread it will have.
 pub fn main(mut args: Vec<String>) -> ExitCode {
+    if let Err(message) = environment_from_file() {
+        return fail(1, &message);
+    }
     if let Err(message) = die_with_parent() {
         return fail(1, &message);
     }
+    // `run entry` is the runtime installed as `run` asked for `entry` (a container of the
+    // embedded default starts its init step so).
     let invoked_as_run = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|n| n == commands::RUN);
+        .is_some_and(|n| n == commands::RUN)
+        && args.get(1).is_none_or(|a| a != commands::ENTRY);
     if invoked_as_run {
         args.insert(1, commands::RUN.to_string());
     }

@@ -13,6 +13,7 @@ pub mod dynamic_env;
 pub mod entry;
 pub mod layout;
 pub mod logs;
+pub mod oom;
 pub mod output;
 pub mod procfs;
 pub mod run;

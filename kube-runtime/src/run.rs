@@ -139,7 +139,14 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         failure_patterns,
         ssh,
     };
-    let outcome = supervise(&plan, signals)?;
+    let oom_kills = crate::oom::kills();
+    let mut outcome = supervise(&plan, signals)?;
+    // The kernel's OOM killer says more than any line of the output.
+    // By SIGKILL, itself or a process its shell waited for (the shell's 137).
+    let killed = outcome.ended.code() == 128 + nix::sys::signal::Signal::SIGKILL as i32;
+    if let Some(oom) = crate::oom::cause(oom_kills, killed) {
+        outcome.cause = Some(oom);
+    }
     if let Some(cause) = &outcome.cause {
         tracing::info!(pattern = %cause.pattern, cause = %cause.line, "the user command failed");
     }

@@ -34,7 +34,12 @@ fn static_runtime() -> PathBuf {
         ])
         .arg("--target-dir")
         .arg(&target_dir)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        // rest-lite's build.rs builds the same, with the same flags: one build for both.
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            "-C\x1ftarget-feature=+crt-static",
+        )
+        .env_remove("RUSTFLAGS")
         .current_dir(repo())
         .status()
         .expect("cargo build");

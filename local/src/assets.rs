@@ -37,23 +37,31 @@ pub fn unpack(state_dir: &Path) -> std::io::Result<PathBuf> {
         }
     }
     for asset in EMBEDDED {
-        let target = root.join(asset.path);
-        if std::fs::read(&target).is_ok_and(|text| text == asset.text.as_bytes()) {
-            continue;
-        }
-        let temporary = target.with_extension("tmp");
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o755)
-            .open(&temporary)?;
-        file.write_all(asset.text.as_bytes())?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o755))?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, &target)?;
+        write_executable(&root.join(asset.path), asset.text.as_bytes())?;
     }
     Ok(root)
+}
+
+/// Writes `bytes` as the executable `path` (0755) unless it holds them already; replaced
+/// whole by a rename, so a task starting meanwhile runs the old file or the new one, never
+/// half of one.
+pub fn write_executable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() == bytes.len() as u64)
+        && std::fs::read(path).is_ok_and(|old| old == bytes)
+    {
+        return Ok(());
+    }
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o755)
+        .open(&temporary)?;
+    file.write_all(bytes)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
 }
 
 #[cfg(test)]

@@ -19,6 +19,11 @@ use crate::Settings;
 pub struct LocalBackend(crate::Machine);
 
 impl LocalBackend {
+    /// How tasks run here: in their images through an engine, or on the host (and why).
+    pub fn isolation(&self) -> String {
+        self.0.isolation().describe()
+    }
+
     /// Opens the state directory (see [`crate::Machine::open`]) and starts the
     /// dependency controller of its jobs; it runs as long as the backend is kept.
     pub async fn open(settings: Settings) -> Result<Arc<Self>, crate::Error> {
@@ -57,15 +62,27 @@ impl Backend for LocalBackend {
                 images.push(image);
             }
         }
+        if self.0.isolation().engine().is_some() {
+            // In its images: the programs are the images', the limits the engine's.
+            return if spec.registry_auths().is_empty() {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "this machine pulls the images ({}) without the job's registry credentials: an image that needs them must be on this machine already",
+                    images.join(", ")
+                )]
+            };
+        }
         let mut out = vec![format!(
-            "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used{})",
+            "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used{}; {})",
             self.task_user(),
             images.join(", "),
             if spec.registry_auths().is_empty() {
                 ""
             } else {
                 ", nor its registry credentials"
-            }
+            },
+            self.0.isolation().describe()
         )];
         out.extend(pai_translate::warnings::missing_programs(
             spec,
@@ -91,8 +108,12 @@ impl Backend for LocalBackend {
         }))
     }
 
-    /// Tasks run as the server's own user.
+    /// Tasks run as the server's own user; in container mode as the image's, which the
+    /// server does not read: root, as on a cluster (see the Kubernetes backend).
     fn task_user(&self) -> String {
+        if self.0.isolation().engine().is_some() {
+            return "root".to_string();
+        }
         nix::unistd::User::from_uid(nix::unistd::getuid())
             .ok()
             .flatten()

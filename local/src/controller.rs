@@ -29,25 +29,33 @@ fn now() -> String {
 }
 
 /// What the embedded default adds to every attempt's diagnostics.
-fn local_note(framework: &Framework) -> String {
+fn local_note(framework: &Framework, isolation: &crate::containers::Isolation) -> String {
+    let in_containers = isolation.engine().is_some();
     let images: Vec<String> = framework
         .spec
         .task_roles
         .iter()
         .filter_map(|r| r.task.pod.spec.as_ref())
         .flat_map(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
+            // The runtime's init image is not needed here: its binary is this server's.
+            let init = (!in_containers).then(|| s.init_containers.iter().flatten());
+            s.containers.iter().chain(init.into_iter().flatten())
         })
         .filter_map(|c| c.image.clone())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
-    format!(
-        "[ran on this machine by rest-lite's embedded default: the images ({}) were not used]",
-        images.join(", ")
-    )
+    match isolation {
+        crate::containers::Isolation::Host { why } => format!(
+            "[ran on this machine by rest-lite's embedded default: the images ({}) were not used; {why}]",
+            images.join(", ")
+        ),
+        crate::containers::Isolation::Containers(engine) => format!(
+            "[ran on this machine by rest-lite's embedded default, in the images ({}) as containers of {}]",
+            images.join(", "),
+            engine.version
+        ),
+    }
 }
 
 /// After a restart, before the job's controller starts: ends whatever the previous
@@ -129,7 +137,7 @@ pub(super) async fn drive(
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let name = job.name();
-    let note = local_note(&job.framework());
+    let note = local_note(&job.framework(), &inner.isolation);
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<Report>();
     let mut driver = Driver {
         inner: &inner,
@@ -270,6 +278,7 @@ fn report_event((attempt, role, index, progress): Report) -> Event {
             code,
             diagnostics,
             message,
+            reason,
         } => Event::TaskCompleted {
             attempt,
             role,
@@ -277,6 +286,7 @@ fn report_event((attempt, role, index, progress): Report) -> Event {
             code,
             diagnostics,
             message,
+            reason,
         },
     }
 }
@@ -607,49 +617,65 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
             };
             let fc = identity.fc_env();
             let root = inner.store.task_root(&name, attempt, &role.name, index);
-            let launch = Launch {
-                runtime: inner.settings.runtime.clone(),
-                root: root.clone(),
-                assets: inner.assets.clone(),
-                peers_file: inner.store.peers_file(&name, attempt),
-                pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
-                host_env: inner.host_env.clone(),
-                init_env: {
-                    let mut env = init_env(inner, &name, task::container_env(fc.clone(), &init));
-                    env.push((
-                        pai_contract::env::runtime::SHARED_DIR.to_string(),
-                        inner.store.shared_dir(&name, attempt).display().to_string(),
-                    ));
-                    // Bound by this server until the main container starts.
-                    env.push((
-                        pai_contract::env::runtime::PORTS_HELD.to_string(),
-                        "1".to_string(),
-                    ));
-                    env
+            let held = allocation.held(&role.name, index);
+            let ssh_port = own_ports
+                .role(&role.name)
+                .get(index as usize)
+                .and_then(|plan| plan.first(pai_contract::ports::SSH_LABEL));
+            let launch = match inner.isolation.engine() {
+                Some(engine) => container_launch(
+                    inner,
+                    engine,
+                    &identity,
+                    &root,
+                    (&pod, &init, &main),
+                    grace,
+                    held,
+                    ssh_port,
+                ),
+                None => Launch {
+                    runtime: inner.settings.runtime.clone(),
+                    root: root.clone(),
+                    assets: inner.assets.clone(),
+                    peers_file: inner.store.peers_file(&name, attempt),
+                    pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
+                    host_env: inner.host_env.clone(),
+                    init_env: {
+                        let mut env =
+                            init_env(inner, &name, task::container_env(fc.clone(), &init));
+                        env.push((
+                            pai_contract::env::runtime::SHARED_DIR.to_string(),
+                            inner.store.shared_dir(&name, attempt).display().to_string(),
+                        ));
+                        // Bound by this server until the main container starts.
+                        env.push((
+                            pai_contract::env::runtime::PORTS_HELD.to_string(),
+                            "1".to_string(),
+                        ));
+                        env
+                    },
+                    main_env: {
+                        let mut env = task::container_env(fc, &main);
+                        // Its ports on its own address; the ssh port handed over on stdin.
+                        env.push((
+                            pai_contract::env::runtime::BIND_ADDRESS.to_string(),
+                            LOCAL_ADDRESS.to_string(),
+                        ));
+                        // The runtime writes the task's result here, as the kubelet's file.
+                        env.push((
+                            pai_contract::env::runtime::TERMINATION_LOG.to_string(),
+                            root.join(pai_contract::results::TERMINATION_LOG_NAME)
+                                .display()
+                                .to_string(),
+                        ));
+                        env
+                    },
+                    grace,
+                    spawner: inner.spawner.clone(),
+                    ports: held,
+                    ssh_port,
+                    containers: None,
                 },
-                main_env: {
-                    let mut env = task::container_env(fc, &main);
-                    // Its ports on its own address; the ssh port handed over on stdin.
-                    env.push((
-                        pai_contract::env::runtime::BIND_ADDRESS.to_string(),
-                        LOCAL_ADDRESS.to_string(),
-                    ));
-                    // The runtime writes the task's result here, as the kubelet's file.
-                    env.push((
-                        pai_contract::env::runtime::TERMINATION_LOG.to_string(),
-                        root.join(pai_contract::results::TERMINATION_LOG_NAME)
-                            .display()
-                            .to_string(),
-                    ));
-                    env
-                },
-                grace,
-                spawner: inner.spawner.clone(),
-                ports: allocation.held(&role.name, index),
-                ssh_port: own_ports
-                    .role(&role.name)
-                    .get(index as usize)
-                    .and_then(|plan| plan.first(pai_contract::ports::SSH_LABEL)),
             };
             pods.push(Placement {
                 role: role.name.clone(),
@@ -662,4 +688,166 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
         }
     }
     Ok((pods, launches))
+}
+
+/// A task of container mode: the pod's containers' environments as the template has them
+/// (the kubelet's view: files the main container's user reads, the job's key at its
+/// Secret's path), the attempt's peer table, `prep/`, `init/` and the job's key mounted
+/// read-only, and the role's limits.
+// Long: one task's two containers, their mounts and environments, in the pod's order.
+#[allow(clippy::too_many_arguments)]
+fn container_launch(
+    inner: &Inner,
+    engine: &Arc<crate::containers::Engine>,
+    identity: &Identity,
+    root: &std::path::Path,
+    (pod, init, main): (
+        &k8s_openapi::api::core::v1::PodSpec,
+        &k8s_openapi::api::core::v1::Container,
+        &k8s_openapi::api::core::v1::Container,
+    ),
+    grace: Duration,
+    ports: ports::HeldPorts,
+    ssh_port: Option<u16>,
+) -> Launch {
+    use crate::containers::{
+        ASSETS_IN_CONTAINER, LABEL_JOB, LABEL_POD_UID, PEERS_IN_CONTAINER, Step,
+    };
+    use pai_contract::training::{JOB_KEY_FILE, JOB_SSH_DIR_VAR, JOB_SSH_MOUNT};
+    let name = &identity.framework;
+    let fc = identity.fc_env();
+    let mut init_env = task::container_env(fc.clone(), init);
+    let keys = inner.store.job_key_dir(name);
+    let has_key = keys.join(JOB_KEY_FILE).exists();
+    if !has_key {
+        init_env.retain(|(k, _)| k != JOB_SSH_DIR_VAR);
+    }
+    init_env.extend([
+        (
+            pai_barrier::config::PEERS_FILE_VAR.to_string(),
+            PEERS_IN_CONTAINER.to_string(),
+        ),
+        (
+            pai_kube_runtime::layout::ASSETS_VAR.to_string(),
+            ASSETS_IN_CONTAINER.to_string(),
+        ),
+        // Held by this server until the main container starts (the host's network).
+        (
+            pai_contract::env::runtime::PORTS_HELD.to_string(),
+            "1".to_string(),
+        ),
+    ]);
+    let mut main_env = task::container_env(fc, main);
+    // The host's network: the task's ports on loopback alone.
+    main_env.push((
+        pai_contract::env::runtime::BIND_ADDRESS.to_string(),
+        LOCAL_ADDRESS.to_string(),
+    ));
+    let image = crate::containers::normalize_image(main.image.as_deref().unwrap_or_default());
+    let labels = vec![
+        (LABEL_JOB.to_string(), name.clone()),
+        (LABEL_POD_UID.to_string(), identity.pod_uid.clone()),
+    ];
+    let task_root = (
+        root.to_path_buf(),
+        pai_contract::paths::RUNTIME_ROOT.to_string(),
+        false,
+    );
+    let env_file = |file: &str| {
+        (
+            root.join(file),
+            format!("{}/{file}", pai_contract::paths::RUNTIME_ROOT),
+        )
+    };
+    let mut init_mounts = vec![
+        task_root.clone(),
+        (inner.assets.clone(), ASSETS_IN_CONTAINER.to_string(), true),
+        (
+            inner.store.peers_file(name, identity.attempt),
+            PEERS_IN_CONTAINER.to_string(),
+            true,
+        ),
+    ];
+    if has_key {
+        init_mounts.push((keys, JOB_SSH_MOUNT.to_string(), true));
+    }
+    let limits = container_limits(pod, main);
+    let containers = task::Containers {
+        engine: engine.clone(),
+        init: Step {
+            name: format!("rest-lite-{}-init", identity.pod_uid),
+            image: image.clone(),
+            hostname: identity.pod_name.clone(),
+            labels: labels.clone(),
+            mounts: init_mounts,
+            env_file: env_file(".env-init"),
+            limits: crate::containers::Limits::default(),
+            args: vec![pai_contract::paths::commands::ENTRY.to_string()],
+            user: Some("0:0".to_string()),
+        },
+        main: Step {
+            name: format!("rest-lite-{}", identity.pod_uid),
+            image,
+            hostname: identity.pod_name.clone(),
+            labels,
+            mounts: vec![
+                task_root,
+                (
+                    root.join(pai_contract::results::TERMINATION_LOG_NAME),
+                    pai_contract::results::KUBELET_TERMINATION_LOG.to_string(),
+                    false,
+                ),
+            ],
+            env_file: env_file(".env-main"),
+            limits,
+            args: Vec::new(),
+            user: None,
+        },
+    };
+    Launch {
+        runtime: inner.settings.runtime.clone(),
+        root: root.to_path_buf(),
+        assets: inner.assets.clone(),
+        peers_file: inner.store.peers_file(name, identity.attempt),
+        pid_record: inner
+            .store
+            .pid_file(name, identity.attempt, &identity.role, identity.index),
+        host_env: inner.host_env.clone(),
+        init_env,
+        main_env,
+        grace,
+        spawner: inner.spawner.clone(),
+        ports,
+        ssh_port,
+        containers: Some(containers),
+    }
+}
+
+/// The main container's CPU and memory limits and the pod's `/dev/shm` size.
+fn container_limits(
+    pod: &k8s_openapi::api::core::v1::PodSpec,
+    main: &k8s_openapi::api::core::v1::Container,
+) -> crate::containers::Limits {
+    use crate::containers::quantity;
+    let limit = |name: &str| {
+        main.resources
+            .as_ref()?
+            .limits
+            .as_ref()?
+            .get(name)
+            .and_then(|q| quantity(&q.0))
+    };
+    let shm = pod
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.empty_dir.as_ref())
+        .find(|d| d.medium.as_deref() == Some("Memory"))
+        .and_then(|d| d.size_limit.as_ref())
+        .and_then(|q| quantity(&q.0));
+    crate::containers::Limits {
+        cpus: limit("cpu").filter(|c| *c > 0.0),
+        memory: limit("memory").map(|m| m as u64).filter(|m| *m > 0),
+        shm: shm.map(|s| s as u64).filter(|s| *s > 0),
+    }
 }

@@ -93,6 +93,8 @@ pub(crate) struct Inner {
     /// Job directories that could not be read at start, by name, with the reason: their
     /// names stay taken (a new job would overwrite what may still be recovered).
     pub(crate) unreadable: Mutex<BTreeMap<String, String>>,
+    /// Whether tasks run in containers, decided at start.
+    pub(crate) isolation: crate::containers::Isolation,
 }
 
 impl Inner {

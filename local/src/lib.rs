@@ -9,6 +9,7 @@
 
 pub mod assets;
 pub mod backend;
+pub mod containers;
 mod controller;
 mod error;
 mod job;
@@ -42,7 +43,8 @@ use store::Store;
 
 pub use error::{Error, FrameworkStream, LogStream};
 pub use settings::{
-    Assets, DEFAULT_PORTS, RUNTIME_COMMAND, Settings, default_max_tasks, default_state_dir,
+    Assets, ContainerSettings, DEFAULT_PORTS, RUNTIME_COMMAND, Settings, StaticRuntime,
+    default_max_tasks, default_state_dir,
 };
 pub use slots::Queued;
 
@@ -75,6 +77,8 @@ impl Machine {
                 ))
             })?,
         };
+        let isolation = isolation(&settings).await?;
+        tracing::info!("{}", isolation.describe());
         let host_env = HOST_ENV
             .iter()
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
@@ -95,6 +99,7 @@ impl Machine {
             changes: tokio::sync::broadcast::channel(4096).0,
             ports,
             unreadable: Mutex::new(BTreeMap::new()),
+            isolation,
         });
         let (frameworks, unreadable) = tokio::task::spawn_blocking(move || store.load_all())
             .await
@@ -103,6 +108,24 @@ impl Machine {
         inner
             .unreadable()
             .extend(unreadable.into_iter().map(|u| (u.name, u.reason)));
+        // Containers a previous server left: their attempts are failed and retried below,
+        // as host processes' are, so none of them is kept.
+        if let Some(engine) = inner.isolation.engine() {
+            match engine.containers().await {
+                Ok(left) if !left.is_empty() => {
+                    tracing::warn!(
+                        containers = left.len(),
+                        "containers of the previous server still exist; removing them"
+                    );
+                    let names: Vec<String> = left.into_iter().map(|(name, _, _)| name).collect();
+                    engine.remove(&names).await;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list the previous server's containers")
+                }
+            }
+        }
         for framework in frameworks {
             let deleted = framework.metadata.deletion_timestamp.is_some();
             let (job, commands) = insert(&inner, framework)?;
@@ -117,6 +140,49 @@ impl Machine {
         }
         Ok(Self { inner })
     }
+}
+
+/// Container mode or the host, as the settings and this machine decide; the static
+/// runtime written to the state directory first.
+async fn isolation(settings: &Settings) -> Result<containers::Isolation, Error> {
+    let containers = &settings.containers;
+    let runtime_binary = match &containers.runtime {
+        StaticRuntime::None => None,
+        StaticRuntime::File(path) => Some(path.clone()),
+        StaticRuntime::Embedded([]) => None,
+        StaticRuntime::Embedded(bytes) => {
+            if containers.choice == containers::EngineChoice::Host {
+                None
+            } else {
+                let path = settings.state_dir.join("kube-runtime");
+                let bytes: &'static [u8] = bytes;
+                let target = path.clone();
+                tokio::task::spawn_blocking(move || assets::write_executable(&target, bytes))
+                    .await
+                    .map_err(|e| Error::Other(e.to_string()))?
+                    .map_err(|e| {
+                        Error::Other(format!("cannot write the runtime {}: {e}", path.display()))
+                    })?;
+                Some(path)
+            }
+        }
+    };
+    let (choice, oci_runtime, state_dir) = (
+        containers.choice,
+        containers.oci_runtime.clone(),
+        settings.state_dir.clone(),
+    );
+    tokio::task::spawn_blocking(move || {
+        containers::detect(containers::Detect {
+            choice,
+            oci_runtime,
+            runtime_binary,
+            state_dir: &state_dir,
+        })
+    })
+    .await
+    .map_err(|e| Error::Other(e.to_string()))?
+    .map_err(Error::Other)
 }
 
 /// Threads that start tasks' processes: two keep a fork in flight while another
@@ -188,11 +254,17 @@ fn task_of_pod(framework: &Framework, pod: &str) -> Option<(String, u32)> {
 }
 
 impl Machine {
+    /// Whether tasks run in containers or on the host.
+    pub fn isolation(&self) -> &containers::Isolation {
+        &self.inner.isolation
+    }
+
     /// Which backend, where its state is.
     pub fn describe(&self) -> String {
         format!(
-            "this machine (embedded default), state in {}",
-            self.inner.store.root().display()
+            "this machine (embedded default), state in {}; {}",
+            self.inner.store.root().display(),
+            self.inner.isolation.describe()
         )
     }
 

@@ -66,6 +66,8 @@ pub enum Event {
         diagnostics: String,
         /// The main container's termination message (the task's result).
         message: Option<String>,
+        /// The main container's reason (`OOMKilled`, …), when known.
+        reason: Option<String>,
     },
     /// `executionType` became `Stop`.
     Stop,
@@ -156,17 +158,19 @@ pub fn step(framework: &mut Framework, event: Event, cx: &mut Context<'_>) -> Ve
             code,
             diagnostics,
             message,
+            reason,
         } => {
             if current_attempt(framework) != Some(attempt) {
                 return effects;
             }
             let mut completion = CompletionStatus::of(code, diagnostics);
             // As FrameworkController copies the pod's containers' ends.
-            if let Some(message) = message {
+            if message.is_some() || reason.is_some() {
                 completion.pod = Some(PodCompletionStatus {
                     containers: vec![ContainerCompletionStatus {
                         name: MAIN_CONTAINER.to_string(),
-                        message: Some(message),
+                        message,
+                        reason,
                         code,
                         ..Default::default()
                     }],
@@ -822,6 +826,7 @@ mod tests {
                 code,
                 diagnostics: format!("exit {code}"),
                 message: None,
+                reason: None,
             })
         }
 
@@ -1256,6 +1261,7 @@ mod tests {
             code: 1,
             diagnostics: String::new(),
             message: None,
+            reason: None,
         });
         assert_eq!(stale, []);
         assert_eq!(sim.framework, before);

@@ -23,6 +23,40 @@ pub struct Settings {
     pub max_tasks: u32,
     /// Where tasks' ports are drawn from ([`DEFAULT_PORTS`] unless set).
     pub ports: std::ops::RangeInclusive<u16>,
+    /// Whether tasks run in their images (an engine's containers) or on the host.
+    pub containers: ContainerSettings,
+}
+
+/// What decides container mode at start.
+#[derive(Clone, Debug)]
+pub struct ContainerSettings {
+    pub choice: crate::containers::EngineChoice,
+    /// The OCI runtime the engine is told to use (`runc`, `crun`), if any.
+    pub oci_runtime: Option<String>,
+    /// The static runtime mounted into containers.
+    pub runtime: StaticRuntime,
+}
+
+impl ContainerSettings {
+    /// Tasks on the host, as before container mode (tests of host behaviour).
+    pub fn host() -> Self {
+        Self {
+            choice: crate::containers::EngineChoice::Host,
+            oci_runtime: None,
+            runtime: StaticRuntime::None,
+        }
+    }
+}
+
+/// The statically linked runtime containers get.
+#[derive(Clone, Debug)]
+pub enum StaticRuntime {
+    /// Carried in the binary: written to `<state dir>/assets/kube-runtime`.
+    Embedded(&'static [u8]),
+    /// A file.
+    File(PathBuf),
+    /// None: tasks run on the host.
+    None,
 }
 
 /// Tasks' ports unless configured: below Kubernetes' NodePort range (30000–32767) and

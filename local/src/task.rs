@@ -116,6 +116,18 @@ pub struct Launch {
     pub ports: crate::ports::HeldPorts,
     /// Its ssh port, handed to the main container bound and listening.
     pub ssh_port: Option<u16>,
+    /// Its two steps as containers, in container mode (else host processes).
+    pub containers: Option<Containers>,
+}
+
+/// A task's steps as containers of an engine.
+#[derive(Clone, Debug)]
+pub struct Containers {
+    pub engine: std::sync::Arc<crate::containers::Engine>,
+    /// The runtime's `entry`.
+    pub init: crate::containers::Step,
+    /// `run`, PID 1 of the main container.
+    pub main: crate::containers::Step,
 }
 
 impl Launch {
@@ -138,6 +150,8 @@ pub enum Progress {
         diagnostics: String,
         /// The main container's termination message (its result), if it wrote one.
         message: Option<String>,
+        /// Its reason, as a kubelet gives it (`OOMKilled`, `ErrImagePull`), when known.
+        reason: Option<String>,
     },
 }
 
@@ -161,6 +175,7 @@ pub async fn run(
         code,
         diagnostics,
         message: None,
+        reason: None,
     };
     // What the runtime left as the main container's termination message (a result);
     // at most the kubelet's 4096 bytes are read, as it keeps no more.
@@ -178,19 +193,46 @@ pub async fn run(
         .ok()?;
         Some(text)
     };
+    if let Some(containers) = &launch.containers
+        && let Err(why) = image_present(containers, &launch.container_log()).await
+    {
+        return report(Progress::Completed {
+            code: pai_contract::exit::codes::POD_CREATION_PERMANENT_ERROR,
+            diagnostics: format!("{IMAGE_PULL_FAILED}: {why}"),
+            message: None,
+            reason: Some(IMAGE_PULL_FAILED.to_string()),
+        });
+    }
     // The init container.
-    let mut entry = tokio::process::Command::new(&launch.runtime.program);
-    entry
-        .args(&launch.runtime.args)
-        .arg(pai_contract::paths::commands::ENTRY)
-        .stdin(Stdio::null());
-    let mut init_env = launch.init_env.clone();
-    init_env.push((
-        PEERS_FILE_VAR.to_string(),
-        launch.peers_file.display().to_string(),
-    ));
-    init_env.push((ASSETS_VAR.to_string(), launch.assets.display().to_string()));
-    let status = match start_and_wait(&launch, entry, &init_env, &mut stop, || {}).await {
+    let entry = match &launch.containers {
+        Some(containers) => container_command(
+            &launch,
+            &containers.engine,
+            &containers.init,
+            &launch.init_env,
+        ),
+        None => {
+            let mut init_env = launch.init_env.clone();
+            init_env.push((
+                PEERS_FILE_VAR.to_string(),
+                launch.peers_file.display().to_string(),
+            ));
+            init_env.push((ASSETS_VAR.to_string(), launch.assets.display().to_string()));
+            let mut entry = host_command(&launch, &launch.runtime.program, &init_env);
+            entry
+                .args(&launch.runtime.args)
+                .arg(pai_contract::paths::commands::ENTRY);
+            Ok(entry)
+        }
+    };
+    let entry = match entry {
+        Ok(mut entry) => {
+            entry.stdin(Stdio::null());
+            entry
+        }
+        Err(message) => return report(completed(1, message)),
+    };
+    let status = match start_and_wait(&launch, entry, &mut stop, || {}, None).await {
         Outcome::Exited(status) => status,
         Outcome::Stopped(request) => return report(completed(request.code, request.reason)),
         Outcome::CannotStart(message) => return report(completed(1, message)),
@@ -211,15 +253,30 @@ pub async fn run(
         .ssh_port
         .and_then(|port| launch.ports.hand_over(port));
     launch.ports.release();
-    let mut run = tokio::process::Command::new(launch.root.join(pai_contract::paths::files::RUN));
     let mut main_env = launch.main_env.clone();
+    if ssh_listener.is_some() {
+        main_env.push((
+            pai_contract::env::runtime::SSH_LISTENER.to_string(),
+            pai_contract::env::runtime::SSH_LISTENER_STDIN.to_string(),
+        ));
+    }
+    let run = match &launch.containers {
+        Some(containers) => {
+            container_command(&launch, &containers.engine, &containers.main, &main_env)
+        }
+        None => Ok(host_command(
+            &launch,
+            &launch.root.join(pai_contract::paths::files::RUN),
+            &main_env,
+        )),
+    };
+    let mut run = match run {
+        Ok(run) => run,
+        Err(message) => return report(completed(1, message)),
+    };
     match ssh_listener {
         Some(listener) => {
             run.stdin(Stdio::from(std::os::fd::OwnedFd::from(listener)));
-            main_env.push((
-                pai_contract::env::runtime::SSH_LISTENER.to_string(),
-                pai_contract::env::runtime::SSH_LISTENER_STDIN.to_string(),
-            ));
         }
         None => {
             run.stdin(Stdio::null());
@@ -229,19 +286,28 @@ pub async fn run(
         let report = &report;
         move || report(Progress::Running)
     };
-    match start_and_wait(&launch, run, &main_env, &mut stop, started).await {
+    let main_container = launch
+        .containers
+        .as_ref()
+        .map(|c| (c.engine.clone(), c.main.name.clone()));
+    match start_and_wait(&launch, run, &mut stop, started, main_container).await {
         Outcome::Exited(status) => {
             let code = exit_code(status);
             let message = termination_message();
+            let cause = message
+                .as_deref()
+                .and_then(pai_contract::results::read_message)
+                .and_then(|m| m.cause);
+            let reason = cause
+                .as_ref()
+                .filter(|c| c.pattern == pai_contract::failure::OOM_KILLED)
+                .map(|_| pai_contract::failure::OOM_KILLED_REASON.to_string());
             let diagnostics = if code == 0 {
                 "the main container exited with code 0".to_string()
             } else {
                 // The runtime named the cause from the output; else (a runtime that could
                 // not say) the log's last line.
-                let cause = message
-                    .as_deref()
-                    .and_then(pai_contract::results::read_message)
-                    .and_then(|m| m.cause)
+                let cause = cause
                     .map(|c| c.line)
                     .unwrap_or_else(|| last_line(&launch.container_log()));
                 format!("the main container exited with code {code}: {cause}")
@@ -250,12 +316,14 @@ pub async fn run(
                 code,
                 diagnostics,
                 message,
+                reason,
             });
         }
         Outcome::Stopped(request) => report(Progress::Completed {
             code: request.code,
             diagnostics: request.reason,
             message: termination_message(),
+            reason: None,
         }),
         Outcome::CannotStart(message) => report(completed(1, message)),
     }
@@ -267,24 +335,84 @@ enum Outcome {
     CannotStart(String),
 }
 
-/// Starts `command` with `env` as one container of the task, calls `started`, and waits
-/// for it to end or for a stop request.
-async fn start_and_wait(
+/// What a kubelet calls an image it could not pull.
+pub const IMAGE_PULL_FAILED: &str = "ErrImagePull";
+
+/// `program` as one container of the task on the host: the server's variables, then
+/// `env`, in the task's directory.
+fn host_command(
     launch: &Launch,
-    mut command: tokio::process::Command,
+    program: &Path,
     env: &[(String, String)],
-    stop: &mut watch::Receiver<Option<StopRequest>>,
-    started: impl FnOnce(),
-) -> Outcome {
-    if let Some(request) = stop.borrow().clone() {
-        return Outcome::Stopped(request);
-    }
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
     command
         .env_clear()
         .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env(ROOT_VAR, &launch.root)
         .current_dir(&launch.root);
+    command
+}
+
+/// `step` as a container of `engine`: its environment `env` in its file, the engine run
+/// with the server's variables alone.
+fn container_command(
+    launch: &Launch,
+    engine: &crate::containers::Engine,
+    step: &crate::containers::Step,
+    env: &[(String, String)],
+) -> Result<tokio::process::Command, String> {
+    std::fs::create_dir_all(&launch.root)
+        .map_err(|e| format!("cannot create {}: {e}", launch.root.display()))?;
+    crate::containers::write_env_file(&step.env_file.0, env)
+        .map_err(|e| format!("cannot write {}: {e}", step.env_file.0.display()))?;
+    for (host, inside, _) in &step.mounts {
+        // A file mounted in (the termination log) must exist first.
+        if inside == pai_contract::results::KUBELET_TERMINATION_LOG && !host.exists() {
+            std::fs::write(host, b"")
+                .map_err(|e| format!("cannot create {}: {e}", host.display()))?;
+        }
+    }
+    let mut command = engine.run(step);
+    command
+        .env_clear()
+        .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&launch.root);
+    Ok(command)
+}
+
+/// The task's image is on this machine, pulled if it was not (the pull's output in the
+/// task's log); the engine's reason when it cannot be had.
+async fn image_present(containers: &Containers, log: &Path) -> Result<(), String> {
+    let image = &containers.main.image;
+    if containers.engine.has_image(image).await? {
+        return Ok(());
+    }
+    if let Some(dir) = log.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    tracing::info!(%image, "pulling image");
+    containers
+        .engine
+        .pull(image, log)
+        .await
+        .map_err(|why| format!("image {image} is not on this machine and cannot be pulled: {why}"))
+}
+
+/// Starts `command` as one container of the task, calls `started` once it runs (the
+/// process started; in container mode, the engine's container `container` runs), and
+/// waits for it to end or for a stop request.
+async fn start_and_wait(
+    launch: &Launch,
+    command: tokio::process::Command,
+    stop: &mut watch::Receiver<Option<StopRequest>>,
+    started: impl FnOnce(),
+    container: Option<(std::sync::Arc<crate::containers::Engine>, String)>,
+) -> Outcome {
+    if let Some(request) = stop.borrow().clone() {
+        return Outcome::Stopped(request);
+    }
     let root = launch.root.clone();
     let log_path = launch.container_log();
     let pid_record = launch.pid_record.clone();
@@ -305,15 +433,28 @@ async fn start_and_wait(
         }
         Err(message) => return Outcome::CannotStart(message),
     };
-    started();
-    tokio::select! {
-        status = child.wait() => match status {
-            Ok(status) => Outcome::Exited(status),
-            Err(e) => Outcome::CannotStart(format!("lost the task's process: {e}")),
-        },
-        request = wait_for_stop(stop) => {
-            terminate(&mut child, process, launch.grace).await;
-            Outcome::Stopped(request)
+    let mut started = Some(started);
+    let running = async {
+        if let Some((engine, name)) = &container {
+            engine.running(name).await;
+        }
+    };
+    tokio::pin!(running);
+    loop {
+        tokio::select! {
+            status = child.wait() => return match status {
+                Ok(status) => Outcome::Exited(status),
+                Err(e) => Outcome::CannotStart(format!("lost the task's process: {e}")),
+            },
+            () = &mut running, if started.is_some() => {
+                if let Some(started) = started.take() {
+                    started();
+                }
+            }
+            request = wait_for_stop(stop) => {
+                terminate(&mut child, process, launch.grace, launch.containers.as_ref()).await;
+                return Outcome::Stopped(request);
+            }
         }
     }
 }
@@ -363,15 +504,31 @@ async fn wait_for_stop(stop: &mut watch::Receiver<Option<StopRequest>>) -> StopR
 }
 
 /// TERM to the process group (the runtime passes it to the user command), then, after
-/// `grace`, KILL of the whole tree.
-async fn terminate(child: &mut tokio::process::Child, process: ProcessId, grace: Duration) {
+/// `grace`, KILL of the whole tree. In container mode the containers get the same, through
+/// the engine (its client passes TERM on too, but not a KILL it receives itself).
+async fn terminate(
+    child: &mut tokio::process::Child,
+    process: ProcessId,
+    grace: Duration,
+    containers: Option<&Containers>,
+) {
     procs::signal_group(process.pid, nix::sys::signal::Signal::SIGTERM);
+    if let Some(containers) = containers {
+        for step in [&containers.init, &containers.main] {
+            containers.engine.kill(&step.name, "TERM").await;
+        }
+    }
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
         tracing::warn!(
             pid = process.pid,
             grace_s = grace.as_secs(),
             "task outlived its grace period; killing its processes"
         );
+        if let Some(containers) = containers {
+            for step in [&containers.init, &containers.main] {
+                containers.engine.kill(&step.name, "KILL").await;
+            }
+        }
         // Reads /proc: off the async workers.
         let _ = tokio::task::spawn_blocking(move || procs::kill_tree(process)).await;
         let _ = child.wait().await;

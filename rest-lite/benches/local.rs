@@ -58,6 +58,10 @@ async fn main() {
         .arg(dir.join("state"))
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
+        .env(
+            "REST_LITE_ENGINE",
+            std::env::var("BENCH_ENGINE").unwrap_or_else(|_| "host".to_string()),
+        )
         .stderr(Stdio::piped())
         .spawn()
         .expect("rest-lite serve");

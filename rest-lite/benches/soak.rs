@@ -79,6 +79,10 @@ fn start(state: &Path) -> Running {
         .arg(state)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
+        .env(
+            "REST_LITE_ENGINE",
+            std::env::var("BENCH_ENGINE").unwrap_or_else(|_| "host".to_string()),
+        )
         .stderr(Stdio::piped())
         .spawn()
         .expect("rest-lite serve");

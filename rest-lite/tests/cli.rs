@@ -3,10 +3,10 @@
 use crate::common;
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 fn rest_lite(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+    let mut child = crate::common::rest_lite_command()
         .args(args)
         .current_dir(common::repo_root())
         .env_remove("REST_LITE_CONFIG")
@@ -143,7 +143,7 @@ fn output_cut_short_ends_quietly() {
     // The reading end is closed before rest-lite writes anything (as `| head -0` would).
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
-    let out = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+    let out = crate::common::rest_lite_command()
         .args([
             "transform",
             "examples/tensorflow-ps-worker.json",

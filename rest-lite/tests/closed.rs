@@ -47,7 +47,7 @@ fn until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Runs `rest-lite ARGS` with `env`; (code, stdout, stderr).
 fn cli(args: &[&str], env: &[(&str, &Path)]) -> (Option<i32>, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+    let mut command = crate::common::rest_lite_command();
     command
         .args(args)
         .env_remove("REST_LITE_TOKEN")

@@ -574,7 +574,7 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
 /// Runs `rest-lite ARGS` to its end (killed past the deadline); returns (code, stdout,
 /// stderr).
 fn rest_lite(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+    let mut command = crate::common::rest_lite_command();
     command
         .args(args)
         .env("NO_COLOR", "1")
@@ -1281,7 +1281,7 @@ fn run_whose_reader_went_away_ends_with_the_jobs_code() {
     .expect("spec");
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
-    let out = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+    let out = crate::common::rest_lite_command()
         .args(["run", spec.to_str().expect("path")])
         .stdin(Stdio::null())
         .stdout(writer.try_clone().expect("pipe"))

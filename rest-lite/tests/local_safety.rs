@@ -37,7 +37,7 @@ while :; do sleep 1 & wait $!; done"#;
 
 /// Runs `rest-lite ARGS` to its end; (code, stderr).
 fn rest_lite(args: &[&str], env: &[(&str, &Path)]) -> (Option<i32>, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+    let mut command = crate::common::rest_lite_command();
     command
         .args(args)
         .env("NO_COLOR", "1")

@@ -16,6 +16,7 @@ mod common;
 mod backends;
 mod cli;
 mod closed;
+mod containers;
 mod deploy;
 mod gang;
 mod job_access;

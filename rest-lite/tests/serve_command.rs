@@ -14,7 +14,7 @@ async fn the_serve_command_serves_and_stops_on_sigterm() {
     let dir = scratch.path();
     let kubeconfig = dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, Some("jobs"));
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+    let mut child = crate::common::rest_lite_command()
         .args([
             "serve",
             "--listen",
@@ -94,7 +94,7 @@ fn nix_kill(pid: u32) {
 
 #[test]
 fn serve_refuses_to_listen_beyond_loopback_without_tokens() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+    let out = crate::common::rest_lite_command()
         .args(["serve", "--listen", "0.0.0.0:0"])
         .output()
         .expect("serve");

@@ -188,7 +188,7 @@ async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_the
 
     // `rest-lite ssh` runs the system's ssh with the job's key, checking the host key.
     let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+        crate::common::rest_lite_command()
             .args(["ssh", "--server", &server.url, "--user", "alice"])
             .env("REST_LITE_TOKEN", server.token.as_deref().expect("token"))
             .args(args)
@@ -218,7 +218,7 @@ async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_the
     // `--print` prints commands that work as printed, with the job's key kept in a
     // private directory (here under a scratch XDG_CACHE_HOME) and its host key checked.
     let cache = dir.join("cache");
-    let printed = Command::new(env!("CARGO_BIN_EXE_rest-lite"))
+    let printed = crate::common::rest_lite_command()
         .args([
             "ssh",
             "--server",

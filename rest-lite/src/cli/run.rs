@@ -64,6 +64,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         let backend = LocalBackend::open(args.local.settings(state_dir.clone())?)
             .await
             .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
+        let isolation = backend.isolation();
         // Closed like `serve`: only this user's token (in the run's private directory).
         let (access, token) = machine_access(&state_dir)?;
         let backend: Arc<dyn pai_engine::Backend> = backend;
@@ -77,6 +78,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             "rest-lite: running {job} on this machine; API at {url}, state in {dir} (other commands meanwhile: REST_LITE_SERVER={url} REST_LITE_STATE_DIR={dir} rest-lite status {job})",
             dir = state_dir.display()
         );
+        tell!("rest-lite: {isolation}");
         let client = Client::new(&url, Some(token));
         super::client::warn(&client.submit(&user_name, &text, format).await?);
         super::follow::follow(&client, &user_name, &job, args.verbose).await

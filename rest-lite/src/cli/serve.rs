@@ -104,7 +104,19 @@ pub struct LocalArgs {
     /// runs commands on this machine as this server's OS user.
     #[arg(long)]
     pub local_listen_anywhere: bool,
+    /// How tasks run on this machine: in their images as Podman containers (`podman`),
+    /// as processes of this machine in no image (`host`), or Podman when it is installed
+    /// and answers, else the host (`auto`).
+    #[arg(long, env = "REST_LITE_ENGINE", default_value = "auto", value_parser = ["auto", "podman", "docker", "host"])]
+    pub engine: String,
+    /// The OCI runtime the engine uses (`runc`, `crun`) [default: the engine's own].
+    #[arg(long, env = "REST_LITE_ENGINE_RUNTIME")]
+    pub engine_runtime: Option<String>,
 }
+
+/// The task runtime built statically by `build.rs`, for containers (empty when this
+/// build has none).
+static STATIC_RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kube-runtime"));
 
 impl LocalArgs {
     pub fn settings(&self, state_dir: PathBuf) -> Result<Settings> {
@@ -124,6 +136,13 @@ impl LocalArgs {
             conflict_delay: std::time::Duration::from_secs(5),
             max_tasks: self.max_tasks.unwrap_or_else(pai_local::default_max_tasks),
             ports: self.port_range.clone().unwrap_or(pai_local::DEFAULT_PORTS),
+            containers: pai_local::ContainerSettings {
+                choice: self.engine.parse().map_err(anyhow::Error::msg)?,
+                oci_runtime: self.engine_runtime.clone(),
+                // Containers need a static runtime: the one this binary carries (a
+                // `--runtime` given by hand serves the host).
+                runtime: pai_local::StaticRuntime::Embedded(STATIC_RUNTIME),
+            },
         })
     }
 }

@@ -27,6 +27,15 @@ impl AsRef<std::path::Path> for Scratch {
 }
 
 /// A [`Scratch`] directory for test `name` of `area`.
+/// The real `rest-lite` binary, its tasks on the host (`--engine host`): the tests of
+/// host behaviour keep their meaning on a machine with Podman. The container tests
+/// (`containers.rs`) ask for Podman themselves.
+pub fn rest_lite_command() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+    command.env("REST_LITE_ENGINE", "host");
+    command
+}
+
 pub fn scratch(area: &str, name: &str) -> Scratch {
     Scratch(pai_test_support::scratch(&format!(
         "rest-lite-{area}-{name}"

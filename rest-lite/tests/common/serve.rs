@@ -52,7 +52,7 @@ impl Server {
 
     /// `rest-lite serve` over the cluster `kubeconfig` names, with bearer tokens.
     pub fn start_kube(kubeconfig: &Path, namespace: &str, tokens: &Path) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+        let mut command = crate::common::rest_lite_command();
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--backend", "kube"])
             .arg("--kubeconfig")
@@ -83,7 +83,7 @@ impl Server {
 
     /// `rest-lite serve` on a free loopback port, its state where it finds it by default.
     pub fn command_with_default_state() -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+        let mut command = crate::common::rest_lite_command();
         command.args(["serve", "--listen", "127.0.0.1:0"]);
         Self::quiet(&mut command);
         command

@@ -1,0 +1,149 @@
+//! `cargo bench -p rest-lite --bench containers`: a job of N tasks (10 and 100 unless
+//! `BENCH_SIZES` says otherwise) on the embedded default, in host mode and in container
+//! mode (Podman) in the same run: submission → every task RUNNING (on the job's watch: in
+//! container mode a task is RUNNING once its main container runs), and the machine's
+//! memory in use then, per task (`MemAvailable` before the job against while every task
+//! runs: the task processes, and in container mode Podman's clients, conmon and the
+//! runtime's containers). Each job's command waits for TERM; the job is deleted after.
+//!
+//! Needs the test image `localhost/rest-lite-test-busybox:1` (the container tests import
+//! it; `BENCH_IMAGE` names another) and root; `BENCH_ENGINE_RUNTIME` names Podman's OCI
+//! runtime (runc by default where it is installed).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use pai_client::Client;
+use serde_json::{Value, json};
+
+fn mem_available_kib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+fn start(state: &Path, engine: &str) -> (Child, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+    command
+        .args([
+            "serve",
+            "--backend",
+            "local",
+            "--listen",
+            "127.0.0.1:0",
+            "--engine",
+            engine,
+        ])
+        .arg("--state-dir")
+        .arg(state)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped());
+    if engine == "podman" {
+        let runtime = std::env::var("BENCH_ENGINE_RUNTIME").unwrap_or_else(|_| "runc".to_string());
+        command.args(["--engine-runtime", &runtime]);
+    }
+    let mut child = command.spawn().expect("rest-lite serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.split("url=").nth(1)
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(
+                    url.split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+            }
+        }
+    });
+    let url = rx.recv_timeout(Duration::from_secs(120)).expect("serving");
+    let token = std::fs::read_to_string(state.join("token")).expect("token");
+    (child, url, token.trim().to_string())
+}
+
+/// Seconds from submission until every task of the job runs.
+async fn until_running(client: &Client, job: &str, tasks: usize) -> f64 {
+    let image = std::env::var("BENCH_IMAGE")
+        .unwrap_or_else(|_| "localhost/rest-lite-test-busybox:1".to_string());
+    let spec = json!({
+        "jobName": job,
+        "image": image,
+        "retryCount": 0,
+        "taskRoles": [{"name": "worker", "taskNumber": tasks, "cpuNumber": 1, "memoryMB": 128,
+            "command": "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"}],
+    })
+    .to_string();
+    let began = Instant::now();
+    client
+        .submit("bench", &spec, pai_translate::spec::SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let mut changes = client.watch("bench", job).await.expect("watch");
+    while let Some(view) = changes.next().await {
+        let view: Value = serde_json::to_value(view.expect("a view")).expect("JSON");
+        let running = view["taskRoles"]["worker"]["taskStatuses"]
+            .as_array()
+            .map_or(0, |t| {
+                t.iter().filter(|t| t["taskState"] == "RUNNING").count()
+            });
+        if running == tasks {
+            return began.elapsed().as_secs_f64();
+        }
+        assert!(
+            view["jobStatus"]["state"] != "FAILED",
+            "the job failed: {view:#}"
+        );
+    }
+    panic!("the watch ended before every task ran");
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
+        .unwrap_or_else(|_| "10,100".to_string())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let dir =
+        std::env::temp_dir().join(format!("rest-lite-bench-containers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("| tasks | mode | submit → every task RUNNING (s) | memory per task (MiB) |");
+    println!("|---|---|---|---|");
+    for &tasks in &sizes {
+        let mut host_seconds = None;
+        for engine in ["host", "podman"] {
+            let state = dir.join(format!("{engine}-{tasks}"));
+            let before = mem_available_kib();
+            let (mut server, url, token) = start(&state, engine);
+            let client = Client::new(&url, Some(token));
+            let job = format!("b{tasks}");
+            let seconds = until_running(&client, &job, tasks).await;
+            let used = before.saturating_sub(mem_available_kib()) as f64 / 1024.0 / tasks as f64;
+            let ratio = match host_seconds {
+                Some(host) => format!(" ({:.1}× host)", seconds / host),
+                None => {
+                    host_seconds = Some(seconds);
+                    String::new()
+                }
+            };
+            println!("| {tasks} | {engine} | {seconds:.2}{ratio} | {used:.1} |");
+            client.delete("bench", &job).await.expect("deleted");
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

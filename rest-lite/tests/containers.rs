@@ -1,0 +1,452 @@
+//! Container mode: the real `rest-lite serve --engine podman` runs each task in its image
+//! through Podman (its `entry`, then `run` as PID 1, both the static runtime this build
+//! carries), with the pod's limits. The image is made here from the static busybox and
+//! imported (no registry can be reached). Needs root, Podman and busybox-static
+//! (`.ci/run` installs them, and runc: crun refuses a machine whose cgroups are hybrid).
+
+use crate::common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use futures::StreamExt;
+use pai_client::Client;
+use pai_translate::spec::SpecFormat;
+use serde_json::{Value, json};
+
+use common::fifo::final_view;
+use common::serve::{DEADLINE, Server};
+
+/// The test image: busybox alone, every applet linked.
+const IMAGE: &str = "localhost/rest-lite-test-busybox:1";
+
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch("containers", name)
+}
+
+/// Whether this machine can run the tests (root, Podman, busybox); imports the image once.
+fn ready() -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        return pai_test_support::needs::present(
+            "root (Podman's rootful containers)",
+            false,
+            "run the tests as root",
+        );
+    }
+    let busybox = Path::new("/bin/busybox");
+    if !pai_test_support::needs::present(
+        "podman",
+        Command::new("podman")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
+        "apt-get install podman runc",
+    ) || !pai_test_support::needs::present(
+        "a static busybox at /bin/busybox",
+        busybox.is_file(),
+        "apt-get install busybox-static",
+    ) {
+        return false;
+    }
+    static IMPORTED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut imported = IMPORTED.lock().unwrap_or_else(|e| e.into_inner());
+    if !*imported {
+        import_image(busybox);
+        *imported = true;
+    }
+    true
+}
+
+/// A root file system of busybox and its applets, imported as [`IMAGE`].
+fn import_image(busybox: &Path) {
+    let dir = scratch("image");
+    let root = dir.join("rootfs");
+    for sub in ["bin", "tmp", "etc"] {
+        std::fs::create_dir_all(root.join(sub)).expect("dir");
+    }
+    std::fs::copy(busybox, root.join("bin/busybox")).expect("busybox");
+    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").expect("passwd");
+    let applets = Command::new(busybox)
+        .arg("--list")
+        .output()
+        .expect("busybox --list");
+    for applet in String::from_utf8_lossy(&applets.stdout).lines() {
+        if applet != "busybox" {
+            let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
+        }
+    }
+    let tar = dir.join("rootfs.tar");
+    let status = Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .expect("tar");
+    assert!(status.success());
+    let out = Command::new("podman")
+        .args(["import", "--quiet"])
+        .arg(&tar)
+        .arg(IMAGE)
+        .output()
+        .expect("podman import");
+    assert!(
+        out.status.success(),
+        "podman import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `rest-lite serve` with tasks in Podman containers (runc where it is installed).
+fn start(state: &Path) -> Server {
+    let mut command = Server::command(state);
+    command.args(["--backend", "local", "--engine", "podman"]);
+    if which("runc") {
+        command.args(["--engine-runtime", "runc"]);
+    }
+    Server::spawn(&mut command, &["in their images", "Podman"]).with_machine_token(state)
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// The containers of job `framework` (running or not).
+fn containers_of(framework: &str) -> Vec<String> {
+    podman_ps(framework, true)
+}
+
+/// After a deletion (answered once it is saved, before its tasks have ended): waits, with
+/// the engine, for each of `names` to exit; returns the job's containers still running.
+fn running_after_deletion(framework: &str, names: &[String]) -> Vec<String> {
+    // A container removed already is an error of `wait`'s, and is no longer running.
+    let _ = Command::new("podman")
+        .arg("wait")
+        .args(names)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    podman_ps(framework, false)
+}
+
+fn podman_ps(framework: &str, all: bool) -> Vec<String> {
+    let mut command = Command::new("podman");
+    command.arg("ps");
+    if all {
+        command.arg("--all");
+    }
+    let out = command
+        .args(["--format", "{{.Names}}", "--filter"])
+        .arg(format!("label=io.openpai.rest-lite.job={framework}"))
+        .output()
+        .expect("podman ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn spec(name: &str, image: &str, roles: Value, extra: Value) -> String {
+    let mut spec = json!({"jobName": name, "image": image, "taskRoles": roles, "retryCount": 0});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    spec.to_string()
+}
+
+fn role(name: &str, tasks: u32, memory_mb: u32, command: &str) -> Value {
+    json!({"name": name, "taskNumber": tasks, "cpuNumber": 1, "memoryMB": memory_mb, "shmMB": 32, "command": command})
+}
+
+async fn log_of(client: &Client, job: &str, role: &str, index: u32) -> String {
+    common::task_log(
+        client,
+        ("alice", job),
+        (role, index),
+        true,
+        pai_client::Source::User,
+    )
+    .await
+}
+
+/// Waits (on the job's watch) until every task of the job runs.
+async fn every_task_running(client: &Client, job: &str) {
+    let mut changes = client.watch("alice", job).await.expect("watch");
+    let running = async {
+        while let Some(view) = changes.next().await {
+            let view = serde_json::to_value(view.expect("a view")).expect("JSON");
+            let roles = view["taskRoles"].as_object().cloned().unwrap_or_default();
+            let all = !roles.is_empty()
+                && roles.values().all(|r| {
+                    r["taskStatuses"]
+                        .as_array()
+                        .is_some_and(|t| t.iter().all(|t| t["taskState"] == "RUNNING"))
+                });
+            if all {
+                return;
+            }
+        }
+        panic!("the job ended before every task ran");
+    };
+    tokio::time::timeout(DEADLINE, running)
+        .await
+        .expect("every task runs");
+}
+
+/// What the server answers, and what each client sends; the image's `nc` in both.
+const SERVER: &str = r#"set -eu
+echo "pid1=$(cat /proc/1/cmdline | tr '\0' ' ')"
+echo "host=$(hostname)"
+echo "shm=$(df -k /dev/shm | tail -1 | awk '{print $2}')"
+echo "greeting=$GREETING"
+echo "home=$HOME leak=${REST_LITE_TEST_LEAK:-none}"
+echo "master=$MASTER_ADDR:$MASTER_PORT rank=$NODE_RANK"
+ls -a /usr/local/pai | grep -c '^\.env' | sed 's/^/env-files=/'
+touch /rest-lite-container-mark
+for i in $(seq 1 "$PAI_TASK_ROLE_TASK_COUNT_client"); do
+  echo "ack" | nc -l -p "$PAI_CURRENT_CONTAINER_PORT"
+done
+echo "every client spoke""#;
+
+const CLIENT: &str = r#"set -u
+me=$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX
+for try in $(seq 1 300); do
+  reply=$(echo "hello from client $me" | nc "$PAI_HOST_IP_server_0" "$PAI_server_0_http_PORT" 2>/dev/null) && [ -n "$reply" ] && break
+  sleep 0.1
+done
+echo "client $me heard: $reply"
+[ "$reply" = "ack" ]"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_role_job_runs_in_its_image_with_the_platforms_environment() {
+    if !ready() {
+        return;
+    }
+    let dir = scratch("multi-role");
+    // A variable of the server's environment must not reach a container.
+    let mut command = Server::command(&dir.join("state"));
+    command
+        .args(["--backend", "local", "--engine", "podman"])
+        .env("REST_LITE_TEST_LEAK", "leaked");
+    if which("runc") {
+        command.args(["--engine-runtime", "runc"]);
+    }
+    let server =
+        Server::spawn(&mut command, &["in their images"]).with_machine_token(&dir.join("state"));
+    let client = server.client();
+    let greeting = "hello $(not run) `not run` 'quoted'\nsecond line";
+    let job = spec(
+        "in-image",
+        IMAGE,
+        json!([
+            role("server", 1, 128, SERVER),
+            role("client", 2, 128, CLIENT)
+        ]),
+        json!({"jobEnvs": {"GREETING": greeting}}),
+    );
+    let submitted = client
+        .submit("alice", &job, SpecFormat::Json)
+        .await
+        .expect("submitted");
+    assert!(
+        !submitted
+            .warnings
+            .iter()
+            .any(|w| w.contains("without images")),
+        "{:?}",
+        submitted.warnings
+    );
+    let view = final_view(&client, "alice", "in-image").await;
+    let server_log = log_of(&client, "in-image", "server", 0).await;
+    assert_eq!(
+        view["jobStatus"]["state"], "SUCCEEDED",
+        "{view:#}\n{server_log}"
+    );
+    assert!(
+        view["jobStatus"]["appExitDiagnostics"]
+            .as_str()
+            .is_some_and(|d| d.contains("in the images")),
+        "{view:#}"
+    );
+    for expected in [
+        "pid1=/usr/local/pai/run",
+        "shm=32768",
+        &format!("greeting={greeting}"),
+        // The image's home, and nothing of the server's environment.
+        "home=/root leak=none",
+        "master=127.0.0.1:",
+        // Both environment files read and removed by the runtime.
+        "env-files=0",
+        "every client spoke",
+    ] {
+        assert!(
+            server_log.contains(expected),
+            "{expected:?} not in:\n{server_log}"
+        );
+    }
+    assert!(
+        server_log.contains("host=") && server_log.contains("-server-0"),
+        "the pod's name as host name:\n{server_log}"
+    );
+    for index in 0..2 {
+        let log = log_of(&client, "in-image", "client", index).await;
+        assert!(log.contains(&format!("client {index} heard: ack")), "{log}");
+    }
+    assert!(
+        !Path::new("/rest-lite-container-mark").exists(),
+        "the task wrote on the host's root"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_over_its_memory_limit_is_oom_killed_and_says_so() {
+    if !ready() {
+        return;
+    }
+    let dir = scratch("oom");
+    let server = start(&dir.join("state"));
+    let client = server.client();
+    // 200 MiB in a task of 64 MiB: dd's buffer is one allocation, all of it written.
+    let job = spec(
+        "too-big",
+        IMAGE,
+        json!([role(
+            "worker",
+            1,
+            64,
+            "dd if=/dev/zero of=/dev/null bs=200M count=1"
+        )]),
+        json!({}),
+    );
+    client
+        .submit("alice", &job, SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "too-big").await;
+    assert_eq!(view["jobStatus"]["state"], "FAILED", "{view:#}");
+    assert_eq!(view["jobStatus"]["appExitCode"], 137, "{view:#}");
+    let text = view.to_string();
+    assert!(text.contains("OOMKilled"), "{view:#}");
+    assert!(text.contains("64 MiB"), "the limit is named: {view:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words() {
+    if !ready() {
+        return;
+    }
+    let dir = scratch("no-image");
+    let server = start(&dir.join("state"));
+    let client = server.client();
+    let job = spec(
+        "no-image",
+        "localhost/rest-lite-no-such-image:0",
+        json!([role("worker", 1, 128, "echo never")]),
+        json!({}),
+    );
+    client
+        .submit("alice", &job, SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "no-image").await;
+    assert_eq!(view["jobStatus"]["state"], "FAILED", "{view:#}");
+    let text = view.to_string();
+    assert!(text.contains("ErrImagePull"), "{view:#}");
+    assert!(
+        text.contains("rest-lite-no-such-image"),
+        "the image is named: {view:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_and_delete_leave_no_container_and_a_restart_no_orphan() {
+    if !ready() {
+        return;
+    }
+    let dir = scratch("lifecycle");
+    let state = dir.join("state");
+    let server = start(&state);
+    let client = server.client();
+    let sleeper = role(
+        "worker",
+        2,
+        128,
+        "trap 'echo term; exit 0' TERM; while :; do sleep 1 & wait $!; done",
+    );
+    // Stop: TERM to every task's runtime through the engine; the containers go.
+    client
+        .submit(
+            "alice",
+            &spec("stopped", IMAGE, json!([sleeper.clone()]), json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    every_task_running(&client, "stopped").await;
+    let name = framework_name(&client, "stopped").await;
+    assert_eq!(containers_of(&name).len(), 2, "a container per task");
+    client.stop("alice", "stopped").await.expect("stopped");
+    let view = final_view(&client, "alice", "stopped").await;
+    assert_eq!(view["jobStatus"]["state"], "STOPPED", "{view:#}");
+    assert!(
+        log_of(&client, "stopped", "worker", 0)
+            .await
+            .contains("term")
+    );
+    assert_eq!(containers_of(&name), Vec::<String>::new());
+
+    // Delete while running.
+    client
+        .submit(
+            "alice",
+            &spec("deleted", IMAGE, json!([sleeper.clone()]), json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    every_task_running(&client, "deleted").await;
+    let name = framework_name(&client, "deleted").await;
+    let running = containers_of(&name);
+    assert_eq!(running.len(), 2);
+    client.delete("alice", "deleted").await.expect("deleted");
+    assert_eq!(
+        running_after_deletion(&name, &running),
+        Vec::<String>::new()
+    );
+
+    // The server killed with a job running: the restarted server leaves no container of
+    // the interrupted attempt.
+    client
+        .submit(
+            "alice",
+            &spec("interrupted", IMAGE, json!([sleeper]), json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    every_task_running(&client, "interrupted").await;
+    let name = framework_name(&client, "interrupted").await;
+    let before = containers_of(&name);
+    assert_eq!(before.len(), 2);
+    server.kill();
+    let server = start(&state);
+    let client = server.client();
+    let after = containers_of(&name);
+    assert!(
+        after.iter().all(|c| !before.contains(c)),
+        "the previous attempt's containers {before:?} are gone: {after:?}"
+    );
+    client
+        .delete("alice", "interrupted")
+        .await
+        .expect("deleted");
+    assert_eq!(containers_of(&name), Vec::<String>::new());
+}
+
+/// The Framework's name of alice's job (its containers carry it).
+async fn framework_name(_client: &Client, job: &str) -> String {
+    pai_contract::names::framework_name("alice", job)
+}
