@@ -63,15 +63,9 @@ impl Backend for LocalBackend {
             }
         }
         if self.0.isolation().engine().is_some() {
-            // In its images: the programs are the images', the limits the engine's.
-            return if spec.registry_auths().is_empty() {
-                Vec::new()
-            } else {
-                vec![format!(
-                    "this machine pulls the images ({}) without the job's registry credentials: an image that needs them must be on this machine already",
-                    images.join(", ")
-                )]
-            };
+            // In its images: the programs are the images', the limits the engine's, a v2
+            // job's registry credentials its pulls'.
+            return Vec::new();
         }
         let mut out = vec![format!(
             "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used{}; {})",
@@ -98,7 +92,7 @@ impl Backend for LocalBackend {
     fn held(&self, framework: &Framework) -> Option<Arc<pai_api::waiting::Waiting>> {
         let queued = self.0.queued(framework.name())?;
         Some(Arc::new(pai_api::waiting::Waiting {
-            reason: "Queued".to_string(),
+            reason: queued.reason.to_string(),
             message: queued.message,
             since: queued
                 .since

@@ -312,6 +312,9 @@ pub fn normalize_image(image: &str) -> String {
     }
 }
 
+/// What a kubelet calls an image it could not pull.
+pub const IMAGE_PULL_FAILED: &str = "ErrImagePull";
+
 /// One step of a task as a container.
 #[derive(Clone, Debug)]
 pub struct Step {
@@ -525,35 +528,56 @@ impl Engine {
         Ok(status.success())
     }
 
-    /// Pulls `image`, its output appended to `log`; the engine's last words on failure.
-    pub async fn pull(&self, image: &str, log: &Path) -> Result<(), String> {
-        let output = self
-            .command()
-            .args(["pull", image])
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(log)
-        {
-            use std::io::Write;
-            let _ = file.write_all(&output.stderr);
+    /// Pulls `image`, telling `progress` each line the engine prints; the engine's last
+    /// words on failure. Dropped (the job stopped meanwhile), the pull is killed.
+    /// `authfile`: the job's registry credentials, for this pull only.
+    pub async fn pull(
+        &self,
+        image: &str,
+        authfile: Option<&Path>,
+        progress: impl Fn(&str),
+    ) -> Result<(), String> {
+        use tokio::io::AsyncBufReadExt;
+        let mut command = self.command();
+        command.arg("pull");
+        if let Some(authfile) = authfile {
+            command.arg("--authfile").arg(authfile);
         }
-        if output.status.success() {
+        let mut child = command
+            .arg(image)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        let mut last = String::new();
+        if let Some(stderr) = child.stderr.take() {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let line = line.trim();
+                if !line.is_empty() {
+                    progress(line);
+                    last = line.to_string();
+                }
+            }
+        }
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| format!("lost {}: {e}", self.program.display()))?;
+        if status.success() {
+            self.present
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(image.to_string());
             return Ok(());
         }
-        let words = String::from_utf8_lossy(&output.stderr);
-        Err(words
-            .lines()
-            .rev()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .unwrap_or("the pull failed")
-            .trim_start_matches("Error: ")
-            .to_string())
+        Err(if last.is_empty() {
+            "the pull failed".to_string()
+        } else {
+            last.trim_start_matches("Error: ").to_string()
+        })
     }
 
     /// Sends `signal` (`TERM`, `KILL`) to the container `name`'s PID 1; nothing when it

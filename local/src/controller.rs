@@ -58,6 +58,20 @@ fn local_note(framework: &Framework, isolation: &crate::containers::Isolation) -
     }
 }
 
+/// The main containers' images of every role, as the engine names them, once each.
+fn images_of(framework: &Framework) -> Vec<String> {
+    let mut images: Vec<String> = framework
+        .spec
+        .task_roles
+        .iter()
+        .filter_map(|role| role.main_container()?.image.as_deref())
+        .map(crate::containers::normalize_image)
+        .collect();
+    images.sort();
+    images.dedup();
+    images
+}
+
 /// After a restart, before the job's controller starts: ends whatever the previous
 /// server left running of the open attempt (the state machine then completes that
 /// attempt as failed and retries it by the retry policy).
@@ -151,6 +165,7 @@ pub(super) async fn drive(
         held: None,
         waiter: None,
         waits_for_jobs: false,
+        pulling: None,
     };
     let mut events = vec![Event::Resumed];
     // Deletions asked for in this batch of events, answered once it is carried out.
@@ -199,6 +214,12 @@ pub(super) async fn drive(
                 None => std::future::pending().await,
             }
         };
+        let pulled = async {
+            match driver.pulling.as_mut() {
+                Some(pulling) => pulling.await,
+                None => std::future::pending().await,
+            }
+        };
         let released = async {
             if driver.waits_for_jobs {
                 job.released.notified().await
@@ -207,6 +228,18 @@ pub(super) async fn drive(
             }
         };
         tokio::select! {
+            pulled = pulled => {
+                driver.pulling = None;
+                driver.job.set_queued(None);
+                events.push(match pulled {
+                    Ok(Ok(())) => driver.place_now().await,
+                    Ok(Err(message)) => Event::NotStarted {
+                        code: pai_contract::exit::codes::POD_CREATION_PERMANENT_ERROR,
+                        message,
+                    },
+                    Err(e) => not_started(format!("pulling the images failed: {e}")),
+                });
+            }
             () = released => {
                 driver.waits_for_jobs = false;
                 events.extend(driver.take_slots().await);
@@ -320,6 +353,8 @@ struct Driver<'a> {
     waiter: Option<crate::slots::Waiter>,
     /// The attempt waits for the jobs the job waits for (`dependsOn`).
     waits_for_jobs: bool,
+    /// The attempt's images being pulled (container mode), before it is placed.
+    pulling: Option<tokio::task::JoinHandle<Result<(), String>>>,
 }
 
 impl Driver<'_> {
@@ -430,7 +465,58 @@ impl Driver<'_> {
                 crate::slots::Asked::TooMany(message) => return Some(not_started(message)),
             }
         }
-        Some(self.place_now().await)
+        self.pull_or_place().await
+    }
+
+    /// Places the attempt (its slots are held), once the images it names are on this
+    /// machine: those that are not are pulled first, once each for all its tasks, the job
+    /// WAITING `PullingImage` meanwhile (the engine's last line of progress in its
+    /// message). The event that says so, if any yet.
+    async fn pull_or_place(&mut self) -> Option<Event> {
+        let Some(engine) = self.inner.isolation.engine().cloned() else {
+            return Some(self.place_now().await);
+        };
+        let mut missing = Vec::new();
+        let images = images_of(&self.job.framework());
+        for image in images {
+            match engine.has_image(&image).await {
+                Ok(true) => {}
+                Ok(false) => missing.push(image),
+                Err(message) => return Some(not_started(message)),
+            }
+        }
+        if missing.is_empty() {
+            return Some(self.place_now().await);
+        }
+        let job = self.job.clone();
+        let authfile = Some(self.inner.store.registry_auth(&job.name())).filter(|f| f.exists());
+        self.pulling =
+            Some(tokio::spawn(async move {
+                for image in missing {
+                    let since = now();
+                    let tell = |line: &str| {
+                        job.set_queued(Some(crate::slots::Queued {
+                            reason: crate::slots::PULLING_IMAGE,
+                            message: if line.is_empty() {
+                                format!("pulling image {image}")
+                            } else {
+                                format!("pulling image {image}: {line}")
+                            },
+                            since: since.clone(),
+                        }));
+                    };
+                    tell("");
+                    tracing::info!(job = %job.name(), %image, "pulling image");
+                    engine.pull(&image, authfile.as_deref(), tell).await.map_err(|why| {
+                    format!(
+                        "{}: image {image} is not on this machine and cannot be pulled: {why}",
+                        crate::containers::IMAGE_PULL_FAILED
+                    )
+                })?;
+                }
+                Ok(())
+            }));
+        None
     }
 
     /// Places the current attempt's tasks (its slots are held): the event that says so.
@@ -463,6 +549,11 @@ impl Driver<'_> {
         }
         if state != Some(FrameworkState::AttemptCreationPending) {
             self.waits_for_jobs = false;
+            // Stopped or deleted while its images were pulled: the pull ends with it.
+            if let Some(pulling) = self.pulling.take() {
+                pulling.abort();
+                self.job.set_queued(None);
+            }
         }
         if matches!(
             state,

@@ -10,12 +10,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Why a job waits for slots, since when (RFC 3339).
+/// Why a job waits before its tasks start (this machine's slots, or its images being
+/// pulled), since when (RFC 3339).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Queued {
+    /// The reason, as the job's WAITING state names it.
+    pub reason: &'static str,
     pub message: String,
     pub since: String,
 }
+
+/// The reason of a job waiting for this machine's task slots.
+pub const QUEUED: &str = "Queued";
+/// The reason of a job whose images are being pulled (a kubelet's pod says `Pulling`).
+pub const PULLING_IMAGE: &str = "PullingImage";
 
 /// The machine's slots.
 pub(crate) struct Slots {
@@ -109,6 +117,7 @@ impl Slots {
             n => format!(", behind {n} other waiting jobs"),
         };
         let queued = Queued {
+            reason: QUEUED,
             message: format!(
                 "this machine runs at most {} tasks at once (rest-lite serve --max-tasks); the job needs {tasks} and {in_use} were in use by {holding} {} when it was queued{behind}: it starts, whole, when enough end",
                 self.capacity,

@@ -211,10 +211,29 @@ impl Store {
         self.job_dir(name).join("ssh")
     }
 
-    /// Writes job `name`'s key pair: the private key readable by this user alone.
+    /// Job `name`'s registry credentials (a v2 job's `auth`, as a `.dockerconfigjson`):
+    /// beside its key pair, not in it (the key's directory is mounted into the job's
+    /// init containers; this file only goes to the engine's pulls, as `--authfile`).
+    pub fn registry_auth(&self, name: &str) -> PathBuf {
+        self.job_dir(name).join("registry-auth.json")
+    }
+
+    /// Writes job `name`'s key pair (the private key readable by this user alone) and its
+    /// registry credentials (likewise).
     pub fn save_key(&self, name: &str, key: &JobKey) -> Result<(), StoreError> {
         let dir = self.job_key_dir(name);
         create_private(&dir)?;
+        if let Some(registry) = &key.registry {
+            let path = self.registry_auth(name);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut f| f.write_all(registry.as_bytes()))
+                .map_err(io("write", &path))?;
+        }
         for (file, text, mode) in key.files() {
             let path = dir.join(file);
             std::fs::OpenOptions::new()

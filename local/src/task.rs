@@ -193,16 +193,6 @@ pub async fn run(
         .ok()?;
         Some(text)
     };
-    if let Some(containers) = &launch.containers
-        && let Err(why) = image_present(containers, &launch.container_log()).await
-    {
-        return report(Progress::Completed {
-            code: pai_contract::exit::codes::POD_CREATION_PERMANENT_ERROR,
-            diagnostics: format!("{IMAGE_PULL_FAILED}: {why}"),
-            message: None,
-            reason: Some(IMAGE_PULL_FAILED.to_string()),
-        });
-    }
     // The init container.
     let entry = match &launch.containers {
         Some(containers) => container_command(
@@ -335,9 +325,6 @@ enum Outcome {
     CannotStart(String),
 }
 
-/// What a kubelet calls an image it could not pull.
-pub const IMAGE_PULL_FAILED: &str = "ErrImagePull";
-
 /// `program` as one container of the task on the host: the server's variables, then
 /// `env`, in the task's directory.
 fn host_command(
@@ -380,24 +367,6 @@ fn container_command(
         .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
         .current_dir(&launch.root);
     Ok(command)
-}
-
-/// The task's image is on this machine, pulled if it was not (the pull's output in the
-/// task's log); the engine's reason when it cannot be had.
-async fn image_present(containers: &Containers, log: &Path) -> Result<(), String> {
-    let image = &containers.main.image;
-    if containers.engine.has_image(image).await? {
-        return Ok(());
-    }
-    if let Some(dir) = log.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    tracing::info!(%image, "pulling image");
-    containers
-        .engine
-        .pull(image, log)
-        .await
-        .map_err(|why| format!("image {image} is not on this machine and cannot be pulled: {why}"))
 }
 
 /// Starts `command` as one container of the task, calls `started` once it runs (the

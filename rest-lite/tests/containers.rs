@@ -450,3 +450,196 @@ async fn stop_and_delete_leave_no_container_and_a_restart_no_orphan() {
 async fn framework_name(_client: &Client, job: &str) -> String {
     pai_contract::names::framework_name("alice", job)
 }
+
+/// A registry of this machine (Debian's `docker-registry`) that asks for a password, with
+/// the test image pushed to it; its address. Ends with the returned process.
+fn private_registry(dir: &Path) -> Option<(std::process::Child, String)> {
+    if !pai_test_support::needs::present(
+        "docker-registry and htpasswd",
+        which("docker-registry") && which("htpasswd"),
+        "apt-get install docker-registry apache2-utils",
+    ) {
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let htpasswd = Command::new("htpasswd")
+        .args(["-Bbn", "robot", REGISTRY_PASSWORD])
+        .output()
+        .expect("htpasswd");
+    std::fs::write(dir.join("htpasswd"), &htpasswd.stdout).expect("htpasswd file");
+    std::fs::write(
+        dir.join("registry.yml"),
+        format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\nauth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+            dir.join("data").display(),
+            dir.join("htpasswd").display()
+        ),
+    )
+    .expect("config");
+    let mut registry = Command::new("docker-registry")
+        .arg("serve")
+        .arg(dir.join("registry.yml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("docker-registry");
+    // It logs "listening on" once its socket is bound.
+    let stderr = registry.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("listening on")
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(DEADLINE).expect("the registry listens");
+    // Pushed with credentials of the test's own, in its own directory.
+    let auth = dir.join("push-auth.json");
+    std::fs::write(
+        &auth,
+        json!({"auths": {&address: {"auth": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("robot:{REGISTRY_PASSWORD}"))}}}).to_string(),
+    )
+    .expect("auth");
+    let pushed = Command::new("podman")
+        .args(["push", "--quiet", "--tls-verify=false", "--authfile"])
+        .arg(&auth)
+        .arg(IMAGE)
+        .arg(format!("{address}/team/busybox:1"))
+        .output()
+        .expect("podman push");
+    assert!(
+        pushed.status.success(),
+        "podman push: {}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    Some((registry, address))
+}
+
+const REGISTRY_PASSWORD: &str = "registry-s3cret";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits() {
+    if !ready() {
+        return;
+    }
+    let dir = scratch("registry");
+    let Some((mut registry, address)) = private_registry(&dir) else {
+        return;
+    };
+    let image = format!("{address}/team/busybox:1");
+    // Not on this machine: the job's pull is the first.
+    let _ = Command::new("podman")
+        .args(["rmi", "--force", &image])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    // The test's registry speaks plain HTTP: the engine is told so for this address only.
+    let registries = dir.join("registries.conf");
+    std::fs::write(
+        &registries,
+        format!("[[registry]]\nlocation = \"{address}\"\ninsecure = true\n"),
+    )
+    .expect("registries.conf");
+    let state = dir.join("state");
+    let mut command = Server::command(&state);
+    command
+        .args(["--backend", "local", "--engine", "podman"])
+        .env("CONTAINERS_REGISTRIES_CONF", &registries);
+    if which("runc") {
+        command.args(["--engine-runtime", "runc"]);
+    }
+    let server = Server::spawn(&mut command, &["in their images"]).with_machine_token(&state);
+    let client = server.client();
+    let job = |name: &str, auth: bool| {
+        let auth = if auth {
+            format!(
+                "    auth:\n      username: robot\n      password: <% $secrets.password %>\n      registryuri: {address}\n"
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "protocolVersion: 2\nname: {name}\ntype: job\nsecrets:\n  password: {REGISTRY_PASSWORD}\nprerequisites:\n  - name: img\n    type: dockerimage\n    uri: {image}\n{auth}taskRoles:\n  worker:\n    instances: 1\n    dockerImage: img\n    resourcePerInstance: {{cpu: 1, memoryMB: 128, gpu: 0}}\n    commands:\n      - echo pulled and running\n"
+        )
+    };
+
+    // Without the credentials the registry refuses: the attempt ends with its words.
+    client
+        .submit("alice", &job("anonymous", false), SpecFormat::Yaml)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "anonymous").await;
+    assert_eq!(view["jobStatus"]["state"], "FAILED", "{view:#}");
+    let text = view.to_string();
+    assert!(text.contains("ErrImagePull"), "{view:#}");
+    assert!(
+        text.contains("unauthorized") || text.contains("authentication required"),
+        "the registry's words: {view:#}"
+    );
+
+    // With them: WAITING while the image is pulled, then it runs.
+    client
+        .submit("alice", &job("private", true), SpecFormat::Yaml)
+        .await
+        .expect("submitted");
+    let mut changes = client.watch("alice", "private").await.expect("watch");
+    let mut saw_pulling = None;
+    let mut last = None;
+    let follow = async {
+        while let Some(view) = changes.next().await {
+            let view = view.expect("a view");
+            if let Some(waiting) = &view.job_status.waiting
+                && waiting.reason == "PullingImage"
+            {
+                assert_eq!(view.job_status.state, pai_api::status::JobState::Waiting);
+                saw_pulling.get_or_insert_with(|| waiting.message.clone());
+            }
+            last = Some(view);
+        }
+    };
+    tokio::time::timeout(DEADLINE, follow)
+        .await
+        .expect("the job ends");
+    let last = serde_json::to_value(last.expect("a view")).expect("JSON");
+    assert_eq!(last["jobStatus"]["state"], "SUCCEEDED", "{last:#}");
+    let pulling = saw_pulling.expect("WAITING PullingImage while the image was pulled");
+    assert!(pulling.contains(&image), "{pulling}");
+    assert!(
+        log_of(&client, "private", "worker", 0)
+            .await
+            .contains("pulled and running")
+    );
+    // The credentials: in one private file of the job, in no task's directory.
+    let name = framework_name(&client, "private").await;
+    let job_dir = state.join("jobs").join(&name);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(job_dir.join("registry-auth.json"))
+        .expect("the job's registry credentials")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let grep = Command::new("grep")
+        .args(["-rl", REGISTRY_PASSWORD])
+        .arg(job_dir.join("attempts"))
+        .output()
+        .expect("grep");
+    assert_eq!(
+        String::from_utf8_lossy(&grep.stdout),
+        "",
+        "a task's files hold the registry password"
+    );
+    let _ = registry.kill();
+    let _ = registry.wait();
+}
