@@ -88,10 +88,13 @@ pub struct Engine {
     /// Images found on this machine already: asked once, not once per task (one removed
     /// since fails its task's `run`, `--pull never`, with the engine's words).
     pub present: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
-    /// util-linux's `setpriv`, which starts the engine's client with a parent-death signal:
-    /// a server that dies ends its tasks' containers (the client passes the TERM on), as
-    /// it ends its host processes.
+    /// util-linux's `setpriv`, which starts the engine's client with a parent-death signal
+    /// when containers must not outlive the server: a server that dies then ends its
+    /// tasks' containers (the client passes the TERM on), as it ends its host processes.
     pub setpriv: Option<PathBuf>,
+    /// Containers outlive the server: main containers are kept until the server has read
+    /// their end (no `--rm`), and a restarted server follows them.
+    pub outlive_server: bool,
 }
 
 /// Tasks waiting for their main container to run, and the one poller that tells them: as
@@ -155,6 +158,8 @@ pub struct Detect<'a> {
     /// The static runtime binary, if this build carries one.
     pub runtime_binary: Option<PathBuf>,
     pub state_dir: &'a Path,
+    /// Containers outlive the server ([`Engine::outlive_server`]).
+    pub outlive_server: bool,
 }
 
 /// Finds the engine `detect.choice` names. `Auto` falls back to the host, saying why;
@@ -211,7 +216,10 @@ pub fn detect(detect: Detect<'_>) -> Result<Isolation, String> {
         ulimits: own_ulimits(),
         starts: Arc::default(),
         present: Arc::default(),
-        setpriv: find_program("setpriv"),
+        setpriv: (!detect.outlive_server)
+            .then(|| find_program("setpriv"))
+            .flatten(),
+        outlive_server: detect.outlive_server,
     })))
 }
 
@@ -312,6 +320,16 @@ pub fn normalize_image(image: &str) -> String {
     }
 }
 
+/// The name of the main container of the task whose pod has UID `pod_uid`.
+pub fn main_name(pod_uid: &str) -> String {
+    format!("rest-lite-{pod_uid}")
+}
+
+/// The name of its init container.
+pub fn init_name(pod_uid: &str) -> String {
+    format!("rest-lite-{pod_uid}-init")
+}
+
 /// What a kubelet calls an image it could not pull.
 pub const IMAGE_PULL_FAILED: &str = "ErrImagePull";
 
@@ -334,9 +352,28 @@ pub struct Step {
     /// The user it runs as (`0:0` for `entry`, as the runtime image's init container
     /// runs; the image's own for `run`).
     pub user: Option<String>,
+    /// The main container: kept after it ends until the server read its end, where
+    /// containers outlive the server.
+    pub keep_until_read: bool,
 }
 
 impl Engine {
+    /// The engine's command for a task's container: started through `setpriv` with a
+    /// parent-death signal where containers end with the server.
+    fn client(&self) -> tokio::process::Command {
+        let Some(setpriv) = &self.setpriv else {
+            return self.command();
+        };
+        let mut command = tokio::process::Command::new(setpriv);
+        command
+            .args(["--pdeathsig", "TERM", "--"])
+            .arg(&self.program);
+        if let Some(runtime) = &self.oci_runtime {
+            command.arg("--runtime").arg(runtime);
+        }
+        command
+    }
+
     /// The engine's command before its subcommand.
     pub fn command(&self) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.program);
@@ -350,22 +387,14 @@ impl Engine {
     /// client gets SIGTERM when the thread that starts it ends (the server's spawning
     /// threads live as long as the server) and passes it to the container.
     pub fn run(&self, step: &Step) -> tokio::process::Command {
-        let mut command = match &self.setpriv {
-            Some(setpriv) => {
-                let mut command = tokio::process::Command::new(setpriv);
-                command
-                    .args(["--pdeathsig", "TERM", "--"])
-                    .arg(&self.program);
-                if let Some(runtime) = &self.oci_runtime {
-                    command.arg("--runtime").arg(runtime);
-                }
-                command
-            }
-            None => self.command(),
-        };
+        let mut command = self.client();
+        command.arg("run");
+        // The main container of a server whose containers outlive it stays until the
+        // server has read how it ended (a restarted server reads it with `wait`).
+        if !(step.keep_until_read && self.outlive_server) {
+            command.arg("--rm");
+        }
         command.args([
-            "run",
-            "--rm",
             "--log-driver",
             "passthrough",
             "--network",
@@ -580,6 +609,24 @@ impl Engine {
         })
     }
 
+    /// Waits for the container `name` to end; its exit code (`None`: no such container,
+    /// or the engine cannot say).
+    pub async fn wait(&self, name: &str) -> Option<i32> {
+        let output = self
+            .command()
+            .args(["wait", name])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .ok()?;
+        if !output.status.success() {
+            return None;
+        }
+        String::from_utf8_lossy(&output.stdout).trim().parse().ok()
+    }
+
     /// Sends `signal` (`TERM`, `KILL`) to the container `name`'s PID 1; nothing when it
     /// is not running.
     pub async fn kill(&self, name: &str, signal: &str) {
@@ -715,6 +762,7 @@ mod tests {
             oci_runtime: None,
             runtime_binary: None,
             state_dir: dir.path(),
+            outlive_server: true,
         })
         .expect_err("refused");
         assert!(refused.contains("Podman"), "{refused}");

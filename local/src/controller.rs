@@ -72,6 +72,46 @@ fn images_of(framework: &Framework) -> Vec<String> {
     images
 }
 
+/// After a restart, in container mode: the main containers of the open attempt's
+/// unfinished tasks, when every one of them is among `existing` (a previous server started
+/// them and they outlived it); the attempt is then followed instead of failed and retried.
+pub(super) fn adoptable(
+    framework: &Framework,
+    existing: &std::collections::HashSet<String>,
+) -> Option<Vec<String>> {
+    if framework.metadata.deletion_timestamp.is_some() || !lifecycle::tasks_started(framework) {
+        return None;
+    }
+    let names: Vec<String> = unfinished_tasks(framework)
+        .map(|(_, _, pod_uid)| pod_uid.map(|uid| crate::containers::main_name(&uid)))
+        .collect::<Option<_>>()?;
+    (!names.is_empty() && names.iter().all(|n| existing.contains(n))).then_some(names)
+}
+
+/// The open attempt's tasks that have not completed: role, index, pod UID.
+fn unfinished_tasks(
+    framework: &Framework,
+) -> impl Iterator<Item = (String, u32, Option<String>)> + '_ {
+    framework
+        .status
+        .as_ref()
+        .and_then(|s| s.attempt_status.task_role_statuses.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|role| {
+            role.task_statuses
+                .iter()
+                .filter(|t| t.state != pai_contract::framework::FrameworkState::Completed)
+                .filter_map(move |t| {
+                    Some((
+                        role.name.clone(),
+                        u32::try_from(t.index).ok()?,
+                        t.attempt_status.pod_uid.clone(),
+                    ))
+                })
+        })
+}
+
 /// After a restart, before the job's controller starts: ends whatever the previous
 /// server left running of the open attempt (the state machine then completes that
 /// attempt as failed and retries it by the retry policy).
@@ -145,10 +185,13 @@ type Report = (i32, String, u32, Progress);
 /// Drives the job until it is deleted.
 // Long: the job's event loop: one select over commands, reports and the timer; each arm
 // hands off to a function.
+/// `adopt`: the open attempt's containers outlived the previous server and are followed
+/// ([`adoptable`]) instead of the attempt being failed and retried.
 pub(super) async fn drive(
     inner: Arc<Inner>,
     job: Arc<Job>,
     mut commands: mpsc::UnboundedReceiver<Command>,
+    adopt: bool,
 ) {
     let name = job.name();
     let note = local_note(&job.framework(), &inner.isolation);
@@ -167,7 +210,12 @@ pub(super) async fn drive(
         waits_for_jobs: false,
         pulling: None,
     };
-    let mut events = vec![Event::Resumed];
+    let mut events = if adopt {
+        driver.adopt().await;
+        Vec::new()
+    } else {
+        vec![Event::Resumed]
+    };
     // Deletions asked for in this batch of events, answered once it is carried out.
     let mut deletions: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
     loop {
@@ -440,6 +488,50 @@ impl Driver<'_> {
             tracing::error!(job = %name, error = %e, "cannot save the job");
         }
         Next::Events(events)
+    }
+
+    /// Follows the open attempt's tasks, whose main containers a previous server started:
+    /// their slots are taken again, and each reports as a started task does.
+    async fn adopt(&mut self) {
+        let Some(engine) = self.inner.isolation.engine().cloned() else {
+            return;
+        };
+        let framework = self.job.framework().clone();
+        let name = framework.metadata.name.clone().unwrap_or_default();
+        let attempt = framework.attempt_id();
+        let tasks = framework.spec.task_roles.iter().map(|r| r.tasks()).sum();
+        if let crate::slots::Asked::Held(held) = self.inner.slots.ask(tasks).await {
+            self.held = Some(held);
+        }
+        self.started = Some((attempt, std::time::Instant::now()));
+        let mut followed = 0;
+        for (role, index, pod_uid) in unfinished_tasks(&framework) {
+            let Some(pod_uid) = pod_uid else { continue };
+            let grace = framework
+                .spec
+                .task_roles
+                .iter()
+                .find(|r| r.name == role)
+                .and_then(|r| r.task.pod.spec.as_ref())
+                .and_then(|p| p.termination_grace_period_seconds)
+                .and_then(|s| u64::try_from(s).ok())
+                .map_or(self.inner.settings.default_grace, Duration::from_secs);
+            let (stop, stop_rx) = watch::channel(None);
+            self.running.insert((role.clone(), index), stop);
+            let reports = self.reports.clone();
+            tokio::spawn(task::follow(
+                engine.clone(),
+                crate::containers::main_name(&pod_uid),
+                self.inner.store.task_root(&name, attempt, &role, index),
+                grace,
+                move |progress| {
+                    let _ = reports.send((attempt, role.clone(), index, progress));
+                },
+                stop_rx,
+            ));
+            followed += 1;
+        }
+        tracing::info!(job = %name, attempt, tasks = followed, "following the containers a previous server started");
     }
 
     /// Takes this machine's task slots for the attempt (queued when they are taken) and
@@ -866,7 +958,7 @@ fn container_launch(
     let containers = task::Containers {
         engine: engine.clone(),
         init: Step {
-            name: format!("rest-lite-{}-init", identity.pod_uid),
+            name: crate::containers::init_name(&identity.pod_uid),
             image: image.clone(),
             hostname: identity.pod_name.clone(),
             labels: labels.clone(),
@@ -875,9 +967,10 @@ fn container_launch(
             limits: crate::containers::Limits::default(),
             args: vec![pai_contract::paths::commands::ENTRY.to_string()],
             user: Some("0:0".to_string()),
+            keep_until_read: false,
         },
         main: Step {
-            name: format!("rest-lite-{}", identity.pod_uid),
+            name: crate::containers::main_name(&identity.pod_uid),
             image,
             hostname: identity.pod_name.clone(),
             labels,
@@ -893,6 +986,7 @@ fn container_launch(
             limits,
             args: Vec::new(),
             user: None,
+            keep_until_read: true,
         },
     };
     Launch {

@@ -108,19 +108,42 @@ impl Machine {
         inner
             .unreadable()
             .extend(unreadable.into_iter().map(|u| (u.name, u.reason)));
-        // Containers a previous server left: their attempts are failed and retried below,
-        // as host processes' are, so none of them is kept.
+        // Containers a previous server left: where they outlive servers, the attempts
+        // whose every unfinished task's main container is there are followed; every other
+        // container of this server goes, and its attempt is failed and retried below, as
+        // host processes' are.
+        let mut adopted = std::collections::HashSet::new();
         if let Some(engine) = inner.isolation.engine() {
             match engine.containers().await {
-                Ok(left) if !left.is_empty() => {
-                    tracing::warn!(
-                        containers = left.len(),
-                        "containers of the previous server still exist; removing them"
-                    );
-                    let names: Vec<String> = left.into_iter().map(|(name, _, _)| name).collect();
-                    engine.remove(&names).await;
+                Ok(left) => {
+                    let existing: std::collections::HashSet<String> =
+                        left.iter().map(|(name, _, _)| name.clone()).collect();
+                    let mut kept = std::collections::HashSet::new();
+                    if engine.outlive_server {
+                        for framework in &frameworks {
+                            if let Some(names) = controller::adoptable(framework, &existing) {
+                                kept.extend(names);
+                                adopted.insert(framework.metadata.name.clone().unwrap_or_default());
+                            }
+                        }
+                    }
+                    let gone: Vec<String> =
+                        existing.into_iter().filter(|n| !kept.contains(n)).collect();
+                    if !gone.is_empty() {
+                        tracing::warn!(
+                            containers = gone.len(),
+                            "containers of a previous server that no job follows; removing them"
+                        );
+                        engine.remove(&gone).await;
+                    }
+                    if !adopted.is_empty() {
+                        tracing::info!(
+                            jobs = adopted.len(),
+                            containers = kept.len(),
+                            "following the running containers of a previous server"
+                        );
+                    }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot list the previous server's containers")
                 }
@@ -128,14 +151,17 @@ impl Machine {
         }
         for framework in frameworks {
             let deleted = framework.metadata.deletion_timestamp.is_some();
+            let adopt = adopted.contains(framework.metadata.name.as_deref().unwrap_or_default());
             let (job, commands) = insert(&inner, framework)?;
-            controller::end_leftovers(&inner, &job).await;
+            if !adopt {
+                controller::end_leftovers(&inner, &job).await;
+            }
             if deleted {
                 // Deleted before the restart (the deletion is saved before it is
                 // answered): finished before anyone can ask, so the name is free.
                 controller::remove(&inner, &job).await;
             } else {
-                spawn_controller(&inner, job, commands);
+                spawn_controller(&inner, job, commands, adopt);
             }
         }
         Ok(Self { inner })
@@ -167,10 +193,11 @@ async fn isolation(settings: &Settings) -> Result<containers::Isolation, Error> 
             }
         }
     };
-    let (choice, oci_runtime, state_dir) = (
+    let (choice, oci_runtime, state_dir, outlive_server) = (
         containers.choice,
         containers.oci_runtime.clone(),
         settings.state_dir.clone(),
+        containers.outlive_server,
     );
     tokio::task::spawn_blocking(move || {
         containers::detect(containers::Detect {
@@ -178,6 +205,7 @@ async fn isolation(settings: &Settings) -> Result<containers::Isolation, Error> 
             oci_runtime,
             runtime_binary,
             state_dir: &state_dir,
+            outlive_server,
         })
     })
     .await
@@ -236,8 +264,13 @@ fn insert(
     Ok((job, receiver))
 }
 
-fn spawn_controller(inner: &Arc<Inner>, job: Arc<Job>, commands: mpsc::UnboundedReceiver<Command>) {
-    tokio::spawn(controller::drive(inner.clone(), job, commands));
+fn spawn_controller(
+    inner: &Arc<Inner>,
+    job: Arc<Job>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    adopt: bool,
+) {
+    tokio::spawn(controller::drive(inner.clone(), job, commands, adopt));
 }
 
 /// The task of job `framework` that pod `pod` names: its role and index.
@@ -304,7 +337,7 @@ impl Machine {
                 self.inner.jobs().remove(&job.name());
                 return Err(e);
             }
-            spawn_controller(&self.inner, job, commands);
+            spawn_controller(&self.inner, job, commands, false);
             Ok(())
         }
     }

@@ -35,6 +35,10 @@ pub struct ContainerSettings {
     pub oci_runtime: Option<String>,
     /// The static runtime mounted into containers.
     pub runtime: StaticRuntime,
+    /// Whether containers outlive the server (`serve`: a restarted server follows them,
+    /// as a kubelet's pods outlive the kubelet) or end with it (`run`, whose state
+    /// directory goes with it).
+    pub outlive_server: bool,
 }
 
 impl ContainerSettings {
@@ -44,6 +48,7 @@ impl ContainerSettings {
             choice: crate::containers::EngineChoice::Host,
             oci_runtime: None,
             runtime: StaticRuntime::None,
+            outlive_server: false,
         }
     }
 }

@@ -177,22 +177,6 @@ pub async fn run(
         message: None,
         reason: None,
     };
-    // What the runtime left as the main container's termination message (a result);
-    // at most the kubelet's 4096 bytes are read, as it keeps no more.
-    let termination_message = || {
-        use std::io::Read;
-        let mut text = String::new();
-        std::fs::File::open(
-            launch
-                .root
-                .join(pai_contract::results::TERMINATION_LOG_NAME),
-        )
-        .ok()?
-        .take(pai_contract::results::KUBELET_MAX_BYTES as u64)
-        .read_to_string(&mut text)
-        .ok()?;
-        Some(text)
-    };
     // The init container.
     let entry = match &launch.containers {
         Some(containers) => container_command(
@@ -280,43 +264,112 @@ pub async fn run(
         .containers
         .as_ref()
         .map(|c| (c.engine.clone(), c.main.name.clone()));
-    match start_and_wait(&launch, run, &mut stop, started, main_container).await {
-        Outcome::Exited(status) => {
-            let code = exit_code(status);
-            let message = termination_message();
-            let cause = message
-                .as_deref()
-                .and_then(pai_contract::results::read_message)
-                .and_then(|m| m.cause);
-            let reason = cause
-                .as_ref()
-                .filter(|c| c.pattern == pai_contract::failure::OOM_KILLED)
-                .map(|_| pai_contract::failure::OOM_KILLED_REASON.to_string());
-            let diagnostics = if code == 0 {
-                "the main container exited with code 0".to_string()
-            } else {
-                // The runtime named the cause from the output; else (a runtime that could
-                // not say) the log's last line.
-                let cause = cause
-                    .map(|c| c.line)
-                    .unwrap_or_else(|| last_line(&launch.container_log()));
-                format!("the main container exited with code {code}: {cause}")
-            };
-            report(Progress::Completed {
-                code,
-                diagnostics,
-                message,
-                reason,
-            });
-        }
+    let outcome = start_and_wait(&launch, run, &mut stop, started, main_container).await;
+    if let Some(containers) = &launch.containers
+        && containers.main.keep_until_read
+        && containers.engine.outlive_server
+    {
+        // Its end is read: the container goes.
+        containers
+            .engine
+            .remove(std::slice::from_ref(&containers.main.name))
+            .await;
+    }
+    match outcome {
+        Outcome::Exited(status) => report(main_ended(&launch.root, exit_code(status))),
         Outcome::Stopped(request) => report(Progress::Completed {
             code: request.code,
             diagnostics: request.reason,
-            message: termination_message(),
+            message: termination_message(&launch.root),
             reason: None,
         }),
         Outcome::CannotStart(message) => report(completed(1, message)),
     }
+}
+
+/// What the runtime left as the main container's termination message (a result); at
+/// most the kubelet's 4096 bytes are read, as it keeps no more.
+fn termination_message(root: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(root.join(pai_contract::results::TERMINATION_LOG_NAME))
+        .ok()?
+        .take(pai_contract::results::KUBELET_MAX_BYTES as u64)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// How the main container of the task whose root is `root` ended with `code`: its
+/// result, the cause the runtime named (else the log's last line) and its reason.
+fn main_ended(root: &Path, code: i32) -> Progress {
+    let message = termination_message(root);
+    let cause = message
+        .as_deref()
+        .and_then(pai_contract::results::read_message)
+        .and_then(|m| m.cause);
+    let reason = cause
+        .as_ref()
+        .filter(|c| c.pattern == pai_contract::failure::OOM_KILLED)
+        .map(|_| pai_contract::failure::OOM_KILLED_REASON.to_string());
+    let diagnostics = if code == 0 {
+        "the main container exited with code 0".to_string()
+    } else {
+        // The runtime named the cause from the output; else (a runtime that could not
+        // say) the log's last line.
+        let cause = cause
+            .map(|c| c.line)
+            .unwrap_or_else(|| last_line(&container_log(root)));
+        format!("the main container exited with code {code}: {cause}")
+    };
+    Progress::Completed {
+        code,
+        diagnostics,
+        message,
+        reason,
+    }
+}
+
+/// Follows a task whose main container a previous server started and left running (or
+/// ended, unread): RUNNING at once, then its end as [`run`] reports it; a stop request
+/// ends it through the engine with TERM, then KILL after `grace`.
+pub async fn follow(
+    engine: std::sync::Arc<crate::containers::Engine>,
+    name: String,
+    root: PathBuf,
+    grace: Duration,
+    report: impl Fn(Progress),
+    mut stop: watch::Receiver<Option<StopRequest>>,
+) {
+    report(Progress::Running);
+    let ended = tokio::select! {
+        code = engine.wait(&name) => Ok(code),
+        request = wait_for_stop(&mut stop) => {
+            engine.kill(&name, "TERM").await;
+            if tokio::time::timeout(grace, engine.wait(&name)).await.is_err() {
+                tracing::warn!(container = %name, grace_s = grace.as_secs(), "task outlived its grace period; killing its container");
+                engine.kill(&name, "KILL").await;
+                engine.wait(&name).await;
+            }
+            Err(request)
+        }
+    };
+    engine.remove(std::slice::from_ref(&name)).await;
+    report(match ended {
+        Ok(Some(code)) => main_ended(&root, code),
+        Ok(None) => Progress::Completed {
+            code: pai_contract::exit::codes::POD_EXTERNAL_DELETED,
+            diagnostics: format!("the main container {name} is gone, and how it ended with it"),
+            message: None,
+            reason: None,
+        },
+        Err(request) => Progress::Completed {
+            code: request.code,
+            diagnostics: request.reason,
+            message: termination_message(&root),
+            reason: None,
+        },
+    });
 }
 
 enum Outcome {

@@ -99,14 +99,28 @@ fn import_image(busybox: &Path) {
     );
 }
 
-/// `rest-lite serve` with tasks in Podman containers (runc where it is installed).
-fn start(state: &Path) -> Server {
+/// `rest-lite serve` with tasks in Podman containers (runc where it is installed), and
+/// the guard that removes its containers at the end of the test (declared first, dropped
+/// after the server).
+fn start(state: &Path) -> (Leftovers, Server) {
+    start_with(state, &[])
+}
+
+/// [`start`] with variables of the server's environment.
+fn start_with(state: &Path, env: &[(&str, &std::ffi::OsStr)]) -> (Leftovers, Server) {
+    std::fs::create_dir_all(state).expect("state");
+    let leftovers = Leftovers::of(state);
     let mut command = Server::command(state);
     command.args(["--backend", "local", "--engine", "podman"]);
     if which("runc") {
         command.args(["--engine-runtime", "runc"]);
     }
-    Server::spawn(&mut command, &["in their images", "Podman"]).with_machine_token(state)
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let server =
+        Server::spawn(&mut command, &["in their images", "Podman"]).with_machine_token(state);
+    (leftovers, server)
 }
 
 fn which(program: &str) -> bool {
@@ -307,7 +321,7 @@ async fn a_task_over_its_memory_limit_is_oom_killed_and_says_so() {
         return;
     }
     let dir = scratch("oom");
-    let server = start(&dir.join("state"));
+    let (_leftovers, server) = start(&dir.join("state"));
     let client = server.client();
     // 200 MiB in a task of 64 MiB: dd's buffer is one allocation, all of it written.
     let job = spec(
@@ -339,7 +353,7 @@ async fn an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words() 
         return;
     }
     let dir = scratch("no-image");
-    let server = start(&dir.join("state"));
+    let (_leftovers, server) = start(&dir.join("state"));
     let client = server.client();
     let job = spec(
         "no-image",
@@ -362,13 +376,12 @@ async fn an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stop_and_delete_leave_no_container_and_a_restart_no_orphan() {
+async fn stop_and_delete_leave_no_container() {
     if !ready() {
         return;
     }
     let dir = scratch("lifecycle");
-    let state = dir.join("state");
-    let server = start(&state);
+    let (_leftovers, server) = start(&dir.join("state"));
     let client = server.client();
     let sleeper = role(
         "worker",
@@ -416,34 +429,140 @@ async fn stop_and_delete_leave_no_container_and_a_restart_no_orphan() {
         running_after_deletion(&name, &running),
         Vec::<String>::new()
     );
+}
 
-    // The server killed with a job running: the restarted server leaves no container of
-    // the interrupted attempt.
+/// Removes every container of the server whose state directory is `state` when dropped:
+/// a failed test leaves none running (a server's containers outlive it).
+struct Leftovers(String);
+
+impl Leftovers {
+    fn of(state: &Path) -> Self {
+        Self(format!(
+            "label={}={}",
+            pai_local::containers::LABEL_SERVER,
+            pai_local::containers::server_label(state)
+        ))
+    }
+
+    fn names(&self) -> Vec<String> {
+        let out = Command::new("podman")
+            .args(["ps", "--all", "--format", "{{.Names}}", "--filter", &self.0])
+            .output()
+            .expect("podman ps");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let names = self.names();
+        if !names.is_empty() {
+            let _ = Command::new("podman")
+                .args(["rm", "--force", "--time", "0"])
+                .args(&names)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_follows_the_containers_the_killed_one_started() {
+    if !ready() {
+        return;
+    }
+    let dir = scratch("restart");
+    let state = dir.join("state");
+    let (leftovers, server) = start(&state);
+    let client = server.client();
+    let sleeper = role(
+        "worker",
+        2,
+        128,
+        "echo started; trap 'echo term; exit 0' TERM; while :; do sleep 1 & wait $!; done",
+    );
     client
         .submit(
             "alice",
-            &spec("interrupted", IMAGE, json!([sleeper]), json!({})),
+            &spec("followed", IMAGE, json!([sleeper]), json!({})),
             SpecFormat::Json,
         )
         .await
         .expect("submitted");
-    every_task_running(&client, "interrupted").await;
-    let name = framework_name(&client, "interrupted").await;
-    let before = containers_of(&name);
-    assert_eq!(before.len(), 2);
-    server.kill();
-    let server = start(&state);
-    let client = server.client();
-    let after = containers_of(&name);
+    every_task_running(&client, "followed").await;
+    let name = framework_name(&client, "followed").await;
+    let mut running = containers_of(&name);
+    running.sort();
+    assert_eq!(running.len(), 2);
+    // A container of this server's that no job names.
+    let stray = format!("rest-lite-stray-{}", std::process::id());
+    let mut podman = Command::new("podman");
+    if which("runc") {
+        podman.args(["--runtime", "runc"]);
+    }
+    let made = podman
+        .args(["run", "--detach", "--name", &stray, "--label"])
+        .arg(&leftovers.0["label=".len()..])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+        ])
+        .args([IMAGE, "sleep", "600"])
+        .output()
+        .expect("podman run");
     assert!(
-        after.iter().all(|c| !before.contains(c)),
-        "the previous attempt's containers {before:?} are gone: {after:?}"
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
     );
-    client
-        .delete("alice", "interrupted")
-        .await
-        .expect("deleted");
+
+    server.kill();
+    // The tasks outlived the server, as pods outlive a kubelet.
+    let mut after_kill = podman_ps(&name, false);
+    after_kill.sort();
+    assert_eq!(
+        after_kill, running,
+        "the containers run on without their server"
+    );
+
+    let (_again, server) = start(&state);
+    let client = server.client();
+    let view =
+        serde_json::to_value(client.job("alice", "followed").await.expect("job")).expect("JSON");
+    assert_eq!(view["jobStatus"]["state"], "RUNNING", "{view:#}");
+    assert_eq!(
+        view["jobStatus"]["retries"], 0,
+        "the attempt is kept: {view:#}"
+    );
+    let mut now = containers_of(&name);
+    now.sort();
+    assert_eq!(now, running, "the same containers, followed");
+    assert!(
+        !leftovers.names().contains(&stray),
+        "the container no job names is removed"
+    );
+
+    client.stop("alice", "followed").await.expect("stopped");
+    let view = final_view(&client, "alice", "followed").await;
+    assert_eq!(view["jobStatus"]["state"], "STOPPED", "{view:#}");
+    for index in 0..2 {
+        let log = log_of(&client, "followed", "worker", index).await;
+        assert_eq!(
+            log.matches("started").count(),
+            1,
+            "run once, not again: {log}"
+        );
+        assert!(log.contains("term"), "TERM reached the command: {log}");
+    }
     assert_eq!(containers_of(&name), Vec::<String>::new());
+    drop(server);
+    drop(leftovers);
 }
 
 /// The Framework's name of alice's job (its containers carry it).
@@ -553,14 +672,10 @@ async fn a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits
     )
     .expect("registries.conf");
     let state = dir.join("state");
-    let mut command = Server::command(&state);
-    command
-        .args(["--backend", "local", "--engine", "podman"])
-        .env("CONTAINERS_REGISTRIES_CONF", &registries);
-    if which("runc") {
-        command.args(["--engine-runtime", "runc"]);
-    }
-    let server = Server::spawn(&mut command, &["in their images"]).with_machine_token(&state);
+    let (_leftovers, server) = start_with(
+        &state,
+        &[("CONTAINERS_REGISTRIES_CONF", registries.as_os_str())],
+    );
     let client = server.client();
     let job = |name: &str, auth: bool| {
         let auth = if auth {

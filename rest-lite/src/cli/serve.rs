@@ -119,7 +119,9 @@ pub struct LocalArgs {
 static STATIC_RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kube-runtime"));
 
 impl LocalArgs {
-    pub fn settings(&self, state_dir: PathBuf) -> Result<Settings> {
+    /// The embedded default's settings; `outlive_server`: its containers outlive this
+    /// process, and a restarted server follows them (`serve`), or end with it (`run`).
+    pub fn settings(&self, state_dir: PathBuf, outlive_server: bool) -> Result<Settings> {
         let runtime = match &self.runtime {
             Some(path) => Runtime::binary(path),
             None => Runtime::embedded().context("finding this binary for the task runtime")?,
@@ -142,6 +144,7 @@ impl LocalArgs {
                 // Containers need a static runtime: the one this binary carries (a
                 // `--runtime` given by hand serves the host).
                 runtime: pai_local::StaticRuntime::Embedded(STATIC_RUNTIME),
+                outlive_server,
             },
         })
     }
@@ -375,7 +378,7 @@ async fn backend(
                 .state_dir
                 .clone()
                 .unwrap_or_else(pai_local::default_state_dir);
-            LocalBackend::open(local.settings(state_dir.clone())?)
+            LocalBackend::open(local.settings(state_dir.clone(), true)?)
                 .await
                 .with_context(|| format!("opening the state directory {}", state_dir.display()))?
         }
