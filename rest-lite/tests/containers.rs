@@ -61,12 +61,23 @@ fn ready() -> bool {
 /// A root file system of busybox and its applets, imported as [`IMAGE`].
 fn import_image(busybox: &Path) {
     let dir = scratch("image");
+    let root = busybox_root(&dir, busybox);
+    import(&dir, &root, IMAGE);
+}
+
+/// busybox and its applets in `dir/rootfs`, with the users sshd needs.
+fn busybox_root(dir: &Path, busybox: &Path) -> std::path::PathBuf {
     let root = dir.join("rootfs");
-    for sub in ["bin", "tmp", "etc"] {
+    for sub in ["bin", "tmp", "etc", "root"] {
         std::fs::create_dir_all(root.join(sub)).expect("dir");
     }
     std::fs::copy(busybox, root.join("bin/busybox")).expect("busybox");
-    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").expect("passwd");
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n",
+    )
+    .expect("passwd");
+    std::fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n").expect("group");
     let applets = Command::new(busybox)
         .arg("--list")
         .output()
@@ -76,10 +87,15 @@ fn import_image(busybox: &Path) {
             let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
         }
     }
+    root
+}
+
+/// `root` as the image `name`.
+fn import(dir: &Path, root: &Path, name: &str) {
     let tar = dir.join("rootfs.tar");
     let status = Command::new("tar")
         .arg("-C")
-        .arg(&root)
+        .arg(root)
         .arg("-cf")
         .arg(&tar)
         .arg(".")
@@ -89,7 +105,7 @@ fn import_image(busybox: &Path) {
     let out = Command::new("podman")
         .args(["import", "--quiet"])
         .arg(&tar)
-        .arg(IMAGE)
+        .arg(name)
         .output()
         .expect("podman import");
     assert!(
@@ -219,6 +235,8 @@ echo "greeting=$GREETING"
 echo "home=$HOME leak=${REST_LITE_TEST_LEAK:-none}"
 echo "master=$MASTER_ADDR:$MASTER_PORT rank=$NODE_RANK"
 ls -a /usr/local/pai | grep -c '^\.env' | sed 's/^/env-files=/'
+echo "env-b64=$(env -0 | base64 | tr -d '\n')"
+echo "dynamic=$(sed -n 's/^export \([A-Za-z_0-9]*\)=.*/\1/p' /usr/local/pai/env.sh | tr '\n' ' ')"
 touch /rest-lite-container-mark
 for i in $(seq 1 "$PAI_TASK_ROLE_TASK_COUNT_client"); do
   echo "ack" | nc -l -p "$PAI_CURRENT_CONTAINER_PORT"
@@ -305,6 +323,52 @@ async fn a_multi_role_job_runs_in_its_image_with_the_platforms_environment() {
         server_log.contains("host=") && server_log.contains("-server-0"),
         "the pod's name as host name:\n{server_log}"
     );
+    // Every variable of the pod template's main container, as a kubelet would give it
+    // (its `$(VAR)` expanded), is the user command's, byte for byte; but for the task's
+    // own ports, which the runtime's env file gives each task of a host (the template's
+    // are the role's, which on a cluster every pod of the role has on its own address).
+    let env = task_env(&server_log);
+    let dynamic: Vec<&str> = server_log
+        .lines()
+        .find_map(|l| l.strip_prefix("dynamic="))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let framework: pai_contract::Framework = serde_json::from_slice(
+        &std::fs::read(
+            dir.join("state/jobs")
+                .join(pai_contract::names::framework_name("alice", "in-image"))
+                .join("framework.json"),
+        )
+        .expect("the stored Framework"),
+    )
+    .expect("a Framework");
+    let role = framework
+        .spec
+        .task_roles
+        .iter()
+        .find(|r| r.name == "server")
+        .expect("the server role");
+    let template = role.main_container().expect("a main container");
+    let mut compared = 0;
+    for var in template.env.iter().flatten() {
+        let value = var.value.as_deref().unwrap_or_default();
+        let expected = pai_contract::env::kubelet_expand(value, |name| env.get(name).cloned());
+        if env.get(&var.name) != Some(&expected)
+            && dynamic.contains(&var.name.as_str())
+            && var.name.contains("PORT")
+        {
+            continue;
+        }
+        assert_eq!(
+            env.get(&var.name),
+            Some(&expected),
+            "{} differs from the pod template's",
+            var.name
+        );
+        compared += 1;
+    }
+    assert!(compared > 20, "only {compared} variables in the template");
     for index in 0..2 {
         let log = log_of(&client, "in-image", "client", index).await;
         assert!(log.contains(&format!("client {index} heard: ack")), "{log}");
@@ -565,6 +629,27 @@ async fn a_restarted_server_follows_the_containers_the_killed_one_started() {
     drop(leftovers);
 }
 
+/// The user command's environment, from the `env -0 | base64` line it printed.
+fn task_env(log: &str) -> std::collections::BTreeMap<String, String> {
+    use base64::Engine;
+    let line = log
+        .lines()
+        .find_map(|l| l.strip_prefix("env-b64="))
+        .unwrap_or_else(|| panic!("no environment in:\n{log}"));
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(line.trim())
+        .expect("base64");
+    bytes
+        .split(|b| *b == 0)
+        .filter(|r| !r.is_empty())
+        .filter_map(|record| {
+            let text = String::from_utf8_lossy(record);
+            let (name, value) = text.split_once('=')?;
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
 /// The Framework's name of alice's job (its containers carry it).
 async fn framework_name(_client: &Client, job: &str) -> String {
     pai_contract::names::framework_name("alice", job)
@@ -757,4 +842,138 @@ async fn a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits
     );
     let _ = registry.kill();
     let _ = registry.wait();
+}
+
+/// The test image with this machine's OpenSSH (sshd, ssh, ssh-keygen and the libraries
+/// they load) beside busybox: what a training image with openssh-server has.
+const SSH_IMAGE: &str = "localhost/rest-lite-test-openssh:1";
+
+/// Imports [`SSH_IMAGE`] once; false (skipped, or failed under CI) without OpenSSH here.
+fn ssh_image() -> bool {
+    let programs = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen"];
+    if !pai_test_support::needs::present(
+        "sshd, ssh and ssh-keygen",
+        programs.iter().all(|p| Path::new(p).is_file()),
+        "apt-get install openssh-server openssh-client",
+    ) {
+        return false;
+    }
+    static IMPORTED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut imported = IMPORTED.lock().unwrap_or_else(|e| e.into_inner());
+    if *imported {
+        return true;
+    }
+    let dir = scratch("ssh-image");
+    let root = busybox_root(&dir, Path::new("/bin/busybox"));
+    let mut files: Vec<std::path::PathBuf> =
+        programs.iter().map(std::path::PathBuf::from).collect();
+    for program in programs {
+        let ldd = Command::new("ldd").arg(program).output().expect("ldd");
+        files.extend(
+            String::from_utf8_lossy(&ldd.stdout)
+                .split_whitespace()
+                .filter(|w| w.starts_with('/'))
+                .map(std::path::PathBuf::from),
+        );
+    }
+    // glibc reads /etc/passwd through this module.
+    for lib in ["/lib/x86_64-linux-gnu/libnss_files.so.2"] {
+        if Path::new(lib).exists() {
+            files.push(lib.into());
+        }
+    }
+    files.sort();
+    files.dedup();
+    for file in &files {
+        // A library named through a link is copied as the file it names, under the name.
+        let to = root.join(file.strip_prefix("/").expect("absolute"));
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
+        std::fs::copy(file, &to).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+    for dir in ["run/sshd", "var/empty"] {
+        std::fs::create_dir_all(root.join(dir)).expect("dir");
+    }
+    import(&dir, &root, SSH_IMAGE);
+    *imported = true;
+    true
+}
+
+/// Every task prints its `TF_CONFIG`; chief-0 reaches worker-1 over ssh by its alias,
+/// with the job's key, in the image's sshd.
+const TRAINING: &str = r#"set -e
+me="$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
+echo "tf-config=$TF_CONFIG"
+if [ "$me" = chief-0 ]; then
+    for try in $(seq 1 50); do
+        reached=$(ssh -o ConnectTimeout=5 worker-1 'echo "$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX on $(hostname)"' 2>/dev/null) && break
+        sleep 0.2
+    done
+    echo "reached ${reached:-nothing}"
+    [ -n "${reached:-}" ]
+else
+    trap 'exit 0' TERM
+    while :; do sleep 1 & wait $!; done
+fi"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_containers() {
+    if !ready() || !ssh_image() {
+        return;
+    }
+    let dir = scratch("training");
+    let (_leftovers, server) = start(&dir.join("state"));
+    let client = server.client();
+    let role = |name: &str, tasks: u32| json!({"name": name, "taskNumber": tasks, "cpuNumber": 1, "memoryMB": 256, "command": TRAINING});
+    let job = spec(
+        "tf",
+        SSH_IMAGE,
+        // The chief's success ends the job (the others wait for TERM).
+        json!([
+            {"name": "chief", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 256, "command": TRAINING, "minSucceededTaskCount": 1},
+            role("worker", 2),
+            role("ps", 1)
+        ]),
+        json!({}),
+    );
+    client
+        .submit("alice", &job, SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "tf").await;
+    let chief = log_of(&client, "tf", "chief", 0).await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}\n{chief}");
+    assert!(
+        chief.contains("reached worker-1 on ") && chief.contains("-worker-1"),
+        "ssh from chief-0 to worker-1, a session in worker-1's container:\n{chief}"
+    );
+    // TF_CONFIG: every role's tasks at the addresses and ports the job gave them, and the
+    // task itself.
+    let tf_config = |log: &str| -> Value {
+        let line = log
+            .lines()
+            .find_map(|l| l.strip_prefix("tf-config="))
+            .unwrap_or_else(|| panic!("no TF_CONFIG in:\n{log}"));
+        serde_json::from_str(line).expect("TF_CONFIG is JSON")
+    };
+    let mine = tf_config(&chief);
+    assert_eq!(mine["task"], json!({"type": "chief", "index": 0}), "{mine}");
+    for (role, tasks) in [("chief", 1), ("worker", 2), ("ps", 1)] {
+        let addresses = mine["cluster"][role]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(addresses.len(), tasks, "{mine}");
+        assert!(
+            addresses
+                .iter()
+                .all(|a| a.as_str().is_some_and(|a| a.starts_with("127.0.0.1:"))),
+            "{mine}"
+        );
+    }
+    let worker = tf_config(&log_of(&client, "tf", "worker", 1).await);
+    assert_eq!(worker["task"], json!({"type": "worker", "index": 1}));
+    assert_eq!(
+        worker["cluster"], mine["cluster"],
+        "one cluster for every task"
+    );
 }
