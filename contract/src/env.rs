@@ -120,11 +120,6 @@ pub mod runtime {
     /// of any bytes (a multi-line command, a secret) never passes through the engine's
     /// command line or its process environment, and no other task or user reads it.
     pub const ENV_FROM: &str = "PAI_RUNTIME_ENV_FROM";
-    /// Set by the embedded default when it raised its own threads' priority above its
-    /// tasks' (so that requests are answered while a large job starts on few cores): the
-    /// nice value the task's processes run at, the one the server had. The runtime sets it
-    /// for itself first (its children inherit it) and removes the variable.
-    pub const NICE: &str = "PAI_RUNTIME_NICE";
     /// [`SSH_LISTENER`]'s value: the listener is standard input.
     pub const SSH_LISTENER_STDIN: &str = "stdin";
 }

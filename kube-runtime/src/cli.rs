@@ -79,29 +79,6 @@ fn environment_from_file() -> Result<(), String> {
     Ok(())
 }
 
-/// With [`NICE`](pai_contract::env::runtime::NICE) set (the embedded default, whose server
-/// runs ahead of its tasks): this process takes that nice value, which every process it
-/// starts inherits, and the variable is removed. Runs before any thread exists (a nice
-/// value is a thread's on Linux, inherited by the threads and children it starts).
-fn task_priority() -> Result<(), String> {
-    use pai_contract::env::runtime::NICE;
-    let Some(value) = std::env::var_os(NICE) else {
-        return Ok(());
-    };
-    #[allow(unsafe_code)]
-    // SAFETY: called first thing in main, before any thread exists: nothing reads the
-    // environment concurrently.
-    unsafe {
-        std::env::remove_var(NICE)
-    };
-    let nice: i32 = value
-        .to_str()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("{NICE}={value:?} is not a nice value"))?;
-    rustix::process::setpriority_process(None, nice)
-        .map_err(|e| format!("cannot take the nice value {nice}: {e}"))
-}
-
 /// The runtime's commands, as clap reads them.
 #[derive(clap::Parser, Debug)]
 #[command(
@@ -139,9 +116,6 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
         return fail(1, &message);
     }
     if let Err(message) = die_with_parent() {
-        return fail(1, &message);
-    }
-    if let Err(message) = task_priority() {
         return fail(1, &message);
     }
     // `run entry` is the runtime installed as `run` asked for `entry` (a container of the

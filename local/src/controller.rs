@@ -58,16 +58,6 @@ fn local_note(framework: &Framework, isolation: &crate::containers::Isolation) -
     }
 }
 
-/// The nice value a task's runtime takes back, when the server raised its own above it.
-fn task_nice(inner: &Inner) -> Option<(String, String)> {
-    inner.settings.task_nice.map(|nice| {
-        (
-            pai_contract::env::runtime::NICE.to_string(),
-            nice.to_string(),
-        )
-    })
-}
-
 /// The main containers' images of every role, as the engine names them, once each.
 fn images_of(framework: &Framework) -> Vec<String> {
     let mut images: Vec<String> = framework
@@ -845,7 +835,6 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                             pai_contract::env::runtime::PORTS_HELD.to_string(),
                             "1".to_string(),
                         ));
-                        env.extend(task_nice(inner));
                         env
                     },
                     main_env: {
@@ -862,7 +851,6 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                                 .display()
                                 .to_string(),
                         ));
-                        env.extend(task_nice(inner));
                         env
                     },
                     grace,
@@ -932,14 +920,12 @@ fn container_launch(
             "1".to_string(),
         ),
     ]);
-    init_env.extend(task_nice(inner));
     let mut main_env = task::container_env(fc, main);
     // The host's network: the task's ports on loopback alone.
     main_env.push((
         pai_contract::env::runtime::BIND_ADDRESS.to_string(),
         LOCAL_ADDRESS.to_string(),
     ));
-    main_env.extend(task_nice(inner));
     let image = crate::containers::normalize_image(main.image.as_deref().unwrap_or_default());
     let labels = vec![
         (LABEL_JOB.to_string(), name.clone()),

@@ -23,7 +23,6 @@ pub mod metrics;
 static FORKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 pub mod policy;
 pub mod ports;
-pub mod priority;
 pub mod procs;
 mod settings;
 mod slots;

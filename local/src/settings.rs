@@ -25,9 +25,6 @@ pub struct Settings {
     pub ports: std::ops::RangeInclusive<u16>,
     /// Whether tasks run in their images (an engine's containers) or on the host.
     pub containers: ContainerSettings,
-    /// The nice value tasks take back when the server raised its own priority above
-    /// theirs ([`crate::priority::raise_server`]).
-    pub task_nice: Option<i32>,
 }
 
 /// What decides container mode at start.

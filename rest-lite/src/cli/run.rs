@@ -39,9 +39,7 @@ pub struct RunArgs {
     local: LocalArgs,
 }
 
-pub fn run(mut args: RunArgs) -> Result<ExitCode> {
-    // Before any thread: every thread of the server inherits it.
-    args.local.task_nice = pai_local::priority::raise_server();
+pub fn run(args: RunArgs) -> Result<ExitCode> {
     let text = super::spec_file::read(&args.spec)?;
     let format = super::spec_file::format_of(&args.spec, &text);
     let spec = JobSpec::parse(&text, format)?;

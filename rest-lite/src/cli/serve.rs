@@ -112,10 +112,6 @@ pub struct LocalArgs {
     /// The OCI runtime the engine uses (`runc`, `crun`) [default: the engine's own].
     #[arg(long, env = "REST_LITE_ENGINE_RUNTIME")]
     pub engine_runtime: Option<String>,
-    /// Set at start: the nice value tasks take back when the server raised its own
-    /// priority above theirs.
-    #[arg(skip)]
-    pub task_nice: Option<i32>,
 }
 
 /// The task runtime built statically by `build.rs`, for containers (empty when this
@@ -142,7 +138,6 @@ impl LocalArgs {
             conflict_delay: std::time::Duration::from_secs(5),
             max_tasks: self.max_tasks.unwrap_or_else(pai_local::default_max_tasks),
             ports: self.port_range.clone().unwrap_or(pai_local::DEFAULT_PORTS),
-            task_nice: self.task_nice,
             containers: pai_local::ContainerSettings {
                 choice: self.engine.parse().map_err(anyhow::Error::msg)?,
                 oci_runtime: self.engine_runtime.clone(),
@@ -207,9 +202,7 @@ pub fn machine_access(state_dir: &Path) -> Result<(Access, String)> {
 
 // Long: start-up in order (config, hosts, TLS, tokens, backend, listeners, shutdown), as an
 // operator reads it.
-pub fn serve(mut args: ServeArgs) -> Result<()> {
-    // Before any thread: every thread of the server inherits it.
-    args.local.task_nice = pai_local::priority::raise_server();
+pub fn serve(args: ServeArgs) -> Result<()> {
     let mut config = load_config(args.config.as_deref())?;
     if let Some(namespace) = &args.namespace {
         config.namespace = namespace.clone();
