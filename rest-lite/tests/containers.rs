@@ -238,6 +238,8 @@ ls -a /usr/local/pai | grep -c '^\.env' | sed 's/^/env-files=/'
 echo "env-b64=$(env -0 | base64 | tr -d '\n')"
 echo "dynamic=$(sed -n 's/^export \([A-Za-z_0-9]*\)=.*/\1/p' /usr/local/pai/env.sh | tr '\n' ' ')"
 touch /rest-lite-container-mark
+echo first; echo second >&2; echo third
+printf '{"accuracy": 0.93}' > "$PAI_RESULT_FILE"
 for i in $(seq 1 "$PAI_TASK_ROLE_TASK_COUNT_client"); do
   echo "ack" | nc -l -p "$PAI_CURRENT_CONTAINER_PORT"
 done
@@ -373,6 +375,17 @@ async fn a_multi_role_job_runs_in_its_image_with_the_platforms_environment() {
         let log = log_of(&client, "in-image", "client", index).await;
         assert!(log.contains(&format!("client {index} heard: ack")), "{log}");
     }
+    // Both streams in the order written, as in host mode (the container's are the log).
+    assert!(
+        server_log.contains("first\nsecond\nthird\n"),
+        "the streams in order:\n{server_log}"
+    );
+    // The result, through the termination message the runtime writes.
+    assert_eq!(
+        view["taskRoles"]["server"]["taskStatuses"][0]["result"],
+        json!({"accuracy": 0.93}),
+        "{view:#}"
+    );
     assert!(
         !Path::new("/rest-lite-container-mark").exists(),
         "the task wrote on the host's root"
