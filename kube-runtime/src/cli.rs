@@ -112,10 +112,9 @@ enum Command {
 /// means the `run` command). Call before any thread starts: `run` blocks signals for
 /// every thread it will have.
 pub fn main(mut args: Vec<String>) -> ExitCode {
-    if let Err(message) = environment_from_file() {
-        return fail(1, &message);
-    }
-    if let Err(message) = die_with_parent() {
+    // Failures before a command's own start are logged as its are.
+    if let Err(message) = environment_from_file().and_then(|()| die_with_parent()) {
+        pai_barrier::logging::init();
         return fail(1, &message);
     }
     // `run entry` is the runtime installed as `run` asked for `entry` (a container of the

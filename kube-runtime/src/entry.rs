@@ -78,6 +78,13 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     ] {
         std::fs::create_dir_all(&dir).map_err(|e| setup("cannot create", &dir, e))?;
     }
+    // A main container that may run as another user (the image's: files for it are not
+    // private) writes its logs here, as this container's root made it.
+    if file_mode()? & 0o044 != 0 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&log_dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| setup("cannot open to the main container's user", &log_dir, e))?;
+    }
     install(layout, assets)?;
     // The ssh scripts' directory, private: made here once, not by a mkdir and a chmod
     // in each of them.

@@ -691,11 +691,13 @@ impl Engine {
     }
 }
 
-/// Writes a container's environment file: `NAME=VALUE\0` records, readable by the task's
-/// container alone (0600, in the task's own directory), read and removed by the runtime.
+/// Writes a container's environment file: `NAME=VALUE\0` records in the task's own
+/// directory, read and removed by the runtime, PID 1, before anything else runs there.
+/// 0644, for an image whose user is not root (the server's user owns it): no other user of
+/// this machine reaches it, as the state directory's `jobs/` above it is 0700.
 pub fn write_env_file(path: &Path, env: &[(String, String)]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut bytes = Vec::new();
     for (name, value) in env {
         bytes.extend_from_slice(name.as_bytes());
@@ -707,8 +709,9 @@ pub fn write_env_file(path: &Path, env: &[(String, String)]) -> std::io::Result<
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(0o644)
         .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
     file.write_all(&bytes)
 }
 
@@ -769,7 +772,7 @@ mod tests {
     }
 
     #[test]
-    fn the_environment_file_keeps_any_bytes_of_a_value() {
+    fn the_environment_file_keeps_any_bytes_of_a_value_for_any_user_of_the_image() {
         let dir = pai_test_support::scratch("env-file");
         let path = dir.path().join("env");
         write_env_file(
@@ -787,7 +790,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777,
-            0o600
+            0o644
         );
     }
 }

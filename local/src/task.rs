@@ -403,14 +403,24 @@ fn container_command(
     step: &crate::containers::Step,
     env: &[(String, String)],
 ) -> Result<tokio::process::Command, String> {
+    use std::os::unix::fs::PermissionsExt;
+    // The pod's volume: writable by the image's user, whoever that is (an emptyDir is
+    // 0777); no other user of this machine reaches it, `jobs/` above it being 0700.
     std::fs::create_dir_all(&launch.root)
+        .and_then(|()| {
+            std::fs::set_permissions(&launch.root, std::fs::Permissions::from_mode(0o777))
+        })
         .map_err(|e| format!("cannot create {}: {e}", launch.root.display()))?;
     crate::containers::write_env_file(&step.env_file.0, env)
         .map_err(|e| format!("cannot write {}: {e}", step.env_file.0.display()))?;
     for (host, inside, _) in &step.mounts {
-        // A file mounted in (the termination log) must exist first.
+        // A file mounted in (the termination log) must exist first, writable by the
+        // image's user, as the kubelet's is.
         if inside == pai_contract::results::KUBELET_TERMINATION_LOG && !host.exists() {
             std::fs::write(host, b"")
+                .and_then(|()| {
+                    std::fs::set_permissions(host, std::fs::Permissions::from_mode(0o666))
+                })
                 .map_err(|e| format!("cannot create {}: {e}", host.display()))?;
         }
     }

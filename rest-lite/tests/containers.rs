@@ -990,3 +990,67 @@ async fn tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_contai
         "one cluster for every task"
     );
 }
+
+/// An image whose user is not root (as many are: Jupyter's, the NVIDIA containers' with a
+/// user of their own).
+const NON_ROOT_IMAGE: &str = "localhost/rest-lite-test-nonroot:1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_runs_as_its_images_user_and_may_write_its_volume() {
+    if !ready() {
+        return;
+    }
+    let dir = scratch("non-root");
+    std::fs::write(
+        dir.join("Containerfile"),
+        format!("FROM {IMAGE}\nUSER 1000:1000\n"),
+    )
+    .expect("Containerfile");
+    let built = Command::new("podman")
+        .args(["build", "--quiet", "--tag", NON_ROOT_IMAGE])
+        .arg(dir.join(""))
+        .output()
+        .expect("podman build");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (_leftovers, server) = start(&dir.join("state"));
+    let client = server.client();
+    let job = spec(
+        "non-root",
+        NON_ROOT_IMAGE,
+        json!([role(
+            "worker",
+            1,
+            128,
+            "id -u; touch /usr/local/pai/mine && echo wrote; printf '{\"ok\": 1}' > \"$PAI_RESULT_FILE\""
+        )]),
+        json!({}),
+    );
+    client
+        .submit("alice", &job, SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "non-root").await;
+    let log = log_of(&client, "non-root", "worker", 0).await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}\n{log}");
+    assert!(log.starts_with("1000\n"), "the image's user: {log}");
+    assert!(log.contains("wrote"), "{log}");
+    assert_eq!(
+        view["taskRoles"]["worker"]["taskStatuses"][0]["result"],
+        json!({"ok": 1}),
+        "the termination message, written as that user: {view:#}"
+    );
+    // Its own ordered log too (the runtime, as that user, writes it).
+    let stdout = common::task_log(
+        &client,
+        ("alice", "non-root"),
+        ("worker", 0),
+        false,
+        pai_client::Lines::Stream(pai_client::Stream::Stdout),
+    )
+    .await;
+    assert!(stdout.contains("wrote"), "{stdout}");
+}
