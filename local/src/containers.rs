@@ -627,17 +627,17 @@ impl Engine {
         String::from_utf8_lossy(&output.stdout).trim().parse().ok()
     }
 
-    /// Sends `signal` (`TERM`, `KILL`) to the container `name`'s PID 1; nothing when it
-    /// is not running.
-    pub async fn kill(&self, name: &str, signal: &str) {
-        let _ = self
-            .command()
+    /// Sends `signal` (`TERM`, `KILL`) to the container `name`'s PID 1; false when the
+    /// engine could not (no such container, or not running).
+    pub async fn kill(&self, name: &str, signal: &str) -> bool {
+        self.command()
             .args(["kill", "--signal", signal, name])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .await;
+            .await
+            .is_ok_and(|s| s.success())
     }
 
     /// Removes containers by name, running or not; those that are not there are no error.

@@ -206,7 +206,12 @@ pub async fn run(
         }
         Err(message) => return report(completed(1, message)),
     };
-    let status = match start_and_wait(&launch, entry, &mut stop, || {}, None).await {
+    let init_container = launch.containers.as_ref().map(|c| StepContainer {
+        engine: &c.engine,
+        name: &c.init.name,
+        tells_start: false,
+    });
+    let status = match start_and_wait(&launch, entry, &mut stop, || {}, init_container).await {
         Outcome::Exited(status) => status,
         Outcome::Stopped(request) => return report(completed(request.code, request.reason)),
         Outcome::CannotStart(message) => return report(completed(1, message)),
@@ -260,10 +265,11 @@ pub async fn run(
         let report = &report;
         move || report(Progress::Running)
     };
-    let main_container = launch
-        .containers
-        .as_ref()
-        .map(|c| (c.engine.clone(), c.main.name.clone()));
+    let main_container = launch.containers.as_ref().map(|c| StepContainer {
+        engine: &c.engine,
+        name: &c.main.name,
+        tells_start: true,
+    });
     let outcome = start_and_wait(&launch, run, &mut stop, started, main_container).await;
     if let Some(containers) = &launch.containers
         && containers.main.keep_until_read
@@ -440,7 +446,7 @@ async fn start_and_wait(
     command: tokio::process::Command,
     stop: &mut watch::Receiver<Option<StopRequest>>,
     started: impl FnOnce(),
-    container: Option<(std::sync::Arc<crate::containers::Engine>, String)>,
+    container: Option<StepContainer<'_>>,
 ) -> Outcome {
     if let Some(request) = stop.borrow().clone() {
         return Outcome::Stopped(request);
@@ -467,8 +473,8 @@ async fn start_and_wait(
     };
     let mut started = Some(started);
     let running = async {
-        if let Some((engine, name)) = &container {
-            engine.running(name).await;
+        if let Some(c) = container.as_ref().filter(|c| c.tells_start) {
+            c.engine.running(c.name).await;
         }
     };
     tokio::pin!(running);
@@ -484,7 +490,7 @@ async fn start_and_wait(
                 }
             }
             request = wait_for_stop(stop) => {
-                terminate(&mut child, process, launch.grace, launch.containers.as_ref()).await;
+                terminate(&mut child, process, launch.grace, container.as_ref()).await;
                 return Outcome::Stopped(request);
             }
         }
@@ -536,19 +542,22 @@ async fn wait_for_stop(stop: &mut watch::Receiver<Option<StopRequest>>) -> StopR
 }
 
 /// TERM to the process group (the runtime passes it to the user command), then, after
-/// `grace`, KILL of the whole tree. In container mode the containers get the same, through
-/// the engine (its client passes TERM on too, but not a KILL it receives itself).
+/// `grace`, KILL of the whole tree. In container mode the step's container gets them
+/// through the engine (its client would pass a TERM on, but not a KILL it receives); the
+/// group's TERM only where the container is not there yet (the client then gives up
+/// creating it).
 async fn terminate(
     child: &mut tokio::process::Child,
     process: ProcessId,
     grace: Duration,
-    containers: Option<&Containers>,
+    container: Option<&StepContainer<'_>>,
 ) {
-    procs::signal_group(process.pid, nix::sys::signal::Signal::SIGTERM);
-    if let Some(containers) = containers {
-        for step in [&containers.init, &containers.main] {
-            containers.engine.kill(&step.name, "TERM").await;
-        }
+    let termed = match container {
+        Some(c) => c.engine.kill(c.name, "TERM").await,
+        None => false,
+    };
+    if !termed {
+        procs::signal_group(process.pid, nix::sys::signal::Signal::SIGTERM);
     }
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
         tracing::warn!(
@@ -556,15 +565,21 @@ async fn terminate(
             grace_s = grace.as_secs(),
             "task outlived its grace period; killing its processes"
         );
-        if let Some(containers) = containers {
-            for step in [&containers.init, &containers.main] {
-                containers.engine.kill(&step.name, "KILL").await;
-            }
+        if let Some(c) = container {
+            c.engine.kill(c.name, "KILL").await;
         }
         // Reads /proc: off the async workers.
         let _ = tokio::task::spawn_blocking(move || procs::kill_tree(process)).await;
         let _ = child.wait().await;
     }
+}
+
+/// The container a step runs in, and whether the step's start is its running.
+struct StepContainer<'a> {
+    engine: &'a std::sync::Arc<crate::containers::Engine>,
+    name: &'a str,
+    /// `started` is told once the engine says it runs (the main container).
+    tells_start: bool,
 }
 
 fn exit_code(status: ExitStatus) -> i32 {
