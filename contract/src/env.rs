@@ -120,6 +120,11 @@ pub mod runtime {
     /// of any bytes (a multi-line command, a secret) never passes through the engine's
     /// command line or its process environment, and no other task or user reads it.
     pub const ENV_FROM: &str = "PAI_RUNTIME_ENV_FROM";
+    /// Set by the embedded default in container mode for `entry`, which runs on the machine
+    /// and writes the task's directory where the server keeps it: the path the main
+    /// container sees that directory at (`/usr/local/pai`), for the paths written into
+    /// the task's files (its ssh aliases, the MPI hostfile's variable).
+    pub const MAIN_ROOT: &str = "PAI_RUNTIME_MAIN_ROOT";
     /// [`SSH_LISTENER`]'s value: the listener is standard input.
     pub const SSH_LISTENER_STDIN: &str = "stdin";
 }

@@ -105,13 +105,17 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
         .iter()
         .position(|r| r.kube_name == me.kube_role)
         .unwrap_or_default();
-    let known_hosts = layout.root().join(training_files::SSH_KNOWN_HOSTS);
+    // The paths written into the task's files are the main container's: where it sees
+    // this directory (another path when this runs outside it, as on the embedded default's
+    // container mode).
+    let main_root = layout.main_root();
+    let known_hosts = main_root.join(training_files::SSH_KNOWN_HOSTS);
     let training = training_env::training(
         &passed.peers,
         role,
         me.index,
         &selection,
-        layout.root(),
+        &main_root,
         host_key_known.then_some(known_hosts.as_path()),
     );
     for note in &training.notes {
@@ -210,10 +214,12 @@ fn write_environment(
     let common = budget::peer_env(all.iter().filter(|v| !is_training(v)));
     let common_path = root.join(training_files::PEER_ENV_COMMON);
     put(&common_path, &common, mode)?;
+    // Sourced in the main container: its path there.
+    let common_seen = layout.main_root().join(training_files::PEER_ENV_COMMON);
     let mut peer_env = format!(
         "# Written by kube-runtime: every per-task and list variable of this job.\n. {}\n",
         String::from_utf8_lossy(&crate::shell::quote(
-            common_path.as_os_str().as_encoded_bytes()
+            common_seen.as_os_str().as_encoded_bytes()
         ))
     )
     .into_bytes();
@@ -420,7 +426,11 @@ fn write_ssh_client(layout: &Layout, config: &str, mode: u32) -> Result<(), Entr
     )?;
     let bin = root.join(training_files::BIN_DIR);
     std::fs::create_dir_all(&bin).map_err(|e| setup("cannot create", &bin, e))?;
-    write_file(&bin.join("ssh"), &training_env::ssh_wrapper(root), 0o755)
+    write_file(
+        &bin.join("ssh"),
+        &training_env::ssh_wrapper(&layout.main_root()),
+        0o755,
+    )
 }
 
 /// Runs every `prep/` script in name order, each logging to `prep-<name>.log`.

@@ -33,6 +33,13 @@ impl Layout {
     pub fn root(&self) -> &Path {
         &self.root
     }
+    /// Where the main container sees the root ([`pai_contract::env::runtime::MAIN_ROOT`],
+    /// else the root itself): the paths written into the task's files.
+    pub fn main_root(&self) -> PathBuf {
+        std::env::var_os(pai_contract::env::runtime::MAIN_ROOT)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.root.clone())
+    }
     /// The installed runtime, the main container's command.
     pub fn run(&self) -> PathBuf {
         self.root.join(files::RUN)

@@ -1,6 +1,7 @@
-//! Tasks in their images: each task's two steps (the runtime's `entry`, then `run` as
-//! PID 1) as containers of this machine's engine, sharing the task's directory as a pod's
-//! containers share their volume, with the pod's resources as limits.
+//! Tasks in their images: each task's main container (the runtime's `run` as PID 1) as a
+//! container of this machine's engine, in the task's image, with the task's directory as
+//! the pod's volume and the pod's resources as limits. Its init step (`entry`) runs on
+//! this machine, as a pod's runs the runtime's image, whose contents rest-lite carries.
 //!
 //! The choices, and why:
 //! - **Podman**, run attached with `--log-driver passthrough`: the container's standard
@@ -17,7 +18,7 @@
 //!   server's machine on loopback can; its files, processes and limits are its own.
 //! - **The runtime comes from rest-lite**, a static build mounted read-only as
 //!   `/usr/local/pai/run` (the cluster's init image holds the same binary), so it runs in
-//!   any image, one without glibc too; `prep/` and `init/` are mounted at `/opt/pai`.
+//!   any image, one without glibc too.
 //! - **The environment travels in a file** of the task's directory
 //!   ([`pai_contract::env::runtime::ENV_FROM`]), never on the engine's command line (other
 //!   users see it in `ps`) or in the engine's own environment (a job's `LD_PRELOAD` would
@@ -29,10 +30,8 @@ use std::sync::Arc;
 
 use pai_contract::paths;
 
-/// Where a container finds the attempt's peer table.
-pub const PEERS_IN_CONTAINER: &str = "/opt/pai-job/peers.json";
-/// Where a container finds `prep/` and `init/`.
-pub const ASSETS_IN_CONTAINER: &str = "/opt/pai";
+/// The main container's environment file, in the task's directory.
+pub const ENV_FILE: &str = ".env-main";
 /// The label every container of a rest-lite server carries: the server's state directory
 /// (a digest of its path), so that a server finds its own containers and no other's.
 pub const LABEL_SERVER: &str = "io.openpai.rest-lite.server";
@@ -325,11 +324,6 @@ pub fn main_name(pod_uid: &str) -> String {
     format!("rest-lite-{pod_uid}")
 }
 
-/// The name of its init container.
-pub fn init_name(pod_uid: &str) -> String {
-    format!("rest-lite-{pod_uid}-init")
-}
-
 /// What a kubelet calls an image it could not pull.
 pub const IMAGE_PULL_FAILED: &str = "ErrImagePull";
 
@@ -347,14 +341,6 @@ pub struct Step {
     /// that path in the container.
     pub env_file: (PathBuf, String),
     pub limits: Limits,
-    /// The command after the runtime (`entry`, or nothing for `run`).
-    pub args: Vec<String>,
-    /// The user it runs as (`0:0` for `entry`, as the runtime image's init container
-    /// runs; the image's own for `run`).
-    pub user: Option<String>,
-    /// The main container: kept after it ends until the server read its end, where
-    /// containers outlive the server.
-    pub keep_until_read: bool,
 }
 
 impl Engine {
@@ -389,9 +375,9 @@ impl Engine {
     pub fn run(&self, step: &Step) -> tokio::process::Command {
         let mut command = self.client();
         command.arg("run");
-        // The main container of a server whose containers outlive it stays until the
-        // server has read how it ended (a restarted server reads it with `wait`).
-        if !(step.keep_until_read && self.outlive_server) {
+        // The container of a server whose containers outlive it stays until the server
+        // has read how it ended (a restarted server reads it with `wait`).
+        if !self.outlive_server {
             command.arg("--rm");
         }
         command.args([
@@ -413,9 +399,6 @@ impl Engine {
         }
         for limit in &self.ulimits {
             command.arg("--ulimit").arg(limit);
-        }
-        if let Some(user) = &step.user {
-            command.arg("--user").arg(user);
         }
         if let Some(cpus) = step.limits.cpus {
             command.arg("--cpus").arg(format!("{cpus}"));
@@ -451,8 +434,7 @@ impl Engine {
             ))
             .arg("--entrypoint")
             .arg(paths::RUN)
-            .arg(&step.image)
-            .args(&step.args);
+            .arg(&step.image);
         command
     }
 

@@ -170,7 +170,12 @@ pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
 /// the job's directory.
 fn init_env(inner: &Inner, job: &str, mut env: Vec<(String, String)>) -> Vec<(String, String)> {
     use pai_contract::training::{JOB_KEY_FILE, JOB_SSH_DIR_VAR};
-    env.retain(|(name, _)| name != pai_contract::env::ENV_FILE_MODE && name != JOB_SSH_DIR_VAR);
+    // In container mode the main container's user is the image's: the files are for it,
+    // as the pod template says (the directories above are private all the same).
+    let private = inner.isolation.engine().is_none();
+    env.retain(|(name, _)| {
+        (!private || name != pai_contract::env::ENV_FILE_MODE) && name != JOB_SSH_DIR_VAR
+    });
     // The key pair is a file of the job's directory here, not a Secret's volume.
     let keys = inner.store.job_key_dir(job);
     if keys.join(JOB_KEY_FILE).exists() {
@@ -805,61 +810,53 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                 .role(&role.name)
                 .get(index as usize)
                 .and_then(|plan| plan.first(pai_contract::ports::SSH_LABEL));
-            let launch = match inner.isolation.engine() {
-                Some(engine) => container_launch(
-                    inner,
-                    engine,
-                    &identity,
-                    &root,
-                    (&pod, &init, &main),
-                    grace,
-                    held,
-                    ssh_port,
-                ),
-                None => Launch {
-                    runtime: inner.settings.runtime.clone(),
-                    root: root.clone(),
-                    assets: inner.assets.clone(),
-                    peers_file: inner.store.peers_file(&name, attempt),
-                    pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
-                    host_env: inner.host_env.clone(),
-                    init_env: {
-                        let mut env =
-                            init_env(inner, &name, task::container_env(fc.clone(), &init));
-                        env.push((
-                            pai_contract::env::runtime::SHARED_DIR.to_string(),
-                            inner.store.shared_dir(&name, attempt).display().to_string(),
-                        ));
-                        // Bound by this server until the main container starts.
-                        env.push((
-                            pai_contract::env::runtime::PORTS_HELD.to_string(),
-                            "1".to_string(),
-                        ));
-                        env
-                    },
-                    main_env: {
-                        let mut env = task::container_env(fc, &main);
-                        // Its ports on its own address; the ssh port handed over on stdin.
-                        env.push((
-                            pai_contract::env::runtime::BIND_ADDRESS.to_string(),
-                            LOCAL_ADDRESS.to_string(),
-                        ));
-                        // The runtime writes the task's result here, as the kubelet's file.
-                        env.push((
-                            pai_contract::env::runtime::TERMINATION_LOG.to_string(),
-                            root.join(pai_contract::results::TERMINATION_LOG_NAME)
-                                .display()
-                                .to_string(),
-                        ));
-                        env
-                    },
-                    grace,
-                    spawner: inner.spawner.clone(),
-                    ports: held,
-                    ssh_port,
-                    containers: None,
+            let mut launch = Launch {
+                runtime: inner.settings.runtime.clone(),
+                root: root.clone(),
+                assets: inner.assets.clone(),
+                peers_file: inner.store.peers_file(&name, attempt),
+                pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
+                host_env: inner.host_env.clone(),
+                init_env: {
+                    let mut env = init_env(inner, &name, task::container_env(fc.clone(), &init));
+                    env.push((
+                        pai_contract::env::runtime::SHARED_DIR.to_string(),
+                        inner.store.shared_dir(&name, attempt).display().to_string(),
+                    ));
+                    // Bound by this server until the main container starts.
+                    env.push((
+                        pai_contract::env::runtime::PORTS_HELD.to_string(),
+                        "1".to_string(),
+                    ));
+                    env
                 },
+                main_env: {
+                    let mut env = task::container_env(fc, &main);
+                    // Its ports on its own address; the ssh port handed over on stdin.
+                    env.push((
+                        pai_contract::env::runtime::BIND_ADDRESS.to_string(),
+                        LOCAL_ADDRESS.to_string(),
+                    ));
+                    env
+                },
+                grace,
+                spawner: inner.spawner.clone(),
+                ports: held,
+                ssh_port,
+                containers: None,
             };
+            match inner.isolation.engine() {
+                Some(engine) => in_containers(&mut launch, engine, &identity, &pod, &main),
+                None => {
+                    // The runtime writes the task's result here, as the kubelet's file.
+                    launch.main_env.push((
+                        pai_contract::env::runtime::TERMINATION_LOG.to_string(),
+                        root.join(pai_contract::results::TERMINATION_LOG_NAME)
+                            .display()
+                            .to_string(),
+                    ));
+                }
+            }
             pods.push(Placement {
                 role: role.name.clone(),
                 index,
@@ -873,139 +870,50 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
     Ok((pods, launches))
 }
 
-/// A task of container mode: the pod's containers' environments as the template has them
-/// (the kubelet's view: files the main container's user reads, the job's key at its
-/// Secret's path), the attempt's peer table, `prep/`, `init/` and the job's key mounted
-/// read-only, and the role's limits.
-// Long: one task's two containers, their mounts and environments, in the pod's order.
-#[allow(clippy::too_many_arguments)]
-fn container_launch(
-    inner: &Inner,
+/// A task of container mode: its init step as in host mode but with the static runtime
+/// (the cluster's init image holds the same binary), its main container in its image with
+/// the task's directory as the pod's volume, the kubelet's termination-log file, and the
+/// role's limits.
+fn in_containers(
+    launch: &mut Launch,
     engine: &Arc<crate::containers::Engine>,
     identity: &Identity,
-    root: &std::path::Path,
-    (pod, init, main): (
-        &k8s_openapi::api::core::v1::PodSpec,
-        &k8s_openapi::api::core::v1::Container,
-        &k8s_openapi::api::core::v1::Container,
-    ),
-    grace: Duration,
-    ports: ports::HeldPorts,
-    ssh_port: Option<u16>,
-) -> Launch {
-    use crate::containers::{
-        ASSETS_IN_CONTAINER, LABEL_JOB, LABEL_POD_UID, PEERS_IN_CONTAINER, Step,
-    };
-    use pai_contract::training::{JOB_KEY_FILE, JOB_SSH_DIR_VAR, JOB_SSH_MOUNT};
-    let name = &identity.framework;
-    let fc = identity.fc_env();
-    let mut init_env = task::container_env(fc.clone(), init);
-    let keys = inner.store.job_key_dir(name);
-    let has_key = keys.join(JOB_KEY_FILE).exists();
-    if !has_key {
-        init_env.retain(|(k, _)| k != JOB_SSH_DIR_VAR);
-    }
-    init_env.extend([
-        (
-            pai_barrier::config::PEERS_FILE_VAR.to_string(),
-            PEERS_IN_CONTAINER.to_string(),
-        ),
-        (
-            pai_kube_runtime::layout::ASSETS_VAR.to_string(),
-            ASSETS_IN_CONTAINER.to_string(),
-        ),
-        // Held by this server until the main container starts (the host's network).
-        (
-            pai_contract::env::runtime::PORTS_HELD.to_string(),
-            "1".to_string(),
-        ),
-    ]);
-    let mut main_env = task::container_env(fc, main);
-    // The host's network: the task's ports on loopback alone.
-    main_env.push((
-        pai_contract::env::runtime::BIND_ADDRESS.to_string(),
-        LOCAL_ADDRESS.to_string(),
+    pod: &k8s_openapi::api::core::v1::PodSpec,
+    main: &k8s_openapi::api::core::v1::Container,
+) {
+    use crate::containers::{LABEL_JOB, LABEL_POD_UID, Step};
+    use pai_contract::paths::RUNTIME_ROOT;
+    launch.runtime = task::Runtime::binary(&engine.runtime_binary);
+    launch.init_env.push((
+        pai_contract::env::runtime::MAIN_ROOT.to_string(),
+        RUNTIME_ROOT.to_string(),
     ));
-    let image = crate::containers::normalize_image(main.image.as_deref().unwrap_or_default());
-    let labels = vec![
-        (LABEL_JOB.to_string(), name.clone()),
-        (LABEL_POD_UID.to_string(), identity.pod_uid.clone()),
-    ];
-    let task_root = (
-        root.to_path_buf(),
-        pai_contract::paths::RUNTIME_ROOT.to_string(),
-        false,
-    );
-    let env_file = |file: &str| {
-        (
-            root.join(file),
-            format!("{}/{file}", pai_contract::paths::RUNTIME_ROOT),
-        )
-    };
-    let mut init_mounts = vec![
-        task_root.clone(),
-        (inner.assets.clone(), ASSETS_IN_CONTAINER.to_string(), true),
-        (
-            inner.store.peers_file(name, identity.attempt),
-            PEERS_IN_CONTAINER.to_string(),
-            true,
-        ),
-    ];
-    if has_key {
-        init_mounts.push((keys, JOB_SSH_MOUNT.to_string(), true));
-    }
-    let limits = container_limits(pod, main);
-    let containers = task::Containers {
+    let root = &launch.root;
+    launch.containers = Some(task::Containers {
         engine: engine.clone(),
-        init: Step {
-            name: crate::containers::init_name(&identity.pod_uid),
-            image: image.clone(),
-            hostname: identity.pod_name.clone(),
-            labels: labels.clone(),
-            mounts: init_mounts,
-            env_file: env_file(".env-init"),
-            limits: crate::containers::Limits::default(),
-            args: vec![pai_contract::paths::commands::ENTRY.to_string()],
-            user: Some("0:0".to_string()),
-            keep_until_read: false,
-        },
         main: Step {
             name: crate::containers::main_name(&identity.pod_uid),
-            image,
+            image: crate::containers::normalize_image(main.image.as_deref().unwrap_or_default()),
             hostname: identity.pod_name.clone(),
-            labels,
+            labels: vec![
+                (LABEL_JOB.to_string(), identity.framework.clone()),
+                (LABEL_POD_UID.to_string(), identity.pod_uid.clone()),
+            ],
             mounts: vec![
-                task_root,
+                (root.clone(), RUNTIME_ROOT.to_string(), false),
                 (
                     root.join(pai_contract::results::TERMINATION_LOG_NAME),
                     pai_contract::results::KUBELET_TERMINATION_LOG.to_string(),
                     false,
                 ),
             ],
-            env_file: env_file(".env-main"),
-            limits,
-            args: Vec::new(),
-            user: None,
-            keep_until_read: true,
+            env_file: (
+                root.join(crate::containers::ENV_FILE),
+                format!("{RUNTIME_ROOT}/{}", crate::containers::ENV_FILE),
+            ),
+            limits: container_limits(pod, main),
         },
-    };
-    Launch {
-        runtime: inner.settings.runtime.clone(),
-        root: root.to_path_buf(),
-        assets: inner.assets.clone(),
-        peers_file: inner.store.peers_file(name, identity.attempt),
-        pid_record: inner
-            .store
-            .pid_file(name, identity.attempt, &identity.role, identity.index),
-        host_env: inner.host_env.clone(),
-        init_env,
-        main_env,
-        grace,
-        spawner: inner.spawner.clone(),
-        ports,
-        ssh_port,
-        containers: Some(containers),
-    }
+    });
 }
 
 /// The main container's CPU and memory limits and the pod's `/dev/shm` size.

@@ -120,12 +120,11 @@ pub struct Launch {
     pub containers: Option<Containers>,
 }
 
-/// A task's steps as containers of an engine.
+/// A task's main container, of an engine (its init step runs on this machine, as the
+/// runtime image's would: the same static binary and scripts).
 #[derive(Clone, Debug)]
 pub struct Containers {
     pub engine: std::sync::Arc<crate::containers::Engine>,
-    /// The runtime's `entry`.
-    pub init: crate::containers::Step,
     /// `run`, PID 1 of the main container.
     pub main: crate::containers::Step,
 }
@@ -177,41 +176,19 @@ pub async fn run(
         message: None,
         reason: None,
     };
-    // The init container.
-    let entry = match &launch.containers {
-        Some(containers) => container_command(
-            &launch,
-            &containers.engine,
-            &containers.init,
-            &launch.init_env,
-        ),
-        None => {
-            let mut init_env = launch.init_env.clone();
-            init_env.push((
-                PEERS_FILE_VAR.to_string(),
-                launch.peers_file.display().to_string(),
-            ));
-            init_env.push((ASSETS_VAR.to_string(), launch.assets.display().to_string()));
-            let mut entry = host_command(&launch, &launch.runtime.program, &init_env);
-            entry
-                .args(&launch.runtime.args)
-                .arg(pai_contract::paths::commands::ENTRY);
-            Ok(entry)
-        }
-    };
-    let entry = match entry {
-        Ok(mut entry) => {
-            entry.stdin(Stdio::null());
-            entry
-        }
-        Err(message) => return report(completed(1, message)),
-    };
-    let init_container = launch.containers.as_ref().map(|c| StepContainer {
-        engine: &c.engine,
-        name: &c.init.name,
-        tells_start: false,
-    });
-    let status = match start_and_wait(&launch, entry, &mut stop, || {}, init_container).await {
+    // The init container: on this machine, in both modes.
+    let mut init_env = launch.init_env.clone();
+    init_env.push((
+        PEERS_FILE_VAR.to_string(),
+        launch.peers_file.display().to_string(),
+    ));
+    init_env.push((ASSETS_VAR.to_string(), launch.assets.display().to_string()));
+    let mut entry = host_command(&launch, &launch.runtime.program, &init_env);
+    entry
+        .args(&launch.runtime.args)
+        .arg(pai_contract::paths::commands::ENTRY)
+        .stdin(Stdio::null());
+    let status = match start_and_wait(&launch, entry, &mut stop, || {}, None).await {
         Outcome::Exited(status) => status,
         Outcome::Stopped(request) => return report(completed(request.code, request.reason)),
         Outcome::CannotStart(message) => return report(completed(1, message)),
@@ -268,11 +245,9 @@ pub async fn run(
     let main_container = launch.containers.as_ref().map(|c| StepContainer {
         engine: &c.engine,
         name: &c.main.name,
-        tells_start: true,
     });
     let outcome = start_and_wait(&launch, run, &mut stop, started, main_container).await;
     if let Some(containers) = &launch.containers
-        && containers.main.keep_until_read
         && containers.engine.outlive_server
     {
         // Its end is read: the container goes.
@@ -473,7 +448,7 @@ async fn start_and_wait(
     };
     let mut started = Some(started);
     let running = async {
-        if let Some(c) = container.as_ref().filter(|c| c.tells_start) {
+        if let Some(c) = &container {
             c.engine.running(c.name).await;
         }
     };
@@ -574,12 +549,10 @@ async fn terminate(
     }
 }
 
-/// The container a step runs in, and whether the step's start is its running.
+/// The container a step runs in: its start is the engine saying it runs.
 struct StepContainer<'a> {
     engine: &'a std::sync::Arc<crate::containers::Engine>,
     name: &'a str,
-    /// `started` is told once the engine says it runs (the main container).
-    tells_start: bool,
 }
 
 fn exit_code(status: ExitStatus) -> i32 {

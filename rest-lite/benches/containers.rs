@@ -141,6 +141,20 @@ async fn main() {
             };
             println!("| {tasks} | {engine} | {seconds:.2}{ratio} | {used:.1} |");
             client.delete("bench", &job).await.expect("deleted");
+            // Containers outlive a killed server: wait until the deletion removed them all.
+            let label = format!(
+                "label={}={}",
+                pai_local::containers::LABEL_JOB,
+                pai_contract::names::framework_name("bench", &job)
+            );
+            while engine == "podman"
+                && Command::new("podman")
+                    .args(["ps", "--all", "--quiet", "--filter", &label])
+                    .output()
+                    .is_ok_and(|o| !o.stdout.is_empty())
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             let _ = server.kill();
             let _ = server.wait();
         }

@@ -989,6 +989,37 @@ async fn tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_contai
         worker["cluster"], mine["cluster"],
         "one cluster for every task"
     );
+    // `entry` wrote the tasks' files from this machine; every path in them is the one the
+    // main container sees (`/usr/local/pai/…`), none is the state directory's.
+    let state = dir.join("state");
+    let attempts = state
+        .join("jobs")
+        .join(pai_contract::names::framework_name("alice", "tf"))
+        .join("attempts");
+    let host_path = state.display().to_string();
+    let mut read = 0;
+    let mut pending = vec![attempts];
+    while let Some(path) = pending.pop() {
+        if path.is_dir() {
+            pending.extend(
+                std::fs::read_dir(&path)
+                    .expect("dir")
+                    .map(|e| e.expect("entry").path()),
+            );
+        } else if path.file_name().is_some_and(|n| n != "container.log")
+            && !path.components().any(|c| c.as_os_str() == "logs")
+        {
+            let text =
+                String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default()).into_owned();
+            assert!(
+                !text.contains(&host_path),
+                "{} names {host_path}",
+                path.display()
+            );
+            read += 1;
+        }
+    }
+    assert!(read > 10, "only {read} files read");
 }
 
 /// An image whose user is not root (as many are: Jupyter's, the NVIDIA containers' with a
