@@ -511,32 +511,33 @@ impl Engine {
 
     /// Whether `image` is on this machine.
     pub async fn has_image(&self, image: &str) -> Result<bool, String> {
-        let known = |present: &Self| {
-            present
-                .present
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(image)
-        };
-        if known(self) {
+        if self.present().contains(image) {
             return Ok(true);
         }
         let status = self
-            .command()
-            .args(["image", "exists", image])
+            .quiet(&["image", "exists", image])
+            .await
+            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        if status.success() {
+            self.present().insert(image.to_string());
+        }
+        Ok(status.success())
+    }
+
+    /// The images known to be here.
+    fn present(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.present.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The engine with `args`, its output discarded: how it ended.
+    async fn quiet(&self, args: &[&str]) -> std::io::Result<std::process::ExitStatus> {
+        self.command()
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .await
-            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
-        if status.success() {
-            self.present
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(image.to_string());
-        }
-        Ok(status.success())
     }
 
     /// Pulls `image`, telling `progress` each line the engine prints; the engine's last
@@ -578,10 +579,7 @@ impl Engine {
             .await
             .map_err(|e| format!("lost {}: {e}", self.program.display()))?;
         if status.success() {
-            self.present
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(image.to_string());
+            self.present().insert(image.to_string());
             return Ok(());
         }
         Err(if last.is_empty() {
@@ -612,12 +610,7 @@ impl Engine {
     /// Sends `signal` (`TERM`, `KILL`) to the container `name`'s PID 1; false when the
     /// engine could not (no such container, or not running).
     pub async fn kill(&self, name: &str, signal: &str) -> bool {
-        self.command()
-            .args(["kill", "--signal", signal, name])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
+        self.quiet(&["kill", "--signal", signal, name])
             .await
             .is_ok_and(|s| s.success())
     }
@@ -627,15 +620,9 @@ impl Engine {
         if names.is_empty() {
             return;
         }
-        let _ = self
-            .command()
-            .args(["rm", "--force", "--ignore", "--time", "0"])
-            .args(names)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
+        let mut args = vec!["rm", "--force", "--ignore", "--time", "0"];
+        args.extend(names.iter().map(String::as_str));
+        let _ = self.quiet(&args).await;
     }
 
     /// Every container of this server, running or not: (name, job, pod UID).

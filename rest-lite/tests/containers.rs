@@ -202,6 +202,15 @@ async fn log_of(client: &Client, job: &str, role: &str, index: u32) -> String {
     .await
 }
 
+/// Submits alice's job `name` and returns its view once it has ended.
+async fn run_to_end(client: &Client, name: &str, job: &str) -> Value {
+    client
+        .submit("alice", job, SpecFormat::detect(job))
+        .await
+        .expect("submitted");
+    final_view(client, "alice", name).await
+}
+
 /// Waits (on the job's watch) until every task of the job runs.
 async fn every_task_running(client: &Client, job: &str) {
     let mut changes = client.watch("alice", job).await.expect("watch");
@@ -412,11 +421,7 @@ async fn a_task_over_its_memory_limit_is_oom_killed_and_says_so() {
         )]),
         json!({}),
     );
-    client
-        .submit("alice", &job, SpecFormat::Json)
-        .await
-        .expect("submitted");
-    let view = final_view(&client, "alice", "too-big").await;
+    let view = run_to_end(&client, "too-big", &job).await;
     assert_eq!(view["jobStatus"]["state"], "FAILED", "{view:#}");
     assert_eq!(view["jobStatus"]["appExitCode"], 137, "{view:#}");
     let text = view.to_string();
@@ -438,11 +443,7 @@ async fn an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words() 
         json!([role("worker", 1, 128, "echo never")]),
         json!({}),
     );
-    client
-        .submit("alice", &job, SpecFormat::Json)
-        .await
-        .expect("submitted");
-    let view = final_view(&client, "alice", "no-image").await;
+    let view = run_to_end(&client, "no-image", &job).await;
     assert_eq!(view["jobStatus"]["state"], "FAILED", "{view:#}");
     let text = view.to_string();
     assert!(text.contains("ErrImagePull"), "{view:#}");
@@ -948,11 +949,7 @@ async fn tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_contai
         ]),
         json!({}),
     );
-    client
-        .submit("alice", &job, SpecFormat::Json)
-        .await
-        .expect("submitted");
-    let view = final_view(&client, "alice", "tf").await;
+    let view = run_to_end(&client, "tf", &job).await;
     let chief = log_of(&client, "tf", "chief", 0).await;
     assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}\n{chief}");
     assert!(
@@ -1060,11 +1057,7 @@ async fn a_task_runs_as_its_images_user_and_may_write_its_volume() {
         )]),
         json!({}),
     );
-    client
-        .submit("alice", &job, SpecFormat::Json)
-        .await
-        .expect("submitted");
-    let view = final_view(&client, "alice", "non-root").await;
+    let view = run_to_end(&client, "non-root", &job).await;
     let log = log_of(&client, "non-root", "worker", 0).await;
     assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}\n{log}");
     assert!(log.starts_with("1000\n"), "the image's user: {log}");
