@@ -34,7 +34,7 @@ fn main() {
             );
             None
         }
-        None => Some(build_static(&out)),
+        None => build_static(&out),
     };
     match built {
         Some(path) => {
@@ -49,8 +49,10 @@ fn main() {
 }
 
 /// `cargo build -p pai-kube-runtime` for the target with `+crt-static`, in
-/// `<target>/static`; returns the binary.
-fn build_static(out: &Path) -> PathBuf {
+/// `<target>/static`; returns the binary. A machine that cannot build it (no static C
+/// library, say) still builds rest-lite, which then runs tasks on the host only and says
+/// so; the warning names the cause.
+fn build_static(out: &Path) -> Option<PathBuf> {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let workspace = manifest.parent().expect("the crate lives in the workspace");
     for dir in ["kube-runtime", "barrier", "contract"] {
@@ -100,15 +102,18 @@ fn build_static(out: &Path) -> PathBuf {
     if release {
         command.arg("--release");
     }
-    let status = command
-        .status()
-        .unwrap_or_else(|e| panic!("running cargo for the static runtime: {e}"));
-    assert!(
-        status.success(),
-        "building the static task runtime failed (REST_LITE_STATIC_RUNTIME=none builds without it)"
-    );
-    target_dir
-        .join(TARGET)
-        .join(if release { "release" } else { "debug" })
-        .join("kube-runtime")
+    match command.status() {
+        Ok(status) if status.success() => Some(
+            target_dir
+                .join(TARGET)
+                .join(if release { "release" } else { "debug" })
+                .join("kube-runtime"),
+        ),
+        outcome => {
+            println!(
+                "cargo:warning=the static task runtime did not build ({outcome:?}; libc6-dev has the static C library it links): this rest-lite runs tasks on the host only"
+            );
+            None
+        }
+    }
 }

@@ -202,7 +202,7 @@ pub fn detect(detect: Detect<'_>) -> Result<Isolation, String> {
     };
     let Some(runtime_binary) = detect.runtime_binary else {
         return fallback(
-            "this rest-lite was built without the static runtime containers need (REST_LITE_STATIC_RUNTIME=none)"
+            "this rest-lite was built without the static runtime containers need (REST_LITE_STATIC_RUNTIME=none, or a machine without libc6-dev: its build warned)"
                 .to_string(),
         );
     };
