@@ -55,17 +55,17 @@ impl Backend for LocalBackend {
     }
 
     fn warnings(&self, spec: &pai_translate::spec::JobSpec) -> Vec<String> {
+        if self.0.isolation().engine().is_some() {
+            // In its images: the programs are the images', the limits the engine's, a v2
+            // job's registry credentials its pulls'.
+            return Vec::new();
+        }
         let mut images: Vec<&str> = Vec::new();
         for role in spec.roles() {
             let image = role.image_or(spec.image());
             if !images.contains(&image) {
                 images.push(image);
             }
-        }
-        if self.0.isolation().engine().is_some() {
-            // In its images: the programs are the images', the limits the engine's, a v2
-            // job's registry credentials its pulls'.
-            return Vec::new();
         }
         let mut out = vec![format!(
             "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used{}; {})",

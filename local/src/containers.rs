@@ -460,7 +460,8 @@ impl Engine {
     /// Lists this server's running containers until nobody waits.
     async fn poll_starts(self: Arc<Self>) {
         loop {
-            let running = self.running_names().await;
+            // None when the engine cannot say: asked again at the next look.
+            let running = self.names(false).await.unwrap_or_default();
             {
                 let mut waiters = self
                     .starts
@@ -482,30 +483,6 @@ impl Engine {
                 }
             }
             tokio::time::sleep(START_POLL).await;
-        }
-    }
-
-    /// The names of this server's running containers (none when the engine cannot say).
-    async fn running_names(&self) -> Vec<String> {
-        let output = self
-            .command()
-            .args([
-                "ps",
-                "--filter",
-                &format!("label={LABEL_SERVER}={}", self.server_label),
-                "--format",
-                "{{.Names}}",
-            ])
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .await;
-        match output {
-            Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(str::to_string)
-                .collect(),
-            _ => Vec::new(),
         }
     }
 
@@ -625,19 +602,19 @@ impl Engine {
         let _ = self.quiet(&args).await;
     }
 
-    /// Every container of this server, running or not: (name, job, pod UID).
-    pub async fn containers(&self) -> Result<Vec<(String, String, String)>, String> {
-        let output = self
-            .command()
+    /// The names of this server's containers: running ones, or `all` of them.
+    pub async fn names(&self, all: bool) -> Result<Vec<String>, String> {
+        let mut command = self.command();
+        command.arg("ps");
+        if all {
+            command.arg("--all");
+        }
+        let output = command
             .args([
-                "ps",
-                "--all",
                 "--filter",
                 &format!("label={LABEL_SERVER}={}", self.server_label),
                 "--format",
-                &format!(
-                    "{{{{.Names}}}}\t{{{{index .Labels \"{LABEL_JOB}\"}}}}\t{{{{index .Labels \"{LABEL_POD_UID}\"}}}}"
-                ),
+                "{{.Names}}",
             ])
             .stdin(Stdio::null())
             .output()
@@ -648,14 +625,7 @@ impl Engine {
         }
         Ok(String::from_utf8_lossy(&output.stdout)
             .lines()
-            .filter_map(|line| {
-                let mut fields = line.split('\t');
-                Some((
-                    fields.next()?.to_string(),
-                    fields.next()?.to_string(),
-                    fields.next()?.to_string(),
-                ))
-            })
+            .map(str::to_string)
             .collect())
     }
 }

@@ -88,6 +88,49 @@ pub(super) fn adoptable(
     (!names.is_empty() && names.iter().all(|n| existing.contains(n))).then_some(names)
 }
 
+/// At start, the containers a previous server left: where containers outlive servers,
+/// the jobs whose open attempt can be followed ([`adoptable`]) keep theirs and are
+/// returned; every other container of this server goes (its attempt is then failed and
+/// retried, as host processes' are).
+pub(super) async fn follow_or_remove(
+    engine: &crate::containers::Engine,
+    frameworks: &[Framework],
+) -> std::collections::HashSet<String> {
+    let mut adopted = std::collections::HashSet::new();
+    let existing: std::collections::HashSet<String> = match engine.names(true).await {
+        Ok(names) => names.into_iter().collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the previous server's containers");
+            return adopted;
+        }
+    };
+    let mut kept = std::collections::HashSet::new();
+    if engine.outlive_server {
+        for framework in frameworks {
+            if let Some(names) = adoptable(framework, &existing) {
+                kept.extend(names);
+                adopted.insert(framework.metadata.name.clone().unwrap_or_default());
+            }
+        }
+    }
+    let gone: Vec<String> = existing.into_iter().filter(|n| !kept.contains(n)).collect();
+    if !gone.is_empty() {
+        tracing::warn!(
+            containers = gone.len(),
+            "containers of a previous server that no job follows; removing them"
+        );
+        engine.remove(&gone).await;
+    }
+    if !adopted.is_empty() {
+        tracing::info!(
+            jobs = adopted.len(),
+            containers = kept.len(),
+            "following the running containers of a previous server"
+        );
+    }
+    adopted
+}
+
 /// The open attempt's tasks that have not completed: role, index, pod UID.
 fn unfinished_tasks(
     framework: &Framework,

@@ -43,8 +43,8 @@ use store::Store;
 
 pub use error::{Error, FrameworkStream, LogStream};
 pub use settings::{
-    Assets, ContainerSettings, DEFAULT_PORTS, RUNTIME_COMMAND, Settings, StaticRuntime,
-    default_max_tasks, default_state_dir,
+    Assets, ContainerSettings, DEFAULT_PORTS, RUNTIME_COMMAND, Settings, default_max_tasks,
+    default_state_dir,
 };
 pub use slots::Queued;
 
@@ -108,47 +108,10 @@ impl Machine {
         inner
             .unreadable()
             .extend(unreadable.into_iter().map(|u| (u.name, u.reason)));
-        // Containers a previous server left: where they outlive servers, the attempts
-        // whose every unfinished task's main container is there are followed; every other
-        // container of this server goes, and its attempt is failed and retried below, as
-        // host processes' are.
-        let mut adopted = std::collections::HashSet::new();
-        if let Some(engine) = inner.isolation.engine() {
-            match engine.containers().await {
-                Ok(left) => {
-                    let existing: std::collections::HashSet<String> =
-                        left.iter().map(|(name, _, _)| name.clone()).collect();
-                    let mut kept = std::collections::HashSet::new();
-                    if engine.outlive_server {
-                        for framework in &frameworks {
-                            if let Some(names) = controller::adoptable(framework, &existing) {
-                                kept.extend(names);
-                                adopted.insert(framework.metadata.name.clone().unwrap_or_default());
-                            }
-                        }
-                    }
-                    let gone: Vec<String> =
-                        existing.into_iter().filter(|n| !kept.contains(n)).collect();
-                    if !gone.is_empty() {
-                        tracing::warn!(
-                            containers = gone.len(),
-                            "containers of a previous server that no job follows; removing them"
-                        );
-                        engine.remove(&gone).await;
-                    }
-                    if !adopted.is_empty() {
-                        tracing::info!(
-                            jobs = adopted.len(),
-                            containers = kept.len(),
-                            "following the running containers of a previous server"
-                        );
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot list the previous server's containers")
-                }
-            }
-        }
+        let adopted = match inner.isolation.engine() {
+            Some(engine) => controller::follow_or_remove(engine, &frameworks).await,
+            None => Default::default(),
+        };
         for framework in frameworks {
             let deleted = framework.metadata.deletion_timestamp.is_some();
             let adopt = adopted.contains(framework.metadata.name.as_deref().unwrap_or_default());
@@ -172,26 +135,19 @@ impl Machine {
 /// runtime written to the state directory first.
 async fn isolation(settings: &Settings) -> Result<containers::Isolation, Error> {
     let containers = &settings.containers;
-    let runtime_binary = match &containers.runtime {
-        StaticRuntime::None => None,
-        StaticRuntime::File(path) => Some(path.clone()),
-        StaticRuntime::Embedded([]) => None,
-        StaticRuntime::Embedded(bytes) => {
-            if containers.choice == containers::EngineChoice::Host {
-                None
-            } else {
-                let path = settings.state_dir.join("kube-runtime");
-                let bytes: &'static [u8] = bytes;
-                let target = path.clone();
-                tokio::task::spawn_blocking(move || assets::write_executable(&target, bytes))
-                    .await
-                    .map_err(|e| Error::Other(e.to_string()))?
-                    .map_err(|e| {
-                        Error::Other(format!("cannot write the runtime {}: {e}", path.display()))
-                    })?;
-                Some(path)
-            }
+    let runtime_binary = match containers.runtime {
+        Some(bytes) if containers.choice != containers::EngineChoice::Host => {
+            let path = settings.state_dir.join("kube-runtime");
+            let target = path.clone();
+            tokio::task::spawn_blocking(move || assets::write_executable(&target, bytes))
+                .await
+                .map_err(|e| Error::Other(e.to_string()))?
+                .map_err(|e| {
+                    Error::Other(format!("cannot write the runtime {}: {e}", path.display()))
+                })?;
+            Some(path)
         }
+        _ => None,
     };
     let (choice, oci_runtime, state_dir, outlive_server) = (
         containers.choice,

@@ -33,35 +33,13 @@ pub struct ContainerSettings {
     pub choice: crate::containers::EngineChoice,
     /// The OCI runtime the engine is told to use (`runc`, `crun`), if any.
     pub oci_runtime: Option<String>,
-    /// The static runtime mounted into containers.
-    pub runtime: StaticRuntime,
+    /// The static runtime mounted into containers, carried in the binary (written to
+    /// `<state dir>/kube-runtime`); `None`: this build has none, tasks run on the host.
+    pub runtime: Option<&'static [u8]>,
     /// Whether containers outlive the server (`serve`: a restarted server follows them,
     /// as a kubelet's pods outlive the kubelet) or end with it (`run`, whose state
     /// directory goes with it).
     pub outlive_server: bool,
-}
-
-impl ContainerSettings {
-    /// Tasks on the host, as before container mode (tests of host behaviour).
-    pub fn host() -> Self {
-        Self {
-            choice: crate::containers::EngineChoice::Host,
-            oci_runtime: None,
-            runtime: StaticRuntime::None,
-            outlive_server: false,
-        }
-    }
-}
-
-/// The statically linked runtime containers get.
-#[derive(Clone, Debug)]
-pub enum StaticRuntime {
-    /// Carried in the binary: written to `<state dir>/assets/kube-runtime`.
-    Embedded(&'static [u8]),
-    /// A file.
-    File(PathBuf),
-    /// None: tasks run on the host.
-    None,
 }
 
 /// Tasks' ports unless configured: below Kubernetes' NodePort range (30000–32767) and

@@ -143,7 +143,7 @@ impl LocalArgs {
                 oci_runtime: self.engine_runtime.clone(),
                 // Containers need a static runtime: the one this binary carries (a
                 // `--runtime` given by hand serves the host).
-                runtime: pai_local::StaticRuntime::Embedded(STATIC_RUNTIME),
+                runtime: (!STATIC_RUNTIME.is_empty()).then_some(STATIC_RUNTIME),
                 outlive_server,
             },
         })
