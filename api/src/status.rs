@@ -237,7 +237,14 @@ pub struct TaskView {
     /// role's ports: one map per role, not per task).
     #[schema(value_type = BTreeMap<String, String>)]
     pub container_ports: std::sync::Arc<BTreeMap<String, String>>,
-    pub container_gpus: u32,
+    /// OpenPAI's bit per GPU the task holds, by the machine's index: the GPUs it holds
+    /// on the embedded default; on a cluster, whose device plugin does not say which
+    /// ones, the lowest as many as it asked for (as OpenPAI without HiveD said it).
+    pub container_gpus: u64,
+    /// The GPUs it holds, by index and UUID (the embedded default; empty on a cluster).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub gpus: Vec<pai_contract::gpus::Held>,
     /// Where this task's log is served.
     pub container_log: String,
     pub container_exit_code: Option<i32>,
@@ -499,6 +506,11 @@ fn role_views(
     statuses: &[pai_contract::framework::TaskRoleStatus],
 ) -> Roles {
     let own_ports = framework.task_ports();
+    // The embedded default's, for the attempt shown.
+    let attempt = framework.status.as_ref().map(|s| s.attempt_status.id);
+    let held = pai_contract::gpus::Assignment::of(framework)
+        .filter(|a| Some(a.attempt) == attempt)
+        .unwrap_or_default();
     let mut task_roles = BTreeMap::new();
     let mut total_tasks = 0;
     let mut total_gpus = 0u32;
@@ -534,6 +546,7 @@ fn role_views(
                     pai_role: &pai_name,
                     index,
                     gpus,
+                    held: held.task(&role.name, index),
                 };
                 task_view(facts, &place, by_index[index as usize], ports)
             })
@@ -577,6 +590,8 @@ struct TaskPlace<'a> {
     pai_role: &'a str,
     index: u32,
     gpus: u32,
+    /// The GPUs it holds, where the backend says (the embedded default).
+    held: &'a [pai_contract::gpus::Held],
 }
 
 /// A role's ports as a view shows them, shared by its tasks.
@@ -618,7 +633,13 @@ fn task_view(
                 .or_else(|| t.attempt_status.pod_host_ip.clone())
         }),
         container_ports,
-        container_gpus: place.gpus,
+        container_gpus: if place.held.is_empty() {
+            // 2^n − 1, as OpenPAI's rest-server without HiveD.
+            1u64.checked_shl(place.gpus).map_or(u64::MAX, |bit| bit - 1)
+        } else {
+            pai_contract::gpus::Assignment::bits(place.held)
+        },
+        gpus: place.held.to_vec(),
         container_log: {
             use std::fmt::Write;
             let (base, role) = (facts.logs_base, place.pai_role);

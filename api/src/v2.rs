@@ -110,7 +110,7 @@ pub struct TaskAttemptV2 {
     pub container_ip: Option<String>,
     /// Label → comma-separated ports.
     pub container_ports: BTreeMap<String, String>,
-    pub container_gpus: u32,
+    pub container_gpus: u64,
     /// Where its log is served.
     pub container_log: String,
     pub container_exit_code: Option<i32>,

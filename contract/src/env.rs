@@ -92,6 +92,12 @@ pub mod runtime {
     /// address space (a `posix_spawn`), and ends at once if that parent is gone already.
     /// Removed from the environment before anything else sees it.
     pub const PARENT_PID: &str = "PAI_RUNTIME_PARENT_PID";
+    /// Set by the embedded default to the `cgroup.procs` file of its tasks' CPU group:
+    /// the runtime moves itself there before it starts anything, so that all it starts
+    /// is in the group (the server's own move of the process after its spawn may come
+    /// after the runtime's first fork). Removed from the environment before anything
+    /// else sees it.
+    pub const CPU_GROUP: &str = "PAI_RUNTIME_CPU_GROUP";
     /// Where the user command may write its result (JSON, [`crate::results`]); set by
     /// the runtime for the user command.
     pub const RESULT_FILE: &str = "PAI_RESULT_FILE";

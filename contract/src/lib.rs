@@ -13,6 +13,7 @@ pub mod env;
 pub mod exit;
 pub mod failure;
 pub mod framework;
+pub mod gpus;
 pub mod kept_logs;
 pub mod log_lines;
 pub mod meta;

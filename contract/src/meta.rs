@@ -30,3 +30,10 @@ pub const ANNOTATION_ROLE: &str = "rest-lite.openpai.io/role-name";
 /// so they cannot share ports; on Kubernetes each pod has its own address and the role's
 /// ports hold for every task.
 pub const ANNOTATION_TASK_PORTS: &str = "rest-lite.openpai.io/task-ports";
+/// Annotation: the GPU type the job asked for (`gpuType`), on both backends.
+pub const ANNOTATION_GPU_TYPE: &str = "rest-lite.openpai.io/gpu-type";
+/// Annotation the embedded default puts on a Framework: the GPUs each task of the current
+/// attempt holds ([`crate::gpus::Assignment`]). A cluster's device plugin chooses a pod's
+/// GPUs on its node and tells the API server nothing of it, so a Framework on a cluster
+/// has none.
+pub const ANNOTATION_TASK_GPUS: &str = "rest-lite.openpai.io/task-gpus";

@@ -62,6 +62,19 @@ pub fn is_label_value(value: &str) -> bool {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
 }
 
+/// Whether `key` is a Kubernetes label key: an optional DNS subdomain prefix and `/`,
+/// then a name of at most 63 (letters, digits, `-`, `_`, `.`, starting and ending with a
+/// letter or digit).
+pub fn is_label_key(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    prefix.is_none_or(|p| !p.is_empty() && is_dns_subdomain(p))
+        && !name.is_empty()
+        && is_label_value(name)
+}
+
 /// Whether `name` is a DNS-1123 subdomain (dot-separated labels, at most 253): the rule
 /// of most object names, service accounts among them.
 pub fn is_dns_subdomain(name: &str) -> bool {

@@ -37,6 +37,26 @@ fn die_with_parent() -> Result<(), String> {
     Ok(())
 }
 
+/// With [`CPU_GROUP`](pai_contract::env::runtime::CPU_GROUP) set (the embedded default
+/// sets it): this process joins that CPU cgroup before it starts anything. Best effort:
+/// a task outside the group only competes with the server process by process, and the
+/// server, which moves the process too, says when it cannot. Runs before any thread
+/// exists.
+fn join_cpu_group() {
+    use pai_contract::env::runtime::CPU_GROUP;
+    let Some(procs) = std::env::var_os(CPU_GROUP) else {
+        return;
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: called first thing in main, before any thread exists: nothing reads the
+    // environment concurrently.
+    unsafe {
+        std::env::remove_var(CPU_GROUP)
+    };
+    // "0": the writing process itself.
+    let _ = std::fs::write(procs, "0");
+}
+
 /// With [`ENV_FROM`](pai_contract::env::runtime::ENV_FROM) set (the embedded default's
 /// containers): the file's `NAME=VALUE\0` records become this process's environment, over
 /// what the engine gave it (as a pod's variables go over its image's), and the file and
@@ -112,6 +132,7 @@ enum Command {
 /// means the `run` command). Call before any thread starts: `run` blocks signals for
 /// every thread it will have.
 pub fn main(mut args: Vec<String>) -> ExitCode {
+    join_cpu_group();
     // Failures before a command's own start are logged as its are.
     if let Err(message) = environment_from_file().and_then(|()| die_with_parent()) {
         pai_barrier::logging::init();

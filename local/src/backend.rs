@@ -55,10 +55,26 @@ impl Backend for LocalBackend {
     }
 
     fn warnings(&self, spec: &pai_translate::spec::JobSpec) -> Vec<String> {
+        let mut gpus: Vec<String> = self
+            .0
+            .gpus()
+            .unmapped(spec.gpu_type())
+            .into_iter()
+            .collect();
+        if !self.0.gpus().devices.is_empty() {
+            // The machine's own say which GPUs a task has: set after the job's variables.
+            for (name, _) in spec.job_envs() {
+                if crate::gpus::TASK_VARIABLES.contains(&name.as_str()) {
+                    gpus.push(format!(
+                        "jobEnvs sets {name}: tasks get the GPUs this machine gives each of them instead"
+                    ));
+                }
+            }
+        }
         if self.0.isolation().engine().is_some() {
             // In its images: the programs are the images', the limits the engine's, a v2
             // job's registry credentials its pulls'.
-            return Vec::new();
+            return gpus;
         }
         let mut images: Vec<&str> = Vec::new();
         for role in spec.roles() {
@@ -78,6 +94,7 @@ impl Backend for LocalBackend {
             },
             self.0.isolation().describe()
         )];
+        out.extend(gpus);
         out.extend(pai_translate::warnings::missing_programs(
             spec,
             &std::env::var("PATH").unwrap_or_default(),

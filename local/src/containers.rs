@@ -341,7 +341,13 @@ pub struct Step {
     /// that path in the container.
     pub env_file: (PathBuf, String),
     pub limits: Limits,
+    /// The GPUs it holds, given through the Container Device Interface by their
+    /// indices (`nvidia.com/gpu=0`, the names `nvidia-ctk cdi generate` gives them).
+    pub gpus: Vec<u32>,
 }
+
+/// The CDI kind of NVIDIA's GPUs.
+pub const CDI_GPU: &str = "nvidia.com/gpu";
 
 impl Engine {
     /// The engine's command for a task's container: started through `setpriv` with a
@@ -412,6 +418,9 @@ impl Engine {
         }
         if let Some(shm) = step.limits.shm {
             command.arg("--shm-size").arg(shm.to_string());
+        }
+        for index in &step.gpus {
+            command.arg("--device").arg(format!("{CDI_GPU}={index}"));
         }
         let mut volume = |host: &Path, inside: &str, read_only: bool| {
             let mut spec = std::ffi::OsString::from(host.as_os_str());

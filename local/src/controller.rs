@@ -3,7 +3,7 @@
 //! out what it decides: placing and starting tasks, signalling them, saving the
 //! Framework, waiting before a retry, removing a deleted job.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,16 +230,28 @@ fn init_env(inner: &Inner, job: &str, mut env: Vec<(String, String)>) -> Vec<(St
 /// A task's report: its attempt, role and index, and what happened.
 type Report = (i32, String, u32, Progress);
 
+/// How a job's controller starts.
+pub(crate) enum Resume {
+    /// Submitted now, or nothing of its attempt runs or is held.
+    Fresh,
+    /// Its attempt's containers outlived the previous server and are followed
+    /// ([`adoptable`]) with what they hold, instead of the attempt being failed and
+    /// retried.
+    Follow(crate::slots::Held),
+    /// Its attempt ended with the previous server, holding these slots and GPUs: the
+    /// attempt that replaces it takes them, before any other job may.
+    Carry(crate::slots::Held),
+}
+
 /// Drives the job until it is deleted.
 // Long: the job's event loop: one select over commands, reports and the timer; each arm
 // hands off to a function.
-/// `adopt`: the open attempt's containers outlived the previous server and are followed
-/// ([`adoptable`]) instead of the attempt being failed and retried.
+/// `resume`: how a restarted server takes the job up again.
 pub(super) async fn drive(
     inner: Arc<Inner>,
     job: Arc<Job>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    adopt: bool,
+    resume: Resume,
 ) {
     let name = job.name();
     let note = local_note(&job.framework(), &inner.isolation);
@@ -254,15 +266,21 @@ pub(super) async fn drive(
         placing_since: None,
         started: None,
         held: None,
+        carried: None,
         waiter: None,
         waits_for_jobs: false,
         pulling: None,
     };
-    let mut events = if adopt {
-        driver.adopt().await;
-        Vec::new()
-    } else {
-        vec![Event::Resumed]
+    let mut events = match resume {
+        Resume::Follow(held) => {
+            driver.adopt(held).await;
+            Vec::new()
+        }
+        Resume::Carry(held) => {
+            driver.carried = Some(held);
+            vec![Event::Resumed]
+        }
+        Resume::Fresh => vec![Event::Resumed],
     };
     // Deletions asked for in this batch of events, answered once it is carried out.
     let mut deletions: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
@@ -445,6 +463,8 @@ struct Driver<'a> {
     /// This machine's task slots the current attempt holds (every task's), from its
     /// placement until each of its tasks has ended.
     held: Option<crate::slots::Held>,
+    /// What the attempt a restart ended held, kept for the attempt that replaces it.
+    carried: Option<crate::slots::Held>,
     /// The attempt's place in the queue for slots, while it waits.
     waiter: Option<crate::slots::Waiter>,
     /// The attempt waits for the jobs the job waits for (`dependsOn`).
@@ -540,17 +560,14 @@ impl Driver<'_> {
 
     /// Follows the open attempt's tasks, whose main containers a previous server started:
     /// their slots are taken again, and each reports as a started task does.
-    async fn adopt(&mut self) {
+    async fn adopt(&mut self, held: crate::slots::Held) {
         let Some(engine) = self.inner.isolation.engine().cloned() else {
             return;
         };
         let framework = self.job.framework().clone();
         let name = framework.metadata.name.clone().unwrap_or_default();
         let attempt = framework.attempt_id();
-        let tasks = framework.spec.task_roles.iter().map(|r| r.tasks()).sum();
-        if let crate::slots::Asked::Held(held) = self.inner.slots.ask(tasks).await {
-            self.held = Some(held);
-        }
+        self.held = Some(held);
         self.started = Some((attempt, std::time::Instant::now()));
         let mut followed = 0;
         for (role, index, pod_uid) in unfinished_tasks(&framework) {
@@ -586,18 +603,15 @@ impl Driver<'_> {
     /// places it: the event that says so, if any yet.
     async fn take_slots(&mut self) -> Option<Event> {
         if self.held.is_none() {
-            let tasks = self
-                .job
-                .framework()
-                .spec
-                .task_roles
-                .iter()
-                .map(|r| r.tasks())
-                .sum();
-            match self.inner.slots.ask(tasks).await {
+            self.held = self.carried.take();
+        }
+        if self.held.is_none() {
+            let need = need_of(&self.job.framework(), false);
+            let tasks = need.tasks.len();
+            match self.inner.slots.ask(need).await {
                 crate::slots::Asked::Held(held) => self.held = Some(held),
                 crate::slots::Asked::Queued(waiter, queued) => {
-                    tracing::info!(job = %self.job.name(), tasks, "queued for this machine's task slots");
+                    tracing::info!(job = %self.job.name(), tasks, "queued for this machine's task slots or GPUs");
                     self.waiter = Some(waiter);
                     self.job.set_queued(Some(queued));
                     return None;
@@ -664,7 +678,8 @@ impl Driver<'_> {
         // Off the async workers: a large job's placement binds a port per task, and the
         // server's other requests must not wait behind it.
         let (inner, job) = (self.inner.clone(), self.job.clone());
-        let placed = tokio::task::spawn_blocking(move || place(&inner, &job))
+        let gpus = self.gpus_of_tasks();
+        let placed = tokio::task::spawn_blocking(move || place(&inner, &job, &gpus))
             .await
             .unwrap_or_else(|e| Err(format!("placing the attempt failed: {e}")));
         match placed {
@@ -677,6 +692,26 @@ impl Driver<'_> {
                 not_started(message)
             }
         }
+    }
+
+    /// The GPUs each task of the attempt holds (none on a machine without GPUs), saved
+    /// on the Framework for the views and a restarted server.
+    fn gpus_of_tasks(&self) -> Option<TaskGpus> {
+        let held = self.held.as_ref()?;
+        if self.inner.slots.gpus().devices.is_empty() {
+            return None;
+        }
+        let mut framework = self.job.framework();
+        let attempt = framework.attempt_id();
+        let assignment = held.assignment(attempt);
+        assignment.save(&mut framework);
+        let mut by_task = BTreeMap::new();
+        for role in &framework.spec.task_roles {
+            for index in 0..role.tasks() {
+                by_task.insert((role.name.clone(), index), held.devices(&role.name, index));
+            }
+        }
+        Some(by_task)
     }
 
     /// After a batch: an attempt that no longer waits to be placed (stopped, deleted)
@@ -700,6 +735,9 @@ impl Driver<'_> {
             None | Some(FrameworkState::AttemptCompleted | FrameworkState::Completed)
         ) {
             self.held = None;
+        }
+        if matches!(state, None | Some(FrameworkState::Completed)) {
+            self.carried = None;
         }
     }
 
@@ -777,9 +815,41 @@ fn not_started(message: String) -> Event {
 /// and address; returns where each is and how to start it.
 type Placed = (Vec<Placement>, Vec<(String, u32, Launch)>);
 
+/// The GPUs of each task of an attempt, by role and index.
+type TaskGpus = BTreeMap<(String, u32), Vec<crate::gpus::GpuDevice>>;
+
+/// What `framework`'s current attempt asks of this machine: a slot per task, the GPUs its
+/// pods' main containers ask for (of its `gpuType`), those its tasks held before first.
+/// `exact`: the attempt's tasks run still (followed after a restart) and hold them.
+pub(crate) fn need_of(framework: &Framework, exact: bool) -> crate::slots::Need {
+    let annotations = framework.metadata.annotations.clone().unwrap_or_default();
+    let job = match (
+        annotations.get(meta::ANNOTATION_USER),
+        annotations.get(meta::ANNOTATION_JOB),
+    ) {
+        (Some(user), Some(job)) => format!("{user}~{job}"),
+        _ => framework.metadata.name.clone().unwrap_or_default(),
+    };
+    crate::slots::Need {
+        job,
+        tasks: framework
+            .spec
+            .task_roles
+            .iter()
+            .flat_map(|role| {
+                let gpus = role.gpu_count();
+                (0..role.tasks()).map(move |index| (role.name.clone(), index, gpus))
+            })
+            .collect(),
+        gpu_type: annotations.get(meta::ANNOTATION_GPU_TYPE).cloned(),
+        before: crate::gpus::Assignment::of(framework),
+        exact,
+    }
+}
+
 // Long: the steps of placing one attempt, in order (ports, pods, addresses, the peer
 // table), which share the attempt's locals.
-fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
+fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, String> {
     // A copy: binding a port per task takes a while for a large job, and the job's
     // readers (its status, the job list) must not wait for it. Only this driver changes
     // the attempt and its tasks, so what is read from the copy stays current.
@@ -884,10 +954,22 @@ fn place(inner: &Inner, job: &Job) -> Result<Placed, String> {
                 },
                 grace,
                 spawner: inner.spawner.clone(),
+                cpu_group: inner.cpu_group.clone(),
+                gpus: Vec::new(),
                 ports: held,
                 ssh_port,
                 containers: None,
             };
+            if let Some(gpus) = gpus {
+                let devices = gpus
+                    .get(&(role.name.clone(), index))
+                    .map_or(&[][..], Vec::as_slice);
+                launch.main_env.extend(crate::gpus::task_env(
+                    devices,
+                    inner.isolation.engine().is_some(),
+                ));
+                launch.gpus = devices.to_vec();
+            }
             match inner.isolation.engine() {
                 Some(engine) => in_containers(&mut launch, engine, &identity, &pod, &main),
                 None => {
@@ -955,6 +1037,7 @@ fn in_containers(
                 format!("{RUNTIME_ROOT}/{}", crate::containers::ENV_FILE),
             ),
             limits: container_limits(pod, main),
+            gpus: launch.gpus.iter().map(|d| d.index).collect(),
         },
     });
 }

@@ -95,6 +95,8 @@ pub(crate) struct Inner {
     pub(crate) unreadable: Mutex<BTreeMap<String, String>>,
     /// Whether tasks run in containers, decided at start.
     pub(crate) isolation: crate::containers::Isolation,
+    /// The tasks' CPU cgroup, where this machine allows one.
+    pub(crate) cpu_group: Option<Arc<crate::cpu_group::TaskGroup>>,
 }
 
 impl Inner {

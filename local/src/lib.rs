@@ -11,7 +11,9 @@ pub mod assets;
 pub mod backend;
 pub mod containers;
 mod controller;
+pub mod cpu_group;
 mod error;
+pub mod gpus;
 mod job;
 pub mod lifecycle;
 mod logs;
@@ -83,9 +85,28 @@ impl Machine {
             .iter()
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
             .collect();
+        let cpu_group = tokio::task::spawn_blocking(cpu_group::TaskGroup::create)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|created| created);
+        let cpu_group = match cpu_group {
+            Ok(group) => {
+                tracing::info!(
+                    group = %group.dir().display(),
+                    "tasks share the CPU with this server as one group"
+                );
+                Some(Arc::new(group))
+            }
+            Err(why) => {
+                tracing::info!(
+                    "tasks share the CPU with this server process by process, so a large job starting slows its answers: {why}"
+                );
+                None
+            }
+        };
         let spawner = procs::Spawner::start(SPAWNING_THREADS)
             .map_err(|e| Error::Other(format!("cannot start the spawning threads: {e}")))?;
-        let slots = slots::Slots::new(settings.max_tasks);
+        let slots = slots::Slots::new(settings.max_tasks, settings.gpus.clone());
         let ports = ports::Ports::new(settings.ports.clone(), controller::LOCAL_ADDRESS);
         let inner = Arc::new(Inner {
             store: store.clone(),
@@ -100,6 +121,7 @@ impl Machine {
             ports,
             unreadable: Mutex::new(BTreeMap::new()),
             isolation,
+            cpu_group,
         });
         let (frameworks, unreadable) = tokio::task::spawn_blocking(move || store.load_all())
             .await
@@ -112,9 +134,32 @@ impl Machine {
             Some(engine) => controller::follow_or_remove(engine, &frameworks).await,
             None => Default::default(),
         };
+        let mut resumed = Vec::new();
         for framework in frameworks {
             let deleted = framework.metadata.deletion_timestamp.is_some();
             let adopt = adopted.contains(framework.metadata.name.as_deref().unwrap_or_default());
+            // A followed attempt's tasks hold their slots and GPUs still, and an attempt
+            // the restart ends held GPUs its replacement takes again: both taken here,
+            // before any other job may ask for them.
+            let resume = if deleted {
+                controller::Resume::Fresh
+            } else if adopt {
+                match inner.slots.ask(controller::need_of(&framework, true)).await {
+                    slots::Asked::Held(held) => controller::Resume::Follow(held),
+                    _ => controller::Resume::Fresh,
+                }
+            } else if held_gpus(&framework) {
+                match inner
+                    .slots
+                    .ask(controller::need_of(&framework, false))
+                    .await
+                {
+                    slots::Asked::Held(held) => controller::Resume::Carry(held),
+                    _ => controller::Resume::Fresh,
+                }
+            } else {
+                controller::Resume::Fresh
+            };
             let (job, commands) = insert(&inner, framework)?;
             if !adopt {
                 controller::end_leftovers(&inner, &job).await;
@@ -124,8 +169,11 @@ impl Machine {
                 // answered): finished before anyone can ask, so the name is free.
                 controller::remove(&inner, &job).await;
             } else {
-                spawn_controller(&inner, job, commands, adopt);
+                resumed.push((job, commands, resume));
             }
+        }
+        for (job, commands, resume) in resumed {
+            spawn_controller(&inner, job, commands, resume);
         }
         Ok(Self { inner })
     }
@@ -224,9 +272,23 @@ fn spawn_controller(
     inner: &Arc<Inner>,
     job: Arc<Job>,
     commands: mpsc::UnboundedReceiver<Command>,
-    adopt: bool,
+    resume: controller::Resume,
 ) {
-    tokio::spawn(controller::drive(inner.clone(), job, commands, adopt));
+    tokio::spawn(controller::drive(inner.clone(), job, commands, resume));
+}
+
+/// Whether `framework`'s open attempt held GPUs when the previous server ended.
+fn held_gpus(framework: &Framework) -> bool {
+    use pai_contract::framework::FrameworkState;
+    let open = framework.status.as_ref().is_some_and(|s| {
+        !matches!(
+            s.state,
+            FrameworkState::Completed | FrameworkState::AttemptCompleted
+        )
+    });
+    open && gpus::Assignment::of(framework).is_some_and(|a| {
+        a.attempt == framework.attempt_id() && a.tasks.values().flatten().any(|t| !t.is_empty())
+    })
 }
 
 /// The task of job `framework` that pod `pod` names: its role and index.
@@ -277,6 +339,16 @@ impl Machine {
                     "the job has {tasks} tasks; this machine runs at most {limit} tasks per job (rest-lite serve --max-tasks, or REST_LITE_MAX_TASKS; the default is 500 per CPU core, at most one per 8 MiB of memory): submit it to a cluster, or make it smaller"
                 )));
             }
+            let need = controller::need_of(&framework, false);
+            let per_task: Vec<u32> = need.tasks.iter().map(|t| t.2).collect();
+            if let Some(why) = self
+                .inner
+                .settings
+                .gpus
+                .refusal(&per_task, need.gpu_type.as_deref())
+            {
+                return Err(Error::Refused(why));
+            }
             let (job, commands) = insert(&self.inner, framework)?;
             // On disk before the caller is told.
             let store = self.inner.store.clone();
@@ -293,7 +365,7 @@ impl Machine {
                 self.inner.jobs().remove(&job.name());
                 return Err(e);
             }
-            spawn_controller(&self.inner, job, commands, false);
+            spawn_controller(&self.inner, job, commands, controller::Resume::Fresh);
             Ok(())
         }
     }
@@ -308,6 +380,11 @@ impl Machine {
     /// The Framework `name` as it is now.
     pub fn get(&self, name: &str) -> Option<Framework> {
         self.inner.visible(name).map(|j| j.framework().clone())
+    }
+
+    /// This machine's GPUs and GPU types.
+    pub fn gpus(&self) -> &gpus::Gpus {
+        &self.inner.settings.gpus
     }
 
     /// Why job `name` waits for this machine's task slots, while it does.

@@ -25,6 +25,8 @@ pub struct Settings {
     pub ports: std::ops::RangeInclusive<u16>,
     /// Whether tasks run in their images (an engine's containers) or on the host.
     pub containers: ContainerSettings,
+    /// This machine's GPUs and the operator's GPU types.
+    pub gpus: std::sync::Arc<crate::gpus::Gpus>,
 }
 
 /// What decides container mode at start.

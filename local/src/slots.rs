@@ -1,17 +1,18 @@
-//! This machine's task slots: gang admission of the embedded default. A job's attempt
-//! starts only when every one of its tasks has a slot, and holds them until each of its
-//! tasks has ended; one that does not fit waits, in submission order (a job at the head
-//! of the queue is not overtaken by smaller ones behind it, so it cannot starve), and
-//! says so. The slots are `--max-tasks`, the most tasks one job may have here: as many
-//! as this machine runs at once.
+//! This machine's task slots and GPUs: gang admission of the embedded default. A job's
+//! attempt starts only when every one of its tasks has a slot and the GPUs it asks for,
+//! and holds them until each of its tasks has ended; one that does not fit waits, in
+//! submission order (a job at the head of the queue is not overtaken by smaller ones
+//! behind it, so it cannot starve), and says so. The slots are `--max-tasks`, the most
+//! tasks one job may have here: as many as this machine runs at once. GPUs are whole
+//! devices, each held by one task at a time, as a device plugin gives them to pods.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use crate::gpus::{Assignment, GpuDevice, Gpus, Held as HeldGpu};
 
-/// Why a job waits before its tasks start (this machine's slots, or its images being
-/// pulled), since when (RFC 3339).
+/// Why a job waits before its tasks start (this machine's slots or GPUs, or its images
+/// being pulled), since when (RFC 3339).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Queued {
     /// The reason, as the job's WAITING state names it.
@@ -20,30 +21,120 @@ pub struct Queued {
     pub since: String,
 }
 
-/// The reason of a job waiting for this machine's task slots.
+/// The reason of a job waiting for this machine's task slots or GPUs.
 pub const QUEUED: &str = "Queued";
 /// The reason of a job whose images are being pulled (a kubelet's pod says `Pulling`).
 pub const PULLING_IMAGE: &str = "PullingImage";
 
-/// The machine's slots.
-pub(crate) struct Slots {
-    semaphore: Arc<Semaphore>,
-    capacity: u32,
-    /// Jobs holding slots now.
-    holders: Arc<AtomicUsize>,
-    /// Jobs waiting for slots now.
-    waiting: Arc<AtomicUsize>,
+/// What an attempt asks for.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Need {
+    /// The job as people know it (`alice~train`), named to those waiting behind it.
+    pub(crate) job: String,
+    /// Its tasks in order: role, index, GPUs.
+    pub(crate) tasks: Vec<(String, u32, u32)>,
+    /// The GPU type it asked for (`gpuType`).
+    pub(crate) gpu_type: Option<String>,
+    /// The GPUs its tasks held before (saved on its Framework): taken again where free,
+    /// so a task rerun after a restart keeps its devices.
+    pub(crate) before: Option<Assignment>,
+    /// Only those, at once and whatever else holds them: the attempt's tasks still run
+    /// (followed after a restart) and hold them.
+    pub(crate) exact: bool,
 }
 
-/// Slots held by one attempt; given back when dropped.
+impl Need {
+    fn gpus(&self) -> u32 {
+        self.tasks.iter().map(|t| t.2).sum()
+    }
+}
+
+/// The machine's slots and GPUs.
+pub(crate) struct Slots {
+    state: Arc<Mutex<State>>,
+    capacity: u32,
+    gpus: Arc<Gpus>,
+}
+
+struct State {
+    free: u32,
+    /// The job holding each GPU, by its place in [`Gpus::devices`].
+    gpu_holders: Vec<Option<Arc<str>>>,
+    /// Jobs holding slots now.
+    holders: usize,
+    queue: VecDeque<InQueue>,
+    next_id: u64,
+}
+
+struct InQueue {
+    id: u64,
+    need: Need,
+    allowed: Vec<bool>,
+    tx: tokio::sync::oneshot::Sender<Grant>,
+}
+
+/// What one attempt was given.
+struct Grant {
+    tasks: u32,
+    job: Arc<str>,
+    /// By task (the need's order): places in [`Gpus::devices`].
+    gpus: Vec<Vec<usize>>,
+}
+
+/// Slots and GPUs held by one attempt; given back when dropped.
 pub(crate) struct Held {
-    _permit: OwnedSemaphorePermit,
-    holders: Arc<AtomicUsize>,
+    grant: Grant,
+    need: Vec<(String, u32)>,
+    state: Arc<Mutex<State>>,
+    gpus: Arc<Gpus>,
+}
+
+impl Held {
+    /// The GPUs task `index` of `role` holds.
+    pub(crate) fn devices(&self, role: &str, index: u32) -> Vec<GpuDevice> {
+        self.need
+            .iter()
+            .position(|(r, i)| r == role && *i == index)
+            .and_then(|at| self.grant.gpus.get(at))
+            .map(|places| {
+                places
+                    .iter()
+                    .filter_map(|&p| self.gpus.devices.get(p).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// What it holds, to be saved on the Framework for attempt `attempt`.
+    pub(crate) fn assignment(&self, attempt: i32) -> Assignment {
+        let mut out = Assignment {
+            attempt,
+            ..Assignment::default()
+        };
+        for (at, (role, index)) in self.need.iter().enumerate() {
+            let tasks = out.tasks.entry(role.clone()).or_default();
+            let index = *index as usize;
+            if tasks.len() <= index {
+                tasks.resize(index + 1, Vec::new());
+            }
+            tasks[index] = self.grant.gpus[at]
+                .iter()
+                .filter_map(|&p| self.gpus.devices.get(p))
+                .map(|d| HeldGpu {
+                    index: d.index,
+                    uuid: d.uuid.clone(),
+                })
+                .collect();
+        }
+        out
+    }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.holders.fetch_sub(1, Ordering::Relaxed);
+        let mut state = lock(&self.state);
+        state.give_back(&self.grant);
+        state.serve(&self.gpus);
     }
 }
 
@@ -52,7 +143,7 @@ impl Drop for Held {
 pub(crate) type Waiter =
     std::pin::Pin<Box<dyn std::future::Future<Output = Option<Held>> + Send + Sync>>;
 
-/// What asking for slots gave.
+/// What asking gave.
 pub(crate) enum Asked {
     Held(Held),
     /// In the queue, and why.
@@ -61,80 +152,307 @@ pub(crate) enum Asked {
     TooMany(String),
 }
 
-impl Slots {
-    pub(crate) fn new(capacity: u32) -> Self {
-        Self {
-            semaphore: Arc::new(Semaphore::new(capacity as usize)),
-            capacity,
-            holders: Default::default(),
-            waiting: Default::default(),
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl State {
+    fn give_back(&mut self, grant: &Grant) {
+        self.free += grant.tasks;
+        self.holders = self.holders.saturating_sub(1);
+        for &place in grant.gpus.iter().flatten() {
+            if let Some(holder) = self.gpu_holders.get_mut(place)
+                && holder.as_deref() == Some(&*grant.job)
+            {
+                *holder = None;
+            }
         }
     }
 
-    /// Asks for `tasks` slots: held at once if they are free and nobody waits before;
+    /// The GPUs for `need` among the free ones `allowed`, if enough are free: by task,
+    /// the ones it held before where they are free, else the lowest free ones.
+    fn pick(
+        &self,
+        need: &Need,
+        allowed: &[bool],
+        devices: &[GpuDevice],
+    ) -> Option<Vec<Vec<usize>>> {
+        let mut taken: Vec<bool> = self
+            .gpu_holders
+            .iter()
+            .zip(allowed)
+            .map(|(holder, &ok)| holder.is_some() || !ok)
+            .collect();
+        let free = taken.iter().filter(|&&t| !t).count();
+        if free < need.gpus() as usize {
+            return None;
+        }
+        let place_of = |uuid: &str| devices.iter().position(|d| d.uuid == uuid);
+        let mut out = Vec::with_capacity(need.tasks.len());
+        for (role, index, count) in &need.tasks {
+            let before: Vec<usize> = need
+                .before
+                .as_ref()
+                .map(|b| b.task(role, *index))
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|h| place_of(&h.uuid))
+                .collect();
+            let mine = if before.len() == *count as usize && before.iter().all(|&p| !taken[p]) {
+                before
+            } else {
+                (0..taken.len())
+                    .filter(|&p| !taken[p])
+                    .take(*count as usize)
+                    .collect()
+            };
+            for &p in &mine {
+                taken[p] = true;
+            }
+            out.push(mine);
+        }
+        Some(out)
+    }
+
+    fn take(&mut self, need: &Need, gpus: Vec<Vec<usize>>) -> Grant {
+        let tasks = need.tasks.len() as u32;
+        let job: Arc<str> = Arc::from(need.job.as_str());
+        self.free = self.free.saturating_sub(tasks);
+        self.holders += 1;
+        for &place in gpus.iter().flatten() {
+            if let Some(holder) = self.gpu_holders.get_mut(place) {
+                *holder = Some(job.clone());
+            }
+        }
+        Grant { tasks, job, gpus }
+    }
+
+    /// Admits the jobs at the head of the queue while they fit.
+    fn serve(&mut self, gpus: &Gpus) {
+        while let Some(head) = self.queue.front() {
+            if head.tx.is_closed() {
+                self.queue.pop_front();
+                continue;
+            }
+            if head.need.tasks.len() as u32 > self.free {
+                return;
+            }
+            let Some(picked) = self.pick(&head.need, &head.allowed, &gpus.devices) else {
+                return;
+            };
+            let Some(head) = self.queue.pop_front() else {
+                return;
+            };
+            let grant = self.take(&head.need, picked);
+            if let Err(grant) = head.tx.send(grant) {
+                // Left the queue as it was served.
+                self.give_back(&grant);
+            }
+        }
+    }
+}
+
+impl Slots {
+    pub(crate) fn new(capacity: u32, gpus: Arc<Gpus>) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(State {
+                free: capacity,
+                gpu_holders: vec![None; gpus.devices.len()],
+                holders: 0,
+                queue: VecDeque::new(),
+                next_id: 0,
+            })),
+            capacity,
+            gpus,
+        }
+    }
+
+    /// The machine's GPUs.
+    pub(crate) fn gpus(&self) -> &Gpus {
+        &self.gpus
+    }
+
+    /// Asks for what `need` says: held at once if it is free and nobody waits before;
     /// else a place in the queue.
-    pub(crate) async fn ask(&self, tasks: u32) -> Asked {
+    pub(crate) async fn ask(&self, need: Need) -> Asked {
+        if need.exact {
+            let mut state = lock(&self.state);
+            return Asked::Held(self.hold_exactly(&mut state, need));
+        }
+        let tasks = need.tasks.len() as u32;
         if tasks > self.capacity {
             return Asked::TooMany(format!(
                 "the job has {tasks} tasks; this machine runs at most {} tasks at once (rest-lite serve --max-tasks)",
                 self.capacity
             ));
         }
-        let in_use = self.capacity as usize - self.semaphore.available_permits();
-        let (holding, ahead) = (
-            self.holders.load(Ordering::Relaxed),
-            self.waiting.load(Ordering::Relaxed),
-        );
-        let holders = self.holders.clone();
-        let waiting = self.waiting.clone();
-        let semaphore = self.semaphore.clone();
-        let mut waiter: Waiter = Box::pin(async move {
-            let permit = semaphore.acquire_many_owned(tasks).await.ok()?;
-            holders.fetch_add(1, Ordering::Relaxed);
+        let per_task: Vec<u32> = need.tasks.iter().map(|t| t.2).collect();
+        if let Some(why) = self.gpus.refusal(&per_task, need.gpu_type.as_deref()) {
+            return Asked::TooMany(why);
+        }
+        let allowed = self.gpus.allowed(need.gpu_type.as_deref());
+        let mut state = lock(&self.state);
+        if state.queue.is_empty()
+            && tasks <= state.free
+            && let Some(picked) = state.pick(&need, &allowed, &self.gpus.devices)
+        {
+            let grant = state.take(&need, picked);
+            return Asked::Held(self.held(grant, &need));
+        }
+        let message = self.why_waiting(&state, &need, &allowed);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let id = state.next_id;
+        state.next_id += 1;
+        let order: Vec<(String, u32)> = need.tasks.iter().map(|t| (t.0.clone(), t.1)).collect();
+        state.queue.push_back(InQueue {
+            id,
+            need,
+            allowed,
+            tx,
+        });
+        drop(state);
+        let mut pending = Pending {
+            rx: Some(rx),
+            id,
+            state: self.state.clone(),
+            gpus: self.gpus.clone(),
+        };
+        let (state, gpus) = (self.state.clone(), self.gpus.clone());
+        let waiter: Waiter = Box::pin(async move {
+            let grant = pending.receive().await?;
             Some(Held {
-                _permit: permit,
-                holders,
+                grant,
+                need: order,
+                state,
+                gpus,
             })
         });
-        // Polled once: taken at once when free (the semaphore is fair: a request is
-        // queued behind any earlier one).
-        if let std::task::Poll::Ready(held) = futures::poll!(waiter.as_mut()) {
-            return match held {
-                Some(held) => Asked::Held(held),
-                None => Asked::TooMany("this machine's task slots are closed".to_string()),
-            };
-        }
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        let counted = WaitCount(waiting);
-        let waiter: Waiter = Box::pin(async move {
-            let held = waiter.await;
-            drop(counted);
-            held
-        });
-        let behind = match ahead {
-            0 => String::new(),
-            1 => ", behind 1 other waiting job".to_string(),
-            n => format!(", behind {n} other waiting jobs"),
-        };
         let queued = Queued {
             reason: QUEUED,
-            message: format!(
-                "this machine runs at most {} tasks at once (rest-lite serve --max-tasks); the job needs {tasks} and {in_use} were in use by {holding} {} when it was queued{behind}: it starts, whole, when enough end",
-                self.capacity,
-                if holding == 1 { "job" } else { "jobs" },
-            ),
+            message,
             since: jiff::Timestamp::now().to_string(),
         };
         Asked::Queued(waiter, queued)
     }
+
+    fn held(&self, grant: Grant, need: &Need) -> Held {
+        Held {
+            grant,
+            need: need.tasks.iter().map(|t| (t.0.clone(), t.1)).collect(),
+            state: self.state.clone(),
+            gpus: self.gpus.clone(),
+        }
+    }
+
+    /// The slots and the GPUs saved for a followed attempt, taken whatever else holds them.
+    fn hold_exactly(&self, state: &mut State, need: Need) -> Held {
+        let devices = &self.gpus.devices;
+        let picked: Vec<Vec<usize>> = need
+            .tasks
+            .iter()
+            .map(|(role, index, _)| {
+                need.before
+                    .as_ref()
+                    .map(|b| b.task(role, *index))
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|h| devices.iter().position(|d| d.uuid == h.uuid))
+                    .collect()
+            })
+            .collect();
+        for &p in picked.iter().flatten() {
+            if let Some(other) = &state.gpu_holders[p] {
+                tracing::warn!(gpu = %devices[p].uuid, holder = %other, job = %need.job, "a followed task holds a GPU another job holds too");
+            }
+        }
+        let grant = state.take(&need, picked);
+        self.held(grant, &need)
+    }
+
+    /// Why `need` waits, as its WAITING state says it.
+    fn why_waiting(&self, state: &State, need: &Need, allowed: &[bool]) -> String {
+        let tasks = need.tasks.len() as u32;
+        let behind = match state.queue.len() {
+            0 => String::new(),
+            1 => ", behind 1 other waiting job".to_string(),
+            n => format!(", behind {n} other waiting jobs"),
+        };
+        let wanted = need.gpus() as usize;
+        let free_gpus = state
+            .gpu_holders
+            .iter()
+            .zip(allowed)
+            .filter(|(h, ok)| h.is_none() && **ok)
+            .count();
+        if tasks <= state.free && free_gpus < wanted {
+            let mut holders: Vec<(&str, usize)> = Vec::new();
+            for holder in state
+                .gpu_holders
+                .iter()
+                .zip(allowed)
+                .filter_map(|(h, ok)| h.as_deref().filter(|_| *ok))
+            {
+                match holders.iter_mut().find(|(name, _)| *name == holder) {
+                    Some((_, n)) => *n += 1,
+                    None => holders.push((holder, 1)),
+                }
+            }
+            let held_by = holders
+                .iter()
+                .map(|(name, n)| format!("{name} ({n})"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let kind = need
+                .gpu_type
+                .as_deref()
+                .filter(|t| self.gpus.types.contains_key(*t))
+                .map_or(String::new(), |t| format!(" of type {t}"));
+            return format!(
+                "the job needs {}{kind}, {free_gpus} free (held by {held_by}) when it was queued{behind}: it starts, whole, when enough are freed",
+                crate::gpus::count(wanted as u64)
+            );
+        }
+        let in_use = self.capacity - state.free;
+        format!(
+            "this machine runs at most {} tasks at once (rest-lite serve --max-tasks); the job needs {tasks} and {in_use} were in use by {} {} when it was queued{behind}: it starts, whole, when enough end",
+            self.capacity,
+            state.holders,
+            if state.holders == 1 { "job" } else { "jobs" },
+        )
+    }
 }
 
-/// Counts a waiter until it is served or leaves the queue.
-struct WaitCount(Arc<AtomicUsize>);
+/// A queued request until it is served: dropped unserved, it leaves the queue; dropped
+/// with its grant sent but not read, it gives the grant back.
+struct Pending {
+    rx: Option<tokio::sync::oneshot::Receiver<Grant>>,
+    id: u64,
+    state: Arc<Mutex<State>>,
+    gpus: Arc<Gpus>,
+}
 
-impl Drop for WaitCount {
+impl Pending {
+    /// The grant, once sent; `None` when the queue is gone.
+    async fn receive(&mut self) -> Option<Grant> {
+        let grant = self.rx.as_mut()?.await.ok()?;
+        self.rx = None;
+        Some(grant)
+    }
+}
+
+impl Drop for Pending {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        rx.close();
+        let mut state = lock(&self.state);
+        if let Ok(grant) = rx.try_recv() {
+            state.give_back(&grant);
+        }
+        state.queue.retain(|q| q.id != self.id);
+        // The head may have left: whoever is behind it may fit now.
+        state.serve(&self.gpus);
     }
 }
 
@@ -142,13 +460,37 @@ impl Drop for WaitCount {
 mod tests {
     use super::*;
 
+    fn need(job: &str, tasks: u32, gpus: u32) -> Need {
+        Need {
+            job: job.to_string(),
+            tasks: (0..tasks)
+                .map(|i| ("worker".to_string(), i, gpus))
+                .collect(),
+            ..Need::default()
+        }
+    }
+
+    fn machine(gpus: u32) -> Arc<Gpus> {
+        Arc::new(Gpus {
+            devices: (0..gpus)
+                .map(|index| GpuDevice {
+                    index,
+                    uuid: format!("GPU-{index}"),
+                    memory_mib: 0,
+                    model: "test".to_string(),
+                })
+                .collect(),
+            types: Default::default(),
+        })
+    }
+
     #[tokio::test]
     async fn jobs_are_admitted_whole_and_in_order() {
-        let slots = Slots::new(10);
-        let Asked::Held(first) = slots.ask(6).await else {
+        let slots = Slots::new(10, machine(0));
+        let Asked::Held(first) = slots.ask(need("a", 6, 0)).await else {
             panic!("6 of 10 free slots are held at once");
         };
-        let Asked::Queued(mut big, why) = slots.ask(8).await else {
+        let Asked::Queued(mut big, why) = slots.ask(need("b", 8, 0)).await else {
             panic!("8 more do not fit");
         };
         assert!(
@@ -158,7 +500,7 @@ mod tests {
             why.message
         );
         // A small job behind the big one waits too, though 4 slots are free.
-        let Asked::Queued(mut small, why) = slots.ask(2).await else {
+        let Asked::Queued(mut small, why) = slots.ask(need("c", 2, 0)).await else {
             panic!("a smaller job does not overtake the queue");
         };
         assert!(
@@ -174,24 +516,102 @@ mod tests {
             "2 of the 2 left fit"
         );
         drop(held_big);
-        assert!(matches!(slots.ask(11).await, Asked::TooMany(_)));
-        assert_eq!(slots.waiting.load(Ordering::Relaxed), 0);
+        assert!(matches!(
+            slots.ask(need("d", 11, 0)).await,
+            Asked::TooMany(_)
+        ));
+        assert!(lock(&slots.state).queue.is_empty());
     }
 
     #[tokio::test]
     async fn a_job_that_leaves_the_queue_lets_the_next_go() {
-        let slots = Slots::new(4);
-        let Asked::Held(held) = slots.ask(4).await else {
+        let slots = Slots::new(4, machine(0));
+        let Asked::Held(held) = slots.ask(need("a", 4, 0)).await else {
             panic!()
         };
-        let Asked::Queued(gone, _) = slots.ask(3).await else {
+        let Asked::Queued(gone, _) = slots.ask(need("b", 3, 0)).await else {
             panic!()
         };
-        let Asked::Queued(next, _) = slots.ask(1).await else {
+        let Asked::Queued(next, _) = slots.ask(need("c", 1, 0)).await else {
             panic!()
         };
         drop(gone);
         drop(held);
         assert!(next.await.is_some());
+    }
+
+    #[tokio::test]
+    async fn gpus_are_disjoint_and_a_job_waits_for_them_naming_their_holder() {
+        let slots = Slots::new(100, machine(3));
+        let Asked::Held(first) = slots.ask(need("alice~a", 2, 1)).await else {
+            panic!("2 of 3 GPUs are free");
+        };
+        let (zero, one) = (first.devices("worker", 0), first.devices("worker", 1));
+        assert_eq!((zero.len(), one.len()), (1, 1));
+        assert_ne!(zero[0].uuid, one[0].uuid);
+        let Asked::Queued(second, why) = slots.ask(need("bob~b", 2, 1)).await else {
+            panic!("1 GPU is left for 2 tasks");
+        };
+        assert!(
+            why.message
+                .contains("the job needs 2 GPUs, 1 free (held by alice~a (2))"),
+            "{}",
+            why.message
+        );
+        let freed: Vec<String> = [zero, one].concat().into_iter().map(|d| d.uuid).collect();
+        drop(first);
+        let second = second.await.expect("runs on the freed GPUs");
+        let got: Vec<String> = [second.devices("worker", 0), second.devices("worker", 1)]
+            .concat()
+            .into_iter()
+            .map(|d| d.uuid)
+            .collect();
+        assert_eq!(got, freed, "the lowest free ones");
+        match slots.ask(need("carol~c", 1, 4)).await {
+            Asked::TooMany(why) => assert!(why.contains("this machine has 3"), "{why}"),
+            _ => panic!("4 GPUs never fit 3"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rerun_takes_its_gpus_again_and_a_followed_one_exactly_them() {
+        let slots = Slots::new(100, machine(3));
+        let mut before = Assignment::default();
+        before.tasks.insert(
+            "worker".to_string(),
+            vec![vec![HeldGpu {
+                index: 2,
+                uuid: "GPU-2".to_string(),
+            }]],
+        );
+        let rerun = Need {
+            before: Some(before.clone()),
+            ..need("a", 1, 1)
+        };
+        let Asked::Held(held) = slots.ask(rerun).await else {
+            panic!()
+        };
+        assert_eq!(held.devices("worker", 0)[0].uuid, "GPU-2");
+        assert_eq!(held.assignment(1).task("worker", 0)[0].index, 2);
+        drop(held);
+        let followed = Need {
+            before: Some(before),
+            exact: true,
+            ..need("a", 1, 1)
+        };
+        let Asked::Held(held) = slots.ask(followed).await else {
+            panic!()
+        };
+        assert_eq!(held.devices("worker", 0)[0].uuid, "GPU-2");
+        // The others take the rest, not GPU-2.
+        let Asked::Held(other) = slots.ask(need("b", 2, 1)).await else {
+            panic!()
+        };
+        let uuids: Vec<String> = [other.devices("worker", 0), other.devices("worker", 1)]
+            .concat()
+            .into_iter()
+            .map(|d| d.uuid)
+            .collect();
+        assert_eq!(uuids, ["GPU-0", "GPU-1"]);
     }
 }

@@ -112,6 +112,10 @@ pub struct Launch {
     pub grace: Duration,
     /// Where its processes are started.
     pub spawner: procs::Spawner,
+    /// The CPU cgroup its processes join ([`crate::cpu_group`]).
+    pub cpu_group: Option<std::sync::Arc<crate::cpu_group::TaskGroup>>,
+    /// The GPUs it holds (in container mode, the devices the engine gives it).
+    pub gpus: Vec<crate::gpus::GpuDevice>,
     /// Its ports, bound by the server until its main container starts.
     pub ports: crate::ports::HeldPorts,
     /// Its ssh port, handed to the main container bound and listening.
@@ -429,10 +433,11 @@ async fn start_and_wait(
     let root = launch.root.clone();
     let log_path = launch.container_log();
     let pid_record = launch.pid_record.clone();
+    let cpu_group = launch.cpu_group.clone();
     // Files, fork and exec on a spawning thread: none of it blocks the async workers.
     let started_process = launch
         .spawner
-        .run(move || start(command, &root, &log_path, &pid_record))
+        .run(move || start(command, &root, &log_path, &pid_record, cpu_group.as_deref()))
         .await
         .unwrap_or_else(|| Err("the server is ending".to_string()));
     let (mut child, process) = match started_process {
@@ -484,6 +489,7 @@ fn start(
     root: &Path,
     log_path: &Path,
     pid_record: &Path,
+    cpu_group: Option<&crate::cpu_group::TaskGroup>,
 ) -> Result<Started, String> {
     std::fs::create_dir_all(root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
     let (out, err) = std::fs::OpenOptions::new()
@@ -493,8 +499,14 @@ fn start(
         .and_then(|log| Ok((log.try_clone()?, log)))
         .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
     command.stdout(out).stderr(err);
+    if let Some(group) = cpu_group {
+        command.env(pai_contract::env::runtime::CPU_GROUP, group.procs());
+    }
     let child = procs::spawn(&mut command)
         .map_err(|e| format!("cannot start {:?}: {e}", command.as_std().get_program()))?;
+    if let (Some(group), Some(pid)) = (cpu_group, child.id()) {
+        group.join(pid);
+    }
     let Some(process) = child.id().and_then(|pid| ProcessId::of(pid as i32)) else {
         return Ok(Started::Ended(child));
     };

@@ -1343,7 +1343,14 @@ fn code_on_hdfs_is_fetched_with_the_hdfs_client() {
 #[test]
 fn submit_names_the_fields_of_a_published_file_it_does_not_act_on() {
     let dir = scratch("submit-warned");
-    let server = Server::start(&dir.join("state"));
+    // It asks for a GPU per task: two stated (none is opened), as a GPU machine has them.
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "gpus:\n  devices:\n    - {index: 0, uuid: GPU-zmy-0}\n    - {index: 1, uuid: GPU-zmy-1}\n",
+    )
+    .expect("config");
+    let server = Server::start_with_config(&dir.join("state"), &config);
     let state = dir.join("state");
     let published = std::fs::read_to_string(common::repo_root().join(
         "translate/tests/fixtures/v1/user__mythezone_OpenPAI_zmy__CNN_docker_version-0.1_job_config.json",
@@ -1661,4 +1668,65 @@ async fn every_task_port_is_bound_on_the_tasks_address_only() {
     client.stop("alice", "bound").await.expect("stop");
     assert_eq!(until_none_left(&events).len(), 2);
     drop(server);
+}
+
+/// The cgroup v1 `cpu` line of `/proc/<pid>/cgroup` (the path), or v2's.
+fn cpu_cgroup(text: &str) -> Option<String> {
+    let v1 = text.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == "cpu")
+            .then(|| path.to_string())
+    });
+    v1.or_else(|| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .map(str::to_string)
+    })
+}
+
+#[test]
+fn tasks_share_the_cpu_with_the_server_as_one_group() {
+    // The same probe the server makes: a CPU cgroup this process may create and write.
+    let probe = pai_local::cpu_group::TaskGroup::create();
+    if !pai_test_support::needs::present(
+        "a CPU cgroup this user may create (root, with cgroup v1's cpu hierarchy or in cgroup v2's root)",
+        probe.is_ok(),
+        probe.as_ref().err().map_or("", String::as_str),
+    ) {
+        return;
+    }
+    let dir = scratch("cpu-group");
+    let spec = dir.join("cgroup.json");
+    // The user command, its shell and what it starts are all in the group.
+    std::fs::write(
+        &spec,
+        job(
+            "cgroup",
+            json!([role("worker", 2, "cat /proc/self/cgroup")]),
+            json!({}),
+        ),
+    )
+    .expect("spec");
+    let (code, stdout, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    // `run`'s server is in this test's cgroup; its tasks one below it.
+    let own = cpu_cgroup(&std::fs::read_to_string("/proc/self/cgroup").expect("cgroup"))
+        .expect("this process's CPU cgroup");
+    let group = format!(
+        "{}/{}",
+        own.trim_end_matches('/'),
+        pai_local::cpu_group::NAME
+    );
+    for task in ["worker-0", "worker-1"] {
+        let lines: String = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("[{task}] ")))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(cpu_cgroup(&lines), Some(group.clone()), "{task}: {stdout}");
+    }
+    assert_ne!(own, group);
 }

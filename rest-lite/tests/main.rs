@@ -19,6 +19,7 @@ mod closed;
 mod containers;
 mod deploy;
 mod gang;
+mod gpus;
 mod job_access;
 mod layout;
 mod local;

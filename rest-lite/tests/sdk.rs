@@ -35,7 +35,21 @@ fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
     }
     let dir = common::scratch("sdk", "job");
     let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
-    let server = Server::start_with_tokens(&dir.join("state"), &tokens);
+    // Two GPUs, stated (no device is opened): the job's two tasks take one each.
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "gpus:\n  devices:\n    - {index: 0, uuid: GPU-sdk-0}\n    - {index: 1, uuid: GPU-sdk-1}\n",
+    )
+    .expect("config");
+    let server = Server::spawn(
+        Server::command(&dir.join("state"))
+            .args(["--backend", "local", "--token-file"])
+            .arg(&tokens)
+            .arg("--config")
+            .arg(&config),
+        &["this machine (embedded default)"],
+    );
     let run = common::node::run(
         &sdk_dir(),
         "openpai-sdk.js",
@@ -50,6 +64,16 @@ fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
     assert_eq!(step("submit")["message"], "job sdk_job submitted");
     assert_eq!(step("list")["protocolVersion"], "2");
     assert_eq!(step("list")["totalTaskNumber"], 2);
+    assert_eq!(step("list")["totalGpuNumber"], 2);
+    // OpenPAI's bit per GPU: task 0 and task 1 on one GPU each, not the same one.
+    let mut bits: Vec<u64> = step("get")["containerGpus"]
+        .as_array()
+        .expect("a value per task")
+        .iter()
+        .map(|b| b.as_u64().expect("bits"))
+        .collect();
+    bits.sort();
+    assert_eq!(bits, [1, 2]);
     assert_eq!(step("get")["state"], "RUNNING");
     assert_eq!(step("get")["username"], "alice");
     // The config as submitted, the secret masked as OpenPAI masks it.

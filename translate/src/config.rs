@@ -61,6 +61,8 @@ pub struct ClusterConfig {
     /// ranked before the runtime's defaults when a task's failure is named from its
     /// output ([`pai_contract::failure`]); passed to every task.
     pub failure_patterns: Vec<pai_contract::failure::Pattern>,
+    /// GPU types (`gpuType`) and, on this machine, its GPUs ([`crate::gpus`]).
+    pub gpus: crate::gpus::GpuConfig,
 }
 
 impl Default for ClusterConfig {
@@ -84,6 +86,7 @@ impl Default for ClusterConfig {
             barrier_timeout_sec: None,
             gang: Default::default(),
             failure_patterns: Vec::new(),
+            gpus: Default::default(),
         }
     }
 }
@@ -210,6 +213,9 @@ impl ClusterConfig {
                     "{size} bytes of JSON; at most {FAILURE_PATTERNS_MAX_BYTES} (every task's environment carries them)"
                 ),
             );
+        }
+        if let Err((field, rule)) = self.gpus.check() {
+            return invalid(field, rule);
         }
         let gang = &self.gang;
         for (field, value) in [

@@ -8,6 +8,7 @@
 pub mod config;
 pub mod env;
 pub mod gang;
+pub mod gpus;
 pub mod place;
 pub mod ports;
 pub mod spec;

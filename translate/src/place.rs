@@ -93,6 +93,18 @@ impl CodeSource {
 // Long: one check per place-dependent field (codeDir, virtual cluster, image, resources).
 pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<String>, SpecErrors> {
     let mut warnings = Vec::new();
+    if let (Place::Cluster(config), Some(kind)) = (place, spec.gpu_type())
+        && !config.gpus.types.contains_key(kind)
+    {
+        warnings.push(format!(
+            "gpuType: {kind:?} is not used: it is not one of this cluster's GPU types ({}; config gpus.types), so any node with free GPUs takes the task",
+            if config.gpus.types.is_empty() {
+                "none are configured".to_string()
+            } else {
+                config.gpus.types.keys().cloned().collect::<Vec<_>>().join(", ")
+            }
+        ));
+    }
     if let Place::Cluster(_) = place {
         let unpullable = spec
             .roles()

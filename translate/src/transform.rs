@@ -50,6 +50,8 @@ pub struct Submission<'a> {
 /// What every role of one job shares.
 struct JobParts<'a> {
     image: &'a str,
+    /// The node labels of the GPU type the job asks for, where the config maps it.
+    gpu_nodes: Option<BTreeMap<String, String>>,
     protocol: crate::spec::Protocol,
     /// The job's own pull Secret, when its images need credentials.
     pull_secret: Option<String>,
@@ -101,6 +103,11 @@ impl Transformer {
         let tasks: u32 = spec.roles().iter().map(TaskRole::task_number).sum();
         let job = JobParts {
             image: spec.image(),
+            gpu_nodes: spec
+                .gpu_type()
+                .and_then(|kind| self.config.gpus.types.get(kind))
+                .map(|kind| kind.node_selector.clone())
+                .filter(|labels| !labels.is_empty()),
             protocol: spec.protocol(),
             pull_secret: (!spec.registry_auths().is_empty())
                 .then(|| training::job_registry_secret(&name)),
@@ -184,6 +191,9 @@ impl Transformer {
                 meta::ANNOTATION_PROTOCOL.to_string(),
                 spec.protocol().as_str().to_string(),
             );
+            if let Some(kind) = spec.gpu_type() {
+                annotations.insert(meta::ANNOTATION_GPU_TYPE.to_string(), kind.to_string());
+            }
             if let Some(cluster) = spec.virtual_cluster() {
                 annotations.insert(
                     meta::ANNOTATION_VIRTUAL_CLUSTER.to_string(),
@@ -264,6 +274,8 @@ impl Transformer {
                     }]
                 }),
                 priority_class_name: job.gang.priority_class_name.clone(),
+                // The job's gpuType, for the roles that ask for GPUs.
+                node_selector: job.gpu_nodes.clone().filter(|_| role.resources().gpu > 0),
                 // The job's own account, which may read the job's Framework and peer
                 // table and nothing else; no token is mounted into the user's container.
                 service_account_name: Some(access::job_account(job.name)),

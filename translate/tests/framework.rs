@@ -438,3 +438,80 @@ fn the_runtime_grace_follows_the_pod_grace() {
         "config field killGraceSec: 11 must be from 0 to terminationGracePeriodSec (10)"
     );
 }
+
+#[test]
+fn a_mapped_gpu_type_is_the_node_selector_of_the_roles_with_gpus() {
+    use std::collections::BTreeMap;
+    let text = json!({
+        "jobName": "typed", "image": "pytorch/pytorch", "gpuType": "V100",
+        "taskRoles": [
+            {"name": "ps", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 512, "command": "ps"},
+            {"name": "worker", "taskNumber": 2, "cpuNumber": 4, "memoryMB": 8192,
+             "gpuNumber": 2, "command": "train"}
+        ]
+    })
+    .to_string();
+    let labels = BTreeMap::from([("node.kubernetes.io/gpu-sku".to_string(), "v100".to_string())]);
+    let mut config = ClusterConfig::default();
+    config.gpus.types.insert(
+        "V100".to_string(),
+        pai_translate::gpus::GpuType {
+            node_selector: labels.clone(),
+            model: None,
+        },
+    );
+    let framework = common::transform_with(&text, 1, config.clone()).expect("transforms");
+    let selector = |role: usize| {
+        framework.spec.task_roles[role]
+            .task
+            .pod
+            .spec
+            .as_ref()
+            .expect("pod")
+            .node_selector
+            .clone()
+    };
+    assert_eq!(selector(0), None, "the ps asks for no GPU");
+    assert_eq!(selector(1), Some(labels));
+    common::assert_cluster_accepts(&framework);
+    let annotations = framework
+        .metadata
+        .annotations
+        .as_ref()
+        .expect("annotations");
+    assert_eq!(
+        annotations
+            .get(pai_contract::meta::ANNOTATION_GPU_TYPE)
+            .map(String::as_str),
+        Some("V100")
+    );
+
+    // Not mapped: no selector, and the submission says the type is not acted on.
+    let spec = pai_translate::spec::JobSpec::parse(&text, pai_translate::spec::SpecFormat::Json)
+        .expect("valid");
+    let user = pai_translate::spec::UserName::parse("alice").expect("user");
+    let mapped =
+        pai_translate::place::check(&spec, &user, pai_translate::place::Place::Cluster(&config))
+            .expect("placed");
+    assert!(mapped.iter().all(|w| !w.contains("gpuType")), "{mapped:?}");
+    let plain = ClusterConfig::default();
+    let warnings =
+        pai_translate::place::check(&spec, &user, pai_translate::place::Place::Cluster(&plain))
+            .expect("placed");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("gpuType: \"V100\" is not used")),
+        "{warnings:?}"
+    );
+    let framework = common::transform(&text, 1).expect("transforms");
+    assert!(framework.spec.task_roles.iter().all(|r| {
+        r.task
+            .pod
+            .spec
+            .as_ref()
+            .expect("pod")
+            .node_selector
+            .is_none()
+    }));
+}

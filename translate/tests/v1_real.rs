@@ -209,7 +209,11 @@ fn every_published_v1_file_is_accepted_as_openpai_meant_it() {
                     common::transform(&f.text, 1).unwrap_or_else(|e| panic!("{}: {e}", f.file));
                 common::assert_cluster_accepts(&framework);
                 compare(&f.file, &doc, &spec, &framework);
-                let notes = pai_translate::warnings::spec_warnings(&spec);
+                let mut notes = pai_translate::warnings::spec_warnings(&spec);
+                let user = pai_translate::spec::UserName::parse("alice").expect("user");
+                let config = pai_translate::config::ClusterConfig::default();
+                let place = pai_translate::place::Place::Cluster(&config);
+                notes.extend(pai_translate::place::check(&spec, &user, place).unwrap_or_default());
                 for field in must_be_warned(&doc) {
                     assert!(
                         notes.iter().any(|n| n.starts_with(&field)),

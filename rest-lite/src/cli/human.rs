@@ -230,11 +230,17 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
         let _ = writeln!(out, "{}", end.line());
     }
     out.push('\n');
-    let mut rows = vec![
-        ["TASK", "STATE", "ADDRESS", "PORTS", "EXIT", "RETRIES"]
-            .map(String::from)
-            .to_vec(),
-    ];
+    // A column of the GPUs each task holds, where the backend says (this machine).
+    let with_gpus = view
+        .task_roles
+        .values()
+        .flat_map(|d| &d.task_statuses)
+        .any(|t| !t.gpus.is_empty());
+    let mut header = vec!["TASK", "STATE", "ADDRESS", "PORTS", "EXIT", "RETRIES"];
+    if with_gpus {
+        header.insert(4, "GPUS");
+    }
+    let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
     // What the platform's codes in the table mean, once each, under it.
     let mut meanings: std::collections::BTreeMap<i32, String> = Default::default();
     let mut decided = false;
@@ -248,7 +254,7 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
                 meanings.insert(code, meaning.clone());
             }
             decided |= task.decided_outcome;
-            rows.push(vec![
+            let mut row = vec![
                 format!(
                     "{role}-{}{}",
                     task.task_index,
@@ -264,7 +270,19 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
                 task.container_exit_code
                     .map_or_else(|| "-".to_string(), |c| c.to_string()),
                 task.retries.to_string(),
-            ]);
+            ];
+            if with_gpus {
+                let gpus: Vec<String> = task.gpus.iter().map(|g| g.index.to_string()).collect();
+                row.insert(
+                    4,
+                    if gpus.is_empty() {
+                        "-".to_string()
+                    } else {
+                        gpus.join(",")
+                    },
+                );
+            }
+            rows.push(row);
         }
     }
     out.push_str(&table(&rows));

@@ -61,7 +61,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let outcome = runtime.block_on(async {
-        let backend = LocalBackend::open(args.local.settings(state_dir.clone(), false)?)
+        let backend = LocalBackend::open(args.local.settings(state_dir.clone(), false, &config.gpus)?)
             .await
             .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
         let isolation = backend.isolation();

@@ -121,7 +121,14 @@ static STATIC_RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kube-ru
 impl LocalArgs {
     /// The embedded default's settings; `outlive_server`: its containers outlive this
     /// process, and a restarted server follows them (`serve`), or end with it (`run`).
-    pub fn settings(&self, state_dir: PathBuf, outlive_server: bool) -> Result<Settings> {
+    /// `gpus`: the config's section (the GPU types, and the machine's GPUs where the
+    /// operator states them; else they are probed).
+    pub fn settings(
+        &self,
+        state_dir: PathBuf,
+        outlive_server: bool,
+        gpus: &pai_translate::gpus::GpuConfig,
+    ) -> Result<Settings> {
         let runtime = match &self.runtime {
             Some(path) => Runtime::binary(path),
             None => Runtime::embedded().context("finding this binary for the task runtime")?,
@@ -146,7 +153,46 @@ impl LocalArgs {
                 runtime: (!STATIC_RUNTIME.is_empty()).then_some(STATIC_RUNTIME),
                 outlive_server,
             },
+            gpus: std::sync::Arc::new(machine_gpus(gpus)),
         })
+    }
+}
+
+/// The machine's GPUs as the config states them, else as NVML or `nvidia-smi` find them;
+/// said at start.
+fn machine_gpus(config: &pai_translate::gpus::GpuConfig) -> pai_local::gpus::Gpus {
+    use pai_local::gpus::Source;
+    let (devices, source) = match &config.devices {
+        Some(devices) => (devices.clone(), Source::Config),
+        None => pai_local::gpus::probe(),
+    };
+    match &source {
+        Source::None(why) => tracing::info!(
+            "no GPU on this machine: jobs that ask for GPUs are refused here ({why})"
+        ),
+        found => tracing::info!(
+            gpus = devices.len(),
+            source = ?found,
+            "{}",
+            devices
+                .iter()
+                .map(|d| {
+                    let mut line = format!("GPU {} {}", d.index, d.uuid);
+                    if !d.model.is_empty() {
+                        line.push_str(&format!(" {}", d.model));
+                    }
+                    if d.memory_mib > 0 {
+                        line.push_str(&format!(" {} MiB", d.memory_mib));
+                    }
+                    line
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }
+    pai_local::gpus::Gpus {
+        devices,
+        types: config.types.clone(),
     }
 }
 
@@ -378,7 +424,7 @@ async fn backend(
                 .state_dir
                 .clone()
                 .unwrap_or_else(pai_local::default_state_dir);
-            LocalBackend::open(local.settings(state_dir.clone(), true)?)
+            LocalBackend::open(local.settings(state_dir.clone(), true, &config.gpus)?)
                 .await
                 .with_context(|| format!("opening the state directory {}", state_dir.display()))?
         }

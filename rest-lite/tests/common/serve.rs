@@ -33,6 +33,17 @@ impl Server {
         .with_machine_token(state)
     }
 
+    /// [`Server::start`] with the config file `config` (`--config`).
+    pub fn start_with_config(state: &Path, config: &Path) -> Self {
+        Self::spawn(
+            Self::command(state)
+                .args(["--backend", "local", "--config"])
+                .arg(config),
+            &["this machine (embedded default)"],
+        )
+        .with_machine_token(state)
+    }
+
     /// Reads the token a server without a token file made in its state directory.
     pub fn with_machine_token(mut self, state: &Path) -> Self {
         self.token = pai_server::machine_token::read(state);

@@ -37,7 +37,7 @@ const job = {
     worker: {
       instances: 2,
       dockerImage: 'image',
-      resourcePerInstance: { cpu: 1, memoryMB: 256, gpu: 0 },
+      resourcePerInstance: { cpu: 1, memoryMB: 256, gpu: 1 },
       commands: [
         'echo "ready <% $parameters.word %> $PAI_TASK_INDEX"',
         'exec sleep 600',
@@ -92,12 +92,12 @@ async function main() {
   const listed = await client.job.listJobs({ username: user });
   const mine = listed.find((j) => j.name === job.name);
   assert.ok(mine, 'the job is listed');
-  step('list', { name: mine.name, protocolVersion: mine.protocolVersion, totalTaskNumber: mine.totalTaskNumber });
+  step('list', { name: mine.name, protocolVersion: mine.protocolVersion, totalTaskNumber: mine.totalTaskNumber, totalGpuNumber: mine.totalGpuNumber });
 
   const running = await until('running', (d) =>
     d.jobStatus.state === 'RUNNING' &&
     d.taskRoles.worker.taskStatuses.every((t) => t.taskState === 'RUNNING'));
-  step('get', { state: running.jobStatus.state, username: running.jobStatus.username, tasks: running.taskRoles.worker.taskStatuses.length });
+  step('get', { state: running.jobStatus.state, username: running.jobStatus.username, tasks: running.taskRoles.worker.taskStatuses.length, containerGpus: running.taskRoles.worker.taskStatuses.map((t) => t.containerGpus) });
 
   const config = await client.job.getJobConfig(user, job.name);
   assert.strictEqual(config.name, job.name);

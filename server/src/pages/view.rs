@@ -313,6 +313,8 @@ pub struct TaskRow {
     pub decided: bool,
     pub ip: Option<String>,
     pub ports: String,
+    /// The GPUs it holds ("GPU 0 GPU-…"), where the backend says.
+    pub gpus: String,
     pub exit_code_known: bool,
     pub exit_code: Option<i32>,
     pub retries: i32,
@@ -590,6 +592,12 @@ fn task_row(page: &str, role: &str, task: &TaskView, tail: RowTail) -> TaskRow {
             .map(|(label, ports)| format!("{label}:{ports}"))
             .collect::<Vec<_>>()
             .join(" "),
+        gpus: task
+            .gpus
+            .iter()
+            .map(|g| format!("GPU {} {}", g.index, g.uuid))
+            .collect::<Vec<_>>()
+            .join(", "),
         exit_code_known: task.container_exit_code.is_some(),
         exit_code: task.container_exit_code,
         retries: task.retries,

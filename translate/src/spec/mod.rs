@@ -69,6 +69,8 @@ pub struct JobSpec {
     registry_auths: Vec<RegistryAuth>,
     /// Whether the job's tasks are admitted together (v2 `extras.gangAllocation`).
     gang_allocation: bool,
+    /// OpenPAI v1's `gpuType`: the GPU model (its SKU name) the tasks must run on.
+    gpu_type: Option<String>,
 }
 
 /// How often the job's attempt is retried (`retryCount`, `jobRetryCount`), as
@@ -215,6 +217,11 @@ impl JobSpec {
     /// Whether the gang engine admits the job's tasks together (v2 may turn it off).
     pub fn gang_allocation(&self) -> bool {
         self.gang_allocation
+    }
+
+    /// The GPU type the job asks for (v1 `gpuType`).
+    pub fn gpu_type(&self) -> Option<&str> {
+        self.gpu_type.as_deref()
     }
 
     /// The queue's name as OpenPAI tells it to tasks (`PAI_VIRTUAL_CLUSTER`).

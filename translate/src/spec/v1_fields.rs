@@ -72,7 +72,11 @@ pub const JOB: &[Field] = &[
         "integer; obsolete in OpenPAI",
         "n above 0: as its documentation said, the job ends once n tasks completed; FrameworkController counts per role, so every role without its own `minSucceededTaskCount` gets min(n, `taskNumber`): exact when one role's tasks complete (a ps/worker job's workers). Warned: say it with `minSucceededTaskCount`. 0: nothing (warned).",
     ),
-    field("gpuType", "string", "Warned: no GPU model is chosen here."),
+    field(
+        "gpuType",
+        "string",
+        "The GPU model (OpenPAI's SKU name) the roles that ask for GPUs run on, where the config maps it (`gpus.types`): the node selector of its nodes on a cluster, only devices of that model on this machine (a job that cannot get them is refused). Not mapped: warned, any GPU takes the task.",
+    ),
     field(
         "authFile",
         "string",

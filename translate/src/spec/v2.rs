@@ -248,6 +248,7 @@ pub(super) fn job(value: &Value, order: &[String]) -> Result<JobSpec, SpecErrors
         secrets,
         registry_auths: auths.into_iter().map(|(_, a)| a).collect(),
         gang_allocation: extras.gang_allocation,
+        gpu_type: None,
     })
 }
 

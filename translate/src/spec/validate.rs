@@ -112,14 +112,13 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
         Some((v, p)) => depends_on(v, &p, name.as_ref(), &mut errors),
         None => Vec::new(),
     };
-    if let Some((v, p)) = obj.optional("gpuType")
-        && let Some(s) = reader::string(v, &p, &mut errors)
-        && !s.is_empty()
-    {
-        notes.push(format!(
-            "{p}: {s:?} is not used: no GPU model is chosen here (any node with free GPUs takes the task)"
-        ));
-    }
+    // Acted on where the config maps the type (warnings::gpu_type says where it is not).
+    let gpu_type = match obj.optional("gpuType") {
+        Some((v, p)) => reader::string(v, &p, &mut errors)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string),
+        None => None,
+    };
     if let Some((v, p)) = obj.optional("authFile")
         && let Some(s) = reader::string(v, &p, &mut errors)
         && !s.is_empty()
@@ -183,6 +182,7 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
                 secrets: None,
                 registry_auths: Vec::new(),
                 gang_allocation: true,
+                gpu_type,
             })
         }
         // Every reader that returns None has recorded why.
