@@ -22,6 +22,8 @@ pub enum ErrorCode {
     NoTagError,
     /// No task of the job can be logged in to.
     NoJobSshInfoError,
+    /// No such storage.
+    NoStorageError,
     /// The name is taken, or the change conflicts with the job's state.
     ConflictJobError,
     PayloadTooLargeError,
@@ -56,6 +58,7 @@ impl ErrorCode {
             Self::NoLogError => "NoLogError",
             Self::NoTagError => "NoTagError",
             Self::NoJobSshInfoError => "NoJobSshInfoError",
+            Self::NoStorageError => "NoStorageError",
             Self::ConflictJobError => "ConflictJobError",
             Self::PayloadTooLargeError => "PayloadTooLargeError",
             Self::UnsupportedMediaTypeError => "UnsupportedMediaTypeError",

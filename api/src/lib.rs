@@ -8,6 +8,7 @@ pub mod path;
 pub mod routes;
 pub mod ssh;
 pub mod status;
+pub mod storages;
 pub mod time;
 pub mod v2;
 pub mod waiting;

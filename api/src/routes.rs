@@ -70,6 +70,8 @@ pub const V2_ATTEMPT: Route = Route("/api/v2/jobs/{job_id}/attempts/{attempt_id}
 pub const V2_TASK: Route = Route(
     "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts",
 );
+pub const V2_STORAGES: Route = Route("/api/v2/storages");
+pub const V2_STORAGE: Route = Route("/api/v2/storages/{name}");
 pub const V2_TASK_LOGS: Route = Route(
     "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts/{task_attempt_id}/logs",
 );
@@ -97,6 +99,8 @@ pub const ALL: &[Route] = &[
     V2_ATTEMPT,
     V2_TASK,
     V2_TASK_LOGS,
+    V2_STORAGES,
+    V2_STORAGE,
 ];
 
 /// The pages (`/ui/…`, `/docs`): a browser's side of the same API.

@@ -971,7 +971,17 @@ fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, St
                 launch.gpus = devices.to_vec();
             }
             match inner.isolation.engine() {
-                Some(engine) => in_containers(&mut launch, engine, &identity, &pod, &main),
+                Some(engine) => {
+                    let storages = crate::storages::bind_mounts(
+                        &pod,
+                        &main,
+                        &inner.settings.storages.current(),
+                    )?;
+                    in_containers(&mut launch, engine, &identity, &pod, &main);
+                    if let Some(containers) = launch.containers.as_mut() {
+                        containers.main.mounts.extend(storages);
+                    }
+                }
                 None => {
                     // The runtime writes the task's result here, as the kubelet's file.
                     launch.main_env.push((

@@ -28,6 +28,7 @@ pub mod ports;
 pub mod procs;
 mod settings;
 mod slots;
+pub mod storages;
 pub mod store;
 pub mod task;
 
@@ -338,6 +339,13 @@ impl Machine {
                 return Err(Error::Refused(format!(
                     "the job has {tasks} tasks; this machine runs at most {limit} tasks per job (rest-lite serve --max-tasks, or REST_LITE_MAX_TASKS; the default is 500 per CPU core, at most one per 8 MiB of memory): submit it to a cluster, or make it smaller"
                 )));
+            }
+            if let Some(why) = storages::refusal(
+                &framework,
+                &self.inner.settings.storages.current(),
+                self.inner.isolation.engine().is_some(),
+            ) {
+                return Err(Error::Refused(why));
             }
             let need = controller::need_of(&framework, false);
             let per_task: Vec<u32> = need.tasks.iter().map(|t| t.2).collect();

@@ -27,6 +27,8 @@ pub struct Settings {
     pub containers: ContainerSettings,
     /// This machine's GPUs and the operator's GPU types.
     pub gpus: std::sync::Arc<crate::gpus::Gpus>,
+    /// The team storages (the config's, as the server reads it again).
+    pub storages: std::sync::Arc<pai_translate::storages::Registry>,
 }
 
 /// What decides container mode at start.

@@ -44,6 +44,7 @@ async fn main() {
             Caller {
                 user: "alice".to_string(),
                 admin: false,
+                groups: Vec::new(),
             },
         ))),
     );

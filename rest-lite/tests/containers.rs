@@ -124,10 +124,22 @@ fn start(state: &Path) -> (Leftovers, Server) {
 
 /// [`start`] with variables of the server's environment.
 fn start_with(state: &Path, env: &[(&str, &std::ffi::OsStr)]) -> (Leftovers, Server) {
+    start_configured(state, env, None)
+}
+
+/// [`start_with`] and the config file `config`.
+fn start_configured(
+    state: &Path,
+    env: &[(&str, &std::ffi::OsStr)],
+    config: Option<&Path>,
+) -> (Leftovers, Server) {
     std::fs::create_dir_all(state).expect("state");
     let leftovers = Leftovers::of(state);
     let mut command = Server::command(state);
     command.args(["--backend", "local", "--engine", "podman"]);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
     if which("runc") {
         command.args(["--engine-runtime", "runc"]);
     }
@@ -1077,4 +1089,89 @@ async fn a_task_runs_as_its_images_user_and_may_write_its_volume() {
     )
     .await;
     assert!(stdout.contains("wrote"), "{stdout}");
+}
+
+/// A protocol v2 job mounting three team storages: shared, each user's own, read-only.
+/// The files it writes are in the directories the config gives them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_writes_into_its_team_storages_where_the_config_keeps_them() {
+    if !ready() {
+        return;
+    }
+    let dir = scratch("storages");
+    let (team, home, data) = (dir.join("team"), dir.join("home"), dir.join("data"));
+    for d in [&team, &home, &data] {
+        std::fs::create_dir_all(d).expect("dir");
+    }
+    std::fs::write(data.join("in.txt"), "input\n").expect("input");
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "storages:\n  - {{name: team, path: {}}}\n  - {{name: home, path: {}, share: false}}\n  - {{name: data, path: {}, readOnly: true}}\n",
+            team.display(),
+            home.display(),
+            data.display()
+        ),
+    )
+    .expect("config");
+    let (_leftovers, server) = start_configured(&dir.join("state"), &[], Some(&config));
+    let client = server.client();
+    let job = format!(
+        r#"protocolVersion: 2
+name: stored
+type: job
+prerequisites:
+  - {{name: image, type: dockerimage, uri: "{IMAGE}"}}
+taskRoles:
+  worker:
+    instances: 1
+    dockerImage: image
+    resourcePerInstance: {{cpu: 1, memoryMB: 128, gpu: 0}}
+    commands:
+      - echo "from $PAI_CURRENT_TASK_ROLE_NAME" > /mnt/team/out.txt
+      - echo mine > /mnt/home/out.txt
+      - cat /data/in.txt
+      - if touch /data/x 2>/dev/null; then echo "read-only storage written"; exit 1; fi
+extras:
+  storages:
+    - {{name: team}}
+    - {{name: home}}
+    - {{name: data, mountPath: /data}}
+"#
+    );
+    let view = run_to_end(&client, "stored", &job).await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    assert_eq!(
+        std::fs::read_to_string(team.join("out.txt")).expect("in the team directory"),
+        "from worker\n"
+    );
+    // Not shared: the user's own directory in it.
+    assert_eq!(
+        std::fs::read_to_string(home.join("alice/out.txt")).expect("in alice's directory"),
+        "mine\n"
+    );
+    assert!(!home.join("out.txt").exists());
+    assert!(
+        log_of(&client, "stored", "worker", 0)
+            .await
+            .contains("input")
+    );
+    assert!(!data.join("x").exists());
+    // The job page says what its tasks mount.
+    let token = server.token.clone().expect("token");
+    let page = common::request(
+        &server.url,
+        "GET",
+        "/ui/jobs/alice/stored",
+        &[("Authorization", &format!("Bearer {token}"))],
+        "",
+    );
+    assert!(
+        page.body.contains(
+            "storages: team at /mnt/team; home at /mnt/home (alice&#x27;s own); data at /data (read-only)"
+        ),
+        "{}",
+        page.body
+    );
 }

@@ -29,5 +29,6 @@ mod peers;
 mod portal;
 mod sdk;
 mod serve_command;
+mod storages;
 mod training;
 mod v2;

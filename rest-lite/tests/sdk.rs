@@ -39,7 +39,7 @@ fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
     let config = dir.join("config.yaml");
     std::fs::write(
         &config,
-        "gpus:\n  devices:\n    - {index: 0, uuid: GPU-sdk-0}\n    - {index: 1, uuid: GPU-sdk-1}\n",
+        "gpus:\n  devices:\n    - {index: 0, uuid: GPU-sdk-0}\n    - {index: 1, uuid: GPU-sdk-1}\nstorages:\n  - {name: sdk-team, default: true}\n  - {name: sdk-scratch, share: false}\n  - {name: sdk-other, users: [carol]}\n",
     )
     .expect("config");
     let server = Server::spawn(
@@ -65,6 +65,19 @@ fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
     assert_eq!(step("list")["protocolVersion"], "2");
     assert_eq!(step("list")["totalTaskNumber"], 2);
     assert_eq!(step("list")["totalGpuNumber"], 2);
+    // The SDK's storage calls: alice's storages, her defaults, one of them.
+    assert_eq!(
+        step("storages")["names"],
+        serde_json::json!(["sdk-team", "sdk-scratch"])
+    );
+    assert_eq!(
+        step("storages")["defaults"],
+        serde_json::json!(["sdk-team"])
+    );
+    assert_eq!(
+        step("storages")["detail"],
+        serde_json::json!({"name": "sdk-team", "share": true, "type": "unknown", "volumeName": "sdk-team"})
+    );
     // OpenPAI's bit per GPU: task 0 and task 1 on one GPU each, not the same one.
     let mut bits: Vec<u64> = step("get")["containerGpus"]
         .as_array()

@@ -6,6 +6,7 @@
 //! users:
 //!   - name: alice
 //!     tokenSha256: 2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
+//!     groups: [vision]
 //!   - name: ops
 //!     tokenSha256: …
 //!     admin: true
@@ -29,6 +30,8 @@ use super::error::ApiError;
 pub struct Caller {
     pub user: String,
     pub admin: bool,
+    /// The groups the token file gives the user (who may use which storage).
+    pub groups: Vec<String>,
 }
 
 impl Caller {
@@ -37,6 +40,7 @@ impl Caller {
         Self {
             user: String::new(),
             admin: true,
+            groups: Vec::new(),
         }
     }
 
@@ -45,6 +49,16 @@ impl Caller {
         Self {
             user: String::new(),
             admin: false,
+            groups: Vec::new(),
+        }
+    }
+
+    /// Who it is, as storages see it.
+    pub fn who(&self) -> pai_translate::storages::Who<'_> {
+        pai_translate::storages::Who {
+            user: &self.user,
+            groups: &self.groups,
+            admin: self.admin,
         }
     }
 
@@ -92,6 +106,9 @@ struct TokenEntry {
     token_sha256: String,
     #[serde(default)]
     admin: bool,
+    /// The user's groups (storages name the groups that may use them).
+    #[serde(default)]
+    groups: Vec<String>,
 }
 
 /// A set of tokens, each kept only as its SHA-256, with the caller it stands for.
@@ -172,6 +189,7 @@ impl Tokens {
             let caller = Caller {
                 user: entry.name,
                 admin: entry.admin,
+                groups: entry.groups,
             };
             entries.push((digest, caller));
         }
@@ -274,7 +292,7 @@ impl TokenTable {
 
 /// What tells that a file changed: its inode, size and modification time (a Secret
 /// volume's update swaps a symbolic link, which changes the inode).
-fn file_stamp(path: &Path) -> Option<(u64, u64, i64, i64)> {
+pub fn file_stamp(path: &Path) -> Option<(u64, u64, i64, i64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
     Some((m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
@@ -385,6 +403,7 @@ mod tests {
         let alice = Caller {
             user: "alice".to_string(),
             admin: false,
+            groups: Vec::new(),
         };
         let tokens = Tokens::single("s3cret", alice.clone());
         assert_eq!(tokens.caller("s3cret"), Some(alice));

@@ -120,6 +120,15 @@ impl ApiError {
         )
     }
 
+    /// No such storage (OpenPAI's 404 `NoStorageError`).
+    pub fn no_storage(name: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NoStorageError,
+            format!("storage {name} is not found"),
+        )
+    }
+
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,

@@ -47,6 +47,27 @@ pub async fn submit(
         )));
     }
     let spec = JobSpec::parse(&body.text, body.format).map_err(|e| ApiError::bad_spec(&e))?;
+    // The storages it mounts, as its submitter may have them (an empty list: theirs by
+    // default); the config's as they are now.
+    let storages = state.storages.current();
+    let spec = match spec.storages() {
+        Some(requests) => {
+            let resolved = pai_translate::storages::resolve(requests, &caller.who(), &storages)
+                .map_err(|denied| {
+                    let message = format!("extras.storages[{}].name: {denied}", denied.index());
+                    match denied {
+                        pai_translate::storages::Denied::Unknown { .. } => {
+                            ApiError::bad_request(message)
+                        }
+                        pai_translate::storages::Denied::Forbidden { .. } => {
+                            ApiError::forbidden(message)
+                        }
+                    }
+                })?;
+            spec.with_storages(resolved)
+        }
+        None => spec,
+    };
     let job = spec.name().as_str().to_string();
     if let Some(path_job) = path_job
         && path_job != job
@@ -82,6 +103,7 @@ pub async fn submit(
     };
     let mut framework = state
         .transformer
+        .with_storages(storages.to_vec())
         .transform(submission, Seed::Random)
         .map_err(|e| ApiError::bad_spec(&e))?;
     pai_engine::depends::resolve(state.backend.as_ref(), &mut framework).await?;

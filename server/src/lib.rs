@@ -14,6 +14,7 @@ pub mod router;
 pub mod routes;
 pub mod ssh;
 pub mod state;
+pub mod storages;
 pub mod tls;
 pub mod v2;
 pub mod views;

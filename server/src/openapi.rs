@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 use pai_contract::names::MAX_TASKS_PER_ROLE;
 use pai_translate::spec::schema;
 
-use super::{routes, v2};
+use super::{routes, storages, v2};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -39,6 +39,8 @@ use super::{routes, v2};
         v2::delete_tag,
         v2::get_task,
         v2::get_task_logs,
+        storages::list,
+        storages::get,
         routes::healthz,
         routes::readyz,
         routes::metrics,

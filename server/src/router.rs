@@ -8,7 +8,7 @@ use axum::routing::{get, put};
 use pai_api::routes::*;
 
 use crate::state::AppState;
-use crate::{auth, guard, metrics, openapi, routes, v2};
+use crate::{auth, guard, metrics, openapi, routes, storages, v2};
 
 /// Every route of the API.
 pub fn router(state: AppState) -> Router {
@@ -42,7 +42,9 @@ pub fn router(state: AppState) -> Router {
         .route(V2_JOB_EXECUTION.template(), put(v2::set_execution))
         .route(V2_ATTEMPT.template(), get(v2::get_attempt))
         .route(V2_TASK.template(), get(v2::get_task))
-        .route(V2_TASK_LOGS.template(), get(v2::get_task_logs));
+        .route(V2_TASK_LOGS.template(), get(v2::get_task_logs))
+        .route(V2_STORAGES.template(), get(storages::list))
+        .route(V2_STORAGE.template(), get(storages::get));
     // Job counts by state are no one's business but the server's callers'.
     let api = if state.metrics_elsewhere {
         api

@@ -32,6 +32,8 @@ pub struct AppState {
     pub views: Arc<crate::views::Views>,
     /// Where this server's tokens are, as the sign-in page says it.
     pub token_hint: Arc<str>,
+    /// The team storages now (the config's, read again when it changes).
+    pub storages: Arc<pai_translate::storages::Registry>,
 }
 
 impl AppState {
@@ -49,6 +51,9 @@ impl AppState {
         }));
         Self {
             backend,
+            storages: Arc::new(pai_translate::storages::Registry::new(
+                config.storages.clone(),
+            )),
             transformer: Arc::new(Transformer::new(config)),
             body_limit: DEFAULT_BODY_LIMIT,
             access,

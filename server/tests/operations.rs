@@ -70,6 +70,8 @@ async fn the_openapi_document_covers_every_route_and_the_job_view() {
             "/api/v2/jobs/{job_id}/attempts/{attempt_id}/taskRoles/{role}/taskIndex/{index}/attempts/{task_attempt_id}/logs",
             "get",
         ),
+        ("/api/v2/storages", "get"),
+        ("/api/v2/storages/{name}", "get"),
         ("/api/v1/openapi.json", "get"),
         ("/healthz", "get"),
         ("/readyz", "get"),

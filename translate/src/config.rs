@@ -63,6 +63,8 @@ pub struct ClusterConfig {
     pub failure_patterns: Vec<pai_contract::failure::Pattern>,
     /// GPU types (`gpuType`) and, on this machine, its GPUs ([`crate::gpus`]).
     pub gpus: crate::gpus::GpuConfig,
+    /// OpenPAI's team storages and who may use them ([`crate::storages`]).
+    pub storages: Vec<crate::storages::StorageConfig>,
 }
 
 impl Default for ClusterConfig {
@@ -87,6 +89,7 @@ impl Default for ClusterConfig {
             gang: Default::default(),
             failure_patterns: Vec::new(),
             gpus: Default::default(),
+            storages: Vec::new(),
         }
     }
 }
@@ -213,6 +216,9 @@ impl ClusterConfig {
                     "{size} bytes of JSON; at most {FAILURE_PATTERNS_MAX_BYTES} (every task's environment carries them)"
                 ),
             );
+        }
+        if let Err(rule) = crate::storages::check(&self.storages) {
+            return invalid("storages", rule);
         }
         if let Err((field, rule)) = self.gpus.check() {
             return invalid(field, rule);

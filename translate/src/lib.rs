@@ -12,5 +12,6 @@ pub mod gpus;
 pub mod place;
 pub mod ports;
 pub mod spec;
+pub mod storages;
 pub mod transform;
 pub mod warnings;

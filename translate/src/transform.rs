@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection,
     DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource, KeyToPath,
-    LocalObjectReference, ObjectFieldSelector, PodSchedulingGate, PodSpec, PodTemplateSpec,
-    ProjectedVolumeSource, ResourceRequirements, SecretVolumeSource, SecurityContext,
-    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
+    LocalObjectReference, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
+    PodSchedulingGate, PodSpec, PodTemplateSpec, ProjectedVolumeSource, ResourceRequirements,
+    SecretVolumeSource, SecurityContext, ServiceAccountTokenProjection, Volume, VolumeMount,
+    VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -50,6 +51,8 @@ pub struct Submission<'a> {
 /// What every role of one job shares.
 struct JobParts<'a> {
     image: &'a str,
+    /// The team storages its main containers mount.
+    storages: Vec<crate::storages::Mount>,
     /// The node labels of the GPU type the job asks for, where the config maps it.
     gpu_nodes: Option<BTreeMap<String, String>>,
     protocol: crate::spec::Protocol,
@@ -82,6 +85,13 @@ impl Transformer {
         &self.config
     }
 
+    /// The same with the storages `storages` (the config's as it is now).
+    pub fn with_storages(&self, storages: Vec<crate::storages::StorageConfig>) -> Self {
+        let mut config = self.config.clone();
+        config.storages = storages;
+        Self { config }
+    }
+
     /// The Framework that runs `submission`. Fails when the ports cannot be allocated
     /// (a valid spec's names always fit FrameworkController's rules).
     // Long: the Framework's fields in its own order (metadata, roles, annotations), each a
@@ -101,8 +111,26 @@ impl Transformer {
         let plans = allocate(spec, self.config.port_range, seed)?;
 
         let tasks: u32 = spec.roles().iter().map(TaskRole::task_number).sum();
+        let storages = match spec.storages() {
+            Some(requests) => {
+                crate::storages::mounts(requests, user.as_str(), &self.config.storages).map_err(
+                    |(index, rule)| {
+                        SpecErrors::single(
+                            &crate::spec::FieldPath::root()
+                                .field("extras")
+                                .field("storages")
+                                .index(index)
+                                .field("name"),
+                            rule,
+                        )
+                    },
+                )?
+            }
+            None => Vec::new(),
+        };
         let job = JobParts {
             image: spec.image(),
+            storages,
             gpu_nodes: spec
                 .gpu_type()
                 .and_then(|kind| self.config.gpus.types.get(kind))
@@ -395,6 +423,13 @@ impl Transformer {
             .collect();
         let mut mounts = shared_mounts();
         mounts.push(mount(SHM_VOLUME, paths::DEV_SHM));
+        mounts.extend(job.storages.iter().map(|s| VolumeMount {
+            name: s.volume.clone(),
+            mount_path: s.mount_path.clone(),
+            sub_path: s.sub_path.clone(),
+            read_only: s.read_only.then_some(true),
+            ..VolumeMount::default()
+        }));
         Container {
             name: MAIN_CONTAINER.to_string(),
             image: Some(role.image_or(job.image).to_string()),
@@ -453,7 +488,34 @@ impl Transformer {
             },
             token_volume(),
         ]
+        .into_iter()
+        .chain(storage_volumes(&job.storages))
+        .collect()
     }
+}
+
+/// A PersistentVolumeClaim volume per storage (one, if a job mounts it twice); read-only
+/// where every mount of it is.
+fn storage_volumes(storages: &[crate::storages::Mount]) -> Vec<Volume> {
+    let mut out: Vec<Volume> = Vec::new();
+    for storage in storages {
+        if out.iter().any(|v| v.name == storage.volume) {
+            continue;
+        }
+        let read_only = storages
+            .iter()
+            .filter(|s| s.volume == storage.volume)
+            .all(|s| s.read_only);
+        out.push(Volume {
+            name: storage.volume.clone(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: storage.claim.clone(),
+                read_only: read_only.then_some(true),
+            }),
+            ..Volume::default()
+        });
+    }
+    out
 }
 
 /// What both containers mount: the runtime's files and the logs.

@@ -42,7 +42,8 @@ fn fixture(name: &str) -> String {
 fn transformed(name: &str) -> (JobSpec, Framework) {
     let text = fixture(name);
     let spec = JobSpec::parse(&text, SpecFormat::Yaml).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let framework = common::transform(&text, 7).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let framework = common::transform_with(&text, 7, storages_config())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     (spec, framework)
 }
 
@@ -82,7 +83,8 @@ fn every_published_file_is_accepted_or_refused_naming_the_field() {
         match (JobSpec::parse(&text, SpecFormat::Yaml), refusal(&text)) {
             (Ok(spec), None) => {
                 assert_eq!(spec.protocol(), pai_translate::spec::Protocol::V2, "{name}");
-                common::transform(&text, 1).unwrap_or_else(|e| panic!("{name}: {e}"));
+                common::transform_with(&text, 1, storages_config())
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
                 accepted += 1;
             }
             (Err(e), Some(why)) => {
@@ -165,7 +167,7 @@ fn each_role_is_what_openpais_conversion_makes_of_it() {
             continue;
         }
         let doc: Value = serde_saphyr::from_str(&text).unwrap();
-        let framework = common::transform(&text, 3).unwrap();
+        let framework = common::transform_with(&text, 3, storages_config()).unwrap();
         assert_eq!(
             i64::from(framework.spec.retry_policy.max_retry_count),
             reference(
@@ -331,7 +333,7 @@ fn sshbarrier_waits_for_every_task_in_the_roles_that_ask() {
 
 #[test]
 fn gang_allocation_off_leaves_the_pods_ungrouped() {
-    let mut config = ClusterConfig::default();
+    let mut config = storages_config();
     config.gang.engine = Engine::Coscheduling;
     let grouped = common::transform_with(
         &fixture("pai__examples_tensorflow_cifar10_cifar10_vgg16_tf_cpu.yaml"),
@@ -375,12 +377,127 @@ fn what_is_not_done_is_said_by_name() {
             .any(|w| w.starts_with("prerequisites[3]: data prerequisite \"cifar10\"")),
         "{w:?}"
     );
-    // Said once, though the plugin is for both roles.
+    // Mounted, so nothing to say of it.
     let w = notes("pai__examples_mnist_500_tasks_yaml_CPU_500Task_MNIST.yaml");
     assert_eq!(
         w.iter().filter(|w| w.contains("teamwise_storage")).count(),
-        1,
+        0,
         "{w:?}"
+    );
+}
+
+/// The storages the published files name, as an operator would have them: the first
+/// shared, the second each user's own and read-only.
+fn storages_config() -> ClusterConfig {
+    let storage =
+        |name: &str, share: bool, read_only: bool| pai_translate::storages::StorageConfig {
+            name: name.to_string(),
+            claim_name: None,
+            path: None,
+            share,
+            read_only,
+            users: Vec::new(),
+            groups: Vec::new(),
+            default: false,
+        };
+    ClusterConfig {
+        storages: vec![
+            storage("nfs-storage", true, false),
+            storage("confignfs-data", false, true),
+            storage("confignfs", true, false),
+        ],
+        ..ClusterConfig::default()
+    }
+}
+
+/// The published files that mount team storage (the `teamwise_storage` plugin's
+/// `storageConfigNames`) get OpenPAI's volumes and mounts. Its rules, transcribed from
+/// microsoft/pai a95d9420e `src/rest-server/src/models/v2/job/k8s.js` (`put`, lines
+/// 1043-1102; `generateTaskRole`, 598-616): the plugin's names are `extras.storages`
+/// when that is not given; each storage is a volume `<name>-volume` of claim `<name>`,
+/// read-only where the storage is, mounted in the main container at `/mnt/<name>`, with
+/// the user's name as sub-path where the storage is not shared.
+#[test]
+fn published_team_storages_become_openpais_claims_and_mounts() {
+    let config = storages_config();
+    let mut seen = 0;
+    for (name, text) in fixtures() {
+        // A few published files do not parse (refused as OpenPAI refused them).
+        let Ok(doc) = serde_saphyr::from_str::<Value>(&text) else {
+            continue;
+        };
+        let plugins = doc["extras"]["com.microsoft.pai.runtimeplugin"]
+            .as_array()
+            .cloned();
+        let Some(names) = plugins.into_iter().flatten().find_map(|p| {
+            (p["plugin"] == "teamwise_storage")
+                .then(|| p["parameters"]["storageConfigNames"].clone())
+        }) else {
+            continue;
+        };
+        seen += 1;
+        let framework = common::transform_with(&text, 1, config.clone())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        common::assert_cluster_accepts(&framework);
+        for role in &framework.spec.task_roles {
+            let pod = role.task.pod.spec.as_ref().expect("pod");
+            let main = pod
+                .containers
+                .iter()
+                .find(|c| c.name == "main")
+                .expect("main");
+            for storage in names.as_array().into_iter().flatten() {
+                let storage = storage.as_str().expect("a name");
+                let configured = config
+                    .storages
+                    .iter()
+                    .find(|s| s.name == storage)
+                    .expect("configured");
+                let volume = pod
+                    .volumes
+                    .iter()
+                    .flatten()
+                    .find(|v| v.name == format!("{storage}-volume"))
+                    .unwrap_or_else(|| panic!("{name}: no volume for {storage}"));
+                let claim = volume.persistent_volume_claim.as_ref().expect("a claim");
+                assert_eq!(claim.claim_name, storage, "{name}");
+                assert_eq!(
+                    claim.read_only,
+                    configured.read_only.then_some(true),
+                    "{name}"
+                );
+                let mount = main
+                    .volume_mounts
+                    .iter()
+                    .flatten()
+                    .find(|m| m.name == volume.name)
+                    .unwrap_or_else(|| panic!("{name}: {storage} is not mounted"));
+                assert_eq!(mount.mount_path, format!("/mnt/{storage}"), "{name}");
+                assert_eq!(
+                    mount.sub_path.as_deref(),
+                    (!configured.share).then_some("alice"),
+                    "{name}"
+                );
+                // The init container does not mount it (OpenPAI's did not either).
+                let init = pod.init_containers.iter().flatten().next().expect("init");
+                assert!(
+                    init.volume_mounts
+                        .iter()
+                        .flatten()
+                        .all(|m| m.name != volume.name)
+                );
+            }
+        }
+    }
+    assert_eq!(seen, 8, "the eight published files with team storage");
+
+    // A storage the operator does not have refuses the job, naming the field.
+    let text = fixture("pai__examples_mnist_500_tasks_yaml_CPU_500Task_MNIST.yaml");
+    let errors = common::transform(&text, 1).expect_err("no storage confignfs here");
+    assert_eq!(errors.0[0].path, "extras.storages[0].name");
+    assert!(
+        errors.0[0].rule.contains("storage confignfs is not found"),
+        "{errors}"
     );
 }
 

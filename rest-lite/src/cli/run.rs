@@ -61,14 +61,25 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let outcome = runtime.block_on(async {
-        let backend = LocalBackend::open(args.local.settings(state_dir.clone(), false, &config.gpus)?)
+        let storages = Arc::new(pai_translate::storages::Registry::new(
+            config.storages.clone(),
+        ));
+        let backend = LocalBackend::open(args.local.settings(
+            state_dir.clone(),
+            false,
+            &config.gpus,
+            storages.clone(),
+        )?)
             .await
             .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
         let isolation = backend.isolation();
         // Closed like `serve`: only this user's token (in the run's private directory).
         let (access, token) = machine_access(&state_dir)?;
         let backend: Arc<dyn pai_engine::Backend> = backend;
-        let state = AppState::new(backend, config, access);
+        let state = AppState {
+            storages,
+            ..AppState::new(backend, config, access)
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .context("listening on loopback")?;

@@ -128,6 +128,7 @@ impl LocalArgs {
         state_dir: PathBuf,
         outlive_server: bool,
         gpus: &pai_translate::gpus::GpuConfig,
+        storages: Arc<pai_translate::storages::Registry>,
     ) -> Result<Settings> {
         let runtime = match &self.runtime {
             Some(path) => Runtime::binary(path),
@@ -154,6 +155,7 @@ impl LocalArgs {
                 outlive_server,
             },
             gpus: std::sync::Arc::new(machine_gpus(gpus)),
+            storages,
         })
     }
 }
@@ -241,6 +243,7 @@ pub fn machine_access(state_dir: &Path) -> Result<(Access, String)> {
     let caller = Caller {
         user: unix_user(),
         admin: true,
+        groups: Vec::new(),
     };
     let access = Access::Tokens(TokenTable::fixed(Tokens::single(&token, caller)));
     Ok((access, token))
@@ -297,12 +300,19 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 (access, Some((token, machine_token::path(&state_dir))))
             }
         };
+        let storages = Arc::new(pai_translate::storages::Registry::new(
+            config.storages.clone(),
+        ));
+        if let Some(path) = &args.config {
+            watch_storages(path.clone(), Arc::downgrade(&storages));
+        }
         let backend = backend(
             args.listen,
             args.backend,
             args.kubeconfig.as_deref(),
             &config,
             &args.local,
+            storages.clone(),
         )
         .await?;
         let describe = backend.describe();
@@ -312,6 +322,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             tls: tls.is_some(),
             metrics_elsewhere: args.metrics_listen.is_some(),
             token_hint: token_hint.into(),
+            storages,
             ..AppState::new(backend, config, access)
         };
         let listener = tokio::net::TcpListener::bind(args.listen)
@@ -379,6 +390,7 @@ async fn backend(
     kubeconfig: Option<&Path>,
     config: &ClusterConfig,
     local: &LocalArgs,
+    storages: Arc<pai_translate::storages::Registry>,
 ) -> Result<Arc<dyn Backend>> {
     let kube = match kind {
         BackendKind::Local => None,
@@ -424,11 +436,43 @@ async fn backend(
                 .state_dir
                 .clone()
                 .unwrap_or_else(pai_local::default_state_dir);
-            LocalBackend::open(local.settings(state_dir.clone(), true, &config.gpus)?)
+            LocalBackend::open(local.settings(state_dir.clone(), true, &config.gpus, storages)?)
                 .await
                 .with_context(|| format!("opening the state directory {}", state_dir.display()))?
         }
     })
+}
+
+/// Reads the config file again whenever it changes (as the token file is) and takes its
+/// `storages`: a storage added, removed or granted to other users counts for the next
+/// submission, without a restart. A config that no longer reads keeps the storages as
+/// they were, and the log says why.
+fn watch_storages(path: PathBuf, storages: std::sync::Weak<pai_translate::storages::Registry>) {
+    let mut seen = pai_server::auth::file_stamp(&path);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(pai_server::auth::RELOAD_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(storages) = storages.upgrade() else {
+                return;
+            };
+            let stamp = pai_server::auth::file_stamp(&path);
+            if stamp == seen {
+                continue;
+            }
+            seen = stamp;
+            match ClusterConfig::load(&path) {
+                Ok(config) => {
+                    tracing::info!(file = %path.display(), storages = config.storages.len(), "config read again: its storages count from now on");
+                    storages.replace(config.storages);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the config changed and does not read: the storages stay as they were");
+                }
+            }
+        }
+    });
 }
 
 /// `--kubeconfig`, else in-cluster, `$KUBECONFIG` or `~/.kube/config`.

@@ -94,6 +94,16 @@ async function main() {
   assert.ok(mine, 'the job is listed');
   step('list', { name: mine.name, protocolVersion: mine.protocolVersion, totalTaskNumber: mine.totalTaskNumber, totalGpuNumber: mine.totalGpuNumber });
 
+  // The storages the user may use, as `pai` lists and reads them.
+  const storages = await client.storage.getStorages();
+  const defaults = await client.storage.getStorages(true);
+  const detail = await client.storage.getStorage('sdk-team');
+  step('storages', {
+    names: storages.storages.map((s) => s.name),
+    defaults: defaults.storages.map((s) => s.name),
+    detail: { name: detail.name, share: detail.share, type: detail.type, volumeName: detail.volumeName },
+  });
+
   const running = await until('running', (d) =>
     d.jobStatus.state === 'RUNNING' &&
     d.taskRoles.worker.taskStatuses.every((t) => t.taskState === 'RUNNING'));

@@ -245,6 +245,45 @@ pub struct RoleResources {
     pub memory: String,
     pub gpu: u32,
     pub image: String,
+    /// The team storages its tasks mount: `team at /mnt/team (read-only, alice's own)`.
+    pub storages: String,
+}
+
+/// The team storages `main` mounts, as the job page says them.
+fn storages_of(role: &pai_contract::framework::TaskRoleSpec) -> String {
+    let volumes = role
+        .task
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|p| p.volumes.as_deref())
+        .unwrap_or_default();
+    role.main_container()
+        .and_then(|c| c.volume_mounts.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| {
+            let claim = volumes
+                .iter()
+                .find(|v| v.name == m.name)?
+                .persistent_volume_claim
+                .as_ref()?;
+            let mut notes = Vec::new();
+            if m.read_only == Some(true) || claim.read_only == Some(true) {
+                notes.push("read-only".to_string());
+            }
+            if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                notes.push(format!("{sub}'s own"));
+            }
+            let notes = if notes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", notes.join(", "))
+            };
+            Some(format!("{} at {}{notes}", claim.claim_name, m.mount_path))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Each role's resources, from the Framework's pod templates.
@@ -268,6 +307,7 @@ pub fn resources(framework: &pai_contract::Framework) -> Vec<RoleResources> {
                 memory: request("memory"),
                 gpu: role.gpu_count(),
                 image: main.and_then(|c| c.image.clone()).unwrap_or_default(),
+                storages: storages_of(role),
             }
         })
         .collect()

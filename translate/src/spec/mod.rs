@@ -71,6 +71,9 @@ pub struct JobSpec {
     gang_allocation: bool,
     /// OpenPAI v1's `gpuType`: the GPU model (its SKU name) the tasks must run on.
     gpu_type: Option<String>,
+    /// The storages it mounts (v2 `extras.storages` or the `teamwise_storage` plugin):
+    /// `None` none, an empty list the user's defaults.
+    storages: Option<Vec<crate::storages::StorageRequest>>,
 }
 
 /// How often the job's attempt is retried (`retryCount`, `jobRetryCount`), as
@@ -222,6 +225,19 @@ impl JobSpec {
     /// The GPU type the job asks for (v1 `gpuType`).
     pub fn gpu_type(&self) -> Option<&str> {
         self.gpu_type.as_deref()
+    }
+
+    /// The storages it asks for: `None` none, an empty list the user's defaults.
+    pub fn storages(&self) -> Option<&[crate::storages::StorageRequest]> {
+        self.storages.as_deref()
+    }
+
+    /// The same job with its storages as the server resolved them for its caller (the
+    /// defaults named, each one the caller may use): none left is no storage at all, not
+    /// "the defaults" again.
+    pub fn with_storages(mut self, storages: Vec<crate::storages::StorageRequest>) -> Self {
+        self.storages = (!storages.is_empty()).then_some(storages);
+        self
     }
 
     /// The queue's name as OpenPAI tells it to tasks (`PAI_VIRTUAL_CLUSTER`).

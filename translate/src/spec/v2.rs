@@ -25,6 +25,7 @@ use super::validate::{I32_MAX, image, pod_names_fit, training_ports, with_implic
 use super::{
     CompletionPolicy, JobSpec, LegacyDirs, PortRequest, PortStart, Protocol, Resources, TaskRole,
 };
+use crate::storages::StorageRequest;
 
 const JOB_FIELDS: &[&str] = &[
     "protocolVersion",
@@ -249,6 +250,7 @@ pub(super) fn job(value: &Value, order: &[String]) -> Result<JobSpec, SpecErrors
         registry_auths: auths.into_iter().map(|(_, a)| a).collect(),
         gang_allocation: extras.gang_allocation,
         gpu_type: None,
+        storages: extras.storages,
     })
 }
 
@@ -652,6 +654,8 @@ struct ExtraPlugin {
 struct Extras {
     plugins: Vec<ExtraPlugin>,
     gang_allocation: bool,
+    /// `extras.storages`, or the `teamwise_storage` plugin's names.
+    storages: Option<Vec<StorageRequest>>,
 }
 
 impl Default for Extras {
@@ -659,8 +663,85 @@ impl Default for Extras {
         Self {
             plugins: Vec::new(),
             gang_allocation: true,
+            storages: None,
         }
     }
+}
+
+/// The fields of an item of `extras.storages`.
+const STORAGE_FIELDS: &[&str] = &["name", "mountPath", "share", "readOnly"];
+
+/// `extras.storages`: names given once, mount paths absolute, distinct and outside the
+/// runtime's directory.
+fn storages(value: &Value, path: &FieldPath, errors: &mut Errors) -> Vec<StorageRequest> {
+    let Some(items) = reader::list(value, path, errors) else {
+        return Vec::new();
+    };
+    let mut out: Vec<StorageRequest> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let p = path.index(i);
+        let Some(obj) = Object::new(item, p.clone(), STORAGE_FIELDS, errors) else {
+            continue;
+        };
+        let name = obj
+            .required("name", errors)
+            .and_then(|(v, p)| reader::text(v, &p, errors))
+            .map(str::to_string);
+        let flag = |key: &str, errors: &mut Errors| match obj.optional(key) {
+            Some((Value::Bool(b), _)) => Some(*b),
+            Some((other, p)) => {
+                errors.push(&p, format!("must be true or false, got {}", kind(other)));
+                None
+            }
+            None => None,
+        };
+        let share = flag("share", errors);
+        let read_only = flag("readOnly", errors);
+        let mount_path = match obj.optional("mountPath") {
+            Some((v, p)) => reader::text(v, &p, errors).and_then(|m| {
+                let inside_runtime = m == pai_contract::paths::RUNTIME_ROOT
+                    || m.starts_with(&format!("{}/", pai_contract::paths::RUNTIME_ROOT));
+                if !m.starts_with('/') || m.split('/').any(|part| part == "..") || inside_runtime {
+                    errors.push(
+                        &p,
+                        format!(
+                            "{m:?} is not a place to mount a storage: an absolute path, without '..', outside {}",
+                            pai_contract::paths::RUNTIME_ROOT
+                        ),
+                    );
+                    None
+                } else {
+                    Some(m.to_string())
+                }
+            }),
+            None => None,
+        };
+        obj.finish(errors);
+        let Some(name) = name else { continue };
+        let request = StorageRequest {
+            name,
+            mount_path,
+            share,
+            read_only,
+        };
+        if out.iter().any(|o| o.name == request.name) {
+            errors.push(
+                &p.field("name"),
+                format!("storage {} is named twice", request.name),
+            );
+        } else if out.iter().any(|o| o.mount_path() == request.mount_path()) {
+            errors.push(
+                &p.field("mountPath"),
+                format!(
+                    "{} is the mount path of another storage",
+                    request.mount_path()
+                ),
+            );
+        } else {
+            out.push(request);
+        }
+    }
+    out
 }
 
 fn extras(value: &Value, path: &FieldPath, errors: &mut Errors, notes: &mut Vec<String>) -> Extras {
@@ -696,11 +777,36 @@ fn extras(value: &Value, path: &FieldPath, errors: &mut Errors, notes: &mut Vec<
             "hivedScheduler" => notes.push(format!(
                 "{p}: HiveD's placement hints are not used: the cluster's scheduler and gang engine place the job"
             )),
-            "storages" => notes.push(format!(
-                "{p}: OpenPAI's storages (its team PVCs) are not mounted into the tasks here"
-            )),
+            "storages" => out.storages = Some(storages(v, &p, errors)),
             _ => notes.push(format!("{p}: not used here")),
         }
+    }
+    // OpenPAI's older way: the teamwise_storage plugin's names, where `storages` is not
+    // given (none: the user's default storages).
+    if out.storages.is_none()
+        && let Some(plugin) = out.plugins.iter().find(|p| p.name == "teamwise_storage")
+    {
+        let names = plugin.parameters.get("storageConfigNames");
+        let p = plugin.path.field("parameters").field("storageConfigNames");
+        let mut requests = Vec::new();
+        match names {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let Some(name) = reader::text(item, &p.index(i), errors) {
+                        requests.push(StorageRequest {
+                            name: name.to_string(),
+                            ..StorageRequest::default()
+                        });
+                    }
+                }
+            }
+            Some(other) => errors.push(
+                &p,
+                format!("must be a list of storage names, got {}", kind(other)),
+            ),
+        }
+        out.storages = Some(requests);
     }
     out
 }
@@ -1409,9 +1515,8 @@ fn apply_plugin(
         "git" => notes.push(format!(
             "{path}: the git plugin is not run here: no repository is cloned for you; clone it in the command"
         )),
-        "teamwise_storage" => notes.push(format!(
-            "{path}: the teamwise_storage plugin is not run here: OpenPAI's team storage is not mounted"
-        )),
+        // Its storages are the job's (`extras.storages`), mounted in every task.
+        "teamwise_storage" => {}
         other => notes.push(format!(
             "{path}: runtime plugin {other:?} is not known here and is not run"
         )),

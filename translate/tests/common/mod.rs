@@ -97,6 +97,18 @@ pub fn assert_cluster_accepts(framework: &Framework) {
     );
     let name = framework.metadata.name.as_deref().expect("name");
     for role in &framework.spec.task_roles {
+        // Each pod FrameworkController makes of the template passes the pod's rules.
+        let mut pod = serde_json::json!({
+            "metadata": {"name": "pod"},
+            "spec": serde_json::to_value(&role.task.pod.spec).expect("json"),
+        });
+        if let Err(invalid) = pai_test_support::validation::admit("pods", &mut pod) {
+            panic!(
+                "the cluster refuses role {}'s pods: {}",
+                role.name,
+                invalid.message()
+            );
+        }
         let last = u32::try_from(role.task_number - 1).expect("tasks");
         let pod = pai_contract::framework::pod_name(name, &role.name, last);
         assert!(
