@@ -115,6 +115,22 @@ fn retry_delay(status: &pai_contract::framework::FrameworkStatus, delay: i64) ->
         .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(delay)).ok())
         .map(|t| format!(" (at {})", t.round(jiff::Unit::Second).unwrap_or(t)))
         .unwrap_or_default();
+    // Ended by the user's command (its success or its own code): the restart back-off of a job
+    // whose attempts end quickly, as a kubelet's CrashLoopBackOff.
+    let backed_off = attempt
+        .completion_status
+        .as_ref()
+        .is_some_and(|c| pai_contract::restarts::ended_by_command(c.code));
+    if backed_off {
+        return Waiting {
+            reason: "BackOff".to_string(),
+            message: format!(
+                "restarting in {delay} s{at} after attempt {} ended ({why}): its attempts end quickly, and each restart waits twice as long as the one before, up to the cap, until an attempt runs long enough",
+                attempt.id
+            ),
+            since: millis(ended),
+        };
+    }
     Waiting {
         reason: "RetryDelay".to_string(),
         message: format!(

@@ -853,7 +853,7 @@ impl Backend for KubeBackend {
     }
 
     /// The kubelet's log API gives a container's stdout and stderr merged (in the order
-    /// the container runtime read them): one stream alone is refused. The runtime's lines
+    /// the container runtime read them): there is no log of one stream alone (404). The runtime's lines
     /// are the init container's log, then the main container's marked lines.
     fn log<'a>(
         &'a self,
@@ -866,7 +866,7 @@ impl Backend for KubeBackend {
             let source = match part {
                 LogPart::Lines(source) => source,
                 LogPart::Stream(stream) => {
-                    return Err(BackendError::Refused(format!(
+                    return Err(BackendError::NoSuchLog(format!(
                         "stream={} cannot be served on a cluster: the kubelet's log API gives a container's stdout and stderr merged (in the order the container runtime read them); leave stream out for both",
                         stream.as_str()
                     )));

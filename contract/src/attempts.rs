@@ -39,6 +39,20 @@ pub struct AttemptEnd {
     /// When it ended (RFC 3339), where the status says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
+    /// When it began to run (RFC 3339; when it was created, if it never ran): how long it
+    /// ran decides a restart's back-off ([`crate::restarts`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
+}
+
+impl AttemptEnd {
+    /// How long it ran, where both ends are known.
+    pub fn ran(&self) -> Option<std::time::Duration> {
+        let parse = |t: &Option<String>| t.as_deref()?.parse::<jiff::Timestamp>().ok();
+        let (start, end) = (parse(&self.started)?, parse(&self.time)?);
+        let span = end.duration_since(start);
+        std::time::Duration::try_from(span).ok()
+    }
 }
 
 /// The history the annotation holds (none when it is missing or unreadable).
@@ -77,6 +91,10 @@ pub fn current_end(framework: &Framework) -> Option<AttemptEnd> {
             .clone()
             .or_else(|| status.completion_time.clone())
             .or_else(|| status.transition_time.clone()),
+        started: attempt
+            .run_time
+            .clone()
+            .or_else(|| attempt.start_time.clone()),
     })
 }
 

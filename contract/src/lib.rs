@@ -22,6 +22,7 @@ pub mod ordered_log;
 pub mod paths;
 pub mod ports;
 pub mod read;
+pub mod restarts;
 pub mod results;
 pub mod ssh_key;
 pub mod tags;

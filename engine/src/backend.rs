@@ -23,6 +23,10 @@ pub enum BackendError {
     /// message says why.
     #[error("{0}")]
     Gone(String),
+    /// The backend has no such view of a log (one stream alone, where it keeps them
+    /// merged): the message says what it has instead.
+    #[error("{0}")]
+    NoSuchLog(String),
     #[error("the cluster rejected the Framework: {0}")]
     Invalid(String),
     /// The backend will not run the job (too large for this machine, …): the message

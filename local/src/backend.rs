@@ -40,6 +40,7 @@ impl From<crate::Error> for BackendError {
             crate::Error::Conflict(message) => Self::Conflict(message),
             crate::Error::NotFound => Self::NotFound,
             crate::Error::Refused(message) => Self::Refused(message),
+            crate::Error::Gone(message) => Self::Gone(message),
             crate::Error::Other(message) => Self::Other(message),
         }
     }

@@ -291,6 +291,7 @@ pub(super) async fn drive(
             let mut cx = lifecycle::Context {
                 now: now(),
                 conflict_delay: inner.settings.conflict_delay,
+                restart: inner.settings.restart,
                 uid: &mut uids,
                 note: &note,
             };
@@ -854,6 +855,15 @@ fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, St
     // readers (its status, the job list) must not wait for it. Only this driver changes
     // the attempt and its tasks, so what is read from the copy stays current.
     let framework = job.framework().clone();
+    // The files of attempts older than the kept ones go before this one's come.
+    let name = framework.metadata.name.clone().unwrap_or_default();
+    let pruned =
+        inner
+            .store
+            .prune_attempts(&name, framework.attempt_id(), inner.settings.kept_attempts);
+    if pruned > 0 {
+        tracing::debug!(job = %name, pruned, "removed old attempts' files");
+    }
     let allocation = ports::allocate(&framework, &inner.ports)
         .map_err(|e| format!("no free ports on this machine: {e}"))?;
     let own_ports = &allocation.ports;

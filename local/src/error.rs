@@ -16,6 +16,9 @@ pub enum Error {
     /// The job cannot run here (too large for this machine, …): the message says why.
     #[error("{0}")]
     Refused(String),
+    /// It existed and its files are no longer kept (an old attempt's log).
+    #[error("{0}")]
+    Gone(String),
     /// Anything else (I/O on the state directory, …).
     #[error("{0}")]
     Other(String),

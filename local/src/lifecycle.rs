@@ -24,6 +24,8 @@ pub struct Context<'a> {
     /// RFC 3339, written into every timestamp this step sets.
     pub now: String,
     pub conflict_delay: Duration,
+    /// The wait before the next attempt of a job whose attempts end quickly.
+    pub restart: pai_contract::restarts::RestartBackoff,
     pub uid: &'a mut dyn FnMut() -> String,
     /// Added to every attempt's completion diagnostics (the embedded default says the
     /// images were not used).
@@ -653,17 +655,20 @@ fn after_attempt(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut 
         finish(framework, cx, effects);
         return;
     }
-    tracing::info!(reason = %decision.reason, delay_s = decision.delay.as_secs(), "retrying the attempt");
-    if decision.delay.is_zero() {
+    // An attempt the user's command ended quickly: the next one waits, as a kubelet
+    // backs off a container that keeps exiting.
+    let backoff =
+        pai_contract::restarts::wait(&pai_contract::attempts::recorded(framework), &cx.restart)
+            .map_or(Duration::ZERO, |w| w.delay);
+    let delay = decision.delay.max(backoff);
+    tracing::info!(reason = %decision.reason, delay_s = delay.as_secs(), "retrying the attempt");
+    if delay.is_zero() {
         retry_now(framework, cx, effects);
     } else {
         if let Some(status) = framework.status.as_mut() {
-            status.retry_policy_status.retry_delay_sec = Some(decision.delay.as_secs() as i64);
+            status.retry_policy_status.retry_delay_sec = Some(delay.as_secs() as i64);
         }
-        effects.extend([
-            Effect::Persist { durable: true },
-            Effect::Schedule(decision.delay),
-        ]);
+        effects.extend([Effect::Persist { durable: true }, Effect::Schedule(delay)]);
     }
 }
 
@@ -724,6 +729,8 @@ mod tests {
         framework: Framework,
         tick: u64,
         uids: u64,
+        /// Off unless a test turns it on.
+        restart: pai_contract::restarts::RestartBackoff,
     }
 
     impl Sim {
@@ -744,6 +751,10 @@ mod tests {
                 framework,
                 tick: 0,
                 uids: 0,
+                restart: pai_contract::restarts::RestartBackoff {
+                    first: Duration::ZERO,
+                    ..Default::default()
+                },
             }
         }
 
@@ -757,6 +768,7 @@ mod tests {
             let mut cx = Context {
                 now: format!("2026-11-22T10:00:{:02}Z", self.tick % 60),
                 conflict_delay: DELAY,
+                restart: self.restart,
                 uid: &mut uid,
                 note: "",
             };
@@ -1032,6 +1044,36 @@ mod tests {
     }
 
     #[test]
+    fn a_service_that_exits_at_once_backs_off_doubling_to_the_cap() {
+        // retryCount −2: restarted after a success too, as OpenPAI's services.
+        let mut sim = Sim::new(&[("server", 1, 1, -1)], false, -2);
+        sim.restart = pai_contract::restarts::RestartBackoff {
+            first: Duration::from_secs(10),
+            cap: Duration::from_secs(40),
+            reset_after: Duration::from_secs(600),
+        };
+        let mut delays = Vec::new();
+        sim.started();
+        for attempt in 0..5 {
+            assert_eq!(sim.attempt(), attempt);
+            sim.running();
+            let effects = sim.exit("server", 0, 0);
+            assert_eq!(sim.state(), FrameworkState::AttemptCompleted);
+            let delay = sim.status().retry_policy_status.retry_delay_sec;
+            let seconds = u64::try_from(delay.expect("a delay")).expect("positive");
+            assert!(
+                effects.contains(&Effect::Schedule(Duration::from_secs(seconds))),
+                "{effects:?}"
+            );
+            delays.push(delay);
+            let effects = sim.step(Event::RetryDelayElapsed);
+            assert!(effects.contains(&Effect::Place), "{effects:?}");
+            sim.placed();
+        }
+        assert_eq!(delays, [Some(10), Some(20), Some(40), Some(40), Some(40)]);
+    }
+
+    #[test]
     fn a_stop_during_the_retry_delay_completes_and_the_timer_does_nothing() {
         let mut sim = Sim::new(&[("worker", 1, 1, -1)], true, 0);
         sim.started();
@@ -1230,6 +1272,7 @@ mod tests {
                 framework: serde_json::from_str(&saved).expect("json"),
                 tick: 100,
                 uids: 100,
+                restart: sim.restart,
             };
             assert_eq!(restarted.step(Event::Resumed), *effects, "{name}");
             assert_eq!(restarted.attempt(), *attempt, "{name}");

@@ -108,6 +108,12 @@ pub(crate) fn log_stream(
         Some(attempt) if attempt < current => (attempt, false),
         _ => (current, follow),
     };
+    let kept = inner.settings.kept_attempts;
+    if i64::from(attempt) <= i64::from(current) - i64::from(kept) {
+        return Err(Error::Gone(format!(
+            "attempt {attempt}'s log is no longer kept: this machine keeps the files of a job's last {kept} attempts (keptAttempts in the config); its summary is in the job's attempt history"
+        )));
+    }
     let root = inner.store.task_root(&name, attempt, &role, index);
     let (path, records) = match which {
         Which::Container => (task::container_log(&root), None),

@@ -29,6 +29,10 @@ pub struct Settings {
     pub gpus: std::sync::Arc<crate::gpus::Gpus>,
     /// The team storages (the config's, as the server reads it again).
     pub storages: std::sync::Arc<pai_translate::storages::Registry>,
+    /// The wait before the next attempt of a job whose attempts end quickly.
+    pub restart: pai_contract::restarts::RestartBackoff,
+    /// How many attempts' files are kept per job, the current one included.
+    pub kept_attempts: u32,
 }
 
 /// What decides container mode at start.

@@ -174,6 +174,42 @@ impl Store {
             .join(".shared")
     }
 
+    /// Removes the files of job `name`'s attempts before the latest `kept` up to
+    /// `current` (logs, working directories, peer tables, process records), so that a
+    /// job restarted a thousand times keeps a bounded number of them. Their summaries stay
+    /// in the Framework's attempt history. The number of attempts removed.
+    pub fn prune_attempts(&self, name: &str, current: i32, kept: u32) -> usize {
+        let oldest_kept = i64::from(current) - i64::from(kept.max(1)) + 1;
+        let attempts_of = |dir: PathBuf| -> Vec<(i64, PathBuf)> {
+            std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| {
+                    let n = e.file_name().to_str()?.parse::<i64>().ok()?;
+                    Some((n, e.path()))
+                })
+                .collect()
+        };
+        let mut removed = 0;
+        for (n, dir) in attempts_of(self.job_dir(name).join("attempts")) {
+            if n < oldest_kept {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove an old attempt's files");
+                    continue;
+                }
+                removed += 1;
+                let _ = std::fs::remove_file(self.peers_file(name, n as i32));
+            }
+        }
+        for (n, dir) in attempts_of(self.root.join("pids").join(name)) {
+            if n < oldest_kept {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+        removed
+    }
+
     pub fn peers_file(&self, name: &str, attempt: i32) -> PathBuf {
         self.job_dir(name).join(format!("peers-{attempt}.json"))
     }

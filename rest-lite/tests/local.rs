@@ -652,7 +652,8 @@ fn each_retried_attempt_is_told_with_its_reason() {
     let told = "attempt 0 failed: task worker-0: the user command exited with code 3";
     assert!(
         stderr.contains(&format!("rest-lite: job flaky: {told}"))
-            && stderr.contains("; retried as attempt 1"),
+            // Told as it ended: the next attempt waits (a quick failure backs off).
+            && stderr.contains("; retrying in 10 s (attempt 1)"),
         "{stderr}"
     );
     assert!(stderr.contains("job flaky SUCCEEDED"), "{stderr}");

@@ -27,6 +27,7 @@ mod local_safety;
 mod pages;
 mod peers;
 mod portal;
+mod restarts;
 mod sdk;
 mod serve_command;
 mod storages;

@@ -192,7 +192,7 @@ impl From<BackendError> for ApiError {
                 ErrorCode::NoJobError,
                 "the job was not found (deleted meanwhile?)",
             ),
-            BackendError::Gone(message) => {
+            BackendError::Gone(message) | BackendError::NoSuchLog(message) => {
                 Self::new(StatusCode::NOT_FOUND, ErrorCode::NoLogError, message)
             }
             BackendError::Conflict(message) => Self::conflict(message),

@@ -598,7 +598,7 @@ impl From<LogSource> for pai_contract::log_lines::Source {
     tag = "jobs",
     params(JobPath, LogQuery),
     responses(
-        (status = 200, description = "the task's output (by default the user command's, stdout and stderr in the order written; one of them with stream=; the runtime's lines with source=runtime); streamed while it runs with follow=true", content_type = "text/plain", body = String),
+        (status = 200, description = "the task's output (by default the user command's, stdout and stderr in the order written; one of them with stream= (where the backend keeps them apart: on a cluster, whose kubelet merges them, 404 NoLogError); the runtime's lines with source=runtime); streamed while it runs with follow=true", content_type = "text/plain", body = String),
         JobErrors
     )
 )]

@@ -86,10 +86,11 @@ async fn logs_answer_while_a_task_starts_and_a_follow_waits_for_its_pod() {
     );
     let read = request(s.addr, "GET", path, None, "").await;
     assert_eq!((read.status, read.body.as_str()), (200, ""), "no 400");
-    // The kubelet's log API merges stdout and stderr: one of them alone is refused,
-    // saying so, never answered with both.
+    // The kubelet's log API merges stdout and stderr: there is no log of one of them
+    // alone (404 NoLogError, saying so), never an answer with both.
     let split = request(s.addr, "GET", &format!("{path}&stream=stderr"), None, "").await;
-    assert_eq!(split.status, 400, "{}", split.body);
+    assert_eq!(split.status, 404, "{}", split.body);
+    assert!(split.body.contains("NoLogError"), "{}", split.body);
     assert!(
         split
             .body

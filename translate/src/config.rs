@@ -65,7 +65,50 @@ pub struct ClusterConfig {
     pub gpus: crate::gpus::GpuConfig,
     /// OpenPAI's team storages and who may use them ([`crate::storages`]).
     pub storages: Vec<crate::storages::StorageConfig>,
+    /// The wait before the next attempt of a job whose attempts end quickly
+    /// ([`pai_contract::restarts`]).
+    pub restart_backoff: RestartBackoffConfig,
+    /// How many attempts' files (logs, working directories) the embedded default keeps
+    /// per job: the latest, the current one included.
+    pub kept_attempts: u32,
 }
+
+/// `restartBackoff`: the kubelet's numbers unless set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct RestartBackoffConfig {
+    /// The wait after the first quick attempt; 0 turns the back-off off.
+    pub first_sec: u64,
+    /// The longest wait.
+    pub cap_sec: u64,
+    /// An attempt that ran this long starts the count again.
+    pub reset_after_sec: u64,
+}
+
+impl Default for RestartBackoffConfig {
+    fn default() -> Self {
+        let d = pai_contract::restarts::RestartBackoff::default();
+        Self {
+            first_sec: d.first.as_secs(),
+            cap_sec: d.cap.as_secs(),
+            reset_after_sec: d.reset_after.as_secs(),
+        }
+    }
+}
+
+impl RestartBackoffConfig {
+    pub fn policy(&self) -> pai_contract::restarts::RestartBackoff {
+        use std::time::Duration;
+        pai_contract::restarts::RestartBackoff {
+            first: Duration::from_secs(self.first_sec),
+            cap: Duration::from_secs(self.cap_sec),
+            reset_after: Duration::from_secs(self.reset_after_sec),
+        }
+    }
+}
+
+/// Attempts whose files are kept unless configured.
+pub const DEFAULT_KEPT_ATTEMPTS: u32 = 5;
 
 impl Default for ClusterConfig {
     fn default() -> Self {
@@ -90,6 +133,8 @@ impl Default for ClusterConfig {
             failure_patterns: Vec::new(),
             gpus: Default::default(),
             storages: Vec::new(),
+            restart_backoff: Default::default(),
+            kept_attempts: DEFAULT_KEPT_ATTEMPTS,
         }
     }
 }
@@ -215,6 +260,21 @@ impl ClusterConfig {
                 format!(
                     "{size} bytes of JSON; at most {FAILURE_PATTERNS_MAX_BYTES} (every task's environment carries them)"
                 ),
+            );
+        }
+        if self.restart_backoff.cap_sec < self.restart_backoff.first_sec {
+            return invalid(
+                "restartBackoff.capSec",
+                format!(
+                    "{} is less than firstSec ({})",
+                    self.restart_backoff.cap_sec, self.restart_backoff.first_sec
+                ),
+            );
+        }
+        if self.kept_attempts == 0 {
+            return invalid(
+                "keptAttempts",
+                "must be at least 1 (the current attempt's files)".to_string(),
             );
         }
         if let Err(rule) = crate::storages::check(&self.storages) {

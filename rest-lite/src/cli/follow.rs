@@ -70,6 +70,7 @@ pub async fn follow(client: &Client, user: &str, job: &str, verbose: bool) -> Re
     }
     // Followers print what is left of their logs, then end.
     drop(views);
+    notes.summary(job);
     let view = last.ok_or_else(|| anyhow::anyhow!("job {job} was deleted while it ran"))?;
     // The followers end with their tasks' logs.
     let _ =

@@ -90,13 +90,26 @@ pub fn waiting(view: &JobView, now_ms: i64) -> Option<String> {
 
 /// What a followed job's changes tell on standard error: why it is held (by the gang
 /// scheduler, a queue, this machine's slots), each time the reason changes (a job on its
-/// way is not told); and each attempt that ended and is retried, once, as it happens.
+/// way is not told); and each attempt that ended and is retried, as it happens. A job that
+/// keeps restarting (a service whose command exits at once) is told compactly: its first
+/// [`RESTARTS_TOLD`] restarts a line each, then a count and the last restart's line at
+/// most every [`RESTART_SUMMARY_EVERY`].
 #[derive(Default)]
 pub struct Notes {
     held: Option<(String, String)>,
-    /// The last attempt whose end was told.
+    /// The last attempt whose end was seen.
     told: Option<i32>,
+    /// Restarts seen, and those not told yet (with the last one's line).
+    restarts: u32,
+    untold: Option<(u32, String)>,
+    /// When the last summary was told.
+    summarized: Option<std::time::Instant>,
 }
+
+/// Restarts told a line each before they are summed up.
+pub const RESTARTS_TOLD: u32 = 3;
+/// The least time between two summaries of restarts.
+pub const RESTART_SUMMARY_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Notes {
     pub fn see(&mut self, job: &str, view: &JobView) {
@@ -106,8 +119,11 @@ impl Notes {
             .as_ref()
             .filter(|w| w.is_held())
             .map(|w| (w.reason.clone(), w.message.clone()));
+        // A restart's back-off is in the restart's line (or its summary).
+        let backing_off = now.as_ref().is_some_and(|(reason, _)| reason == "BackOff");
         if now.is_some()
             && now != self.held
+            && !backing_off
             && let Some(line) = waiting(view, jiff::Timestamp::now().as_millisecond())
         {
             tell!("rest-lite: job {job} {line}");
@@ -115,9 +131,32 @@ impl Notes {
         self.held = now;
         for end in &view.job_status.attempts {
             if end.retried && self.told.is_none_or(|told| end.attempt > told) {
-                tell!("rest-lite: job {job}: {}", end.line());
                 self.told = Some(end.attempt);
+                self.restarts += 1;
+                if self.restarts <= RESTARTS_TOLD {
+                    tell!("rest-lite: job {job}: {}", end.line());
+                    continue;
+                }
+                let untold = self.untold.as_ref().map_or(0, |(n, _)| *n);
+                self.untold = Some((untold + 1, end.line()));
             }
+        }
+        let due = self
+            .summarized
+            .is_none_or(|at| at.elapsed() >= RESTART_SUMMARY_EVERY);
+        if due {
+            self.summary(job);
+        }
+    }
+
+    /// Tells the restarts not told yet, if any: their count and the last one's line.
+    pub fn summary(&mut self, job: &str) {
+        if let Some((untold, line)) = self.untold.take() {
+            tell!(
+                "rest-lite: job {job} restarted {} times ({untold} since the last line); the last: {line}",
+                self.restarts
+            );
+            self.summarized = Some(std::time::Instant::now());
         }
     }
 }

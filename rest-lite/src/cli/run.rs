@@ -67,7 +67,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         let backend = LocalBackend::open(args.local.settings(
             state_dir.clone(),
             false,
-            &config.gpus,
+            &config,
             storages.clone(),
         )?)
             .await

@@ -121,13 +121,14 @@ static STATIC_RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kube-ru
 impl LocalArgs {
     /// The embedded default's settings; `outlive_server`: its containers outlive this
     /// process, and a restarted server follows them (`serve`), or end with it (`run`).
-    /// `gpus`: the config's section (the GPU types, and the machine's GPUs where the
-    /// operator states them; else they are probed).
+    /// `config`: its GPU section (the GPU types, and the machine's GPUs where the
+    /// operator states them; else they are probed), the restarts' back-off and the
+    /// attempts kept.
     pub fn settings(
         &self,
         state_dir: PathBuf,
         outlive_server: bool,
-        gpus: &pai_translate::gpus::GpuConfig,
+        config: &ClusterConfig,
         storages: Arc<pai_translate::storages::Registry>,
     ) -> Result<Settings> {
         let runtime = match &self.runtime {
@@ -154,8 +155,10 @@ impl LocalArgs {
                 runtime: (!STATIC_RUNTIME.is_empty()).then_some(STATIC_RUNTIME),
                 outlive_server,
             },
-            gpus: std::sync::Arc::new(machine_gpus(gpus)),
+            gpus: std::sync::Arc::new(machine_gpus(&config.gpus)),
             storages,
+            restart: config.restart_backoff.policy(),
+            kept_attempts: config.kept_attempts,
         })
     }
 }
@@ -436,7 +439,7 @@ async fn backend(
                 .state_dir
                 .clone()
                 .unwrap_or_else(pai_local::default_state_dir);
-            LocalBackend::open(local.settings(state_dir.clone(), true, &config.gpus, storages)?)
+            LocalBackend::open(local.settings(state_dir.clone(), true, config, storages)?)
                 .await
                 .with_context(|| format!("opening the state directory {}", state_dir.display()))?
         }

@@ -114,6 +114,7 @@ pub async fn until_running(
         display.show(&roles);
         if view.job_status.state.is_final() {
             display.finish();
+            notes.summary(job);
             return Ok(super::follow::outcome(job, &view, false));
         }
         let total: usize = roles.iter().map(|r| r.total).sum();

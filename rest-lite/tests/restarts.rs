@@ -1,0 +1,194 @@
+//! Jobs that restart, through the real `rest-lite serve`: quick attempts back off (WAITING
+//! `BackOff` with the delay, doubling to the cap), and a job retried many times keeps the
+//! files of its last attempts only, with every attempt's summary in its history. The
+//! numbers are the config's (`restartBackoff`, `keptAttempts`), small here so that the
+//! tests take seconds; the defaults are the kubelet's.
+
+use crate::common;
+
+use std::path::Path;
+
+use futures::StreamExt;
+use pai_client::ClientError;
+use pai_translate::spec::SpecFormat;
+use serde_json::json;
+
+use common::fifo::final_view;
+use common::serve::{DEADLINE, Server};
+
+fn serve(dir: &Path, config: &str) -> Server {
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config).expect("config");
+    Server::start_with_config(&dir.join("state"), &path)
+}
+
+fn spec(name: &str, retries: i32, command: &str) -> String {
+    json!({
+        "jobName": name, "image": "busybox", "retryCount": retries,
+        "taskRoles": [{"name": "worker", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 128, "command": command}],
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_attempts_back_off_doubling_to_the_cap() {
+    let dir = common::scratch("restarts", "backoff");
+    let server = serve(
+        &dir,
+        "restartBackoff: {firstSec: 1, capSec: 2, resetAfterSec: 600}\n",
+    );
+    let client = server.client();
+    client
+        .submit("alice", &spec("flaky", 3, "exit 1"), SpecFormat::Json)
+        .await
+        .expect("submitted");
+    // Every wait between two attempts, as the job's WAITING state says it.
+    let mut changes = client.watch("alice", "flaky").await.expect("watch");
+    let mut waits: Vec<String> = Vec::new();
+    let follow = async {
+        while let Some(view) = changes.next().await {
+            let view = view.expect("a view");
+            if let Some(waiting) = view.job_status.waiting.filter(|w| w.reason == "BackOff")
+                && waits.last() != Some(&waiting.message)
+            {
+                waits.push(waiting.message);
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, follow)
+        .await
+        .expect("the job ends");
+    let delays: Vec<&str> = waits
+        .iter()
+        .map(|m| {
+            m.strip_prefix("restarting in ")
+                .and_then(|m| m.split(' ').next())
+                .unwrap_or(m)
+        })
+        .collect();
+    assert_eq!(delays, ["1", "2", "2"], "{waits:#?}");
+    assert!(
+        waits[0].contains("after attempt 0 ended (1 ("),
+        "{}",
+        waits[0]
+    );
+    let view = final_view(&client, "alice", "flaky").await;
+    assert_eq!(view["jobStatus"]["state"], "FAILED");
+    assert_eq!(view["jobStatus"]["retries"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_retried_many_times_keeps_its_last_attempts_files() {
+    let dir = common::scratch("restarts", "kept");
+    let server = serve(&dir, "restartBackoff: {firstSec: 0}\nkeptAttempts: 2\n");
+    let client = server.client();
+    client
+        .submit(
+            "alice",
+            &spec("many", 9, "echo attempt $FC_FRAMEWORK_ATTEMPT_ID; exit 1"),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "many").await;
+    assert_eq!(view["jobStatus"]["state"], "FAILED", "{view:#}");
+    assert_eq!(view["jobStatus"]["retries"], 9);
+    // Every attempt's summary is kept; the files of the last two only.
+    assert_eq!(
+        view["jobStatus"]["attempts"].as_array().map(Vec::len),
+        Some(10),
+        "{view:#}"
+    );
+    let jobs = dir.join("state/jobs");
+    let job = std::fs::read_dir(&jobs)
+        .expect("jobs")
+        .flatten()
+        .next()
+        .expect("the job's directory")
+        .path();
+    let mut attempts: Vec<String> = std::fs::read_dir(job.join("attempts"))
+        .expect("attempts")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    attempts.sort();
+    assert_eq!(attempts, ["8", "9"]);
+    let peers = std::fs::read_dir(&job)
+        .expect("job dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("peers-"))
+        .count();
+    assert!(peers <= 2, "{peers} peer tables");
+    let last = common::read_all(
+        client
+            .attempt_logs(
+                "alice",
+                "many",
+                "worker",
+                0,
+                8,
+                pai_client::Lines::Source(pai_client::Source::User),
+            )
+            .await
+            .expect("attempt 8's log"),
+    )
+    .await;
+    assert!(last.contains("attempt 8"), "{last}");
+    match client
+        .attempt_logs(
+            "alice",
+            "many",
+            "worker",
+            0,
+            0,
+            pai_client::Lines::Source(pai_client::Source::User),
+        )
+        .await
+    {
+        Err(ClientError::Api {
+            status, message, ..
+        }) => {
+            assert_eq!(status, 404);
+            assert!(message.contains("no longer kept"), "{message}");
+        }
+        other => panic!("attempt 0's log: {:?}", other.map(|_| ())),
+    }
+}
+
+/// `rest-lite run` of a job that keeps failing at once tells its first restarts a line
+/// each, then their count and the last one's line, not a line per restart.
+#[test]
+fn run_tells_many_restarts_compactly() {
+    let dir = common::scratch("restarts", "run");
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, "restartBackoff: {firstSec: 0}\n").expect("config");
+    let spec_path = dir.join("job.json");
+    std::fs::write(&spec_path, spec("loops", 9, "exit 4")).expect("spec");
+    let output = common::rest_lite_command()
+        .arg("run")
+        .arg(&spec_path)
+        .arg("--config")
+        .arg(&config)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("rest-lite run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    let one_each = stderr
+        .lines()
+        .filter(|l| l.starts_with("rest-lite: job loops: attempt "))
+        .count();
+    assert_eq!(one_each, 3, "{stderr}");
+    let summaries: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("restarted "))
+        .collect();
+    assert!(!summaries.is_empty(), "{stderr}");
+    assert!(
+        summaries
+            .last()
+            .is_some_and(|l| l.contains("restarted 9 times") && l.contains("attempt 8 failed")),
+        "{stderr}"
+    );
+}
