@@ -966,6 +966,7 @@ fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, St
                 spawner: inner.spawner.clone(),
                 cpu_group: inner.cpu_group.clone(),
                 gpus: Vec::new(),
+                logs: inner.logs.clone(),
                 ports: held,
                 ssh_port,
                 containers: None,

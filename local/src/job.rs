@@ -97,6 +97,8 @@ pub(crate) struct Inner {
     pub(crate) isolation: crate::containers::Isolation,
     /// The tasks' CPU cgroup, where this machine allows one.
     pub(crate) cpu_group: Option<Arc<crate::cpu_group::TaskGroup>>,
+    /// The running tasks' logs, kept to their bound.
+    pub(crate) logs: Arc<crate::log_rotation::Logs>,
 }
 
 impl Inner {

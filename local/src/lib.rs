@@ -16,6 +16,7 @@ mod error;
 pub mod gpus;
 mod job;
 pub mod lifecycle;
+pub mod log_rotation;
 mod logs;
 pub use logs::Which as LogWhich;
 pub mod metrics;
@@ -108,6 +109,7 @@ impl Machine {
         let spawner = procs::Spawner::start(SPAWNING_THREADS)
             .map_err(|e| Error::Other(format!("cannot start the spawning threads: {e}")))?;
         let slots = slots::Slots::new(settings.max_tasks, settings.gpus.clone());
+        let settings_rotation = settings.log_rotation;
         let ports = ports::Ports::new(settings.ports.clone(), controller::LOCAL_ADDRESS);
         let inner = Arc::new(Inner {
             store: store.clone(),
@@ -123,7 +125,21 @@ impl Machine {
             unreadable: Mutex::new(BTreeMap::new()),
             isolation,
             cpu_group,
+            logs: log_rotation::Logs::new(settings_rotation),
         });
+        // One look at every running task's log now and then: rotated past its size.
+        {
+            let logs = Arc::downgrade(&inner.logs);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(log_rotation::SWEEP_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(logs) = logs.upgrade() else { return };
+                    let _ = tokio::task::spawn_blocking(move || logs.sweep()).await;
+                }
+            });
+        }
         let (frameworks, unreadable) = tokio::task::spawn_blocking(move || store.load_all())
             .await
             .map_err(|e| Error::Other(format!("reading the state directory: {e}")))?

@@ -55,17 +55,23 @@ pub(crate) fn log_end(
     use std::io::{Read, Seek, SeekFrom};
     let (name, attempt) = current_attempt(job)?;
     let path = task::container_log(&inner.store.task_root(&name, attempt, role, index));
-    let mut file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;
-    let length = file
-        .metadata()
-        .map_err(|e| Error::Other(e.to_string()))?
-        .len();
-    file.seek(SeekFrom::Start(length.saturating_sub(max_bytes)))
-        .map_err(|e| Error::Other(e.to_string()))?;
-    let mut end = Vec::new();
-    file.take(max_bytes)
-        .read_to_end(&mut end)
-        .map_err(|e| Error::Other(e.to_string()))?;
+    let end_of = |path: &Path, max_bytes: u64| -> std::io::Result<Vec<u8>> {
+        let mut file = std::fs::File::open(path)?;
+        let length = file.metadata()?.len();
+        file.seek(SeekFrom::Start(length.saturating_sub(max_bytes)))?;
+        let mut end = Vec::new();
+        file.take(max_bytes).read_to_end(&mut end)?;
+        Ok(end)
+    };
+    let end = end_of(&path, max_bytes).map_err(|_| Error::NotFound)?;
+    // Just rotated: the end of the file before it comes first.
+    let short = max_bytes.saturating_sub(end.len() as u64);
+    if short > 0
+        && let Ok(mut before) = end_of(&crate::log_rotation::numbered(&path, 1), short)
+    {
+        before.extend(end);
+        return Ok(before);
+    }
     Ok(end)
 }
 
@@ -126,10 +132,12 @@ pub(crate) fn log_stream(
     // The ordered log rotates at its cap: what is kept of the part before comes first.
     let mut older = path.clone().into_os_string();
     older.push(".1");
-    let older = records
-        .is_some()
-        .then(|| std::fs::read(&older).ok())
-        .flatten();
+    let older = match which {
+        // The container log's older files (it rotated past its size), and a word on what
+        // was rotated away beyond them.
+        Which::Container => container_log_before(&path, inner.settings.log_rotation),
+        Which::Stream(_) => std::fs::read(&older).ok(),
+    };
     struct Tail {
         path: PathBuf,
         records: Option<ordered_log::Reader>,
@@ -177,6 +185,11 @@ pub(crate) fn log_stream(
                         t.file = newer;
                         continue;
                     }
+                    // Emptied in place (the container log past its size): go on from its
+                    // new start.
+                    if t.records.is_none() && emptied(&mut t.file).await {
+                        continue;
+                    }
                 }
                 Ok(n) => {
                     let out = match t.records.as_mut() {
@@ -213,6 +226,9 @@ pub(crate) fn log_stream(
         }
     });
     match older {
+        Some(bytes) if matches!(which, Which::Container) => Ok(Box::pin(
+            futures::stream::iter([Ok(Bytes::from(bytes))]).chain(stream),
+        )),
         Some(bytes) => {
             let first = ordered_log::output(
                 &bytes,
@@ -227,6 +243,39 @@ pub(crate) fn log_stream(
         }
         None => Ok(Box::pin(stream)),
     }
+}
+
+/// Whether `file` was emptied under the reader (its length now short of the reader's
+/// place): then the reader starts again at its beginning.
+async fn emptied(file: &mut tokio::fs::File) -> bool {
+    use tokio::io::AsyncSeekExt;
+    let (Ok(at), Ok(meta)) = (file.stream_position().await, file.metadata().await) else {
+        return false;
+    };
+    meta.len() < at && file.seek(std::io::SeekFrom::Start(0)).await.is_ok()
+}
+
+/// What the container log `path` holds before its current file: a line saying how much
+/// was rotated away beyond the kept files, then the kept older files, oldest first.
+fn container_log_before(path: &Path, rotation: crate::log_rotation::Rotation) -> Option<Vec<u8>> {
+    let dropped = crate::log_rotation::dropped(path);
+    let mut out = Vec::new();
+    if dropped > 0 {
+        out.extend(
+            format!(
+                "[rest-lite] {dropped} bytes of this task's earlier output were rotated away: this machine keeps a task's log in {} files of {} KiB (containerLogMaxFiles, containerLogMaxBytes)\n",
+                rotation.max_files,
+                rotation.max_bytes / 1024
+            )
+            .into_bytes(),
+        );
+    }
+    for file in crate::log_rotation::older_files(path) {
+        if let Ok(bytes) = std::fs::read(&file) {
+            out.extend(bytes);
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// The file now at `path`, if it is another than `file` (the log rotated).

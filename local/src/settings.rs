@@ -33,6 +33,8 @@ pub struct Settings {
     pub restart: pai_contract::restarts::RestartBackoff,
     /// How many attempts' files are kept per job, the current one included.
     pub kept_attempts: u32,
+    /// The bound of each task's `container.log`.
+    pub log_rotation: crate::log_rotation::Rotation,
 }
 
 /// What decides container mode at start.

@@ -116,6 +116,8 @@ pub struct Launch {
     pub cpu_group: Option<std::sync::Arc<crate::cpu_group::TaskGroup>>,
     /// The GPUs it holds (in container mode, the devices the engine gives it).
     pub gpus: Vec<crate::gpus::GpuDevice>,
+    /// Who keeps its `container.log` to its bound while it runs.
+    pub logs: std::sync::Arc<crate::log_rotation::Logs>,
     /// Its ports, bound by the server until its main container starts.
     pub ports: crate::ports::HeldPorts,
     /// Its ssh port, handed to the main container bound and listening.
@@ -180,6 +182,7 @@ pub async fn run(
         message: None,
         reason: None,
     };
+    let _rotated = launch.logs.watch(launch.container_log());
     // The init container: on this machine, in both modes.
     let mut init_env = launch.init_env.clone();
     init_env.push((

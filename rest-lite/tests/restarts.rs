@@ -119,32 +119,19 @@ async fn a_job_retried_many_times_keeps_its_last_attempts_files() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("peers-"))
         .count();
     assert!(peers <= 2, "{peers} peer tables");
-    let last = common::read_all(
-        client
-            .attempt_logs(
-                "alice",
-                "many",
-                "worker",
-                0,
-                8,
-                pai_client::Lines::Source(pai_client::Source::User),
-            )
-            .await
-            .expect("attempt 8's log"),
-    )
-    .await;
-    assert!(last.contains("attempt 8"), "{last}");
-    match client
-        .attempt_logs(
+    let attempt_log = |attempt: u32| {
+        client.attempt_logs(
             "alice",
             "many",
             "worker",
             0,
-            0,
+            attempt,
             pai_client::Lines::Source(pai_client::Source::User),
         )
-        .await
-    {
+    };
+    let last = common::read_all(attempt_log(8).await.expect("attempt 8's log")).await;
+    assert!(last.contains("attempt 8"), "{last}");
+    match attempt_log(0).await {
         Err(ClientError::Api {
             status, message, ..
         }) => {
@@ -191,4 +178,68 @@ fn run_tells_many_restarts_compactly() {
             .is_some_and(|l| l.contains("restarted 9 times") && l.contains("attempt 8 failed")),
         "{stderr}"
     );
+}
+
+/// A task that writes past its log's size: the log rotates, the newest files are kept,
+/// and `logs` starts by saying how much was rotated away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_log_past_its_size_keeps_the_newest_bytes_and_says_so() {
+    let dir = common::scratch("restarts", "rotation");
+    let server = serve(
+        &dir,
+        "containerLogMaxBytes: 4096\ncontainerLogMaxFiles: 3\n",
+    );
+    let client = server.client();
+    let state = dir.join("state");
+    // Writes until its log has rotated past the kept files (the server looks every 2 s).
+    let command = format!(
+        "i=0; until [ -e {}/jobs/*/attempts/0/worker-0/container.log.dropped ]; do i=$((i+1)); printf 'line %06d %0500d\\n' $i 0; sleep 0.002; done; echo last line",
+        state.display()
+    );
+    client
+        .submit("alice", &spec("chatty", 0, &command), SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "chatty").await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    let log = common::read_all(
+        client
+            .logs(
+                "alice",
+                "chatty",
+                "worker",
+                0,
+                false,
+                pai_client::Source::User,
+            )
+            .await
+            .expect("log"),
+    )
+    .await;
+    let first = log.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("[rest-lite] ")
+            && first.contains("bytes of this task's earlier output were rotated away"),
+        "{first}"
+    );
+    assert!(
+        log.ends_with("last line\n"),
+        "{}",
+        &log[log.len().saturating_sub(200)..]
+    );
+    assert!(
+        !log.contains("line 000001 "),
+        "the first lines were rotated away"
+    );
+    let task = std::fs::read_dir(state.join("jobs"))
+        .expect("jobs")
+        .flatten()
+        .next()
+        .expect("job")
+        .path()
+        .join("attempts/0/worker-0");
+    for kept in ["container.log", "container.log.1", "container.log.2"] {
+        assert!(task.join(kept).exists(), "{kept}");
+    }
+    assert!(!task.join("container.log.3").exists(), "three files in all");
 }

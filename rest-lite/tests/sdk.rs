@@ -42,14 +42,7 @@ fn openpais_sdk_submits_reads_stops_and_logs_a_v2_job() {
         "gpus:\n  devices:\n    - {index: 0, uuid: GPU-sdk-0}\n    - {index: 1, uuid: GPU-sdk-1}\nstorages:\n  - {name: sdk-team, default: true}\n  - {name: sdk-scratch, share: false}\n  - {name: sdk-other, users: [carol]}\n",
     )
     .expect("config");
-    let server = Server::spawn(
-        Server::command(&dir.join("state"))
-            .args(["--backend", "local", "--token-file"])
-            .arg(&tokens)
-            .arg("--config")
-            .arg(&config),
-        &["this machine (embedded default)"],
-    );
+    let server = Server::start_with_tokens_and_config(&dir.join("state"), &tokens, Some(&config));
     let run = common::node::run(
         &sdk_dir(),
         "openpai-sdk.js",

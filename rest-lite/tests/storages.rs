@@ -82,14 +82,7 @@ fn storages_are_listed_granted_and_refused_by_the_config() {
     .expect("tokens");
     let config = dir.join("config.yaml");
     std::fs::write(&config, config_text(&dir, false)).expect("config");
-    let server = Server::spawn(
-        Server::command(&dir.join("state"))
-            .args(["--backend", "local", "--token-file"])
-            .arg(&tokens)
-            .arg("--config")
-            .arg(&config),
-        &["this machine (embedded default)"],
-    );
+    let server = Server::start_with_tokens_and_config(&dir.join("state"), &tokens, Some(&config));
 
     // Each caller sees the storages they may use; `default=true` their defaults.
     let (status, list) = get(&server, ALICE, "/api/v2/storages");

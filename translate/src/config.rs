@@ -71,6 +71,12 @@ pub struct ClusterConfig {
     /// How many attempts' files (logs, working directories) the embedded default keeps
     /// per job: the latest, the current one included.
     pub kept_attempts: u32,
+    /// The embedded default: the size past which a task's `container.log` rotates (the
+    /// kubelet's `containerLogMaxSize`, 10 MiB).
+    pub container_log_max_bytes: u64,
+    /// The embedded default: a task's `container.log` files kept, the current one
+    /// included (the kubelet's `containerLogMaxFiles`, 5).
+    pub container_log_max_files: u32,
 }
 
 /// `restartBackoff`: the kubelet's numbers unless set.
@@ -135,6 +141,8 @@ impl Default for ClusterConfig {
             storages: Vec::new(),
             restart_backoff: Default::default(),
             kept_attempts: DEFAULT_KEPT_ATTEMPTS,
+            container_log_max_bytes: 10 * 1024 * 1024,
+            container_log_max_files: 5,
         }
     }
 }
@@ -269,6 +277,18 @@ impl ClusterConfig {
                     "{} is less than firstSec ({})",
                     self.restart_backoff.cap_sec, self.restart_backoff.first_sec
                 ),
+            );
+        }
+        if self.container_log_max_files < 2 {
+            return invalid(
+                "containerLogMaxFiles",
+                "must be at least 2 (the current file and one before it)".to_string(),
+            );
+        }
+        if self.container_log_max_bytes < 1024 {
+            return invalid(
+                "containerLogMaxBytes",
+                format!("{} is less than 1024", self.container_log_max_bytes),
             );
         }
         if self.kept_attempts == 0 {

@@ -159,6 +159,10 @@ impl LocalArgs {
             storages,
             restart: config.restart_backoff.policy(),
             kept_attempts: config.kept_attempts,
+            log_rotation: pai_local::log_rotation::Rotation {
+                max_bytes: config.container_log_max_bytes,
+                max_files: config.container_log_max_files,
+            },
         })
     }
 }

@@ -53,12 +53,23 @@ impl Server {
 
     /// `rest-lite serve` on this machine with bearer tokens from `tokens`.
     pub fn start_with_tokens(state: &Path, tokens: &Path) -> Self {
-        Self::spawn(
-            Self::command(state)
-                .args(["--backend", "local", "--token-file"])
-                .arg(tokens),
-            &["this machine (embedded default)"],
-        )
+        Self::start_with_tokens_and_config(state, tokens, None)
+    }
+
+    /// [`Server::start_with_tokens`] and the config file `config`, if any.
+    pub fn start_with_tokens_and_config(
+        state: &Path,
+        tokens: &Path,
+        config: Option<&Path>,
+    ) -> Self {
+        let mut command = Self::command(state);
+        command
+            .args(["--backend", "local", "--token-file"])
+            .arg(tokens);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        Self::spawn(&mut command, &["this machine (embedded default)"])
     }
 
     /// `rest-lite serve` over the cluster `kubeconfig` names, with bearer tokens.
