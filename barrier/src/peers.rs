@@ -24,6 +24,13 @@ pub struct PeerTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt_instance_uid: Option<String>,
     pub roles: Vec<RolePeers>,
+    /// The attempt's tasks start their commands no earlier than this (RFC 3339): the
+    /// restart back-off of a job whose previous attempt ended quickly
+    /// ([`pai_contract::restarts`]), which the runtime waits out after the barrier. On a
+    /// cluster FrameworkController starts the next attempt at once; the server, which
+    /// knows the attempts' history, says when it may begin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
 }
 
 /// One role's tasks.

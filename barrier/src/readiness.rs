@@ -109,6 +109,7 @@ pub fn readiness(framework: &Framework) -> Result<Readiness, StatusError> {
         attempt: attempt.map_or(0, |a| a.id),
         attempt_instance_uid: attempt.and_then(|a| a.instance_uid.clone()),
         roles,
+        not_before: None,
     }))
 }
 

@@ -99,6 +99,9 @@ pub struct Settings {
     pub kept_log_bytes: u64,
     /// This replica's name, as its Events' `reportingInstance`.
     pub instance: String,
+    /// The back-off of a job whose attempts end quickly, published with each attempt's
+    /// peer table for its tasks' runtimes to wait out (`restartBackoff`).
+    pub restart: pai_contract::restarts::RestartBackoff,
 }
 
 impl KubeBackend {
@@ -115,7 +118,9 @@ impl KubeBackend {
         );
         let store = backend.store();
         tokio::spawn(
-            crate::publisher::Publisher::new(client.clone(), namespace).run(store.clone()),
+            crate::publisher::Publisher::new(client.clone(), namespace)
+                .restarting(settings.restart)
+                .run(store.clone()),
         );
         tokio::spawn(crate::history::Historian::new(client.clone(), namespace).run(store.clone()));
         tokio::spawn(

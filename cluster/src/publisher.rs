@@ -24,6 +24,7 @@ use tracing::{debug, info, warn};
 use pai_barrier::{PeerTable, Readiness, published, readiness};
 use pai_contract::Framework;
 use pai_contract::framework::FrameworkState;
+use pai_contract::restarts::RestartBackoff;
 
 use pai_engine::controller::{Outcome, Reconcile};
 
@@ -32,19 +33,28 @@ use crate::store::{Change, KubeStore};
 /// Publishes the peer tables of the Frameworks rest-lite manages in one namespace.
 pub struct Publisher {
     maps: Api<ConfigMap>,
+    restart: RestartBackoff,
 }
 
 impl Publisher {
     pub fn new(client: Client, namespace: &str) -> Self {
         Self {
             maps: Api::namespaced(client, namespace),
+            restart: RestartBackoff::default(),
         }
+    }
+
+    /// With the restart back-off `restart` (the config's `restartBackoff`) in place of the
+    /// kubelet's numbers.
+    pub fn restarting(self, restart: RestartBackoff) -> Self {
+        Self { restart, ..self }
     }
 
     /// Runs while `store` is kept: from its first list, then at every change.
     pub async fn run(self, store: KubeStore) {
         let publishing = Publishing {
             maps: self.maps,
+            restart: self.restart,
             store: store.clone(),
             published: HashMap::new(),
             failing: HashSet::new(),
@@ -56,6 +66,8 @@ impl Publisher {
 /// The publisher at work: a reconcile function on the controller runtime.
 struct Publishing {
     maps: Api<ConfigMap>,
+    /// The back-off of quick attempts, written into each attempt's table.
+    restart: RestartBackoff,
     store: KubeStore,
     /// The table last written (or found) for each Framework, by name.
     published: HashMap<String, PeerTable>,
@@ -92,7 +104,7 @@ impl Reconcile for Publishing {
             }
         };
         let name = framework.name().to_string();
-        let Some(table) = wanted(&framework) else {
+        let Some(table) = wanted(&framework, &self.restart) else {
             return Outcome::Done;
         };
         if self.published.get(&name) == Some(&table) {
@@ -151,7 +163,7 @@ impl Publishing {
 
 /// The table `framework`'s current attempt should have published: when the attempt runs
 /// (not completed), has its instance UID, and every task has an address.
-pub fn wanted(framework: &Framework) -> Option<PeerTable> {
+pub fn wanted(framework: &Framework, restart: &RestartBackoff) -> Option<PeerTable> {
     let status = framework.status.as_ref()?;
     if matches!(
         status.state,
@@ -160,7 +172,77 @@ pub fn wanted(framework: &Framework) -> Option<PeerTable> {
         return None;
     }
     match readiness(framework) {
-        Ok(Readiness::Ready(table)) if table.attempt_instance_uid.is_some() => Some(table),
+        Ok(Readiness::Ready(mut table)) if table.attempt_instance_uid.is_some() => {
+            table.not_before = not_before(framework, restart);
+            Some(table)
+        }
         _ => None,
+    }
+}
+
+/// When the current attempt's commands may start: its previous attempt's end plus the
+/// restart back-off, if the attempts before it ended quickly (the attempts' history the
+/// server keeps on the Framework; the kubelet's numbers). FrameworkController starts the
+/// next attempt at once: the runtime waits this out after the barrier.
+pub fn not_before(framework: &Framework, policy: &RestartBackoff) -> Option<String> {
+    let current = framework.status.as_ref()?.attempt_status.id;
+    let history = pai_contract::attempts::recorded(framework);
+    let previous = history.last().filter(|end| end.attempt == current - 1)?;
+    let wait = pai_contract::restarts::wait(&history, policy)?;
+    let ended = previous.time.as_deref()?.parse::<jiff::Timestamp>().ok()?;
+    let span = jiff::SignedDuration::try_from(wait.delay).ok()?;
+    Some(ended.checked_add(span).ok()?.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Attempt 1 of a job whose attempt 0 ended (with its own code) 1 s after it began:
+    /// attempt 1's commands wait 10 s from that end (the kubelet's first back-off); after a
+    /// long attempt, or before any attempt ended, they do not wait.
+    #[test]
+    fn a_quick_attempt_makes_the_next_one_wait_from_its_end() {
+        let mut framework = pai_test_support::frameworks::framework("fw", &[("worker", 1)]);
+        let ended = |ran_s: i64| {
+            let start = jiff::Timestamp::from_second(1_800_000_000).expect("time");
+            let end = start
+                .checked_add(jiff::SignedDuration::from_secs(ran_s))
+                .expect("time");
+            let history = serde_json::json!([{"attempt": 0, "code": 1,
+                "started": start.to_string(), "time": end.to_string()}]);
+            (history.to_string(), end)
+        };
+        let mut status = pai_contract::FrameworkStatus::default();
+        status.attempt_status.id = 1;
+        framework.status = Some(status);
+        assert_eq!(
+            not_before(&framework, &RestartBackoff::default()),
+            None,
+            "no history"
+        );
+        let (history, end) = ended(1);
+        framework
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(pai_contract::attempts::ANNOTATION.to_string(), history);
+        let at = not_before(&framework, &RestartBackoff::default()).expect("a wait");
+        assert_eq!(
+            at.parse::<jiff::Timestamp>().expect("time"),
+            end.checked_add(jiff::SignedDuration::from_secs(10))
+                .expect("time")
+        );
+        let (history, _) = ended(3600);
+        framework
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(pai_contract::attempts::ANNOTATION.to_string(), history);
+        assert_eq!(
+            not_before(&framework, &RestartBackoff::default()),
+            None,
+            "an hour's run resets the back-off"
+        );
     }
 }

@@ -63,6 +63,7 @@ fn main() {
             attempt: 0,
             attempt_instance_uid: None,
             roles: vec![role("chief", 1, 20000), role("worker", tasks - 1, 21000)],
+            not_before: None,
         };
         let started = Instant::now();
         let vars = dynamic_env(

@@ -94,6 +94,7 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     run_prep(layout, assets, &log_dir)?;
 
     let passed = pass_barrier()?;
+    back_off(&passed.peers);
     let me = Me {
         kube_role: task.kube_role.clone(),
         index: task.index,
@@ -462,6 +463,33 @@ fn run_prep(layout: &Layout, assets: &Path, log_dir: &Path) -> Result<(), EntryE
         info!(script = %name, "prep done");
     }
     Ok(())
+}
+
+/// Waits until the table's `notBefore`, if it is still to come: the restart back-off of
+/// a job whose previous attempt ended quickly (on a cluster the next attempt starts at
+/// once; the server says when its commands may). The task is in its init step meanwhile,
+/// as a pod in the kubelet's back-off is not running.
+fn back_off(table: &pai_barrier::PeerTable) {
+    let Some(at) = table
+        .not_before
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    else {
+        return;
+    };
+    let now = jiff::Timestamp::now();
+    let Ok(wait) = std::time::Duration::try_from(at.duration_since(now)) else {
+        return;
+    };
+    if wait.is_zero() {
+        return;
+    }
+    info!(
+        seconds = wait.as_secs_f64().round(),
+        until = %at,
+        "restarting after a back-off: the attempt before this one ended quickly"
+    );
+    std::thread::sleep(wait);
 }
 
 fn pass_barrier() -> Result<Passed, EntryError> {

@@ -298,6 +298,7 @@ mod tests {
             framework: "fw".into(),
             attempt: 0,
             attempt_instance_uid: None,
+            not_before: None,
             roles: vec![
                 role("worker", 2, 2, 21000, 1),
                 role("chief", 1, 0, 20000, 0),

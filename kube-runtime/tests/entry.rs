@@ -322,6 +322,57 @@ fn entry_reads_the_attempts_published_table_and_never_the_framework() {
     );
 }
 
+/// A quick retry on a cluster: the published table says when the attempt's commands may
+/// start (the server's restart back-off); the runtime waits it out in its init step,
+/// before the user command, and says so.
+#[test]
+fn entry_waits_out_the_restart_back_off_the_published_table_names() {
+    let (runtime, server) = api_server();
+    let task = TaskDir::new("entry-back-off");
+    let assets = Assets::new(&task, "true\n");
+    let mut value = ready_framework(30300);
+    set_attempt(&mut value, 1, "1_cm-uid");
+    for (role, index, position) in [("ps", 0, 0), ("worker", 0, 1), ("worker", 1, 1)] {
+        set_pod_ip(&mut value, role, index, &address(position, index));
+    }
+    let stored = server.create("frameworks", NAMESPACE, value);
+    let framework: pai_contract::Framework = serde_json::from_value(stored).expect("framework");
+    let pai_barrier::Readiness::Ready(mut table) =
+        pai_barrier::readiness(&framework).expect("reads")
+    else {
+        panic!("not ready");
+    };
+    let not_before = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(2))
+        .expect("time");
+    table.not_before = Some(not_before.to_string());
+    let map = pai_barrier::published::config_map(&table, &framework);
+    server.create(
+        "configmaps",
+        NAMESPACE,
+        serde_json::to_value(&map).expect("json"),
+    );
+    let child = entry(&task, &assets, "worker", 0)
+        .env("KUBE_APISERVER_ADDRESS", server.url())
+        .env("BARRIER_PEERS_SOURCE", "published")
+        .env("FC_FRAMEWORK_ATTEMPT_INSTANCE_UID", "1_cm-uid")
+        .spawn()
+        .expect("entry");
+    let out = finish(child);
+    drop(runtime);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        jiff::Timestamp::now() >= not_before,
+        "the init step ended before the back-off did"
+    );
+    assert!(
+        out.stderr
+            .contains("restarting after a back-off: the attempt before this one ended quickly"),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn a_task_the_api_server_refuses_fails_for_good_naming_the_rule() {
     // The barrier binary answers 1 here, as frameworkbarrier does; entry overrides it

@@ -429,6 +429,7 @@ async fn backend(
                 engine: config.gang.engine,
                 kept_log_bytes: config.kept_log_bytes,
                 instance: pai_cluster::events::instance_name(),
+                restart: config.restart_backoff.policy(),
             };
             KubeBackend::run(client, &settings)
         }
