@@ -102,6 +102,8 @@ pub struct Settings {
     /// The back-off of a job whose attempts end quickly, published with each attempt's
     /// peer table for its tasks' runtimes to wait out (`restartBackoff`).
     pub restart: pai_contract::restarts::RestartBackoff,
+    /// The attempts whose logs are kept per task (`keptAttempts`).
+    pub kept_attempts: u32,
 }
 
 impl KubeBackend {
@@ -114,7 +116,12 @@ impl KubeBackend {
         let backend = Arc::new(
             Self::start(client.clone(), namespace, &settings.address)
                 .admitting(client.clone(), namespace, settings.engine)
-                .keeping_logs(client.clone(), namespace, settings.kept_log_bytes),
+                .keeping_logs_of(
+                    client.clone(),
+                    namespace,
+                    settings.kept_log_bytes,
+                    settings.kept_attempts,
+                ),
         );
         let store = backend.store();
         tokio::spawn(
@@ -205,9 +212,27 @@ impl KubeBackend {
     /// Keeps the end of every task's log before its pod goes ([`crate::log_keeper`]),
     /// `max_bytes` of it (`keptLogBytes`; 0: none, and the pods carry no finalizer).
     pub fn keeping_logs(self, client: Client, namespace: &str, max_bytes: u64) -> Self {
+        self.keeping_logs_of(
+            client,
+            namespace,
+            max_bytes,
+            pai_translate::config::DEFAULT_KEPT_ATTEMPTS,
+        )
+    }
+
+    /// [`KubeBackend::keeping_logs`], of each task's last `attempts` attempts
+    /// (`keptAttempts`): older kept logs are deleted as newer ones are kept.
+    pub fn keeping_logs_of(
+        self,
+        client: Client,
+        namespace: &str,
+        max_bytes: u64,
+        attempts: u32,
+    ) -> Self {
         if max_bytes > 0 {
             tokio::spawn(
                 crate::log_keeper::LogKeeper::new(client, namespace, self.store.clone(), max_bytes)
+                    .keeping_attempts(attempts)
                     .run(),
             );
         }

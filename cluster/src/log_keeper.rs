@@ -58,6 +58,10 @@ pub struct LogKeeper {
     config_maps: Api<ConfigMap>,
     store: KubeStore,
     max_bytes: u64,
+    /// The attempts whose logs are kept per task: keeping attempt A's lets attempt
+    /// A − `attempts`'s go, so a job restarted a thousand times keeps a bounded number
+    /// of ConfigMaps (`keptAttempts`).
+    attempts: u32,
     /// Pods (by UID) being kept now, so a pod seen again meanwhile is left to that.
     busy: Arc<Mutex<HashSet<String>>>,
     /// At most [`AT_ONCE`] pods kept at a time: a 1,000-task attempt that ends asks the
@@ -75,8 +79,17 @@ impl LogKeeper {
             config_maps: Api::namespaced(client, namespace),
             store,
             max_bytes,
+            attempts: pai_translate::config::DEFAULT_KEPT_ATTEMPTS,
             busy: Arc::default(),
             at_once: Arc::new(tokio::sync::Semaphore::new(AT_ONCE)),
+        }
+    }
+
+    /// Keeps the logs of each task's last `attempts` attempts (at least 1).
+    pub fn keeping_attempts(self, attempts: u32) -> Self {
+        Self {
+            attempts: attempts.max(1),
+            ..self
         }
     }
 
@@ -126,7 +139,10 @@ impl LogKeeper {
                     .create(&PostParams::default(), &config_map(&map, framework, data))
                     .await
                 {
-                    Ok(_) => info!(pod = %name, config_map = %map, "the task's log is kept"),
+                    Ok(_) => {
+                        info!(pod = %name, config_map = %map, "the task's log is kept");
+                        self.let_older_go(&name, attempt).await;
+                    }
                     Err(kube::Error::Api(s)) if s.code == 409 => {
                         debug!(pod = %name, "the task's log was kept already (another replica)")
                     }
@@ -139,6 +155,31 @@ impl LogKeeper {
             None => debug!(pod = %name, "the job of the pod is gone; its log is not kept"),
         }
         self.let_go(&name).await;
+    }
+
+    /// Deletes the kept log of `pod`'s task that falls out of the kept attempts as
+    /// attempt `attempt`'s is kept (one a step: one missed while no server ran stays until
+    /// the job is deleted, as it is owned by the job).
+    async fn let_older_go(&self, pod: &str, attempt: i32) {
+        let Some(old) = attempt.checked_sub(i32::try_from(self.attempts).unwrap_or(i32::MAX))
+        else {
+            return;
+        };
+        if old < 0 {
+            return;
+        }
+        let map = kept_logs::config_map(pod, old);
+        match self
+            .config_maps
+            .delete(&map, &kube::api::DeleteParams::default())
+            .await
+        {
+            Ok(_) => debug!(config_map = %map, "an old attempt's kept log let go"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                warn!(config_map = %map, error = %e, "cannot delete an old attempt's kept log")
+            }
+        }
     }
 
     /// The ConfigMap's `binaryData`: the end of each container's log, or why it is lost.

@@ -250,3 +250,53 @@ async fn a_pod_deleted_while_no_server_ran_is_kept_by_the_next() {
     );
     keeper.abort();
 }
+
+/// A job restarted many times keeps each task's logs of its last attempts only: keeping
+/// attempt 2's log (with two attempts kept) lets attempt 0's ConfigMap go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeping_a_later_attempts_log_lets_the_oldest_kept_one_go() {
+    let s = start().await;
+    submit_base_job(&s).await;
+    let mut framework = s.api.get("frameworks", NS, &fw()).expect("framework");
+    let ps = pod("ps", 0);
+    // Attempt 0's log, kept before.
+    let old = pai_contract::kept_logs::config_map(&ps, 0);
+    s.api.create(
+        "configmaps",
+        NS,
+        json!({"metadata": {"name": old, "labels": {"app.kubernetes.io/managed-by": "rest-lite"}},
+            "binaryData": {"main.log": "YQ=="}}),
+    );
+    // Attempt 2's pod ends.
+    pai_test_support::frameworks::set_attempt(&mut framework, 2, "2_uid");
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        pai_test_support::frameworks::set_attempt(f, 2, "2_uid");
+    });
+    let mut made = pai_test_support::frameworks::pod_of(&framework, "ps", 0);
+    made["metadata"]["annotations"][pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID] = json!("2");
+    s.api.create("pods", NS, made);
+    s.api.append_log(NS, &ps, "attempt 2\n");
+    s.api.delete("pods", NS, &ps);
+    let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
+        .expect("client");
+    let store = KubeBackend::store_only(client.clone(), NS, &s.api.url());
+    store.listed().await;
+    let keeper = tokio::spawn(
+        pai_cluster::log_keeper::LogKeeper::new(client, NS, store, 1024)
+            .keeping_attempts(2)
+            .run(),
+    );
+    s.api.wait_gone("pods", NS, &ps).await;
+    s.api.wait_gone("configmaps", NS, &old).await;
+    assert!(
+        s.api
+            .get(
+                "configmaps",
+                NS,
+                &pai_contract::kept_logs::config_map(&ps, 2)
+            )
+            .is_some(),
+        "attempt 2's log is kept"
+    );
+    keeper.abort();
+}

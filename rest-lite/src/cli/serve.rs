@@ -430,6 +430,7 @@ async fn backend(
                 kept_log_bytes: config.kept_log_bytes,
                 instance: pai_cluster::events::instance_name(),
                 restart: config.restart_backoff.policy(),
+                kept_attempts: config.kept_attempts,
             };
             KubeBackend::run(client, &settings)
         }
