@@ -178,6 +178,12 @@ pub trait Backend: Send + Sync + 'static {
         lines: usize,
         max_bytes: usize,
     ) -> BoxFuture<'a, Result<String, BackendError>>;
+    /// What is missing from the start of pod `pod`'s current log, where the backend
+    /// rotated part of it away (a page says so beside the log's end); `None` when nothing
+    /// is, or the backend does not know (a kubelet rotates a pod's log unseen).
+    fn log_rotated<'a>(&'a self, _pod: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async { None })
+    }
     /// Watches Framework `name` (which exists when the watch starts).
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;
     /// Deletes the Framework (and so its pods); `NotFound` when there is none.

@@ -250,6 +250,10 @@ impl Backend for LocalBackend {
         })
     }
 
+    fn log_rotated<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move { self.0.log_rotated(pod) })
+    }
+
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
         Box::pin(async move {
             use futures::StreamExt;

@@ -569,6 +569,12 @@ impl Machine {
         logs::log_end(&self.inner, &job, &role, index, max_bytes)
     }
 
+    /// What was rotated away of pod `pod`'s current log, if anything.
+    pub fn log_rotated(&self, pod: &str) -> Option<String> {
+        let (job, role, index) = self.task_of(pod).ok()?;
+        logs::rotated_away(&self.inner, &job, &role, index)
+    }
+
     /// The Framework `name` now and after every change, until it is deleted.
     pub fn watch(&self, name: &str) -> Result<FrameworkStream, Error> {
         {

@@ -75,6 +75,27 @@ pub(crate) fn log_end(
     Ok(end)
 }
 
+/// What was rotated away of a task's current log beyond its kept files, as a page says
+/// it; `None` when nothing was.
+pub(crate) fn rotated_away(
+    inner: &Arc<Inner>,
+    job: &Job,
+    role: &str,
+    index: u32,
+) -> Option<String> {
+    let (name, attempt) = current_attempt(job).ok()?;
+    let path = task::container_log(&inner.store.task_root(&name, attempt, role, index));
+    let dropped = crate::log_rotation::dropped(&path);
+    (dropped > 0).then(|| {
+        let rotation = inner.settings.log_rotation;
+        format!(
+            "{dropped} bytes of its earlier output were rotated away (a task's log is kept in {} files of {} KiB)",
+            rotation.max_files,
+            rotation.max_bytes / 1024
+        )
+    })
+}
+
 /// Which of a task's logs a reader wants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Which {

@@ -242,4 +242,19 @@ async fn a_task_log_past_its_size_keeps_the_newest_bytes_and_says_so() {
         assert!(task.join(kept).exists(), "{kept}");
     }
     assert!(!task.join("container.log.3").exists(), "three files in all");
+    // The job page says so beside the log's end.
+    let token = server.token.clone().expect("token");
+    let page = common::request(
+        &server.url,
+        "GET",
+        "/ui/jobs/alice/chatty",
+        &[("Authorization", &format!("Bearer {token}"))],
+        "",
+    );
+    assert!(
+        page.body
+            .contains("bytes of its earlier output were rotated away (a task&#x27;s log is kept in 3 files of 4 KiB)"),
+        "{}",
+        page.body
+    );
 }

@@ -356,13 +356,16 @@ async fn read_tails(
             .map(|r| framework.pod_name(r, *index))
             .unwrap_or_default();
         // Read more than is shown: the runtime's lines are shown apart from the user's.
-        async move { backend.log_tail(&pod, TAIL_LINES * 4, TAIL_BYTES * 4).await }
+        async move {
+            let tail = backend.log_tail(&pod, TAIL_LINES * 4, TAIL_BYTES * 4).await;
+            (tail, backend.log_rotated(&pod).await)
+        }
     });
     let read = futures::future::join_all(reads).await;
     started
         .into_iter()
         .zip(read)
-        .map(|(key, result)| {
+        .map(|(key, (result, rotated))| {
             let tail = match result {
                 Ok(lines) => {
                     use pai_contract::log_lines::{Source, keep};
@@ -376,6 +379,7 @@ async fn read_tails(
                     Tail::Lines {
                         user: last(Source::User),
                         runtime: last(Source::Runtime),
+                        rotated,
                     }
                 }
                 Err(pai_engine::backend::BackendError::NotFound) => {

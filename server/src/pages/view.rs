@@ -388,7 +388,12 @@ pub struct ConditionLine {
 /// What was read of a task's log for the page.
 pub enum Tail {
     /// The last lines of the user command's output and of the runtime's.
-    Lines { user: String, runtime: String },
+    Lines {
+        user: String,
+        runtime: String,
+        /// What was rotated away before these lines, where the backend says.
+        rotated: Option<String>,
+    },
     /// Nothing read: why (not started, no log yet, the backend's error).
     Missing(String),
     /// Not read for this page (beyond the first tasks).
@@ -583,15 +588,22 @@ impl TailCount {
     /// `read` of a task of a job in `job` state, counted.
     fn count(&mut self, read: Tail, job: JobState, task: &TaskView) -> RowTail {
         match read {
-            Tail::Lines { user, runtime } => {
+            Tail::Lines {
+                user,
+                runtime,
+                rotated,
+            } => {
                 self.shown += 1;
-                let note = user.is_empty().then(|| {
-                    if job.is_final() || task.task_state.is_final() {
-                        "no output".to_string()
-                    } else {
-                        "no output yet".to_string()
-                    }
-                });
+                let note = user
+                    .is_empty()
+                    .then(|| {
+                        if job.is_final() || task.task_state.is_final() {
+                            "no output".to_string()
+                        } else {
+                            "no output yet".to_string()
+                        }
+                    })
+                    .or(rotated);
                 (
                     Some(user).filter(|l| !l.is_empty()),
                     Some(runtime).filter(|l| !l.is_empty()),
