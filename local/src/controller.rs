@@ -607,7 +607,7 @@ impl Driver<'_> {
             self.held = self.carried.take();
         }
         if self.held.is_none() {
-            let need = need_of(&self.job.framework(), false);
+            let need = need_of(&self.job.framework());
             let tasks = need.tasks.len();
             match self.inner.slots.ask(need).await {
                 crate::slots::Asked::Held(held) => self.held = Some(held),
@@ -704,15 +704,8 @@ impl Driver<'_> {
         }
         let mut framework = self.job.framework();
         let attempt = framework.attempt_id();
-        let assignment = held.assignment(attempt);
-        assignment.save(&mut framework);
-        let mut by_task = BTreeMap::new();
-        for role in &framework.spec.task_roles {
-            for index in 0..role.tasks() {
-                by_task.insert((role.name.clone(), index), held.devices(&role.name, index));
-            }
-        }
-        Some(by_task)
+        held.assignment(attempt).save(&mut framework);
+        Some(held.by_task())
     }
 
     /// After a batch: an attempt that no longer waits to be placed (stopped, deleted)
@@ -821,8 +814,7 @@ type TaskGpus = BTreeMap<(String, u32), Vec<crate::gpus::GpuDevice>>;
 
 /// What `framework`'s current attempt asks of this machine: a slot per task, the GPUs its
 /// pods' main containers ask for (of its `gpuType`), those its tasks held before first.
-/// `exact`: the attempt's tasks run still (followed after a restart) and hold them.
-pub(crate) fn need_of(framework: &Framework, exact: bool) -> crate::slots::Need {
+pub(crate) fn need_of(framework: &Framework) -> crate::slots::Need {
     let annotations = framework.metadata.annotations.clone().unwrap_or_default();
     let job = match (
         annotations.get(meta::ANNOTATION_USER),
@@ -844,7 +836,6 @@ pub(crate) fn need_of(framework: &Framework, exact: bool) -> crate::slots::Need 
             .collect(),
         gpu_type: annotations.get(meta::ANNOTATION_GPU_TYPE).cloned(),
         before: crate::gpus::Assignment::of(framework),
-        exact,
     }
 }
 

@@ -161,16 +161,11 @@ impl Machine {
             let resume = if deleted {
                 controller::Resume::Fresh
             } else if adopt {
-                match inner.slots.ask(controller::need_of(&framework, true)).await {
-                    slots::Asked::Held(held) => controller::Resume::Follow(held),
-                    _ => controller::Resume::Fresh,
-                }
+                controller::Resume::Follow(
+                    inner.slots.hold_exactly(controller::need_of(&framework)),
+                )
             } else if held_gpus(&framework) {
-                match inner
-                    .slots
-                    .ask(controller::need_of(&framework, false))
-                    .await
-                {
+                match inner.slots.ask(controller::need_of(&framework)).await {
                     slots::Asked::Held(held) => controller::Resume::Carry(held),
                     _ => controller::Resume::Fresh,
                 }
@@ -363,7 +358,7 @@ impl Machine {
             ) {
                 return Err(Error::Refused(why));
             }
-            let need = controller::need_of(&framework, false);
+            let need = controller::need_of(&framework);
             let per_task: Vec<u32> = need.tasks.iter().map(|t| t.2).collect();
             if let Some(why) = self
                 .inner

@@ -85,18 +85,21 @@ impl Logs {
     }
 }
 
+/// `path` with `suffix` added to its name.
+fn suffixed(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// `path.k`.
 pub fn numbered(path: &Path, k: u32) -> PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push(format!(".{k}"));
-    PathBuf::from(name)
+    suffixed(path, &format!(".{k}"))
 }
 
 /// Where the count of bytes rotated away is kept.
 pub fn dropped_file(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push(".dropped");
-    PathBuf::from(name)
+    suffixed(path, ".dropped")
 }
 
 /// The bytes of `path`'s log rotated away, beyond the kept files.

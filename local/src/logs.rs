@@ -150,14 +150,13 @@ pub(crate) fn log_stream(
         ),
     };
     let file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;
-    // The ordered log rotates at its cap: what is kept of the part before comes first.
-    let mut older = path.clone().into_os_string();
-    older.push(".1");
+    // What is kept of the part before the current file comes first.
     let older = match which {
         // The container log's older files (it rotated past its size), and a word on what
         // was rotated away beyond them.
         Which::Container => container_log_before(&path, inner.settings.log_rotation),
-        Which::Stream(_) => std::fs::read(&older).ok(),
+        // The ordered log rotates at its cap, into `.1`.
+        Which::Stream(_) => std::fs::read(crate::log_rotation::numbered(&path, 1)).ok(),
     };
     struct Tail {
         path: PathBuf,

@@ -6,7 +6,7 @@
 //! tasks one job may have here: as many as this machine runs at once. GPUs are whole
 //! devices, each held by one task at a time, as a device plugin gives them to pods.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::gpus::{Assignment, GpuDevice, Gpus, Held as HeldGpu};
@@ -38,9 +38,6 @@ pub(crate) struct Need {
     /// The GPUs its tasks held before (saved on its Framework): taken again where free,
     /// so a task rerun after a restart keeps its devices.
     pub(crate) before: Option<Assignment>,
-    /// Only those, at once and whatever else holds them: the attempt's tasks still run
-    /// (followed after a restart) and hold them.
-    pub(crate) exact: bool,
 }
 
 impl Need {
@@ -90,19 +87,19 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// The GPUs task `index` of `role` holds.
-    pub(crate) fn devices(&self, role: &str, index: u32) -> Vec<GpuDevice> {
+    /// The GPUs each task holds, by role and index.
+    pub(crate) fn by_task(&self) -> BTreeMap<(String, u32), Vec<GpuDevice>> {
         self.need
             .iter()
-            .position(|(r, i)| r == role && *i == index)
-            .and_then(|at| self.grant.gpus.get(at))
-            .map(|places| {
-                places
+            .zip(&self.grant.gpus)
+            .map(|(task, places)| {
+                let devices = places
                     .iter()
                     .filter_map(|&p| self.gpus.devices.get(p).cloned())
-                    .collect()
+                    .collect();
+                (task.clone(), devices)
             })
-            .unwrap_or_default()
+            .collect()
     }
 
     /// What it holds, to be saved on the Framework for attempt `attempt`.
@@ -275,10 +272,6 @@ impl Slots {
     /// Asks for what `need` says: held at once if it is free and nobody waits before;
     /// else a place in the queue.
     pub(crate) async fn ask(&self, need: Need) -> Asked {
-        if need.exact {
-            let mut state = lock(&self.state);
-            return Asked::Held(self.hold_exactly(&mut state, need));
-        }
         let tasks = need.tasks.len() as u32;
         if tasks > self.capacity {
             return Asked::TooMany(format!(
@@ -344,8 +337,11 @@ impl Slots {
         }
     }
 
-    /// The slots and the GPUs saved for a followed attempt, taken whatever else holds them.
-    fn hold_exactly(&self, state: &mut State, need: Need) -> Held {
+    /// The slots and exactly the GPUs `need` held before, at once and whatever else holds
+    /// them: a followed attempt's tasks (their containers outlived the previous server)
+    /// run still and hold them.
+    pub(crate) fn hold_exactly(&self, need: Need) -> Held {
+        let mut state = lock(&self.state);
         let devices = &self.gpus.devices;
         let picked: Vec<Vec<usize>> = need
             .tasks
@@ -546,7 +542,8 @@ mod tests {
         let Asked::Held(first) = slots.ask(need("alice~a", 2, 1)).await else {
             panic!("2 of 3 GPUs are free");
         };
-        let (zero, one) = (first.devices("worker", 0), first.devices("worker", 1));
+        let of = |held: &Held, index: u32| held.by_task()[&("worker".to_string(), index)].clone();
+        let (zero, one) = (of(&first, 0), of(&first, 1));
         assert_eq!((zero.len(), one.len()), (1, 1));
         assert_ne!(zero[0].uuid, one[0].uuid);
         let Asked::Queued(second, why) = slots.ask(need("bob~b", 2, 1)).await else {
@@ -561,7 +558,7 @@ mod tests {
         let freed: Vec<String> = [zero, one].concat().into_iter().map(|d| d.uuid).collect();
         drop(first);
         let second = second.await.expect("runs on the freed GPUs");
-        let got: Vec<String> = [second.devices("worker", 0), second.devices("worker", 1)]
+        let got: Vec<String> = [of(&second, 0), of(&second, 1)]
             .concat()
             .into_iter()
             .map(|d| d.uuid)
@@ -584,6 +581,7 @@ mod tests {
                 uuid: "GPU-2".to_string(),
             }]],
         );
+        let of = |held: &Held, index: u32| held.by_task()[&("worker".to_string(), index)].clone();
         let rerun = Need {
             before: Some(before.clone()),
             ..need("a", 1, 1)
@@ -591,23 +589,20 @@ mod tests {
         let Asked::Held(held) = slots.ask(rerun).await else {
             panic!()
         };
-        assert_eq!(held.devices("worker", 0)[0].uuid, "GPU-2");
+        assert_eq!(of(&held, 0)[0].uuid, "GPU-2");
         assert_eq!(held.assignment(1).task("worker", 0)[0].index, 2);
         drop(held);
         let followed = Need {
             before: Some(before),
-            exact: true,
             ..need("a", 1, 1)
         };
-        let Asked::Held(held) = slots.ask(followed).await else {
-            panic!()
-        };
-        assert_eq!(held.devices("worker", 0)[0].uuid, "GPU-2");
+        let held = slots.hold_exactly(followed);
+        assert_eq!(of(&held, 0)[0].uuid, "GPU-2");
         // The others take the rest, not GPU-2.
         let Asked::Held(other) = slots.ask(need("b", 2, 1)).await else {
             panic!()
         };
-        let uuids: Vec<String> = [other.devices("worker", 0), other.devices("worker", 1)]
+        let uuids: Vec<String> = [of(&other, 0), of(&other, 1)]
             .concat()
             .into_iter()
             .map(|d| d.uuid)
