@@ -98,6 +98,13 @@ pub mod runtime {
     /// after the runtime's first fork). Removed from the environment before anything
     /// else sees it.
     pub const CPU_GROUP: &str = "PAI_RUNTIME_CPU_GROUP";
+    /// Set by the embedded default to the bound of the task's container log
+    /// ([`crate::log_rotation::Rotation::to_env`]): where the runtime's standard output is
+    /// that log (a file, not a container engine's pipe), the runtime rotates it as it
+    /// echoes the user command's output, so the log never passes its size by more than
+    /// one write, however fast the command writes. Removed from the environment before
+    /// anything else sees it.
+    pub const LOG_ROTATION: &str = "PAI_RUNTIME_LOG_ROTATION";
     /// Where the user command may write its result (JSON, [`crate::results`]); set by
     /// the runtime for the user command.
     pub const RESULT_FILE: &str = "PAI_RESULT_FILE";

@@ -16,6 +16,7 @@ pub mod framework;
 pub mod gpus;
 pub mod kept_logs;
 pub mod log_lines;
+pub mod log_rotation;
 pub mod meta;
 pub mod names;
 pub mod ordered_log;

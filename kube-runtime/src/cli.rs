@@ -57,6 +57,23 @@ fn join_cpu_group() {
     let _ = std::fs::write(procs, "0");
 }
 
+/// [`LOG_ROTATION`](pai_contract::env::runtime::LOG_ROTATION), taken out of the
+/// environment (the embedded default sets it): the bound of the container log where it
+/// is this process's standard output. Runs before any thread exists.
+fn take_log_rotation() -> Option<pai_contract::log_rotation::Rotation> {
+    use pai_contract::env::runtime::LOG_ROTATION;
+    let value = std::env::var_os(LOG_ROTATION)?;
+    #[allow(unsafe_code)]
+    // SAFETY: called first thing in main, before any thread exists: nothing reads the
+    // environment concurrently.
+    unsafe {
+        std::env::remove_var(LOG_ROTATION)
+    };
+    value
+        .to_str()
+        .and_then(pai_contract::log_rotation::Rotation::from_env)
+}
+
 /// With [`ENV_FROM`](pai_contract::env::runtime::ENV_FROM) set (the embedded default's
 /// containers): the file's `NAME=VALUE\0` records become this process's environment, over
 /// what the engine gave it (as a pod's variables go over its image's), and the file and
@@ -133,6 +150,7 @@ enum Command {
 /// every thread it will have.
 pub fn main(mut args: Vec<String>) -> ExitCode {
     join_cpu_group();
+    let log_rotation = take_log_rotation();
     // Failures before a command's own start are logged as its are.
     if let Err(message) = environment_from_file().and_then(|()| die_with_parent()) {
         pai_barrier::logging::init();
@@ -164,7 +182,7 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                 Err(e) => return fail(1, &format!("cannot set up signal handling: {e}")),
             };
             pai_barrier::logging::init();
-            match run::run(&Layout::from_env(root), &signals) {
+            match run::run(&Layout::from_env(root), &signals, log_rotation) {
                 Ok(ended) => ExitCode::from(u8::try_from(ended.code()).unwrap_or(1)),
                 Err(e) => fail(e.exit_code().code(), &e.to_string()),
             }

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use pai_contract::log_rotation::Rotation;
+
 /// Default cap of `user.log`: 64 MiB.
 pub const DEFAULT_CAP: u64 = 64 * 1024 * 1024;
 
@@ -84,75 +86,113 @@ impl CappedLog {
     }
 
     fn rotate(&mut self) -> std::io::Result<()> {
-        let mut old = self.path.clone().into_os_string();
-        old.push(".1");
-        std::fs::rename(&self.path, &old)?;
+        std::fs::rename(
+            &self.path,
+            pai_contract::log_rotation::numbered(&self.path, 1),
+        )?;
         self.file = File::create(&self.path)?;
         self.written = 0;
         Ok(())
     }
 }
 
-/// How much more the runtime may echo to its own stdout and stderr. Unbounded when they
-/// are a pipe (a container runtime's, which the kubelet rotates); when they are a plain
-/// file (the embedded default's `container.log`) the same cap as the user log holds, and
-/// past it one line says that the rest is in the user log.
+/// How much more the runtime may echo to its own stdout and stderr, and the rotation of
+/// the file they are.
 #[derive(Debug)]
 pub struct EchoBudget {
-    left: Mutex<Option<u64>>,
-    cap: u64,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    /// A pipe (a container runtime's, which the kubelet or the engine keeps): all of it.
+    Unbounded,
+    /// A plain file (the embedded default's `container.log`) with its bound: all of it,
+    /// the file rotated as it passes its size.
+    Rotated { path: PathBuf, rotation: Rotation },
+    /// A plain file nobody rotates: the same cap as the user log, and past it one line
+    /// that says that the rest is in the user log.
+    Capped { left: Mutex<u64>, cap: u64 },
 }
 
 impl EchoBudget {
     pub fn unbounded() -> Arc<Self> {
         Arc::new(Self {
-            left: Mutex::new(None),
-            cap: 0,
+            kind: Kind::Unbounded,
         })
     }
 
     pub fn capped(cap: u64) -> Arc<Self> {
         Arc::new(Self {
-            left: Mutex::new(Some(cap)),
-            cap,
+            kind: Kind::Capped {
+                left: Mutex::new(cap),
+                cap,
+            },
         })
     }
 
-    /// Capped at `cap` when this process's stdout is a regular file, else unbounded.
-    pub fn for_stdout(cap: u64) -> Arc<Self> {
+    /// Unbounded when this process's stdout is not a regular file; rotated with
+    /// `rotation` when it is and one is given; else capped at `cap`.
+    pub fn for_stdout(cap: u64, rotation: Option<Rotation>) -> Arc<Self> {
         use std::os::unix::fs::FileTypeExt;
         let is_file = std::fs::metadata("/proc/self/fd/1")
             .map(|m| m.file_type().is_file() && !m.file_type().is_fifo())
             .unwrap_or(false);
-        if is_file {
-            Self::capped(cap)
-        } else {
-            Self::unbounded()
+        if !is_file {
+            return Self::unbounded();
+        }
+        match (rotation, std::fs::read_link("/proc/self/fd/1")) {
+            (Some(rotation), Ok(path)) => Arc::new(Self {
+                kind: Kind::Rotated { path, rotation },
+            }),
+            _ => Self::capped(cap),
         }
     }
 
     /// The part of `chunk` that may still be echoed, and whether this chunk used the
     /// budget up (the caller then says so, once).
     pub(crate) fn take<'a>(&self, chunk: &'a [u8]) -> (&'a [u8], bool) {
-        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
-        match left.as_mut() {
-            None => (chunk, false),
-            Some(0) => (&[], false),
-            Some(room) => {
-                let n = usize::try_from(*room)
-                    .unwrap_or(usize::MAX)
-                    .min(chunk.len());
-                *room -= n as u64;
-                (&chunk[..n], *room == 0)
-            }
+        let Kind::Capped { left, .. } = &self.kind else {
+            return (chunk, false);
+        };
+        let mut left = left.lock().unwrap_or_else(|p| p.into_inner());
+        if *left == 0 {
+            return (&[], false);
+        }
+        let n = usize::try_from(*left)
+            .unwrap_or(usize::MAX)
+            .min(chunk.len());
+        *left -= n as u64;
+        (&chunk[..n], *left == 0)
+    }
+
+    /// After an echo: rotates the file it went to where it passed its size. A failure is
+    /// told once and the echo goes on (the server's sweep still bounds the log).
+    pub(crate) fn echoed(&self, failed_before: &mut bool) {
+        let Kind::Rotated { path, rotation } = &self.kind else {
+            return;
+        };
+        // One `fstat` per echo; the rotation itself (a copy of the log) holds up the
+        // reader, and so the writer, while it runs: the log cannot outrun it.
+        let past = std::fs::metadata("/proc/self/fd/1").is_ok_and(|m| m.len() > rotation.max_bytes);
+        if !past {
+            return;
+        }
+        if let Err(e) = pai_contract::log_rotation::rotate_if_needed(path, *rotation)
+            && !std::mem::replace(failed_before, true)
+        {
+            tracing::warn!(log = %path.display(), error = %e, "cannot rotate the container log");
         }
     }
 
     /// The line that says the echo stopped at its cap.
     pub(crate) fn used_up_note(&self) -> String {
+        let cap = match &self.kind {
+            Kind::Capped { cap, .. } => *cap,
+            _ => 0,
+        };
         format!(
-            "\n[rest-lite] this log reached its cap of {} bytes; the output goes on in {USER_LOG} (the last {0} bytes are kept)\n",
-            self.cap
+            "\n[rest-lite] this log reached its cap of {cap} bytes; the output goes on in {USER_LOG} (the last {cap} bytes are kept)\n"
         )
     }
 }

@@ -23,7 +23,6 @@
 //! container's log), to the ordered log ([`pai_contract::ordered_log`], `user.log`), and
 //! line by line to the failure [`Detector`].
 
-use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -31,6 +30,7 @@ use std::thread::JoinHandle;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+use pai_barrier::logging;
 use pai_contract::failure::Detector;
 use pai_contract::ordered_log::{self, Stream};
 
@@ -206,6 +206,7 @@ struct Reader {
     records: Vec<u8>,
     ended: [bool; 2],
     budget_told: bool,
+    rotation_failed: bool,
 }
 
 const STREAMS: [Stream; 2] = [Stream::Stdout, Stream::Stderr];
@@ -219,6 +220,7 @@ impl Reader {
             records: Vec::new(),
             ended: [false, false],
             budget_told: false,
+            rotation_failed: false,
         }
     }
 
@@ -236,6 +238,7 @@ impl Reader {
     fn round_in_order(&mut self, read: &[OwnedFd; 2], order: &Order) {
         let mut fds = [PollFd::new(order.signals.as_fd(), PollFlags::POLLIN)];
         let woke = poll(&mut fds, PollTimeout::from(SAFETY_PERIOD_MS)).unwrap_or(0);
+        logging::release_held(false);
         if woke == 0 {
             // A second without a signal: take whatever is there (writes without a
             // signal cannot happen, but nothing is ever left behind).
@@ -263,6 +266,7 @@ impl Reader {
             .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
             .collect();
         let _ = poll(&mut fds, PollTimeout::from(SAFETY_PERIOD_MS));
+        logging::release_held(false);
         self.drain(read);
     }
 
@@ -335,15 +339,12 @@ impl Reader {
 
     fn echo(&mut self, stream: Stream, chunk: &[u8]) {
         let (echoed, used_up) = self.sinks.budget.take(chunk);
-        let write = |bytes: &[u8]| match stream {
-            Stream::Stdout => std::io::stdout().lock().write_all(bytes),
-            Stream::Stderr => std::io::stderr().lock().write_all(bytes),
-        };
-        let _ = write(echoed);
+        logging::echo(stream, echoed);
         if used_up && !self.budget_told {
             self.budget_told = true;
-            let _ = write(self.sinks.budget.used_up_note().as_bytes());
+            logging::echo(stream, self.sinks.budget.used_up_note().as_bytes());
         }
+        self.sinks.budget.echoed(&mut self.rotation_failed);
     }
 
     fn flush_records(&mut self) {
@@ -372,6 +373,7 @@ impl Reader {
 
     fn finish(mut self) -> Detector {
         self.flush_records();
+        logging::release_held(true);
         self.sinks.detector
     }
 }

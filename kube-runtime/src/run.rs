@@ -74,7 +74,12 @@ pub fn user_shell() -> &'static str {
 pub const UNBUFFERED: (&str, &str) = ("PYTHONUNBUFFERED", "1");
 
 /// Loads the environment and supervises the task to its end.
-pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
+/// `log_rotation`: the container log's bound, where the embedded default gave one.
+pub fn run(
+    layout: &Layout,
+    signals: &Signals,
+    log_rotation: Option<pai_contract::log_rotation::Rotation>,
+) -> Result<Ended, RunError> {
     let env = environment(layout)?;
     let get = |name: &str| {
         env.iter()
@@ -135,6 +140,7 @@ pub fn run(layout: &Layout, signals: &Signals) -> Result<Ended, RunError> {
         daemon_env,
         log_dir: task.log_dir(layout),
         log_cap,
+        log_rotation,
         grace,
         failure_patterns,
         ssh,

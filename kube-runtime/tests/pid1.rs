@@ -69,15 +69,7 @@ fn stdout_and_stderr_stay_in_the_order_they_were_written() {
     expected.push_str("no newline, then a line on stdout\n");
     for round in 0..25 {
         let task = TaskDir::new(&format!("order-{round}"));
-        task.main(&script);
-        // As the embedded default runs it: stdout and stderr one file.
-        let container_log = task.root().join("container.log");
-        let file = std::fs::File::create(&container_log).expect("container.log");
-        let mut command = task.pid1();
-        command.stdout(file.try_clone().expect("dup")).stderr(file);
-        let out = finish(command.spawn().expect("spawn"));
-        assert_eq!(out.code, Some(0));
-        let container = std::fs::read_to_string(&container_log).expect("read");
+        let container = container_log_of(&task, &script);
         let user_lines = pai_contract::log_lines::keep(&container, Default::default());
         assert_eq!(user_lines, expected, "round {round}: the container log");
         let records = std::fs::read(task.log_dir().join("user.log")).expect("user.log");
@@ -92,6 +84,76 @@ fn stdout_and_stderr_stay_in_the_order_they_were_written() {
             "1 err\n4 err\n7 err\n10 err\n13 err\n16 err\n19 err\nno newline, then "
         );
     }
+}
+
+/// Runs `script` as PID 1's user command with stdout and stderr one file (as the
+/// embedded default runs it); gives back that file's text.
+fn container_log_of(task: &TaskDir, script: &str) -> String {
+    task.main(script);
+    let container_log = task.root().join("container.log");
+    let file = std::fs::File::create(&container_log).expect("container.log");
+    let mut command = task.pid1();
+    command.stdout(file.try_clone().expect("dup")).stderr(file);
+    let out = finish(command.spawn().expect("spawn"));
+    assert_eq!(out.code, Some(0));
+    std::fs::read_to_string(&container_log).expect("read")
+}
+
+/// The script's way to wait until its output is in the container's log: `grep` for
+/// `text` there until it is.
+fn until_logged(task: &TaskDir, text: &str) -> String {
+    let path = task.root().join("container.log");
+    format!("until grep -q '{text}' '{}'; do :; done\n", path.display())
+}
+
+/// A runtime line logged while the user's line is unended (here the forwarded signal's,
+/// once the line's start is in the log) waits for the line's end instead of landing
+/// inside it.
+#[test]
+fn a_runtime_line_waits_for_the_users_line_to_end() {
+    if !common::root() {
+        return;
+    }
+    let task = TaskDir::new("held");
+    let script = format!(
+        "trap ':' USR1\nprintf 'half a line, ' >&2\n{}kill -USR1 1\necho 'then its end'\n",
+        until_logged(&task, "half a line")
+    );
+    let log = container_log_of(&task, &script);
+    let lines: Vec<&str> = log.lines().collect();
+    assert!(lines.contains(&"half a line, then its end"), "{log}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("[runtime INFO] ") && l.contains("forwarding")),
+        "{log}"
+    );
+}
+
+/// A user line that stays unended (a progress bar rewriting itself with `\r`) holds the
+/// runtime's line only so long: then it begins a line of its own, and the user's line
+/// goes on after it.
+#[test]
+fn a_runtime_line_held_too_long_begins_a_line_of_its_own() {
+    if !common::root() {
+        return;
+    }
+    let task = TaskDir::new("held-long");
+    let script = format!(
+        "trap ':' USR1\nprintf '10%%\\r'\n{}kill -USR1 1\n{}echo 100%\n",
+        until_logged(&task, "10%"),
+        until_logged(&task, "forwarding"),
+    );
+    let log = container_log_of(&task, &script);
+    let lines: Vec<&str> = log.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("[runtime INFO] ") && l.contains("forwarding"))
+        .unwrap_or_else(|| panic!("no forwarding line: {log}"));
+    // `lines` reads "\r\n" as a line's end too.
+    assert_eq!(lines[at - 1], "10%", "{log}");
+    assert!(log.contains("10%\r\n[runtime INFO] "), "{log}");
+    assert_eq!(lines[at + 1], "100%", "{log}");
 }
 
 /// The cause of a failure goes out in the termination message: the exception that

@@ -425,7 +425,7 @@ fn container_command(
 /// waits for it to end or for a stop request.
 async fn start_and_wait(
     launch: &Launch,
-    command: tokio::process::Command,
+    mut command: tokio::process::Command,
     stop: &mut watch::Receiver<Option<StopRequest>>,
     started: impl FnOnce(),
     container: Option<StepContainer<'_>>,
@@ -437,6 +437,12 @@ async fn start_and_wait(
     let log_path = launch.container_log();
     let pid_record = launch.pid_record.clone();
     let cpu_group = launch.cpu_group.clone();
+    // The runtime rotates the log as it echoes where the log is its standard output
+    // (host mode); a container's engine ignores it.
+    command.env(
+        pai_contract::env::runtime::LOG_ROTATION,
+        launch.logs.rotation().to_env(),
+    );
     // Files, fork and exec on a spawning thread: none of it blocks the async workers.
     let started_process = launch
         .spawner

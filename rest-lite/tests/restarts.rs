@@ -258,3 +258,46 @@ async fn a_task_log_past_its_size_keeps_the_newest_bytes_and_says_so() {
         page.body
     );
 }
+
+/// A task that writes faster than any sweep looks: the runtime rotates its log as it
+/// echoes, so no kept file passes the size by more than one read of the output, and the
+/// newest bytes are the ones kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_writer_cannot_outrun_its_logs_rotation() {
+    const MAX: u64 = 64 * 1024;
+    let dir = common::scratch("restarts", "fast-rotation");
+    let server = serve(
+        &dir,
+        &format!("containerLogMaxBytes: {MAX}\ncontainerLogMaxFiles: 3\n"),
+    );
+    let client = server.client();
+    // 16 MiB in one burst, well under the server's 2 s between sweeps.
+    let command =
+        "yes 'a line of a writer that does not pause' | head -c 16777216; echo; echo last line";
+    client
+        .submit("alice", &spec("burst", 0, command), SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "burst").await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    let task = std::fs::read_dir(dir.join("state").join("jobs"))
+        .expect("jobs")
+        .flatten()
+        .next()
+        .expect("job")
+        .path()
+        .join("attempts/0/worker-0");
+    // One read of the output is at most 64 KiB.
+    for kept in ["container.log", "container.log.1", "container.log.2"] {
+        let len = std::fs::metadata(task.join(kept)).expect(kept).len();
+        assert!(len <= 2 * MAX, "{kept}: {len} bytes");
+    }
+    let current = std::fs::read_to_string(task.join("container.log")).expect("log");
+    assert!(current.contains("last line\n"), "{current}");
+    let dropped: u64 = std::fs::read_to_string(task.join("container.log.dropped"))
+        .expect("dropped")
+        .trim()
+        .parse()
+        .expect("a count");
+    assert!(dropped > 16 * 1024 * 1024 - 6 * MAX, "{dropped}");
+}

@@ -57,6 +57,8 @@ pub struct Plan {
     pub daemon_env: Vec<(OsString, OsString)>,
     pub log_dir: PathBuf,
     pub log_cap: u64,
+    /// The container log's bound, where the embedded default gave one.
+    pub log_rotation: Option<pai_contract::log_rotation::Rotation>,
     /// Between TERM and KILL.
     pub grace: Duration,
     /// The operator's failure patterns ([`pai_contract::failure::PATTERNS_VAR`]'s value).
@@ -215,7 +217,7 @@ fn start_user_command(
         read_ends,
         output::Sinks {
             log: user_log,
-            budget: EchoBudget::for_stdout(plan.log_cap),
+            budget: EchoBudget::for_stdout(plan.log_cap, plan.log_rotation),
             detector: pai_contract::failure::Detector::from_var(plan.failure_patterns.as_deref()),
         },
     );
