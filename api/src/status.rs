@@ -27,18 +27,23 @@ pub enum JobState {
 
 impl std::fmt::Display for JobState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+        f.write_str(self.as_str())
+    }
+}
+
+impl JobState {
+    /// Its name as the API writes it (`RUNNING`).
+    pub fn as_str(self) -> &'static str {
+        match self {
             JobState::Waiting => "WAITING",
             JobState::Running => "RUNNING",
             JobState::Succeeded => "SUCCEEDED",
             JobState::Failed => "FAILED",
             JobState::Stopped => "STOPPED",
             JobState::Unknown => "UNKNOWN",
-        })
+        }
     }
-}
 
-impl JobState {
     /// Every state, in the order of a job's life.
     pub const ALL: [JobState; 6] = [
         JobState::Waiting,

@@ -43,9 +43,19 @@ pub struct JobSummaryV2 {
 
 impl From<&JobSummary> for JobSummaryV2 {
     fn from(job: &JobSummary) -> Self {
-        let s = &job.status;
+        Self::from_status(&job.name, &job.status)
+    }
+}
+
+impl JobSummaryV2 {
+    /// The summary of a job's view.
+    pub fn of(view: &crate::status::JobView) -> Self {
+        Self::from_status(&view.name, &view.job_status)
+    }
+
+    fn from_status(name: &str, s: &crate::status::JobStatus) -> Self {
         Self {
-            name: job.name.clone(),
+            name: name.to_string(),
             username: s.username.clone(),
             state: s.state,
             sub_state: s.sub_state.clone(),

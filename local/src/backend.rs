@@ -154,7 +154,7 @@ impl Backend for LocalBackend {
     }
 
     fn peek(&self, name: &str) -> Option<Arc<Framework>> {
-        self.0.get(name).map(Arc::new)
+        self.0.get(name)
     }
 
     fn seen(&self, name: &str) -> Option<pai_engine::backend::Seen> {
@@ -188,7 +188,7 @@ impl Backend for LocalBackend {
         &'a self,
         user: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<Arc<Framework>>, BackendError>> {
-        Box::pin(async move { Ok(self.0.list(user).into_iter().map(Arc::new).collect()) })
+        Box::pin(async move { Ok(self.0.list(user)) })
     }
 
     fn set_execution<'a>(
@@ -258,9 +258,7 @@ impl Backend for LocalBackend {
         Box::pin(async move {
             use futures::StreamExt;
             let stream = self.0.watch(name)?;
-            Ok(stream
-                .map(|item| item.map(|f| f.map(Arc::new)).map_err(BackendError::from))
-                .boxed())
+            Ok(stream.map(|item| item.map_err(BackendError::from)).boxed())
         })
     }
 

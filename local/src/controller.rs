@@ -286,7 +286,8 @@ pub(super) async fn drive(
     let mut deletions: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
     loop {
         let effects: Vec<Effect> = {
-            let mut framework = job.framework();
+            let mut guard = job.framework();
+            let framework = Arc::make_mut(&mut guard);
             let mut uids = uid;
             let mut cx = lifecycle::Context {
                 now: now(),
@@ -297,7 +298,7 @@ pub(super) async fn drive(
             };
             events
                 .drain(..)
-                .flat_map(|event| lifecycle::step(&mut framework, event, &mut cx))
+                .flat_map(|event| lifecycle::step(framework, event, &mut cx))
                 .collect()
         };
         let next = driver.carry_out(effects).await;
@@ -316,6 +317,25 @@ pub(super) async fn drive(
             }
             Next::Events(_) => {}
             Next::Removed => break,
+        }
+        if driver.is_finished() {
+            // Nothing runs, waits or is held: the controller ends, its memory with it,
+            // unless a command came meanwhile; the next command starts one again (under
+            // the lock every sender takes, so none is lost in between).
+            let ended = {
+                let mut sender = job.commands();
+                let idle = commands.is_empty();
+                if idle {
+                    *sender = None;
+                }
+                idle
+            };
+            if ended {
+                tracing::debug!(job = %name, "finished; its controller ends until a command comes");
+                let store = inner.store.clone();
+                let _ = tokio::task::spawn_blocking(move || store.settle_finished(&name)).await;
+                return;
+            }
         }
         let timer = async {
             match driver.timer.as_mut() {
@@ -475,6 +495,26 @@ struct Driver<'a> {
 }
 
 impl Driver<'_> {
+    /// The job completed and nothing of it runs, waits or is held.
+    fn is_finished(&self) -> bool {
+        use pai_contract::framework::FrameworkState;
+        let completed = self
+            .job
+            .framework()
+            .status
+            .as_ref()
+            .is_some_and(|s| s.state == FrameworkState::Completed);
+        completed
+            && self.held.is_none()
+            && self.carried.is_none()
+            && self.waiter.is_none()
+            && self.pulling.is_none()
+            && self.timer.is_none()
+            && !self.waits_for_jobs
+            // Only the controller's own sender: every task's has gone with it.
+            && self.reports.strong_count() == 1
+    }
+
     /// A task of the started attempt runs its user command: how long that took.
     fn observe(&self, (attempt, _, _, progress): &Report) {
         if let (Progress::Running, Some((started, since))) = (progress, self.started)
@@ -704,7 +744,7 @@ impl Driver<'_> {
         }
         let mut framework = self.job.framework();
         let attempt = framework.attempt_id();
-        held.assignment(attempt).save(&mut framework);
+        held.assignment(attempt).save(Arc::make_mut(&mut framework));
         Some(held.by_task())
     }
 
@@ -858,7 +898,7 @@ fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, St
     let allocation = ports::allocate(&framework, &inner.ports)
         .map_err(|e| format!("no free ports on this machine: {e}"))?;
     let own_ports = &allocation.ports;
-    job.framework()
+    Arc::make_mut(&mut job.framework())
         .metadata
         .annotations
         .get_or_insert_with(Default::default)

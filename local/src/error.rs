@@ -29,4 +29,4 @@ pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
 
 /// A Framework as it changes: its state now, then after every change; `None` once it
 /// is deleted, and then the stream ends.
-pub type FrameworkStream = BoxStream<'static, Result<Option<Framework>, Error>>;
+pub type FrameworkStream = BoxStream<'static, Result<Option<std::sync::Arc<Framework>>, Error>>;

@@ -21,12 +21,17 @@ pub(crate) enum Command {
 }
 
 pub(crate) struct Job {
-    pub(crate) framework: Mutex<Framework>,
+    /// Shared with readers as it is: a change makes a new one ([`Arc::make_mut`]), so a
+    /// reader's copy is a version, and the server's views of it are made once.
+    pub(crate) framework: Mutex<Arc<Framework>>,
     /// Held while a snapshot is written, so saves land in order.
     pub(crate) save: tokio::sync::Mutex<()>,
     /// Bumped after every save.
     pub(crate) changed: watch::Sender<u64>,
-    pub(crate) commands: mpsc::UnboundedSender<Command>,
+    /// Where its controller reads commands; `None` while it has none (a finished job's
+    /// controller ends, and its memory goes: [`crate::Machine`] starts one again for
+    /// the next command).
+    pub(crate) commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     /// Its processes and files are gone and its name is free.
     pub(crate) gone: std::sync::atomic::AtomicBool,
     /// Why it waits for this machine's task slots, while it does.
@@ -36,7 +41,7 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    pub(crate) fn framework(&self) -> MutexGuard<'_, Framework> {
+    pub(crate) fn framework(&self) -> MutexGuard<'_, Arc<Framework>> {
         self.framework.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -65,6 +70,10 @@ impl Job {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    pub(crate) fn commands(&self) -> MutexGuard<'_, Option<mpsc::UnboundedSender<Command>>> {
+        self.commands.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn is_gone(&self) -> bool {

@@ -27,6 +27,7 @@ static FORKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 pub mod policy;
 pub mod ports;
 pub mod procs;
+pub mod retention;
 mod settings;
 mod slots;
 pub mod storages;
@@ -187,7 +188,69 @@ impl Machine {
         for (job, commands, resume) in resumed {
             spawn_controller(&inner, job, commands, resume);
         }
-        Ok(Self { inner })
+        let local = Self { inner };
+        // Finished jobs past the retention: at start, as jobs change (a second apart at
+        // most), and once a minute (a bound by age passes without a change).
+        if local.inner.settings.retention != retention::Retention::default() {
+            let weak = Arc::downgrade(&local.inner);
+            let mut changes = local.inner.changes.subscribe();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(retention::SWEEP_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        changed = changes.recv() => {
+                            if matches!(changed, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                                return;
+                            }
+                        }
+                    }
+                    let Some(inner) = weak.upgrade() else { return };
+                    Self { inner }.enforce_retention().await;
+                    // Changes meanwhile stay queued: the next look comes after this.
+                    tokio::time::sleep(retention::AT_MOST_EVERY).await;
+                }
+            });
+        }
+        Ok(local)
+    }
+
+    /// Deletes the finished jobs past the retention, oldest end first; how many.
+    pub async fn enforce_retention(&self) -> usize {
+        use pai_contract::framework::FrameworkState;
+        let finished: Vec<(i64, String)> = self
+            .inner
+            .visible_jobs()
+            .iter()
+            .filter_map(|job| {
+                let framework = job.framework();
+                let status = framework.status.as_ref()?;
+                (status.state == FrameworkState::Completed).then(|| {
+                    let ended = status
+                        .completion_time
+                        .as_deref()
+                        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                        .map_or(0, |t| t.as_millisecond());
+                    (ended, framework.metadata.name.clone().unwrap_or_default())
+                })
+            })
+            .collect();
+        let now = jiff::Timestamp::now().as_millisecond();
+        let past = retention::past(self.inner.settings.retention, finished, now);
+        let mut deleted = 0;
+        for name in past {
+            match self.delete(&name).await {
+                Ok(()) => deleted += 1,
+                Err(e) => {
+                    tracing::warn!(job = %name, error = %e, "cannot delete a job past the retention")
+                }
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(deleted, "finished jobs past the retention deleted");
+        }
+        deleted
     }
 }
 
@@ -268,16 +331,34 @@ fn insert(
     }
     let (commands, receiver) = mpsc::unbounded_channel();
     let job = Arc::new(Job {
-        framework: Mutex::new(framework),
+        framework: Mutex::new(Arc::new(framework)),
         save: tokio::sync::Mutex::new(()),
         changed: watch::channel(0).0,
-        commands,
+        commands: Mutex::new(Some(commands)),
         gone: false.into(),
         queued: Default::default(),
         released: tokio::sync::Notify::new(),
     });
     jobs.insert(name, job.clone());
     Ok((job, receiver))
+}
+
+/// Sends `command` to `job`'s controller, starting one where the job has none (a
+/// finished job's ended); false when the job is being removed (its controller ended for
+/// that). Under the job's lock of its commands, so that a controller that ends and one
+/// that starts never both run.
+fn command(inner: &Arc<Inner>, job: &Arc<Job>, command: Command) -> bool {
+    let mut sender = job.commands();
+    match sender.as_ref() {
+        Some(running) => running.send(command).is_ok(),
+        None => {
+            let (commands, receiver) = mpsc::unbounded_channel();
+            let sent = commands.send(command).is_ok();
+            *sender = Some(commands);
+            spawn_controller(inner, job.clone(), receiver, controller::Resume::Fresh);
+            sent
+        }
+    }
 }
 
 fn spawn_controller(
@@ -397,7 +478,7 @@ impl Machine {
     }
 
     /// The Framework `name` as it is now.
-    pub fn get(&self, name: &str) -> Option<Framework> {
+    pub fn get(&self, name: &str) -> Option<Arc<Framework>> {
         self.inner.visible(name).map(|j| j.framework().clone())
     }
 
@@ -411,8 +492,9 @@ impl Machine {
         self.inner.visible(name)?.queued()
     }
 
-    /// Every Framework of `user` (by its label), or of everybody.
-    pub fn list(&self, user: Option<&str>) -> Vec<Framework> {
+    /// Every Framework of `user` (by its label), or of everybody: each as it is now,
+    /// shared, not copied.
+    pub fn list(&self, user: Option<&str>) -> Vec<Arc<Framework>> {
         {
             self.inner
                 .visible_jobs()
@@ -427,7 +509,7 @@ impl Machine {
                             .is_some_and(|v| v == u)
                     })
                 })
-                .map(|f| f.clone())
+                .map(|f| Arc::clone(&f))
                 .collect()
         }
     }
@@ -451,11 +533,11 @@ impl Machine {
     pub async fn release(&self, name: &str) -> Result<(), Error> {
         let job = self.inner.visible(name).ok_or(Error::NotFound)?;
         {
-            let mut framework = job.framework();
-            if pai_contract::depends::released(&framework) {
+            let mut guard = job.framework();
+            if pai_contract::depends::released(&guard) {
                 return Ok(());
             }
-            framework
+            Arc::make_mut(&mut guard)
                 .metadata
                 .annotations
                 .get_or_insert_with(Default::default)
@@ -472,7 +554,7 @@ impl Machine {
     /// Ends job `name`, which waited for other jobs, FAILED: says why on it and stops it.
     pub async fn refuse(&self, name: &str, why: &str) -> Result<(), Error> {
         let job = self.inner.visible(name).ok_or(Error::NotFound)?;
-        job.framework()
+        Arc::make_mut(&mut job.framework())
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
@@ -491,12 +573,14 @@ impl Machine {
                 let changed = {
                     let mut framework = job.framework();
                     let changed = framework.spec.execution_type != ExecutionType::Stop;
-                    framework.spec.execution_type = ExecutionType::Stop;
+                    if changed {
+                        Arc::make_mut(&mut framework).spec.execution_type = ExecutionType::Stop;
+                    }
                     changed
                 };
                 if changed {
                     self.inner.persist(&job).await?;
-                    let _ = job.commands.send(Command::Stop);
+                    command(&self.inner, &job, Command::Stop);
                 }
             }
             Ok(())
@@ -517,7 +601,7 @@ impl Machine {
             let mut annotations = framework.metadata.annotations.clone().unwrap_or_default();
             let outcome = change(&mut annotations);
             if matches!(outcome, Ok(true)) {
-                framework.metadata.annotations = Some(annotations);
+                Arc::make_mut(&mut framework).metadata.annotations = Some(annotations);
             }
             outcome
         };
@@ -617,7 +701,7 @@ impl Machine {
     pub async fn delete(&self, name: &str) -> Result<(), Error> {
         let job = self.inner.visible(name).ok_or(Error::NotFound)?;
         let (saved, answer) = tokio::sync::oneshot::channel();
-        if job.commands.send(Command::Delete(saved)).is_err() {
+        if !command(&self.inner, &job, Command::Delete(saved)) {
             // Its controller has ended: it is being removed already.
             return Ok(());
         }

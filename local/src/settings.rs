@@ -35,6 +35,8 @@ pub struct Settings {
     pub kept_attempts: u32,
     /// The bound of each task's `container.log`.
     pub log_rotation: crate::log_rotation::Rotation,
+    /// How long finished jobs are kept.
+    pub retention: crate::retention::Retention,
 }
 
 /// What decides container mode at start.

@@ -573,6 +573,106 @@ async fn create_then_conflict(h: &Harness) {
     );
 }
 
+/// Every page of a list, with and without filters, is the full list cut where it says:
+/// the v2 API's offsets, the v1 API's `continue` tokens and the portal's pages.
+async fn pages_and_filters_agree_with_the_full_list(h: &Harness) {
+    const JOBS: usize = 11;
+    for i in 0..JOBS {
+        let job = format!("p{i:02}");
+        h.submit(ALICE, "alice", &job).await.expect("submitted");
+        // Every third fails, every third succeeds, the rest run on.
+        if i % 3 != 2 {
+            h.running("alice", &job).await;
+            h.exit("alice", &job, if i % 3 == 0 { 3 } else { 0 }).await;
+            view_once(h, "alice", &job, |v| v.job_status.state.is_final()).await;
+        }
+    }
+    let url = &h.server.url;
+    let get = |path: &str| {
+        let answer = common::request(
+            url,
+            "GET",
+            path,
+            &[("Authorization", &format!("Bearer {OPS}"))],
+            "",
+        );
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        answer
+    };
+    let jobs_of = |path: &str| -> Vec<(String, String)> {
+        let list: serde_json::Value = serde_json::from_str(&get(path).body).expect("json");
+        list.as_array()
+            .expect("a list")
+            .iter()
+            .map(|j| {
+                (
+                    j["name"].as_str().unwrap_or_default().to_string(),
+                    j["state"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let full = jobs_of("/api/v2/jobs?limit=1000");
+    assert_eq!(full.len(), JOBS, "{full:?}");
+    // Newest first; a cluster's creation times are whole seconds, by name among equals.
+    let names: Vec<&str> = full.iter().map(|(n, _)| n.as_str()).collect();
+    let submitted: Vec<String> = (0..JOBS).map(|i| format!("p{i:02}")).collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, submitted);
+    let mut paged = Vec::new();
+    for offset in (0..JOBS).step_by(4) {
+        paged.extend(jobs_of(&format!("/api/v2/jobs?limit=4&offset={offset}")));
+    }
+    assert_eq!(paged, full, "v2 pages of 4");
+    for state in ["FAILED", "SUCCEEDED", "RUNNING"] {
+        let filtered = jobs_of(&format!("/api/v2/jobs?state={state}&limit=2&offset=1"));
+        let expected: Vec<(String, String)> = full
+            .iter()
+            .filter(|(_, s)| s == state)
+            .skip(1)
+            .take(2)
+            .cloned()
+            .collect();
+        assert_eq!(filtered, expected, "v2 {state}, second page of 2");
+    }
+    let searched = jobs_of("/api/v2/jobs?keyword=p0&order=jobName,ASC");
+    let expected: Vec<&String> = submitted.iter().filter(|n| n.contains("p0")).collect();
+    assert_eq!(
+        searched.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        expected,
+        "v2 keyword, by name"
+    );
+    // v1: pages of 3 by their `continue` tokens, in the `Link` header.
+    let mut v1 = Vec::new();
+    let mut next = Some("/api/v1/jobs?limit=3".to_string());
+    while let Some(path) = next.take() {
+        let answer = get(&path);
+        let list: Vec<pai_api::jobs::JobSummary> =
+            serde_json::from_str(&answer.body).expect("json");
+        assert!(list.len() <= 3, "{path}");
+        v1.extend(list.into_iter().map(|j| j.name));
+        next = answer.header("link").map(|link| {
+            link.trim_start_matches('<')
+                .split_once('>')
+                .expect("a link")
+                .0
+                .to_string()
+        });
+    }
+    let v1_full: Vec<pai_api::jobs::JobSummary> =
+        serde_json::from_str(&get("/api/v1/jobs").body).expect("json");
+    let v1_full: Vec<String> = v1_full.into_iter().map(|j| j.name).collect();
+    assert_eq!(v1, v1_full, "v1 pages of 3");
+    // The portal: 50 rows a page; all here, and a second page asked for is the last.
+    let portal = get("/ui/jobs?page=2").body;
+    assert!(
+        portal.contains(&format!("Jobs 1–{JOBS} of {JOBS}")),
+        "{portal}"
+    );
+    assert!(!portal.contains("next page"), "{portal}");
+}
+
 async fn lists_show_each_user_their_own(h: &Harness) {
     h.submit(ALICE, "alice", "mine").await.expect("alice's");
     h.submit(OPS, "bob", "his")
@@ -957,6 +1057,7 @@ macro_rules! on_both_backends {
 on_both_backends!(
     create_then_conflict,
     lists_show_each_user_their_own,
+    pages_and_filters_agree_with_the_full_list,
     a_watch_ends_at_the_final_state,
     a_watch_ends_when_the_job_is_deleted,
     stop_and_start_follow_the_rules,

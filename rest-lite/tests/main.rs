@@ -20,6 +20,7 @@ mod containers;
 mod deploy;
 mod gang;
 mod gpus;
+mod history;
 mod job_access;
 mod layout;
 mod local;

@@ -2,6 +2,8 @@
 //! framing, list visibility and ssh info. Handlers extract, call one of these, and map the
 //! result; nothing here knows HTTP beyond the error type.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use futures::{Stream, StreamExt};
 
@@ -302,17 +304,14 @@ impl Position {
 }
 
 /// The jobs `caller` may see of `requested` (a user name) or of everyone, newest first,
-/// as `filter` says: from the backend's copy, one job view built per job given (and per
-/// job whose state a state filter must know).
+/// as `filter` says: from the backend's copy and the views made once per version of each
+/// job ([`crate::views`]); only the page's summaries are made.
 pub async fn list(
     state: &AppState,
     caller: &Caller,
     requested: Option<&str>,
     filter: &ListFilter,
 ) -> Result<Page, ApiError> {
-    if let Some(user) = requested {
-        user_name(user)?;
-    }
     if let Some(limit) = filter.limit
         && !(1..=MAX_PAGE).contains(&limit)
     {
@@ -327,32 +326,15 @@ pub async fn list(
         .filter(|token| !token.is_empty())
         .map(Position::parse)
         .transpose()?;
-    let user = match visible(caller, requested) {
-        Visible::Nothing => {
-            return Ok(Page {
-                jobs: Vec::new(),
-                next: None,
-            });
-        }
-        Visible::All => None,
-        Visible::User(user) => Some(user),
-    };
-    let label = user.as_deref().map(pai_contract::names::label_value);
-    let frameworks = state.backend.list(label.as_deref()).await?;
-    let mut ordered: Vec<(Position, &std::sync::Arc<pai_contract::Framework>)> = frameworks
-        .iter()
-        // The label is lossy (alice and Alice share one): the annotation decides.
-        .filter(|f| user.as_deref().is_none_or(|u| f.user_name() == Some(u)))
-        .map(|f| (Position::of(f), f))
-        .filter(|(p, _)| after.as_ref().is_none_or(|a| p > a))
-        .collect();
-    ordered.sort_by(|a, b| a.0.cmp(&b.0));
+    let ordered = ordered_views(state, caller, requested).await?;
     let limit = filter.limit.unwrap_or(usize::MAX);
     let mut jobs = Vec::new();
     let mut last = None;
     let mut more = false;
-    for (position, framework) in ordered {
-        let made = state.views.of(framework);
+    for (position, made) in ordered {
+        if after.as_ref().is_some_and(|a| &position <= a) {
+            continue;
+        }
         let view = &made.view;
         if filter.state.is_some_and(|s| s != view.job_status.state) {
             continue;
@@ -371,4 +353,44 @@ pub async fn list(
         jobs,
         next: more.then(|| last.map(|p| p.token())).flatten(),
     })
+}
+
+/// The views of the jobs `caller` may see of `requested` (a user name) or of everyone,
+/// newest first (by name among equals). Each is the view made once for its job's
+/// version: a list reads them, it does not make them.
+pub async fn visible_views(
+    state: &AppState,
+    caller: &Caller,
+    requested: Option<&str>,
+) -> Result<Vec<Arc<crate::views::Made>>, ApiError> {
+    Ok(ordered_views(state, caller, requested)
+        .await?
+        .into_iter()
+        .map(|(_, made)| made)
+        .collect())
+}
+
+async fn ordered_views(
+    state: &AppState,
+    caller: &Caller,
+    requested: Option<&str>,
+) -> Result<Vec<(Position, Arc<crate::views::Made>)>, ApiError> {
+    if let Some(user) = requested {
+        user_name(user)?;
+    }
+    let user = match visible(caller, requested) {
+        Visible::Nothing => return Ok(Vec::new()),
+        Visible::All => None,
+        Visible::User(user) => Some(user),
+    };
+    let label = user.as_deref().map(pai_contract::names::label_value);
+    let frameworks = state.backend.list(label.as_deref()).await?;
+    let mut ordered: Vec<(Position, Arc<crate::views::Made>)> = frameworks
+        .iter()
+        // The label is lossy (alice and Alice share one): the annotation decides.
+        .filter(|f| user.as_deref().is_none_or(|u| f.user_name() == Some(u)))
+        .map(|f| (Position::of(f), state.views.of(f)))
+        .collect();
+    ordered.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(ordered)
 }

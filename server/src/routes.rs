@@ -418,7 +418,8 @@ fn page_of(path: &str, query: &[(&str, Option<String>)], page: jobs::Page) -> Re
     response
 }
 
-fn encode(value: &str) -> String {
+/// `value` as a URL query's value: unreserved bytes as they are, the rest `%XX`.
+pub(crate) fn encode(value: &str) -> String {
     value
         .bytes()
         .map(|b| match b {

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use pai_api::jobs::Message;
-use pai_api::status::JobState;
+use pai_api::status::{JobState, JobView};
 use pai_api::v2::{
     JobListV2, JobSummariesWithTotalCount, JobSummaryV2, LogLocation, PodLogInfo, TaskStatusV2,
 };
@@ -204,16 +204,17 @@ fn order_of(order: Option<&str>) -> Result<(String, bool), ApiError> {
     Ok((field.to_string(), descending))
 }
 
-fn compare(a: &JobSummaryV2, b: &JobSummaryV2, field: &str) -> std::cmp::Ordering {
+fn compare(a: &JobView, b: &JobView, field: &str) -> std::cmp::Ordering {
+    let (x, y) = (&a.job_status, &b.job_status);
     match field {
         "jobName" => a.name.cmp(&b.name),
-        "username" => a.username.cmp(&b.username),
-        "vc" => a.virtual_cluster.cmp(&b.virtual_cluster),
-        "retries" => a.retries.cmp(&b.retries),
-        "totalTaskNumber" => a.total_task_number.cmp(&b.total_task_number),
-        "totalGpuNumber" => a.total_gpu_number.cmp(&b.total_gpu_number),
-        "state" => a.state.to_string().cmp(&b.state.to_string()),
-        _ => a.submission_time.cmp(&b.submission_time),
+        "username" => x.username.cmp(&y.username),
+        "vc" => x.virtual_cluster.cmp(&y.virtual_cluster),
+        "retries" => x.retries.cmp(&y.retries),
+        "totalTaskNumber" => x.total_task_number.cmp(&y.total_task_number),
+        "totalGpuNumber" => x.total_gpu_number.cmp(&y.total_gpu_number),
+        "state" => x.state.as_str().cmp(y.state.as_str()),
+        _ => x.created_time.cmp(&y.created_time),
     }
     .then_with(|| a.name.cmp(&b.name))
 }
@@ -243,34 +244,31 @@ pub async fn list(
         )));
     }
     let (field, descending) = order_of(query.order.as_deref())?;
-    let filter = jobs::ListFilter {
-        state: query.state,
-        ..jobs::ListFilter::default()
-    };
-    let page = jobs::list(&state, &caller, query.username.as_deref(), &filter).await?;
+    let views = jobs::visible_views(&state, &caller, query.username.as_deref()).await?;
     let tags = |list: &Option<String>| -> Option<Vec<String>> {
         list.as_deref()
             .filter(|t| !t.is_empty())
             .map(|t| t.split(',').map(str::to_string).collect())
     };
     let (some_of, none_of) = (tags(&query.tags_contain), tags(&query.tags_not_contain));
-    let mut matching: Vec<JobSummaryV2> = page
-        .jobs
+    // Filtered and ordered on the views made once per job; summaries made for the page
+    // alone.
+    let mut matching: Vec<&JobView> = views
         .iter()
-        .map(JobSummaryV2::from)
+        .map(|made| &made.view)
         .filter(|j| {
-            some_of
-                .as_ref()
-                .is_none_or(|wanted| j.tags.iter().any(|t| wanted.contains(t)))
+            let s = &j.job_status;
+            query.state.is_none_or(|state| s.state == state)
+                && some_of
+                    .as_ref()
+                    .is_none_or(|wanted| s.tags.iter().any(|t| wanted.contains(t)))
                 && none_of
                     .as_ref()
-                    .is_none_or(|unwanted| !j.tags.iter().any(|t| unwanted.contains(t)))
-        })
-        .filter(|j| query.vc.as_deref().is_none_or(|vc| j.virtual_cluster == vc))
-        .filter(|j| {
-            query.keyword.as_deref().is_none_or(|k| {
-                j.username.contains(k) || j.name.contains(k) || j.virtual_cluster.contains(k)
-            })
+                    .is_none_or(|unwanted| !s.tags.iter().any(|t| unwanted.contains(t)))
+                && query.vc.as_deref().is_none_or(|vc| s.virtual_cluster == vc)
+                && query.keyword.as_deref().is_none_or(|k| {
+                    s.username.contains(k) || j.name.contains(k) || s.virtual_cluster.contains(k)
+                })
         })
         .collect();
     matching.sort_by(|a, b| {
@@ -282,6 +280,7 @@ pub async fn list(
         .into_iter()
         .skip(query.offset.unwrap_or(0))
         .take(limit)
+        .map(JobSummaryV2::of)
         .collect();
     let list = if query.with_total_count.as_deref() == Some("true") {
         JobListV2::WithTotalCount(JobSummariesWithTotalCount {

@@ -77,6 +77,33 @@ pub struct ClusterConfig {
     /// The embedded default: a task's `container.log` files kept, the current one
     /// included (the kubelet's `containerLogMaxFiles`, 5).
     pub container_log_max_files: u32,
+    /// How long finished jobs are kept ([`RetentionConfig`]).
+    pub retention: RetentionConfig,
+}
+
+/// `retention`: finished jobs past these bounds are deleted, oldest end first (their
+/// files, their Framework, every read of them). Running and waiting jobs are never
+/// deleted by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// The most finished jobs kept, the newest ends; 0: no bound by count.
+    pub finished_jobs: u32,
+    /// Finished jobs that ended longer ago than this many days are deleted; 0: no bound
+    /// by age.
+    pub finished_job_days: u32,
+}
+
+/// Finished jobs kept unless configured.
+pub const DEFAULT_FINISHED_JOBS: u32 = 10_000;
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            finished_jobs: DEFAULT_FINISHED_JOBS,
+            finished_job_days: 0,
+        }
+    }
 }
 
 /// `restartBackoff`: the kubelet's numbers unless set.
@@ -143,6 +170,7 @@ impl Default for ClusterConfig {
             kept_attempts: DEFAULT_KEPT_ATTEMPTS,
             container_log_max_bytes: 10 * 1024 * 1024,
             container_log_max_files: 5,
+            retention: Default::default(),
         }
     }
 }

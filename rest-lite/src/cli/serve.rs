@@ -163,6 +163,15 @@ impl LocalArgs {
                 max_bytes: config.container_log_max_bytes,
                 max_files: config.container_log_max_files,
             },
+            retention: pai_local::retention::Retention {
+                finished_jobs: (config.retention.finished_jobs > 0)
+                    .then_some(config.retention.finished_jobs),
+                max_age: (config.retention.finished_job_days > 0).then(|| {
+                    std::time::Duration::from_secs(
+                        u64::from(config.retention.finished_job_days) * 86_400,
+                    )
+                }),
+            },
         })
     }
 }

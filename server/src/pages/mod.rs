@@ -237,10 +237,11 @@ async fn job_list(
         Ok(caller) => caller,
         Err(to_sign_in) => return to_sign_in.into_response(),
     };
-    match jobs::list(&state, &caller, None, &Default::default()).await {
-        Ok(list) => {
+    match jobs::visible_views(&state, &caller, None).await {
+        Ok(views) => {
             let whose = (!caller.admin).then(|| caller.user.clone());
-            let mut data = view::jobs_page(&list.jobs, whose, now_ms(), &query);
+            let views: Vec<&pai_api::status::JobView> = views.iter().map(|m| &m.view).collect();
+            let mut data = view::jobs_page(&views, whose, now_ms(), &query);
             data.frame.signed_in = who(&state, &caller);
             page(StatusCode::OK, "jobs", &data)
         }

@@ -4,7 +4,6 @@
 use serde::Serialize;
 
 use pai_api::jobs::Execution;
-use pai_api::jobs::JobSummary;
 use pai_api::routes;
 use pai_api::status::{JobState, JobView, TaskView};
 use pai_api::time::{age, iso, readable};
@@ -40,7 +39,17 @@ pub struct JobsPage {
     pub sorts: Vec<Choice>,
     /// Jobs before the filters.
     pub total: usize,
+    /// Jobs after the filters.
+    pub matching: usize,
+    /// The rows shown, 1-based, as `first–last`.
+    pub shown: String,
+    /// The page before (newer, in the default order) and after, with the same filters.
+    pub previous: Option<String>,
+    pub next: Option<String>,
 }
+
+/// Rows on one page of the job list.
+pub const PAGE_ROWS: usize = 50;
 
 #[derive(Serialize)]
 pub struct Choice {
@@ -79,6 +88,40 @@ pub struct ListQuery {
     /// (longest first).
     #[serde(default)]
     pub sort: String,
+    /// The page, from 1 ([`PAGE_ROWS`] rows each).
+    #[serde(default, deserialize_with = "page_or_first")]
+    pub page: usize,
+}
+
+/// A page number that is none, empty or not a number as the first page.
+fn page_or_first<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    use serde::Deserialize;
+    let text = Option::<String>::deserialize(d)?;
+    Ok(text.and_then(|t| t.parse().ok()).unwrap_or(1).max(1))
+}
+
+impl ListQuery {
+    /// The list's URL with these filters at `page`.
+    fn at_page(&self, page: usize) -> String {
+        let mut url = pai_api::routes::UI_JOBS.template().to_string();
+        let mut pairs: Vec<(&str, String)> = Vec::new();
+        if let Some(state) = self.state {
+            pairs.push(("state", state.to_string()));
+        }
+        for (key, value) in [("user", &self.user), ("q", &self.q), ("sort", &self.sort)] {
+            if !value.is_empty() {
+                pairs.push((key, value.clone()));
+            }
+        }
+        pairs.push(("page", page.to_string()));
+        for (i, (key, value)) in pairs.iter().enumerate() {
+            url.push(if i == 0 { '?' } else { '&' });
+            url.push_str(key);
+            url.push('=');
+            url.push_str(&crate::routes::encode(value));
+        }
+        url
+    }
 }
 
 /// The form's "All states" (`state=`) as no filter, any other value as a state.
@@ -108,45 +151,57 @@ fn duration_ms(status: &pai_api::status::JobStatus, now_ms: i64) -> Option<i64> 
 /// The job list: `jobs` (newest first, as the API lists them) filtered, searched and
 /// sorted as `query` asks.
 pub fn jobs_page(
-    jobs: &[JobSummary],
+    jobs: &[&JobView],
     user: Option<String>,
     now_ms: i64,
     query: &ListQuery,
 ) -> JobsPage {
     let needle = query.q.trim().to_lowercase();
-    let mut picked: Vec<&JobSummary> = jobs
+    let mut picked: Vec<&JobView> = jobs
         .iter()
-        .filter(|j| query.state.is_none_or(|s| j.status.state == s))
-        .filter(|j| query.user.is_empty() || j.status.username == query.user)
+        .copied()
+        .filter(|j| query.state.is_none_or(|s| j.job_status.state == s))
+        .filter(|j| query.user.is_empty() || j.job_status.username == query.user)
         .filter(|j| needle.is_empty() || j.name.to_lowercase().contains(&needle))
         .collect();
     match query.sort.as_str() {
         "name" => picked.sort_by(|a, b| a.name.cmp(&b.name)),
-        "state" => picked.sort_by_key(|j| j.status.state.to_string()),
-        "user" => picked.sort_by(|a, b| a.status.username.cmp(&b.status.username)),
-        "duration" => picked.sort_by_key(|j| std::cmp::Reverse(duration_ms(&j.status, now_ms))),
+        "state" => picked.sort_by_key(|j| j.job_status.state.as_str()),
+        "user" => picked.sort_by(|a, b| a.job_status.username.cmp(&b.job_status.username)),
+        "duration" => {
+            picked.sort_by_key(|j| std::cmp::Reverse(duration_ms(&j.job_status, now_ms)));
+        }
         _ => {}
     }
+    let matching = picked.len();
+    let pages = matching.div_ceil(PAGE_ROWS).max(1);
+    let page = query.page.clamp(1, pages);
+    let first = (page - 1) * PAGE_ROWS;
     let rows: Vec<JobRow> = picked
         .iter()
+        .skip(first)
+        .take(PAGE_ROWS)
         .map(|job| JobRow {
-            user: job.status.username.clone(),
+            user: job.job_status.username.clone(),
             job: job.name.clone(),
-            url: job_url(&job.status.username, &job.name),
-            state: job.status.state.to_string(),
-            running: job.status.running_task_number,
-            total: job.status.total_task_number,
-            retries: job.status.retries,
+            url: job_url(&job.job_status.username, &job.name),
+            state: job.job_status.state.to_string(),
+            running: job.job_status.running_task_number,
+            total: job.job_status.total_task_number,
+            retries: job.job_status.retries,
             age: job
-                .status
+                .job_status
                 .created_time
                 .map_or_else(String::new, |t| format!("{} ago", age(now_ms - t))),
-            created_iso: job.status.created_time.map_or_else(String::new, iso),
-            duration: duration_ms(&job.status, now_ms).map_or_else(String::new, age),
+            created_iso: job.job_status.created_time.map_or_else(String::new, iso),
+            duration: duration_ms(&job.job_status, now_ms).map_or_else(String::new, age),
         })
         .collect();
-    let running = jobs.iter().any(|j| !j.status.state.is_final());
-    let mut users: Vec<&str> = jobs.iter().map(|j| j.status.username.as_str()).collect();
+    let running = jobs.iter().any(|j| !j.job_status.state.is_final());
+    let mut users: Vec<&str> = jobs
+        .iter()
+        .map(|j| j.job_status.username.as_str())
+        .collect();
     users.sort_unstable();
     users.dedup();
     let choice = |value: &str, chosen: &str| Choice {
@@ -173,6 +228,10 @@ pub fn jobs_page(
         },
         sorts: SORTS.iter().map(|s| choice(s, &query.sort)).collect(),
         total: jobs.len(),
+        matching,
+        shown: format!("{}–{}", first + 1, first + rows.len()),
+        previous: (page > 1).then(|| query.at_page(page - 1)),
+        next: (page < pages).then(|| query.at_page(page + 1)),
         query: query.clone(),
         user,
         rows,

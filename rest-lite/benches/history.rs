@@ -1,0 +1,346 @@
+//! `cargo bench -p rest-lite --bench history`: a server that has run many jobs (#53).
+//!
+//! The real `rest-lite serve --backend local` (release build) gets `HISTORY_JOBS` jobs
+//! (10,000 by default; 200 without `--bench`) of one task each from 8 concurrent
+//! submitters, every fifth failing, and runs them to their ends. Then, for each build
+//! named (`HISTORY_BUILDS=old:/path/rest-lite,new:/path/rest-lite`; default: this
+//! build alone), on the same state directory: the server starts, and the time to its
+//! first answer to a page of the job list is the restart; one connection then asks each
+//! kind of read back to back, timed per request; the server's RSS after the reads and
+//! the state directory's size end the row. Every job is finished when the reads run:
+//! the reads are of a server's history, not of its running jobs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+const SUBMITTERS: usize = 8;
+
+struct Read {
+    name: &'static str,
+    path: String,
+    times: usize,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let jobs: usize = std::env::var("HISTORY_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 200 } else { 10_000 });
+    let builds: Vec<(String, PathBuf)> = std::env::var("HISTORY_BUILDS")
+        .ok()
+        .map(|v| {
+            v.split(',')
+                .filter_map(|b| b.split_once(':'))
+                .map(|(name, path)| (name.to_string(), PathBuf::from(path)))
+                .collect()
+        })
+        .unwrap_or_else(|| {
+            vec![(
+                "this build".to_string(),
+                PathBuf::from(env!("CARGO_BIN_EXE_rest-lite")),
+            )]
+        });
+    let dir = std::env::temp_dir().join(format!("rest-lite-bench-history-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let state = dir.join("state");
+
+    // The jobs, run by the first build.
+    let (mut server, url, token) = start(&builds[0].1, &state);
+    let made = Instant::now();
+    submit_all(&url, &token, jobs).await;
+    let submitted = made.elapsed();
+    let http = reqwest_like::Http::new(&url, &token);
+    loop {
+        let (status, body) = http
+            .get("/api/v2/jobs?withTotalCount=true&limit=1&state=RUNNING")
+            .await;
+        let (_, waiting) = http
+            .get("/api/v2/jobs?withTotalCount=true&limit=1&state=WAITING")
+            .await;
+        let count = |body: &str| {
+            serde_json::from_str::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v["totalCount"].as_u64())
+                .unwrap_or(u64::MAX)
+        };
+        if status == 200 && count(&body) == 0 && count(&waiting) == 0 {
+            break;
+        }
+        assert!(
+            made.elapsed() < Duration::from_secs(3600),
+            "the jobs never ended"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    eprintln!(
+        "{jobs} jobs submitted in {:.1} s, all ended {:.1} s after the first",
+        submitted.as_secs_f64(),
+        made.elapsed().as_secs_f64()
+    );
+    stop(&mut server);
+
+    let reads = [
+        Read {
+            name: "v2 page of 20, first",
+            path: "/api/v2/jobs?limit=20".into(),
+            times: 100,
+        },
+        Read {
+            name: "v2 page of 20, middle",
+            path: format!("/api/v2/jobs?limit=20&offset={}", jobs / 2),
+            times: 100,
+        },
+        Read {
+            name: "v2 page of 20, FAILED",
+            path: "/api/v2/jobs?limit=20&state=FAILED".into(),
+            times: 100,
+        },
+        Read {
+            name: "v2 page of 20, searched",
+            path: "/api/v2/jobs?limit=20&keyword=job-00042".into(),
+            times: 100,
+        },
+        Read {
+            name: "v1 page of 20",
+            path: "/api/v1/jobs?limit=20".into(),
+            times: 100,
+        },
+        Read {
+            name: "one job",
+            path: format!("/api/v1/user/u3/jobs/job-{:05}", jobs / 2 + 3),
+            times: 100,
+        },
+        Read {
+            name: "portal job list",
+            path: "/ui/jobs".into(),
+            times: 20,
+        },
+        Read {
+            name: "every job (v1)",
+            path: "/api/v1/jobs".into(),
+            times: 10,
+        },
+    ];
+    println!("\n{jobs} finished jobs, one connection, reads back to back\n");
+    println!("| build | read | p50 ms | p99 ms | body bytes |");
+    println!("|---|---|---:|---:|---:|");
+    let mut footer = Vec::new();
+    for (name, binary) in &builds {
+        let started = Instant::now();
+        let (mut server, url, token) = start(binary, &state);
+        let http = reqwest_like::Http::new(&url, &token);
+        let mut first = None;
+        while first.is_none() {
+            let (status, _) = http.get("/api/v2/jobs?limit=20").await;
+            if status == 200 {
+                first = Some(started.elapsed());
+            } else {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        for read in &reads {
+            let mut times = Vec::with_capacity(read.times);
+            let mut bytes = 0;
+            for _ in 0..read.times {
+                let at = Instant::now();
+                let (status, body) = http.get(&read.path).await;
+                times.push(at.elapsed().as_secs_f64() * 1000.0);
+                assert_eq!(status, 200, "{}: {body}", read.path);
+                bytes = body.len();
+            }
+            times.sort_by(f64::total_cmp);
+            println!(
+                "| {name} | {} | {:.2} | {:.2} | {bytes} |",
+                read.name,
+                percentile(&times, 0.5),
+                percentile(&times, 0.99)
+            );
+        }
+        let rss = rss(server.id());
+        footer.push(format!(
+            "{name}: first page {:.2} s after start (the process's start to its first 200); RSS {} MiB after the reads ({:.1} KiB per job); state directory {} MiB",
+            first.unwrap_or_default().as_secs_f64(),
+            rss / 1024,
+            rss as f64 / jobs as f64,
+            du(&state) / (1024 * 1024),
+        ));
+        stop(&mut server);
+    }
+    println!();
+    for line in footer {
+        println!("- {line}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `rest-lite serve` of `binary` on `state`; its URL and machine token once it answers.
+fn start(binary: &Path, state: &Path) -> (Child, String, String) {
+    let mut server = Command::new(binary)
+        .args(["serve", "--backend", "local", "--listen", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(state)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env("REST_LITE_ENGINE", "host")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rest-lite serve");
+    let stderr = server.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.split("url=").nth(1)
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(
+                    url.split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(600))
+        .expect("the server's URL");
+    let token = std::fs::read_to_string(state.join("token"))
+        .expect("the machine token")
+        .trim()
+        .to_string();
+    (server, url, token)
+}
+
+fn stop(server: &mut Child) {
+    let _ = nix_term(server.id());
+    let _ = server.wait();
+}
+
+fn nix_term(pid: u32) -> std::io::Result<()> {
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("kill failed"))
+    }
+}
+
+/// `jobs` one-task jobs from [`SUBMITTERS`] concurrent clients: job i of user `u{i % 7}`,
+/// failing when i is a multiple of 5.
+async fn submit_all(url: &str, token: &str, jobs: usize) {
+    let mut handles = Vec::new();
+    for s in 0..SUBMITTERS {
+        let http = reqwest_like::Http::new(url, token);
+        handles.push(tokio::spawn(async move {
+            for i in (s..jobs).step_by(SUBMITTERS) {
+                let user = format!("u{}", i % 7);
+                let command = if i % 5 == 0 { "exit 1" } else { "true" };
+                let spec = json!({
+                    "jobName": format!("job-{i:05}"), "image": "busybox",
+                    "taskRoles": [{"name": "worker", "taskNumber": 1, "cpuNumber": 1,
+                        "memoryMB": 64, "command": command}],
+                })
+                .to_string();
+                let (status, body) = http.post(&format!("/api/v1/user/{user}/jobs"), &spec).await;
+                assert_eq!(status, 202, "{body}");
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.expect("submitter");
+    }
+}
+
+fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn du(path: &Path) -> u64 {
+    let output = Command::new("du")
+        .args(["-sb", "--exclude=run"])
+        .arg(path)
+        .output()
+        .expect("du");
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A keep-alive HTTP/1.1 client with the bearer token: hyper's, as the store bench uses.
+mod reqwest_like {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::TokioExecutor;
+
+    pub struct Http {
+        client: Client<HttpConnector, Full<hyper::body::Bytes>>,
+        base: String,
+        token: String,
+    }
+
+    impl Http {
+        pub fn new(base: &str, token: &str) -> Self {
+            Self {
+                client: Client::builder(TokioExecutor::new()).build_http(),
+                base: base.trim_end_matches('/').to_string(),
+                token: token.to_string(),
+            }
+        }
+
+        pub async fn get(&self, path: &str) -> (u16, String) {
+            self.send("GET", path, String::new()).await
+        }
+
+        pub async fn post(&self, path: &str, body: &str) -> (u16, String) {
+            self.send("POST", path, body.to_string()).await
+        }
+
+        async fn send(&self, method: &str, path: &str, body: String) -> (u16, String) {
+            let request = http::Request::builder()
+                .method(method)
+                .uri(format!("{}{path}", self.base))
+                .header("authorization", format!("Bearer {}", self.token))
+                .header("content-type", "application/json")
+                .body(Full::new(hyper::body::Bytes::from(body)))
+                .expect("request");
+            match self.client.request(request).await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    let body = response
+                        .into_body()
+                        .collect()
+                        .await
+                        .map(|b| b.to_bytes())
+                        .unwrap_or_default();
+                    (status, String::from_utf8_lossy(&body).into_owned())
+                }
+                Err(e) => (0, e.to_string()),
+            }
+        }
+    }
+}
