@@ -212,9 +212,9 @@ impl Store {
 
     /// A finished job's kept attempts keep what is read of them (each task's logs and
     /// termination message); the files a task needed to run (its scripts, environment
-    /// files, ssh setup, the runtime's link, the attempt's shared files) go. About forty
-    /// small files per task, 160 KiB of disk in blocks, become five or so. How many
-    /// files went.
+    /// files, ssh setup, the runtime's link, the attempt's shared files) and the records
+    /// of its processes go. About forty small files per task become five or so. How
+    /// many files and directories went.
     pub fn settle_finished(&self, name: &str) -> usize {
         let kept = |file: &std::ffi::OsStr| {
             let file = file.to_string_lossy();
@@ -222,7 +222,9 @@ impl Store {
                 || file == "logs"
                 || file == pai_contract::results::TERMINATION_LOG_NAME
         };
-        let mut removed = 0;
+        // The records of its processes, which have all ended.
+        let mut removed =
+            usize::from(std::fs::remove_dir_all(self.root.join("pids").join(name)).is_ok());
         let attempts = self.job_dir(name).join("attempts");
         for attempt in std::fs::read_dir(&attempts).into_iter().flatten().flatten() {
             for entry in std::fs::read_dir(attempt.path())

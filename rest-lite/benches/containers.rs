@@ -10,10 +10,10 @@
 //! it; `BENCH_IMAGE` names another) and root; `BENCH_ENGINE_RUNTIME` names Podman's OCI
 //! runtime (runc by default where it is installed).
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -52,24 +52,7 @@ fn start(state: &Path, engine: &str) -> (Child, String, String) {
         command.args(["--engine-runtime", &runtime]);
     }
     let mut child = command.spawn().expect("rest-lite serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(url) = line.split("url=").nth(1)
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(
-                    url.split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                );
-            }
-        }
-    });
-    let url = rx.recv_timeout(Duration::from_secs(120)).expect("serving");
+    let url = support::url_of(&mut child, Duration::from_secs(120));
     let token = std::fs::read_to_string(state.join("token")).expect("token");
     (child, url, token.trim().to_string())
 }

@@ -8,14 +8,17 @@
 //! first answer to a page of the job list is the restart; one connection then asks each
 //! kind of read back to back, timed per request; the server's RSS after the reads and
 //! the state directory's size end the row. Every job is finished when the reads run:
-//! the reads are of a server's history, not of its running jobs.
+//! the reads are of a server's history, not of its running jobs. `HISTORY_STATE=DIR`
+//! reads an earlier run's state directory (copied first: a build may change it) instead
+//! of making one.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+
+mod support;
 
 const SUBMITTERS: usize = 8;
 
@@ -55,8 +58,25 @@ async fn main() {
     std::fs::create_dir_all(&dir).expect("dir");
     let state = dir.join("state");
 
+    // `HISTORY_STATE`: a state directory from an earlier run, read as it is.
+    if let Ok(kept) = std::env::var("HISTORY_STATE") {
+        for (name, binary) in &builds {
+            let copy = dir.join(format!("state-{}", name.replace(' ', "-")));
+            let copied = Command::new("cp")
+                .arg("-a")
+                .arg(&kept)
+                .arg(&copy)
+                .status()
+                .expect("cp");
+            assert!(copied.success(), "cannot copy {kept}");
+            run_reads(&[(name.clone(), binary.clone())], &copy, jobs).await;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     // The jobs, run by the first build.
-    let (mut server, url, token) = start(&builds[0].1, &state);
+    let (server, url, token) = start(&builds[0].1, &state);
+    let server = Running(server);
     let made = Instant::now();
     submit_all(&url, &token, jobs).await;
     let submitted = made.elapsed();
@@ -88,8 +108,13 @@ async fn main() {
         submitted.as_secs_f64(),
         made.elapsed().as_secs_f64()
     );
-    stop(&mut server);
+    drop(server);
+    run_reads(&builds, &state, jobs).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
+/// Each build on `state` in turn: its restart, the reads, its memory and the disk.
+async fn run_reads(builds: &[(String, PathBuf)], state: &Path, jobs: usize) {
     let reads = [
         Read {
             name: "v2 page of 20, first",
@@ -118,7 +143,7 @@ async fn main() {
         },
         Read {
             name: "one job",
-            path: format!("/api/v1/user/u3/jobs/job-{:05}", jobs / 2 + 3),
+            path: format!("/api/v1/user/u{}/jobs/job-{:05}", (jobs / 2) % 7, jobs / 2),
             times: 100,
         },
         Read {
@@ -136,9 +161,10 @@ async fn main() {
     println!("| build | read | p50 ms | p99 ms | body bytes |");
     println!("|---|---|---:|---:|---:|");
     let mut footer = Vec::new();
-    for (name, binary) in &builds {
+    for (name, binary) in builds {
         let started = Instant::now();
-        let (mut server, url, token) = start(binary, &state);
+        let (server, url, token) = start(binary, state);
+        let server = Running(server);
         let http = reqwest_like::Http::new(&url, &token);
         let mut first = None;
         while first.is_none() {
@@ -149,6 +175,18 @@ async fn main() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
+        // The reads are of a settled server: its start-up work (each job taken up again)
+        // done, its CPU time still for a second.
+        let mut cpu = cpu_ticks(server.0.id());
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = cpu_ticks(server.0.id());
+            if now == cpu {
+                break;
+            }
+            cpu = now;
+        }
+        let settled = started.elapsed();
         for read in &reads {
             let mut times = Vec::with_capacity(read.times);
             let mut bytes = 0;
@@ -167,21 +205,21 @@ async fn main() {
                 percentile(&times, 0.99)
             );
         }
-        let rss = rss(server.id());
+        let rss = support::rss(server.0.id());
         footer.push(format!(
-            "{name}: first page {:.2} s after start (the process's start to its first 200); RSS {} MiB after the reads ({:.1} KiB per job); state directory {} MiB",
+            "{name}: first page {:.2} s after start (the process's start to its first 200), settled {:.1} s after start; RSS {} MiB after the reads ({:.1} KiB per job); state directory {} MiB",
             first.unwrap_or_default().as_secs_f64(),
+            settled.as_secs_f64(),
             rss / 1024,
             rss as f64 / jobs as f64,
-            du(&state) / (1024 * 1024),
+            du(state) / (1024 * 1024),
         ));
-        stop(&mut server);
+        drop(server);
     }
     println!();
     for line in footer {
         println!("- {line}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `rest-lite serve` of `binary` on `state`; its URL and machine token once it answers.
@@ -196,31 +234,21 @@ fn start(binary: &Path, state: &Path) -> (Child, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("rest-lite serve");
-    let stderr = server.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(url) = line.split("url=").nth(1)
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(
-                    url.split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                );
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(600))
-        .expect("the server's URL");
+    let url = support::url_of(&mut server, Duration::from_secs(600));
     let token = std::fs::read_to_string(state.join("token"))
         .expect("the machine token")
         .trim()
         .to_string();
     (server, url, token)
+}
+
+/// Ends the server (TERM, then waits) however the bench ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        stop(&mut self.0);
+    }
 }
 
 fn stop(server: &mut Child) {
@@ -266,13 +294,15 @@ async fn submit_all(url: &str, token: &str, jobs: usize) {
     }
 }
 
-fn rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// User and system CPU time of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+            // After the command's name in parentheses: fields 14 and 15 (utime, stime).
+            let rest = s.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
         })
         .unwrap_or(0)
 }

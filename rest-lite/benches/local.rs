@@ -16,6 +16,8 @@
 //! server (an earlier commit's, say) under the same harness; `BENCH_CODE_KIB` gives the
 //! job a `codeDir` of that size, which every task copies.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -65,26 +67,7 @@ async fn main() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("rest-lite serve");
-    let stderr = server.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(url) = line.split("url=").nth(1)
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(
-                    url.split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                );
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("start-up line");
+    let url = support::url_of(&mut server, Duration::from_secs(30));
     // The server's own token, from its state directory, as the CLI finds it.
     let token = pai_server::machine_token::read(&dir.join("state")).expect("the server's token");
     let client = Client::new(&url, Some(token.clone()));

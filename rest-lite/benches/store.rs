@@ -15,7 +15,12 @@
 //! queueing at saturation. `STORE_RATE=R` paces every connection at R requests per
 //! second instead (an open loop: a request's latency counts from when it was due, so a
 //! slow answer also delays the ones behind it); `STORE_PHASES=a,b` runs only the phases
-//! whose names contain one of those words.
+//! whose names contain one of those words. `STORE_FINISHED=1` stores every job
+//! completed (every fifth failed) instead of running: a server's history (#53).
+//! `BENCH_REST_LITE` serves with another build (an earlier commit's) under the same
+//! harness.
+
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +50,11 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 40 } else { 1_000 });
-    let per_connection: usize = if quick { 2 } else { 200 };
+    // `STORE_PER_CONNECTION`: fewer (or more) requests per connection and phase.
+    let per_connection: usize = std::env::var("STORE_PER_CONNECTION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 2 } else { 200 });
     let rate: Option<f64> = std::env::var("STORE_RATE")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -54,9 +63,10 @@ async fn main() {
         .map(|v| v.split(',').map(str::to_string).collect())
         .unwrap_or_default();
 
+    let finished = std::env::var("STORE_FINISHED").is_ok_and(|v| v == "1");
     let api = ApiServer::start().await;
     let made = Instant::now();
-    populate(&api, jobs);
+    populate(&api, jobs, finished);
     eprintln!(
         "{jobs} jobs of 8 tasks stored in {:.1} s",
         made.elapsed().as_secs_f64()
@@ -76,8 +86,9 @@ async fn main() {
     )
     .expect("tokens");
     let port = free_port();
-    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_rest-lite"));
-    let mut server = std::process::Command::new(binary)
+    let binary = std::env::var("BENCH_REST_LITE")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rest-lite").to_string());
+    let mut server = std::process::Command::new(&binary)
         .args(["serve", "--backend", "kube", "--namespace", NS])
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
@@ -109,7 +120,7 @@ async fn main() {
         "ready (listed) {:.2} s after start",
         started.elapsed().as_secs_f64()
     );
-    let rss_listed = rss(server.id());
+    let rss_listed = support::rss(server.id());
     // The server's own start-up work (every peer table published once) is done before
     // any read is counted.
     let mut seen = api.requests().len();
@@ -141,6 +152,23 @@ async fn main() {
         ),
         ("every job", Box::new(|_| "/api/v1/jobs".to_string())),
         (
+            "v2 page of 20, first",
+            Box::new(|_| "/api/v2/jobs?limit=20".to_string()),
+        ),
+        (
+            "v2 page of 20, middle",
+            Box::new(move |_| format!("/api/v2/jobs?limit=20&offset={}", jobs / 2)),
+        ),
+        (
+            "v2 page of 20, FAILED",
+            Box::new(|_| "/api/v2/jobs?limit=20&state=FAILED".to_string()),
+        ),
+        (
+            "v2 page of 20, searched",
+            Box::new(|_| "/api/v2/jobs?limit=20&keyword=job42".to_string()),
+        ),
+        ("portal job list", Box::new(|_| "/ui/jobs".to_string())),
+        (
             "a page of 100 jobs",
             Box::new(|_| "/api/v1/jobs?limit=100".to_string()),
         ),
@@ -171,7 +199,7 @@ async fn main() {
             continue;
         }
         // Heavy reads of everything get fewer requests.
-        let count = if name == "every job" || name == "/metrics" {
+        let count = if matches!(name, "every job" | "/metrics" | "portal job list") {
             per_connection.div_ceil(10)
         } else {
             per_connection
@@ -251,7 +279,7 @@ async fn main() {
         watches.len(),
         watches,
         rss_listed / 1024,
-        rss(server.id()) / 1024
+        support::rss(server.id()) / 1024
     );
     let _ = server.kill();
     let _ = server.wait();
@@ -259,8 +287,9 @@ async fn main() {
 }
 
 /// Stores `jobs` Frameworks of 8 running tasks with logs, as rest-lite and
-/// FrameworkController would have left them.
-fn populate(api: &ApiServer, jobs: usize) {
+/// FrameworkController would have left them; with `finished`, completed (every fifth
+/// failed).
+fn populate(api: &ApiServer, jobs: usize, finished: bool) {
     let transformer = Transformer::new(ClusterConfig {
         namespace: NS.into(),
         ..ClusterConfig::default()
@@ -295,6 +324,16 @@ fn populate(api: &ApiServer, jobs: usize) {
         pai_test_support::frameworks::set_attempt(&mut value, 0, &format!("0_uid-{i}"));
         value["status"]["attemptStatus"]["startTime"] = json!("2026-01-01T00:00:00Z");
         pai_test_support::frameworks::set_all_addresses(&mut value, &[("ps", 2), ("worker", 6)]);
+        if finished {
+            let code = if i % 5 == 0 { 1 } else { 0 };
+            value["status"]["state"] = json!("Completed");
+            value["status"]["completionTime"] = json!("2026-01-01T01:00:00Z");
+            value["status"]["attemptStatus"]["completionTime"] = json!("2026-01-01T01:00:00Z");
+            value["status"]["attemptStatus"]["completionStatus"] = serde_json::to_value(
+                pai_contract::framework::CompletionStatus::of(code, format!("exit code {code}")),
+            )
+            .expect("json");
+        }
         for role in ["ps", "worker"] {
             let count = if role == "ps" { 2 } else { 6 };
             for index in 0..count {
@@ -334,16 +373,4 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
-}
-
-/// VmRSS of `pid` in KiB.
-fn rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
 }

@@ -114,6 +114,10 @@ async fn finished_jobs_past_the_retention_go_and_a_restart_keeps_the_rest() {
             .collect();
         left.sort();
         assert_eq!(left, ["container.log", "logs"], "{}", task.display());
+        let records = dir
+            .join("state/pids")
+            .join(job.file_name().expect("a name"));
+        assert!(!records.exists(), "{}", records.display());
     }
     // A restart: the kept jobs, their state, attempts and logs, all there.
     server.kill();

@@ -22,6 +22,17 @@ fn serve(dir: &Path, config: &str) -> Server {
     Server::start_with_config(&dir.join("state"), &path)
 }
 
+/// The directory of the first attempt's `worker-0` of the only job in `state`.
+fn only_task(state: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(state.join("jobs"))
+        .expect("jobs")
+        .flatten()
+        .next()
+        .expect("job")
+        .path()
+        .join("attempts/0/worker-0")
+}
+
 fn spec(name: &str, retries: i32, command: &str) -> String {
     json!({
         "jobName": name, "image": "busybox", "retryCount": retries,
@@ -231,13 +242,7 @@ async fn a_task_log_past_its_size_keeps_the_newest_bytes_and_says_so() {
         !log.contains("line 000001 "),
         "the first lines were rotated away"
     );
-    let task = std::fs::read_dir(state.join("jobs"))
-        .expect("jobs")
-        .flatten()
-        .next()
-        .expect("job")
-        .path()
-        .join("attempts/0/worker-0");
+    let task = only_task(&state);
     for kept in ["container.log", "container.log.1", "container.log.2"] {
         assert!(task.join(kept).exists(), "{kept}");
     }
@@ -280,13 +285,7 @@ async fn a_fast_writer_cannot_outrun_its_logs_rotation() {
         .expect("submitted");
     let view = final_view(&client, "alice", "burst").await;
     assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
-    let task = std::fs::read_dir(dir.join("state").join("jobs"))
-        .expect("jobs")
-        .flatten()
-        .next()
-        .expect("job")
-        .path()
-        .join("attempts/0/worker-0");
+    let task = only_task(&dir.join("state"));
     // One read of the output is at most 64 KiB.
     for kept in ["container.log", "container.log.1", "container.log.2"] {
         let len = std::fs::metadata(task.join(kept)).expect(kept).len();

@@ -1,0 +1,44 @@
+//! What the benchmarks that run the real server share: its URL as its start-up line
+//! says it, and its resident memory. Each bench uses what it needs of it.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::Child;
+use std::time::Duration;
+
+/// The URL `rest-lite serve` logs once it listens (`url=…` on its standard error, which
+/// the caller piped), waited for at most `within`; the rest of its standard error is
+/// read and dropped.
+pub fn url_of(server: &mut Child, within: Duration) -> String {
+    let stderr = server.stderr.take().expect("the server's stderr, piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.split("url=").nth(1)
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(
+                    url.split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+            }
+        }
+    });
+    rx.recv_timeout(within).expect("the server's start-up line")
+}
+
+/// VmRSS of `pid` in KiB (0 when it cannot be read).
+pub fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
