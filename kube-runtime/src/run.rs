@@ -73,6 +73,24 @@ pub fn user_shell() -> &'static str {
 /// Set for the user command unless the job sets it.
 pub const UNBUFFERED: (&str, &str) = ("PYTHONUNBUFFERED", "1");
 
+/// The grace period between TERM and KILL, and the user log's cap, as the environment
+/// says (their defaults where it does not).
+fn limits(get: &impl Fn(&str) -> Option<String>) -> Result<(Duration, u64), RunError> {
+    let grace = match get(GRACE_VAR) {
+        Some(v) => Duration::from_secs(v.parse().map_err(|_| {
+            RunError::Settings(format!("{GRACE_VAR}={v:?} is not a number of seconds"))
+        })?),
+        None => DEFAULT_GRACE,
+    };
+    let log_cap = match get(LOG_CAP_VAR) {
+        Some(v) => v.parse().map_err(|_| {
+            RunError::Settings(format!("{LOG_CAP_VAR}={v:?} is not a number of bytes"))
+        })?,
+        None => DEFAULT_CAP,
+    };
+    Ok((grace, log_cap))
+}
+
 /// Loads the environment and supervises the task to its end.
 /// `log_rotation`: the container log's bound, where the embedded default gave one.
 pub fn run(
@@ -90,18 +108,7 @@ pub fn run(
     };
     let task = Task::from_env(get).map_err(RunError::Identity)?;
     let result_file = get(pai_contract::env::runtime::RESULT_FILE).map(PathBuf::from);
-    let grace = match get(GRACE_VAR) {
-        Some(v) => Duration::from_secs(v.parse().map_err(|_| {
-            RunError::Settings(format!("{GRACE_VAR}={v:?} is not a number of seconds"))
-        })?),
-        None => DEFAULT_GRACE,
-    };
-    let log_cap = match get(LOG_CAP_VAR) {
-        Some(v) => v.parse().map_err(|_| {
-            RunError::Settings(format!("{LOG_CAP_VAR}={v:?} is not a number of bytes"))
-        })?,
-        None => DEFAULT_CAP,
-    };
+    let (grace, log_cap) = limits(&get)?;
     // The runtime's, from the container's environment; not the user command's.
     let failure_patterns = std::env::var(pai_contract::failure::PATTERNS_VAR).ok();
     let user_key = get("PAI_SSH_PUB_KEY").is_some_and(|k| !k.is_empty());

@@ -106,8 +106,9 @@ fn until_logged(task: &TaskDir, text: &str) -> String {
     format!("until grep -q '{text}' '{}'; do :; done\n", path.display())
 }
 
-/// A runtime line logged while the user's line is unended (here the forwarded signal's,
-/// once the line's start is in the log) waits for the line's end instead of landing
+/// A runtime line logged while the user's line is unended (here the forwarded signal's:
+/// WINCH, which the script's `grep`s ignore as every process does by default, once the
+/// line's start is in the log) waits for the line's end instead of landing
 /// inside it.
 #[test]
 fn a_runtime_line_waits_for_the_users_line_to_end() {
@@ -116,7 +117,7 @@ fn a_runtime_line_waits_for_the_users_line_to_end() {
     }
     let task = TaskDir::new("held");
     let script = format!(
-        "trap ':' USR1\nprintf 'half a line, ' >&2\n{}kill -USR1 1\necho 'then its end'\n",
+        "trap ':' WINCH\nprintf 'half a line, ' >&2\n{}kill -WINCH 1\necho 'then its end'\n",
         until_logged(&task, "half a line")
     );
     let log = container_log_of(&task, &script);
@@ -140,7 +141,7 @@ fn a_runtime_line_held_too_long_begins_a_line_of_its_own() {
     }
     let task = TaskDir::new("held-long");
     let script = format!(
-        "trap ':' USR1\nprintf '10%%\\r'\n{}kill -USR1 1\n{}echo 100%\n",
+        "trap ':' WINCH\nprintf '10%%\\r'\n{}kill -WINCH 1\n{}echo 100%\n",
         until_logged(&task, "10%"),
         until_logged(&task, "forwarding"),
     );

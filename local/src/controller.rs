@@ -332,8 +332,6 @@ pub(super) async fn drive(
             };
             if ended {
                 tracing::debug!(job = %name, "finished; its controller ends until a command comes");
-                let store = inner.store.clone();
-                let _ = tokio::task::spawn_blocking(move || store.settle_finished(&name)).await;
                 return;
             }
         }

@@ -34,6 +34,9 @@ pub(crate) struct Job {
     pub(crate) commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     /// Its processes and files are gone and its name is free.
     pub(crate) gone: std::sync::atomic::AtomicBool,
+    /// Finished, and its tasks' run-only files are gone
+    /// ([`crate::store::Store::settle_finished`]).
+    pub(crate) settled: std::sync::atomic::AtomicBool,
     /// Why it waits for this machine's task slots, while it does.
     pub(crate) queued: Mutex<Option<crate::slots::Queued>>,
     /// Told when the jobs it waits for reached their states (see [`crate::Local::release`]).

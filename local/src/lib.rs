@@ -189,9 +189,10 @@ impl Machine {
             spawn_controller(&inner, job, commands, resume);
         }
         let local = Self { inner };
-        // Finished jobs past the retention: at start, as jobs change (a second apart at
-        // most), and once a minute (a bound by age passes without a change).
-        if local.inner.settings.retention != retention::Retention::default() {
+        // Finished jobs past the retention, and finished tasks' run-only files past
+        // theirs: at start, as jobs change (a second apart at most), and once a minute
+        // (a bound by age passes without a change).
+        {
             let weak = Arc::downgrade(&local.inner);
             let mut changes = local.inner.changes.subscribe();
             tokio::spawn(async move {
@@ -216,9 +217,17 @@ impl Machine {
         Ok(local)
     }
 
-    /// Deletes the finished jobs past the retention, oldest end first; how many.
+    /// Deletes the finished jobs past the retention, oldest end first, and lets the
+    /// tasks of those that ended longer ago than the retention's `task_files_kept` keep
+    /// only their logs and results; how many jobs were deleted.
     pub async fn enforce_retention(&self) -> usize {
         use pai_contract::framework::FrameworkState;
+        let settings = self.inner.settings.retention;
+        let now = jiff::Timestamp::now().as_millisecond();
+        let files_until = now.saturating_sub(
+            i64::try_from(settings.task_files_kept.as_millis()).unwrap_or(i64::MAX),
+        );
+        let mut settle = Vec::new();
         let finished: Vec<(i64, String)> = self
             .inner
             .visible_jobs()
@@ -232,12 +241,26 @@ impl Machine {
                         .as_deref()
                         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                         .map_or(0, |t| t.as_millisecond());
-                    (ended, framework.metadata.name.clone().unwrap_or_default())
+                    let name = framework.metadata.name.clone().unwrap_or_default();
+                    if ended <= files_until
+                        && !job.settled.swap(true, std::sync::atomic::Ordering::SeqCst)
+                    {
+                        settle.push(name.clone());
+                    }
+                    (ended, name)
                 })
             })
             .collect();
-        let now = jiff::Timestamp::now().as_millisecond();
-        let past = retention::past(self.inner.settings.retention, finished, now);
+        if !settle.is_empty() {
+            let store = self.inner.store.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                for name in settle {
+                    store.settle_finished(&name);
+                }
+            })
+            .await;
+        }
+        let past = retention::past(settings, finished, now);
         let mut deleted = 0;
         for name in past {
             match self.delete(&name).await {
@@ -336,6 +359,7 @@ fn insert(
         changed: watch::channel(0).0,
         commands: Mutex::new(Some(commands)),
         gone: false.into(),
+        settled: false.into(),
         queued: Default::default(),
         released: tokio::sync::Notify::new(),
     });

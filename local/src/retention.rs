@@ -1,8 +1,9 @@
 //! Finished jobs kept within the operator's bounds (the config's `retention`): past the
 //! most finished jobs kept, or ended longer ago than the age kept, a finished job is
 //! deleted as a `delete` would (its files, its Framework, every read of it). Running and
-//! waiting jobs are never deleted by it. Looked at at start, as jobs change (a second
-//! apart at most) and once a minute.
+//! waiting jobs are never deleted by it. A finished job's tasks keep the files they
+//! needed to run for a while after its end, then only their logs and results. Looked at
+//! at start, as jobs change (a second apart at most) and once a minute.
 
 use std::time::Duration;
 
@@ -19,6 +20,9 @@ pub struct Retention {
     pub finished_jobs: Option<u32>,
     /// The longest a finished job is kept after its end.
     pub max_age: Option<Duration>,
+    /// How long after its end a finished job's tasks keep the files they needed to run
+    /// ([`crate::store::Store::settle_finished`]).
+    pub task_files_kept: Duration,
 }
 
 /// The names of the finished jobs past `retention`, oldest end first, of `finished`:
@@ -54,7 +58,7 @@ mod tests {
     fn past_the_count_the_oldest_ends_go_first() {
         let retention = Retention {
             finished_jobs: Some(2),
-            max_age: None,
+            ..Retention::default()
         };
         let finished = jobs(&[(30, "c"), (10, "a"), (40, "d"), (20, "b")]);
         assert_eq!(past(retention, finished, 100), ["a", "b"]);
@@ -65,6 +69,7 @@ mod tests {
         let retention = Retention {
             finished_jobs: Some(10),
             max_age: Some(Duration::from_millis(50)),
+            ..Retention::default()
         };
         let finished = jobs(&[(10, "old"), (60, "new"), (49, "older")]);
         assert_eq!(past(retention, finished, 100), ["old", "older"]);

@@ -61,7 +61,8 @@ async fn log_of(client: &Client, job: &str) -> Result<String, ClientError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_jobs_past_the_retention_go_and_a_restart_keeps_the_rest() {
     let dir = common::scratch("history", "retention");
-    let config = "retention: {finishedJobs: 2}\n";
+    // Run-only files go at a job's end here (an hour after it by default).
+    let config = "retention: {finishedJobs: 2, taskFilesKeptSec: 0}\n";
     let server = serve(&dir, config);
     let client = server.client();
     for i in 0..4 {

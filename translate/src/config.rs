@@ -92,6 +92,10 @@ pub struct RetentionConfig {
     /// Finished jobs that ended longer ago than this many days are deleted; 0: no bound
     /// by age.
     pub finished_job_days: u32,
+    /// Seconds after a job's end that its tasks keep the files they needed to run (their
+    /// scripts, environment files, ssh setup), for a person to look into; then only
+    /// their logs and results stay. 0: they go at the job's end.
+    pub task_files_kept_sec: u64,
 }
 
 /// Finished jobs kept unless configured.
@@ -102,6 +106,7 @@ impl Default for RetentionConfig {
         Self {
             finished_jobs: DEFAULT_FINISHED_JOBS,
             finished_job_days: 0,
+            task_files_kept_sec: 3600,
         }
     }
 }

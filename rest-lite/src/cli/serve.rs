@@ -171,6 +171,9 @@ impl LocalArgs {
                         u64::from(config.retention.finished_job_days) * 86_400,
                     )
                 }),
+                task_files_kept: std::time::Duration::from_secs(
+                    config.retention.task_files_kept_sec,
+                ),
             },
         })
     }

@@ -148,6 +148,25 @@ fn duration_ms(status: &pai_api::status::JobStatus, now_ms: i64) -> Option<i64> 
     Some((end - created).max(0))
 }
 
+/// One row of the job list.
+fn job_row(job: &JobView, now_ms: i64) -> JobRow {
+    JobRow {
+        user: job.job_status.username.clone(),
+        job: job.name.clone(),
+        url: job_url(&job.job_status.username, &job.name),
+        state: job.job_status.state.to_string(),
+        running: job.job_status.running_task_number,
+        total: job.job_status.total_task_number,
+        retries: job.job_status.retries,
+        age: job
+            .job_status
+            .created_time
+            .map_or_else(String::new, |t| format!("{} ago", age(now_ms - t))),
+        created_iso: job.job_status.created_time.map_or_else(String::new, iso),
+        duration: duration_ms(&job.job_status, now_ms).map_or_else(String::new, age),
+    }
+}
+
 /// The job list: `jobs` (newest first, as the API lists them) filtered, searched and
 /// sorted as `query` asks.
 pub fn jobs_page(
@@ -181,21 +200,7 @@ pub fn jobs_page(
         .iter()
         .skip(first)
         .take(PAGE_ROWS)
-        .map(|job| JobRow {
-            user: job.job_status.username.clone(),
-            job: job.name.clone(),
-            url: job_url(&job.job_status.username, &job.name),
-            state: job.job_status.state.to_string(),
-            running: job.job_status.running_task_number,
-            total: job.job_status.total_task_number,
-            retries: job.job_status.retries,
-            age: job
-                .job_status
-                .created_time
-                .map_or_else(String::new, |t| format!("{} ago", age(now_ms - t))),
-            created_iso: job.job_status.created_time.map_or_else(String::new, iso),
-            duration: duration_ms(&job.job_status, now_ms).map_or_else(String::new, age),
-        })
+        .map(|job| job_row(job, now_ms))
         .collect();
     let running = jobs.iter().any(|j| !j.job_status.state.is_final());
     let mut users: Vec<&str> = jobs
