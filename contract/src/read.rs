@@ -214,6 +214,13 @@ impl Framework {
             .flatten()
     }
 
+    /// Whether the Framework completed (its state `Completed`: no attempt will follow).
+    pub fn is_completed(&self) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.state == crate::framework::FrameworkState::Completed)
+    }
+
     /// The current attempt's id (0 before FrameworkController wrote a status).
     pub fn attempt_id(&self) -> i32 {
         self.status.as_ref().map_or(0, |s| s.attempt_status.id)

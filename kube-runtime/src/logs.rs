@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -174,7 +175,8 @@ impl EchoBudget {
         };
         // One `fstat` per echo; the rotation itself (a copy of the log) holds up the
         // reader, and so the writer, while it runs: the log cannot outrun it.
-        let past = std::fs::metadata("/proc/self/fd/1").is_ok_and(|m| m.len() > rotation.max_bytes);
+        let past = nix::sys::stat::fstat(std::io::stdout().as_fd())
+            .is_ok_and(|m| u64::try_from(m.st_size).is_ok_and(|size| size > rotation.max_bytes));
         if !past {
             return;
         }

@@ -238,8 +238,10 @@ impl Reader {
     fn round_in_order(&mut self, read: &[OwnedFd; 2], order: &Order) {
         let mut fds = [PollFd::new(order.signals.as_fd(), PollFlags::POLLIN)];
         let woke = poll(&mut fds, PollTimeout::from(SAFETY_PERIOD_MS)).unwrap_or(0);
-        logging::release_held(false);
         if woke == 0 {
+            // No output for a while: runtime lines held for an unended user line go out
+            // (with output, the echo itself lets them go).
+            logging::release_held(false);
             // A second without a signal: take whatever is there (writes without a
             // signal cannot happen, but nothing is ever left behind).
             self.drain(read);
@@ -265,8 +267,9 @@ impl Reader {
             .iter()
             .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
             .collect();
-        let _ = poll(&mut fds, PollTimeout::from(SAFETY_PERIOD_MS));
-        logging::release_held(false);
+        if poll(&mut fds, PollTimeout::from(SAFETY_PERIOD_MS)).unwrap_or(0) == 0 {
+            logging::release_held(false);
+        }
         self.drain(read);
     }
 

@@ -495,14 +495,7 @@ struct Driver<'a> {
 impl Driver<'_> {
     /// The job completed and nothing of it runs, waits or is held.
     fn is_finished(&self) -> bool {
-        use pai_contract::framework::FrameworkState;
-        let completed = self
-            .job
-            .framework()
-            .status
-            .as_ref()
-            .is_some_and(|s| s.state == FrameworkState::Completed);
-        completed
+        self.job.framework().is_completed()
             && self.held.is_none()
             && self.carried.is_none()
             && self.waiter.is_none()

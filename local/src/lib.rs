@@ -221,7 +221,6 @@ impl Machine {
     /// tasks of those that ended longer ago than the retention's `task_files_kept` keep
     /// only their logs and results; how many jobs were deleted.
     pub async fn enforce_retention(&self) -> usize {
-        use pai_contract::framework::FrameworkState;
         let settings = self.inner.settings.retention;
         let now = jiff::Timestamp::now().as_millisecond();
         let files_until = now.saturating_sub(
@@ -235,12 +234,9 @@ impl Machine {
             .filter_map(|job| {
                 let framework = job.framework();
                 let status = framework.status.as_ref()?;
-                (status.state == FrameworkState::Completed).then(|| {
-                    let ended = status
-                        .completion_time
-                        .as_deref()
-                        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                        .map_or(0, |t| t.as_millisecond());
+                framework.is_completed().then(|| {
+                    let ended =
+                        pai_api::waiting::millis(status.completion_time.as_deref()).unwrap_or(0);
                     let name = framework.metadata.name.clone().unwrap_or_default();
                     if ended <= files_until
                         && !job.settled.swap(true, std::sync::atomic::Ordering::SeqCst)

@@ -88,11 +88,7 @@ impl Views {
     /// Why the job of `framework` waits, as told beside it; nothing holds a completed
     /// job (not asked: a list of many finished jobs asks nothing per job).
     pub fn held(&self, framework: &Framework) -> Option<Arc<Waiting>> {
-        let completed = framework
-            .status
-            .as_ref()
-            .is_some_and(|s| s.state == pai_contract::framework::FrameworkState::Completed);
-        if completed {
+        if framework.is_completed() {
             return None;
         }
         self.holds.as_ref().and_then(|holds| holds(framework))
