@@ -8,13 +8,27 @@ use crate::status::JobStatus;
 pub use crate::status::Execution;
 
 /// One job in a list.
-#[derive(Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobSummary {
     /// The job's name as given.
     pub name: String,
     /// Its status.
     #[serde(flatten)]
     pub status: JobStatus,
+}
+
+impl JobSummary {
+    /// The row of a job whose Framework nothing holds (a finished one: its Framework
+    /// alone says), with its logs' URLs under the job's own.
+    pub fn unheld(framework: &pai_contract::Framework) -> Self {
+        let name = framework.job_name().unwrap_or(framework.name()).to_string();
+        let url = crate::routes::JOB.with(&[framework.user_name().unwrap_or_default(), &name]);
+        let view = crate::status::job_view_held(framework, &url, None);
+        Self {
+            name: view.name,
+            status: view.job_status,
+        }
+    }
 }
 
 /// `GET /api/v1/whoami`: whom the bearer token stands for.

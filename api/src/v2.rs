@@ -53,6 +53,11 @@ impl JobSummaryV2 {
         Self::from_status(&view.name, &view.job_status)
     }
 
+    /// The summary of a job's list row.
+    pub fn of_summary(row: &crate::jobs::JobSummary) -> Self {
+        Self::from_status(&row.name, &row.status)
+    }
+
     fn from_status(name: &str, s: &crate::status::JobStatus) -> Self {
         Self {
             name: name.to_string(),

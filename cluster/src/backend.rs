@@ -55,6 +55,8 @@ pub struct KubeBackend {
     /// The last log tails read, by pod: a page shown to many readers reads each pod's
     /// log once per [`TAIL_TTL`].
     tails: std::sync::Mutex<HashMap<String, (Instant, String)>>,
+    /// The job history beyond the Frameworks ([`crate::archive`]), if configured.
+    archive: Option<Arc<crate::archive::Archive>>,
 }
 
 /// A kept log as a stream, followed by why it is incomplete when it is.
@@ -104,6 +106,11 @@ pub struct Settings {
     pub restart: pai_contract::restarts::RestartBackoff,
     /// The attempts whose logs are kept per task (`keptAttempts`).
     pub kept_attempts: u32,
+    /// Which finished jobs are kept (`retention`).
+    pub retention: pai_engine::retention::Bounds,
+    /// The job history, and how long a finished Framework stays in the cluster once the
+    /// history holds it (`history`); `None`: the Frameworks are the history.
+    pub history: Option<(Arc<crate::archive::Archive>, Duration)>,
 }
 
 impl KubeBackend {
@@ -113,8 +120,13 @@ impl KubeBackend {
     /// jobs that wait for jobs. They run as long as the process (within a Tokio runtime).
     pub fn run(client: Client, settings: &Settings) -> Arc<Self> {
         let namespace = settings.namespace.as_str();
+        let mut backend = Self::start(client.clone(), namespace, &settings.address);
+        if let Some((archive, _)) = &settings.history {
+            backend.archive = Some(archive.clone());
+            tokio::spawn(archive.clone().keep_loading());
+        }
         let backend = Arc::new(
-            Self::start(client.clone(), namespace, &settings.address)
+            backend
                 .admitting(client.clone(), namespace, settings.engine)
                 .keeping_logs_of(
                     client.clone(),
@@ -130,6 +142,31 @@ impl KubeBackend {
                 .run(store.clone()),
         );
         tokio::spawn(crate::history::Historian::new(client.clone(), namespace).run(store.clone()));
+        if let Some((archive, _)) = &settings.history {
+            tokio::spawn(
+                crate::retention::Recorder {
+                    archive: archive.clone(),
+                    store: store.clone(),
+                }
+                .run(),
+            );
+        }
+        tokio::spawn(
+            crate::retention::Sweeper {
+                api: Api::namespaced(client.clone(), namespace),
+                pods: Api::namespaced(client.clone(), namespace),
+                config_maps: Api::namespaced(client.clone(), namespace),
+                store: store.clone(),
+                archive: settings.history.as_ref().map(|(a, _)| a.clone()),
+                framework_kept: settings
+                    .history
+                    .as_ref()
+                    .map_or(Duration::ZERO, |(_, kept)| *kept),
+                kept_attempts: settings.kept_attempts,
+                bounds: settings.retention,
+            }
+            .run(),
+        );
         tokio::spawn(
             crate::events::Recorder::new(client, namespace, &settings.instance).run(store),
         );
@@ -189,6 +226,7 @@ impl KubeBackend {
             api,
             errors,
             tails: Default::default(),
+            archive: None,
         }
     }
 
@@ -241,11 +279,34 @@ impl KubeBackend {
 
     /// What was kept of pod `pod`'s log in attempt `attempt` (its pod is gone).
     async fn kept(&self, pod: &str, attempt: i32) -> Option<crate::log_keeper::Kept> {
-        crate::log_keeper::kept(&self.config_maps, pod, attempt).await
+        if let Some(kept) = crate::log_keeper::kept(&self.config_maps, pod, attempt).await {
+            return Some(kept);
+        }
+        let archive = self.archive.as_ref()?;
+        archive
+            .kept(&pai_contract::kept_logs::config_map(pod, attempt))
+            .await
+            .inspect_err(
+                |e| tracing::warn!(pod, error = %e, "cannot read a kept log from the history"),
+            )
+            .ok()
+            .flatten()
+    }
+
+    /// The history's entry of the job of pod `pod`, where its Framework is gone.
+    fn archived_pod(&self, pod: &str) -> Option<crate::archive::Archived> {
+        let framework = pai_contract::kept_logs::framework_of(pod);
+        if self.store.get(framework).is_some() {
+            return None;
+        }
+        self.archive.as_ref()?.get(framework)
     }
 
     /// What was kept of pod `pod`'s log in its job's current attempt.
     async fn kept_now(&self, pod: &str) -> Option<crate::log_keeper::Kept> {
+        if let Some(archived) = self.archived_pod(pod) {
+            return self.kept(pod, archived.attempt).await;
+        }
         crate::log_keeper::kept_now(&self.config_maps, &self.store, pod).await
     }
 
@@ -430,6 +491,13 @@ impl KubeBackend {
                     ))),
                 };
             }
+            if self.archived_pod(pod).is_some() {
+                // The job is in the history: its pods are long gone.
+                return match self.kept_now(pod).await {
+                    Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
+                    None => Err(BackendError::NotFound),
+                };
+            }
             let params = LogParams {
                 container: Some(MAIN_CONTAINER.to_string()),
                 follow,
@@ -469,10 +537,36 @@ impl KubeBackend {
         .boxed()
     }
 
+    /// Changes the tags of job `name`, whose Framework is gone, in its record.
+    async fn edit_archived_tags(
+        &self,
+        archive: &crate::archive::Archive,
+        name: &str,
+        edit: &pai_contract::tags::Edit,
+    ) -> Result<(), BackendError> {
+        let unavailable = |e: crate::archive::ArchiveError| BackendError::History(e.to_string());
+        archive
+            .update(name, |framework| {
+                let annotations = framework.metadata.annotations.get_or_insert_default();
+                pai_contract::tags::apply(annotations, edit)
+            })
+            .await
+            .map_err(unavailable)?
+            .ok_or(BackendError::NotFound)?
+            .map_err(BackendError::from)
+    }
+
     /// The init container's log: the runtime's `entry` (whole; it has ended or waits at
     /// the barrier), or what was kept of it once the pod is gone.
     fn init_log<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
         async move {
+            if self.archived_pod(pod).is_some() {
+                return self
+                    .kept_now(pod)
+                    .await
+                    .map(|k| kept_stream(k.init, ""))
+                    .ok_or(BackendError::NotFound);
+            }
             let params = LogParams {
                 container: Some(pai_contract::framework::INIT_CONTAINER.to_string()),
                 ..LogParams::default()
@@ -514,7 +608,35 @@ impl Backend for KubeBackend {
     }
 
     fn ready(&self) -> Result<(), BackendError> {
-        self.serving()
+        self.serving()?;
+        match &self.archive {
+            Some(archive) => archive.ready().map_err(|why| {
+                BackendError::History(format!(
+                    "the job history ({}) is not read yet: {why}",
+                    archive.place()
+                ))
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn archived(&self, name: &str) -> Option<Arc<pai_api::jobs::JobSummary>> {
+        if self.store.get(name).is_some() {
+            return None;
+        }
+        self.archive.as_ref()?.get(name).map(|a| a.row)
+    }
+
+    fn archive(&self) -> Vec<(String, Arc<pai_api::jobs::JobSummary>)> {
+        let Some(archive) = &self.archive else {
+            return Vec::new();
+        };
+        archive
+            .all()
+            .into_iter()
+            .filter(|(name, _)| self.store.get(name).is_none())
+            .map(|(name, a)| (name, a.row))
+            .collect()
     }
 
     fn held(&self, framework: &Framework) -> Option<Arc<pai_api::waiting::Waiting>> {
@@ -525,6 +647,14 @@ impl Backend for KubeBackend {
     // references) and undone in reverse on failure.
     fn create(&self, framework: Framework, key: JobKey) -> BoxFuture<'_, Result<(), BackendError>> {
         async move {
+            // A finished job in the history keeps its name until it is deleted, as its
+            // Framework would.
+            if self.archived(framework.name()).is_some() {
+                return Err(BackendError::Conflict(format!(
+                    "Framework {} exists in the job history",
+                    framework.name()
+                )));
+            }
             self.check_queue(&framework).await?;
             // Subscribed before the write: the change that shows it cannot be missed.
             let changes = self.store.subscribe();
@@ -657,6 +787,14 @@ impl Backend for KubeBackend {
             if let Some(found) = self.store.get(name) {
                 return Ok(Some(found));
             }
+            if let Some(archive) = &self.archive
+                && archive.get(name).is_some()
+            {
+                return match archive.framework(name).await {
+                    Ok(found) => Ok(found.map(Arc::new)),
+                    Err(e) => Err(BackendError::History(e.to_string())),
+                };
+            }
             match self.api.get_opt(name).await {
                 Ok(found) => {
                     self.answered();
@@ -713,13 +851,25 @@ impl Backend for KubeBackend {
     fn write_metrics(&self, _out: &mut String) {}
 
     fn changes(&self) -> futures::stream::BoxStream<'static, Event<Changed>> {
-        pai_engine::controller::from_broadcast(self.store.subscribe(), |change| {
+        let frameworks = pai_engine::controller::from_broadcast(self.store.subscribe(), |change| {
             let framework = change.framework();
             Changed {
                 name: framework.name().to_string(),
                 waits: pai_contract::depends::waits(framework),
             }
-        })
+        });
+        match &self.archive {
+            // A job written into the history or deleted from it changes too.
+            Some(archive) => futures::stream::select(
+                frameworks,
+                pai_engine::controller::from_broadcast(archive.subscribe(), |name| Changed {
+                    name,
+                    waits: false,
+                }),
+            )
+            .boxed(),
+            None => frameworks,
+        }
     }
 
     /// Marks the dependencies met and takes the gate out of the pod templates (one patch
@@ -834,6 +984,11 @@ impl Backend for KubeBackend {
         edit: &'a pai_contract::tags::Edit,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         async move {
+            if let Some(archive) = &self.archive
+                && self.archived(name).is_some()
+            {
+                return self.edit_archived_tags(archive, name, edit).await;
+            }
             // The server's copy first; after a conflict (another change came between the
             // read and the write), the API server's own, then again.
             let mut current = self.get(name).await?.ok_or(BackendError::NotFound)?;
@@ -974,6 +1129,14 @@ impl Backend for KubeBackend {
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>> {
         async move {
             self.serving()?;
+            if self.store.get(name).is_none()
+                && let Some(archive) = &self.archive
+                && archive.get(name).is_some()
+            {
+                // In the history: it ended; its last state is all there is to follow.
+                let last = self.get(name).await?;
+                return Ok(futures::stream::iter([Ok(last)]).boxed());
+            }
             Ok(crate::store::follow(&self.store, name).map(Ok).boxed())
         }
         .boxed()
@@ -981,12 +1144,28 @@ impl Backend for KubeBackend {
 
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         async move {
+            // Its record first: a job is never left in the history without a Framework
+            // while the Framework's deletion fails.
+            let mut recorded = false;
+            if let Some(archive) = &self.archive {
+                recorded = archive
+                    .delete(name)
+                    .await
+                    .map_err(|e| BackendError::History(e.to_string()))?;
+            }
             let changes = self.store.subscribe();
-            self.api
+            match self
+                .api
                 .delete(name, &DeleteParams::background())
                 .await
                 .inspect(|_| self.answered())
-                .map_err(|e| self.error(e))?;
+                .map_err(|e| self.error(e))
+            {
+                Ok(_) => {}
+                // Only the history had it.
+                Err(BackendError::NotFound) if recorded => return Ok(()),
+                Err(e) => return Err(e),
+            }
             self.visible(changes, name, |f| {
                 f.is_none_or(|f| f.metadata.deletion_timestamp.is_some())
             })

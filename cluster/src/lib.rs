@@ -9,6 +9,7 @@
 //! ([`log_keeper`]).
 
 pub mod admission;
+pub mod archive;
 pub mod backend;
 pub mod errors;
 pub mod events;
@@ -17,6 +18,7 @@ pub mod job_access;
 pub mod log_keeper;
 pub mod pod_log;
 pub mod publisher;
+pub mod retention;
 pub mod store;
 pub mod waiting;
 

@@ -35,6 +35,10 @@ pub enum BackendError {
     Refused(String),
     #[error("the cluster at {address} cannot be reached: {message}")]
     Unavailable { address: String, message: String },
+    /// The job history (a cluster's database) cannot be read or written now: the
+    /// message says where and why.
+    #[error("{0}")]
+    History(String),
     /// A change of a job's tags that cannot be made.
     #[error(transparent)]
     Tag(#[from] pai_contract::tags::TagError),
@@ -135,8 +139,16 @@ pub trait Backend: Send + Sync + 'static {
     /// What job (Framework) `name` is now, as [`Backend::peek`] would tell, without a
     /// copy of it: its state and UID.
     fn seen(&self, name: &str) -> Option<Seen>;
-    /// Frameworks as they change, from now on; the stream ends with the backend.
+    /// Frameworks as they change, from now on; the stream ends with the backend. A job
+    /// whose Framework went into the history ([`Backend::archived`]) changes too.
     fn changes(&self) -> BoxStream<'static, crate::controller::Event<Changed>>;
+    /// The list row of finished job (Framework) `name` where the backend keeps its record
+    /// beyond its Framework (a cluster's job history, once retention deleted the
+    /// Framework), from memory; `None` where it has a Framework, or none at all. The
+    /// embedded default's finished jobs keep their Frameworks: it has none.
+    fn archived(&self, name: &str) -> Option<Arc<pai_api::jobs::JobSummary>>;
+    /// Every job [`Backend::archived`] tells of, by Framework name.
+    fn archive(&self) -> Vec<(String, Arc<pai_api::jobs::JobSummary>)>;
     /// Lets the job `name`, which waited for other jobs, run: marks its dependencies met
     /// and lifts what held its tasks. Idempotent: called again while its pods may still
     /// be held.

@@ -6,5 +6,6 @@
 pub mod backend;
 pub mod controller;
 pub mod depends;
+pub mod retention;
 
 pub use backend::{Backend, BackendError};

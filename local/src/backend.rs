@@ -172,6 +172,15 @@ impl Backend for LocalBackend {
         })
     }
 
+    /// A finished job here keeps its Framework until retention deletes the job.
+    fn archived(&self, _name: &str) -> Option<Arc<pai_api::jobs::JobSummary>> {
+        None
+    }
+
+    fn archive(&self) -> Vec<(String, Arc<pai_api::jobs::JobSummary>)> {
+        Vec::new()
+    }
+
     fn release<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move { Ok(self.0.release(name).await?) })
     }

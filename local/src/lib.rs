@@ -256,7 +256,7 @@ impl Machine {
             })
             .await;
         }
-        let past = retention::past(settings, finished, now);
+        let past = retention::past(settings.bounds, finished, now);
         let mut deleted = 0;
         for name in past {
             match self.delete(&name).await {

@@ -1,83 +1,18 @@
-//! Finished jobs kept within the operator's bounds (the config's `retention`): past the
-//! most finished jobs kept, or ended longer ago than the age kept, a finished job is
-//! deleted as a `delete` would (its files, its Framework, every read of it). Running and
-//! waiting jobs are never deleted by it. A finished job's tasks keep the files they
-//! needed to run for a while after its end, then only their logs and results. Looked at
-//! at start, as jobs change (a second apart at most) and once a minute.
+//! Finished jobs on this machine kept within the operator's bounds
+//! ([`pai_engine::retention`]): a finished job past them is deleted as a `delete` would
+//! (its files, its Framework, every read of it). A finished job's tasks keep the files
+//! they needed to run for a while after its end, then only their logs and results.
 
 use std::time::Duration;
 
-/// How often the finished jobs are looked at.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
+pub use pai_engine::retention::{AT_MOST_EVERY, Bounds, SWEEP_EVERY, past};
 
-/// The least time between two looks.
-pub const AT_MOST_EVERY: Duration = Duration::from_secs(1);
-
-/// The bounds; `None`: no bound of that kind.
+/// The bounds, and how long finished tasks keep their run-only files.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
-    /// The most finished jobs kept, the newest ends.
-    pub finished_jobs: Option<u32>,
-    /// The longest a finished job is kept after its end.
-    pub max_age: Option<Duration>,
+    /// Which finished jobs are kept.
+    pub bounds: Bounds,
     /// How long after its end a finished job's tasks keep the files they needed to run
     /// ([`crate::store::Store::settle_finished`]).
     pub task_files_kept: Duration,
-}
-
-/// The names of the finished jobs past `retention`, oldest end first, of `finished`:
-/// each finished job's name and end (ms since the epoch), in any order.
-pub fn past(retention: Retention, mut finished: Vec<(i64, String)>, now_ms: i64) -> Vec<String> {
-    // Newest end first; by name among equals, so that the choice is the same each time.
-    finished.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let kept_by_count = retention
-        .finished_jobs
-        .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
-    let oldest_kept = retention
-        .max_age
-        .map(|age| now_ms.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX)));
-    let mut out: Vec<String> = finished
-        .into_iter()
-        .enumerate()
-        .filter(|(i, (ended, _))| *i >= kept_by_count || oldest_kept.is_some_and(|o| *ended < o))
-        .map(|(_, (_, name))| name)
-        .collect();
-    out.reverse();
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn jobs(ends: &[(i64, &str)]) -> Vec<(i64, String)> {
-        ends.iter().map(|(t, n)| (*t, n.to_string())).collect()
-    }
-
-    #[test]
-    fn past_the_count_the_oldest_ends_go_first() {
-        let retention = Retention {
-            finished_jobs: Some(2),
-            ..Retention::default()
-        };
-        let finished = jobs(&[(30, "c"), (10, "a"), (40, "d"), (20, "b")]);
-        assert_eq!(past(retention, finished, 100), ["a", "b"]);
-    }
-
-    #[test]
-    fn past_the_age_they_go_whatever_the_count() {
-        let retention = Retention {
-            finished_jobs: Some(10),
-            max_age: Some(Duration::from_millis(50)),
-            ..Retention::default()
-        };
-        let finished = jobs(&[(10, "old"), (60, "new"), (49, "older")]);
-        assert_eq!(past(retention, finished, 100), ["old", "older"]);
-    }
-
-    #[test]
-    fn no_bounds_keep_everything() {
-        let finished = jobs(&[(1, "a"), (2, "b")]);
-        assert!(past(Retention::default(), finished, i64::MAX).is_empty());
-    }
 }

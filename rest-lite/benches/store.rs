@@ -18,7 +18,10 @@
 //! whose names contain one of those words. `STORE_FINISHED=1` stores every job
 //! completed (every fifth failed) instead of running: a server's history (#53).
 //! `BENCH_REST_LITE` serves with another build (an earlier commit's) under the same
-//! harness.
+//! harness. `STORE_HISTORY=1` (finished jobs) also gives the server a job history in a
+//! throwaway PostgreSQL server with `frameworkKeptSec: 0`: the reads start once every
+//! Framework was written into it and deleted from the API server, so every job is
+//! read from the history; then the database's size and a restart to the first page.
 
 mod support;
 
@@ -63,7 +66,8 @@ async fn main() {
         .map(|v| v.split(',').map(str::to_string).collect())
         .unwrap_or_default();
 
-    let finished = std::env::var("STORE_FINISHED").is_ok_and(|v| v == "1");
+    let history = std::env::var("STORE_HISTORY").is_ok_and(|v| v == "1");
+    let finished = history || std::env::var("STORE_FINISHED").is_ok_and(|v| v == "1");
     let api = ApiServer::start().await;
     let made = Instant::now();
     populate(&api, jobs, finished);
@@ -85,41 +89,67 @@ async fn main() {
         ),
     )
     .expect("tokens");
+    let postgres = if history {
+        Some(pai_test_support::postgres::Postgres::start().expect("PostgreSQL"))
+    } else {
+        None
+    };
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        match &postgres {
+            Some(pg) => format!(
+                "history: {{database: \"{}\", frameworkKeptSec: 0}}\nretention: {{finishedJobs: 0}}\n",
+                pg.connection()
+            ),
+            None => String::new(),
+        },
+    )
+    .expect("config");
     let port = free_port();
     let binary = std::env::var("BENCH_REST_LITE")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rest-lite").to_string());
-    let mut server = std::process::Command::new(&binary)
-        .args(["serve", "--backend", "kube", "--namespace", NS])
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--token-file")
-        .arg(&tokens)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("rest-lite serve");
+    let start = || {
+        let mut command = std::process::Command::new(&binary);
+        command
+            .args(["serve", "--backend", "kube", "--namespace", NS])
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--token-file")
+            .arg(&tokens)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if history {
+            command.arg("--config").arg(&config);
+        }
+        command.spawn().expect("rest-lite serve")
+    };
+    let mut server = start();
     let base = format!("http://127.0.0.1:{port}");
     let http: Client<_, Empty<hyper::body::Bytes>> = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(CONNECTIONS)
         .build_http();
     let started = Instant::now();
-    loop {
-        if let Ok((200, _)) = get(&http, &format!("{base}/readyz")).await {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the server never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    ready(&http, &base).await;
     eprintln!(
         "ready (listed) {:.2} s after start",
         started.elapsed().as_secs_f64()
     );
+    if history {
+        // Every Framework written into the history and deleted from the cluster.
+        let mut left = api.list("frameworks", NS).len();
+        while left > 0 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            left = api.list("frameworks", NS).len();
+        }
+        eprintln!(
+            "every job in the history, no Framework left, {:.1} s after start",
+            started.elapsed().as_secs_f64()
+        );
+    }
     let rss_listed = support::rss(server.id());
     // The server's own start-up work (every peer table published once) is done before
     // any read is counted.
@@ -281,9 +311,50 @@ async fn main() {
         rss_listed / 1024,
         support::rss(server.id()) / 1024
     );
+    if let Some(pg) = &postgres {
+        println!(
+            "history database: {} in all (rest_lite_jobs {}, rest_lite_logs {})",
+            pg.psql("SELECT pg_size_pretty(pg_database_size('postgres'))"),
+            pg.psql("SELECT pg_size_pretty(pg_total_relation_size('rest_lite_jobs'))"),
+            pg.psql("SELECT pg_size_pretty(pg_total_relation_size('rest_lite_logs'))"),
+        );
+        let _ = server.kill();
+        let _ = server.wait();
+        let restarted = Instant::now();
+        server = start();
+        ready(&http, &base).await;
+        let (status, _) = get(&http, &format!("{base}/api/v2/jobs?limit=20"))
+            .await
+            .expect("answered");
+        assert_eq!(status, 200);
+        println!(
+            "restart to the first v2 page: {:.2} s; RSS {} MiB",
+            restarted.elapsed().as_secs_f64(),
+            support::rss(server.id()) / 1024
+        );
+    }
     let _ = server.kill();
     let _ = server.wait();
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Waits until the server at `base` answers `/readyz` with 200 (its copy listed, its
+/// history read).
+async fn ready(
+    http: &Client<hyper_util::client::legacy::connect::HttpConnector, Empty<hyper::body::Bytes>>,
+    base: &str,
+) {
+    let started = Instant::now();
+    loop {
+        if let Ok((200, _)) = get(http, &format!("{base}/readyz")).await {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the server never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Stores `jobs` Frameworks of 8 running tasks with logs, as rest-lite and
@@ -326,6 +397,8 @@ fn populate(api: &ApiServer, jobs: usize, finished: bool) {
         pai_test_support::frameworks::set_all_addresses(&mut value, &[("ps", 2), ("worker", 6)]);
         if finished {
             let code = if i % 5 == 0 { 1 } else { 0 };
+            // The ended attempt in the Framework's history, as the server writes it.
+            value["status"]["retryPolicyStatus"]["totalRetriedCount"] = json!(0);
             value["status"]["state"] = json!("Completed");
             value["status"]["completionTime"] = json!("2026-01-01T01:00:00Z");
             value["status"]["attemptStatus"]["completionTime"] = json!("2026-01-01T01:00:00Z");
@@ -333,6 +406,12 @@ fn populate(api: &ApiServer, jobs: usize, finished: bool) {
                 pai_contract::framework::CompletionStatus::of(code, format!("exit code {code}")),
             )
             .expect("json");
+            let ended: pai_contract::Framework =
+                serde_json::from_value(value.clone()).expect("a Framework");
+            if let Some(history) = pai_contract::attempts::with_current(&ended) {
+                value["metadata"]["annotations"][pai_contract::attempts::ANNOTATION] =
+                    json!(history);
+            }
         }
         for role in ["ps", "worker"] {
             let count = if role == "ps" { 2 } else { 6 };

@@ -145,3 +145,261 @@ async fn finished_jobs_past_the_retention_go_and_a_restart_keeps_the_rest() {
     assert_eq!(attempts.status, 200, "{}", attempts.body);
     assert!(attempts.body.contains("SUCCEEDED"), "{}", attempts.body);
 }
+
+mod cluster {
+    //! On a cluster, against the test API server and a real PostgreSQL server. What it
+    //! does not prove: FrameworkController's own deletion of a completed attempt's pods
+    //! and the garbage collector's of a deleted Framework's ConfigMaps (the test does
+    //! both by hand, as they would).
+
+    use std::path::Path;
+
+    use base64::Engine;
+    use serde_json::json;
+
+    use crate::common;
+    use common::serve::{DEADLINE, Server};
+    use pai_client::{Client, ClientError, Source};
+    use pai_contract::framework::CompletionStatus;
+    use pai_test_support::ApiServer;
+    use pai_test_support::postgres::Postgres;
+    use pai_translate::spec::SpecFormat;
+
+    const NS: &str = "history";
+    const TOKEN: &str = "alice-token";
+
+    struct Place {
+        api: ApiServer,
+        dir: common::Scratch,
+    }
+
+    impl Place {
+        fn serve(&self) -> Server {
+            let kubeconfig = self.dir.join("kubeconfig");
+            let tokens = common::token_file(&self.dir, &[("alice", TOKEN, false)]);
+            Server::start_kube_with_config(
+                &kubeconfig,
+                NS,
+                &tokens,
+                Some(&self.dir.join("config.yaml")),
+            )
+        }
+
+        fn framework(job: &str) -> String {
+            pai_contract::names::framework_name("alice", job)
+        }
+
+        /// Attempt `attempt` of `job` ends with `code` at `second` past the hour; the
+        /// last ends the job.
+        fn end_attempt(&self, job: &str, attempt: i32, code: i32, second: u32, last: bool) {
+            self.api
+                .modify("frameworks", NS, &Self::framework(job), |f| {
+                    f["status"]["state"] = json!(if last {
+                        "Completed"
+                    } else {
+                        "AttemptCompleted"
+                    });
+                    f["status"]["attemptStatus"]["id"] = json!(attempt);
+                    f["status"]["retryPolicyStatus"]["totalRetriedCount"] = json!(attempt);
+                    let at = format!("2026-01-01T00:00:{second:02}Z");
+                    f["status"]["attemptStatus"]["completionTime"] = json!(at);
+                    f["status"]["attemptStatus"]["completionStatus"] = serde_json::to_value(
+                        CompletionStatus::of(code, format!("exit code {code}")),
+                    )
+                    .expect("json");
+                    if last {
+                        f["status"]["completionTime"] = json!(at);
+                    }
+                });
+        }
+
+        /// The log keeper's copy of a task's log, as it makes it when the pod goes.
+        fn keep_log(&self, job: &str, attempt: i32, text: &str) {
+            let pod = format!("{}-worker-0", Self::framework(job));
+            let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+            self.api.create(
+                "configmaps",
+                NS,
+                json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": pai_contract::kept_logs::config_map(&pod, attempt)},
+                    "binaryData": {"main.log": b64(text), "init.log": b64("")},
+                }),
+            );
+        }
+
+        /// Waits until the history holds `job`'s end and its Framework is gone, then
+        /// removes its kept-log ConfigMaps as the garbage collector would.
+        async fn retired(&self, job: &str) {
+            let name = Self::framework(job);
+            tokio::time::timeout(DEADLINE, self.api.wait_gone("frameworks", NS, &name))
+                .await
+                .expect("the Framework deleted once the history holds it");
+            for map in self.api.list("configmaps", NS) {
+                let map_name = map["metadata"]["name"].as_str().unwrap_or_default();
+                if map_name.starts_with(&format!("{name}-log-")) {
+                    self.api.delete("configmaps", NS, map_name);
+                }
+            }
+        }
+    }
+
+    fn spec(job: &str) -> String {
+        json!({
+            "jobName": job, "image": "busybox",
+            "taskRoles": [{"name": "worker", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 128,
+                "command": "echo hi"}],
+        })
+        .to_string()
+    }
+
+    async fn names(client: &Client) -> Vec<String> {
+        let mut names: Vec<String> = client
+            .jobs(None)
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|j| j.name)
+            .collect();
+        names.sort();
+        names
+    }
+
+    async fn log_of(client: &Client, job: &str) -> Result<String, ClientError> {
+        let stream = client
+            .logs("alice", job, "worker", 0, false, Source::User)
+            .await?;
+        Ok(common::read_all(stream).await)
+    }
+
+    fn write_config(dir: &Path, database: &str) {
+        std::fs::write(
+            dir.join("config.yaml"),
+            format!(
+                "history: {{database: \"{database}\", frameworkKeptSec: 0}}\nretention: {{finishedJobs: 2}}\n"
+            ),
+        )
+        .expect("config");
+    }
+
+    // Long: one job's whole life in the history (two attempts, retired, restarted
+    // over, a tag changed, deleted) beside the retention of the oldest.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deleted_frameworks_job_stays_listed_and_read_from_the_history() {
+        let Some(postgres) = Postgres::start() else {
+            return;
+        };
+        let dir = common::scratch("history", "cluster");
+        let api = ApiServer::start().await;
+        api.write_kubeconfig(&dir.join("kubeconfig"), Some(NS));
+        write_config(&dir, &postgres.connection());
+        let place = Place { api, dir };
+        let server = place.serve();
+        let client = Client::new(&server.url, Some(TOKEN.to_string()));
+
+        // "old" ends first; "flaky" fails attempt 0 (its end written into the Framework's
+        // history), then succeeds in attempt 1.
+        for job in ["old", "flaky"] {
+            client
+                .submit("alice", &spec(job), SpecFormat::Json)
+                .await
+                .expect("submitted");
+        }
+        place.keep_log("old", 0, "output of old\n");
+        place.end_attempt("old", 0, 0, 5, true);
+        place.retired("old").await;
+        place.keep_log("flaky", 0, "attempt 0 of flaky\n");
+        place.end_attempt("flaky", 0, 1, 10, false);
+        place
+            .api
+            .wait_for("frameworks", NS, &Place::framework("flaky"), |f| {
+                f["metadata"]["annotations"][pai_contract::attempts::ANNOTATION].is_string()
+            })
+            .await;
+        place.keep_log("flaky", 1, "attempt 1 of flaky\n");
+        place.end_attempt("flaky", 1, 0, 20, true);
+        place.retired("flaky").await;
+
+        // Listed (v1 and v2), read with its attempts, its logs from the history.
+        assert_eq!(names(&client).await, ["flaky", "old"]);
+        let check = |client: Client| async move {
+            let view = client.job("alice", "flaky").await.expect("read");
+            assert_eq!(view.job_status.state.as_str(), "SUCCEEDED");
+            assert_eq!(view.job_status.retries, 1);
+            let attempts = &view.job_status.attempts;
+            assert_eq!(attempts.len(), 2, "{attempts:?}");
+            assert_eq!((attempts[0].attempt, attempts[0].exit_code), (0, 1));
+            let log = log_of(&client, "flaky").await.expect("the log");
+            assert!(log.contains("attempt 1 of flaky"), "{log}");
+            let earlier = client
+                .attempt_logs("alice", "flaky", "worker", 0, 0, Source::User)
+                .await
+                .expect("attempt 0's log");
+            let earlier = common::read_all(earlier).await;
+            assert!(earlier.contains("attempt 0 of flaky"), "{earlier}");
+        };
+        check(client.clone()).await;
+        let v2 = common::request(
+            &server.url,
+            "GET",
+            "/api/v2/jobs?withTotalCount=true",
+            &[("Authorization", &format!("Bearer {TOKEN}"))],
+            "",
+        );
+        assert_eq!(v2.status, 200, "{}", v2.body);
+        let v2: serde_json::Value = serde_json::from_str(&v2.body).expect("json");
+        assert_eq!(v2["totalCount"], 2, "{v2:#}");
+
+        // A restart reads the history again.
+        server.kill();
+        let server = place.serve();
+        let client = Client::new(&server.url, Some(TOKEN.to_string()));
+        assert_eq!(names(&client).await, ["flaky", "old"]);
+        check(client.clone()).await;
+
+        // A third finished job: past `finishedJobs: 2`, the oldest end goes from the
+        // history.
+        client
+            .submit("alice", &spec("new"), SpecFormat::Json)
+            .await
+            .expect("submitted");
+        place.end_attempt("new", 0, 0, 30, true);
+        place.retired("new").await;
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while names(&client).await.contains(&"old".to_string())
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(names(&client).await, ["flaky", "new"]);
+        assert!(matches!(
+            client.job("alice", "old").await,
+            Err(ClientError::Api { status: 404, .. })
+        ));
+
+        // Its name stays taken until it is deleted; then it is gone from every read and
+        // from the database.
+        let again = client
+            .submit("alice", &spec("flaky"), SpecFormat::Json)
+            .await;
+        assert!(
+            matches!(again, Err(ClientError::Api { status: 409, .. })),
+            "{again:?}"
+        );
+        client.delete("alice", "flaky").await.expect("deleted");
+        assert_eq!(names(&client).await, ["new"]);
+        assert!(matches!(
+            client.job("alice", "flaky").await,
+            Err(ClientError::Api { status: 404, .. })
+        ));
+        assert!(matches!(
+            log_of(&client, "flaky").await,
+            Err(ClientError::Api { status: 404, .. })
+        ));
+        assert_eq!(
+            postgres.psql("SELECT name FROM rest_lite_jobs ORDER BY name"),
+            Place::framework("new")
+        );
+        assert_eq!(postgres.psql("SELECT count(*) FROM rest_lite_logs"), "0");
+    }
+}

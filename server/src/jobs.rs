@@ -269,16 +269,8 @@ pub struct Page {
 struct Position(std::cmp::Reverse<Option<i64>>, String);
 
 impl Position {
-    fn of(framework: &pai_contract::Framework) -> Self {
-        let created = framework
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.as_millisecond());
-        Self(
-            std::cmp::Reverse(created),
-            framework.job_name().unwrap_or_default().to_string(),
-        )
+    fn of(position: &crate::index::Position) -> Self {
+        Self(position.created, position.job.clone())
     }
 
     fn token(&self) -> String {
@@ -326,27 +318,24 @@ pub async fn list(
         .filter(|token| !token.is_empty())
         .map(Position::parse)
         .transpose()?;
-    let ordered = ordered_views(state, caller, requested).await?;
+    let ordered = ordered_rows(state, caller, requested).await?;
     let limit = filter.limit.unwrap_or(usize::MAX);
     let mut jobs = Vec::new();
     let mut last = None;
     let mut more = false;
-    for (position, made) in ordered {
+    for (position, row) in ordered {
+        let position = Position::of(&position);
         if after.as_ref().is_some_and(|a| &position <= a) {
             continue;
         }
-        let view = &made.view;
-        if filter.state.is_some_and(|s| s != view.job_status.state) {
+        if filter.state.is_some_and(|s| s != row.status.state) {
             continue;
         }
         if jobs.len() == limit {
             more = true;
             break;
         }
-        jobs.push(JobSummary {
-            name: view.name.clone(),
-            status: view.job_status.clone(),
-        });
+        jobs.push((*row).clone());
         last = Some(position);
     }
     Ok(Page {
@@ -355,26 +344,26 @@ pub async fn list(
     })
 }
 
-/// The views of the jobs `caller` may see of `requested` (a user name) or of everyone,
-/// newest first (by name among equals). Each is the view made once for its job's
-/// version: a list reads them, it does not make them.
-pub async fn visible_views(
+/// The list rows of the jobs `caller` may see of `requested` (a user name) or of
+/// everyone, newest first (by name among equals), from the index kept as jobs change
+/// ([`crate::index`]): a list reads rows, it does not make them.
+pub async fn visible_rows(
     state: &AppState,
     caller: &Caller,
     requested: Option<&str>,
-) -> Result<Vec<Arc<crate::views::Made>>, ApiError> {
-    Ok(ordered_views(state, caller, requested)
+) -> Result<Vec<Arc<JobSummary>>, ApiError> {
+    Ok(ordered_rows(state, caller, requested)
         .await?
         .into_iter()
-        .map(|(_, made)| made)
+        .map(|(_, row)| row)
         .collect())
 }
 
-async fn ordered_views(
+async fn ordered_rows(
     state: &AppState,
     caller: &Caller,
     requested: Option<&str>,
-) -> Result<Vec<(Position, Arc<crate::views::Made>)>, ApiError> {
+) -> Result<Vec<(crate::index::Position, Arc<JobSummary>)>, ApiError> {
     if let Some(user) = requested {
         user_name(user)?;
     }
@@ -383,14 +372,5 @@ async fn ordered_views(
         Visible::All => None,
         Visible::User(user) => Some(user),
     };
-    let label = user.as_deref().map(pai_contract::names::label_value);
-    let frameworks = state.backend.list(label.as_deref()).await?;
-    let mut ordered: Vec<(Position, Arc<crate::views::Made>)> = frameworks
-        .iter()
-        // The label is lossy (alice and Alice share one): the annotation decides.
-        .filter(|f| user.as_deref().is_none_or(|u| f.user_name() == Some(u)))
-        .map(|f| (Position::of(f), state.views.of(f)))
-        .collect();
-    ordered.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    Ok(ordered)
+    Ok(state.index.rows(user.as_deref()).await?)
 }

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod guard;
+pub mod index;
 pub mod jobs;
 pub mod machine_token;
 pub mod metrics;

@@ -30,6 +30,8 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Jobs' views, made once per version and shared by every reader.
     pub views: Arc<crate::views::Views>,
+    /// The jobs in list order, kept as they change: what lists read.
+    pub index: Arc<crate::index::JobIndex>,
     /// Where this server's tokens are, as the sign-in page says it.
     pub token_hint: Arc<str>,
     /// The team storages now (the config's, read again when it changes).
@@ -49,7 +51,9 @@ impl AppState {
         let views = crate::views::Views::holding(Arc::new(move |f| {
             pai_engine::depends::held(holds.as_ref(), f).or_else(|| holds.held(f))
         }));
+        let views = Arc::new(views);
         Self {
+            index: Arc::new(crate::index::JobIndex::new(backend.clone(), views.clone())),
             backend,
             storages: Arc::new(pai_translate::storages::Registry::new(
                 config.storages.clone(),
@@ -62,7 +66,7 @@ impl AppState {
             metrics_elsewhere: false,
             watch_limit: std::time::Duration::from_secs(u64::from(DEFAULT_WATCH_SECONDS)),
             metrics: Default::default(),
-            views: Arc::new(views),
+            views,
             token_hint: Arc::from(
                 "The token is the one you use with rest-lite --token; the server's operator makes one with rest-lite token USER.",
             ),

@@ -11,8 +11,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use pai_api::jobs::Message;
-use pai_api::status::{JobState, JobView};
+use pai_api::jobs::{JobSummary, Message};
+use pai_api::status::JobState;
 use pai_api::v2::{
     JobListV2, JobSummariesWithTotalCount, JobSummaryV2, LogLocation, PodLogInfo, TaskStatusV2,
 };
@@ -204,8 +204,8 @@ fn order_of(order: Option<&str>) -> Result<(String, bool), ApiError> {
     Ok((field.to_string(), descending))
 }
 
-fn compare(a: &JobView, b: &JobView, field: &str) -> std::cmp::Ordering {
-    let (x, y) = (&a.job_status, &b.job_status);
+fn compare(a: &JobSummary, b: &JobSummary, field: &str) -> std::cmp::Ordering {
+    let (x, y) = (&a.status, &b.status);
     match field {
         "jobName" => a.name.cmp(&b.name),
         "username" => x.username.cmp(&y.username),
@@ -244,20 +244,20 @@ pub async fn list(
         )));
     }
     let (field, descending) = order_of(query.order.as_deref())?;
-    let views = jobs::visible_views(&state, &caller, query.username.as_deref()).await?;
+    let rows = jobs::visible_rows(&state, &caller, query.username.as_deref()).await?;
     let tags = |list: &Option<String>| -> Option<Vec<String>> {
         list.as_deref()
             .filter(|t| !t.is_empty())
             .map(|t| t.split(',').map(str::to_string).collect())
     };
     let (some_of, none_of) = (tags(&query.tags_contain), tags(&query.tags_not_contain));
-    // Filtered and ordered on the views made once per job; summaries made for the page
+    // Filtered and ordered on the rows the index keeps; summaries made for the page
     // alone.
-    let mut matching: Vec<&JobView> = views
+    let mut matching: Vec<&JobSummary> = rows
         .iter()
-        .map(|made| &made.view)
+        .map(|row| &**row)
         .filter(|j| {
-            let s = &j.job_status;
+            let s = &j.status;
             query.state.is_none_or(|state| s.state == state)
                 && some_of
                     .as_ref()
@@ -271,6 +271,7 @@ pub async fn list(
                 })
         })
         .collect();
+    // Mostly in order already (the index's is newest first): a sort of a run.
     matching.sort_by(|a, b| {
         let order = compare(a, b, &field);
         if descending { order.reverse() } else { order }
@@ -280,7 +281,7 @@ pub async fn list(
         .into_iter()
         .skip(query.offset.unwrap_or(0))
         .take(limit)
-        .map(JobSummaryV2::of)
+        .map(JobSummaryV2::of_summary)
         .collect();
     let list = if query.with_total_count.as_deref() == Some("true") {
         JobListV2::WithTotalCount(JobSummariesWithTotalCount {

@@ -3,6 +3,7 @@
 pub mod apiserver;
 pub mod frameworks;
 pub mod needs;
+pub mod postgres;
 pub mod rbac;
 pub mod scratch;
 pub mod validation;

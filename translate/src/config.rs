@@ -79,6 +79,67 @@ pub struct ClusterConfig {
     pub container_log_max_files: u32,
     /// How long finished jobs are kept ([`RetentionConfig`]).
     pub retention: RetentionConfig,
+    /// On a cluster, where finished jobs' records outlive their Frameworks
+    /// ([`HistoryConfig`]).
+    pub history: HistoryConfig,
+}
+
+/// `history`: on a cluster, a PostgreSQL database that keeps each finished job's record
+/// (its Framework as it ended, its attempts, its tasks' kept logs), so that its
+/// Framework can be deleted from the cluster without losing the job from any read.
+/// Without one, finished Frameworks stay in the cluster until `retention` deletes the
+/// job. Ignored on this machine, where the state directory keeps the history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// The database, as a libpq connection string or URL
+    /// (`postgresql://rest-lite@postgres.pai.svc/rest_lite`); a password is better in
+    /// `databaseFile`.
+    pub database: Option<String>,
+    /// A file that holds the connection string (a mounted Secret's key).
+    pub database_file: Option<PathBuf>,
+    /// Seconds a finished job's Framework stays in the cluster once its record is
+    /// written (its pods' objects, Events and kept-log ConfigMaps go with it).
+    pub framework_kept_sec: u64,
+}
+
+/// A finished Framework stays in the cluster an hour once its record is written.
+pub const DEFAULT_FRAMEWORK_KEPT_SEC: u64 = 3600;
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            database: None,
+            database_file: None,
+            framework_kept_sec: DEFAULT_FRAMEWORK_KEPT_SEC,
+        }
+    }
+}
+
+impl HistoryConfig {
+    /// The connection string, from `database` or read from `databaseFile`; `None`: no
+    /// history database.
+    pub fn connection(&self) -> Result<Option<String>, ConfigError> {
+        match (&self.database, &self.database_file) {
+            (Some(_), Some(_)) => Err(ConfigError::Invalid {
+                field: "history.databaseFile",
+                rule: "give database or databaseFile, not both".to_string(),
+            }),
+            (Some(inline), None) => Ok(Some(inline.clone())),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map(|text| Some(text.trim().to_string()))
+                .map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                }),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// How long a finished Framework stays once its record is written.
+    pub fn framework_kept(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.framework_kept_sec)
+    }
 }
 
 /// `retention`: finished jobs past these bounds are deleted, oldest end first (their
@@ -176,6 +237,7 @@ impl Default for ClusterConfig {
             container_log_max_bytes: 10 * 1024 * 1024,
             container_log_max_files: 5,
             retention: Default::default(),
+            history: Default::default(),
         }
     }
 }

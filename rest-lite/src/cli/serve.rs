@@ -164,13 +164,7 @@ impl LocalArgs {
                 max_files: config.container_log_max_files,
             },
             retention: pai_local::retention::Retention {
-                finished_jobs: (config.retention.finished_jobs > 0)
-                    .then_some(config.retention.finished_jobs),
-                max_age: (config.retention.finished_job_days > 0).then(|| {
-                    std::time::Duration::from_secs(
-                        u64::from(config.retention.finished_job_days) * 86_400,
-                    )
-                }),
+                bounds: pai_engine::retention::Bounds::of(&config.retention),
                 task_files_kept: std::time::Duration::from_secs(
                     config.retention.task_files_kept_sec,
                 ),
@@ -443,6 +437,17 @@ async fn backend(
                 instance: pai_cluster::events::instance_name(),
                 restart: config.restart_backoff.policy(),
                 kept_attempts: config.kept_attempts,
+                retention: pai_engine::retention::Bounds::of(&config.retention),
+                history: match config.history.connection()? {
+                    Some(connection) => Some((
+                        std::sync::Arc::new(
+                            pai_cluster::archive::Archive::new(&connection, &config.namespace)
+                                .context("history.database")?,
+                        ),
+                        config.history.framework_kept(),
+                    )),
+                    None => None,
+                },
             };
             KubeBackend::run(client, &settings)
         }

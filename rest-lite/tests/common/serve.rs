@@ -74,6 +74,16 @@ impl Server {
 
     /// `rest-lite serve` over the cluster `kubeconfig` names, with bearer tokens.
     pub fn start_kube(kubeconfig: &Path, namespace: &str, tokens: &Path) -> Self {
+        Self::start_kube_with_config(kubeconfig, namespace, tokens, None)
+    }
+
+    /// [`Server::start_kube`] and the config file `config`, if any.
+    pub fn start_kube_with_config(
+        kubeconfig: &Path,
+        namespace: &str,
+        tokens: &Path,
+        config: Option<&Path>,
+    ) -> Self {
         let mut command = crate::common::rest_lite_command();
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--backend", "kube"])
@@ -81,9 +91,21 @@ impl Server {
             .arg(kubeconfig)
             .args(["--namespace", namespace, "--token-file"])
             .arg(tokens);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
         Self::quiet(&mut command);
         // Reads are answered once the jobs were listed (until then a 503 says so).
-        Self::spawn_until(&mut command, &["kubernetes at"], Some("listed the jobs"))
+        // With a job history, once it is read too.
+        let history = config.is_some_and(|c| {
+            std::fs::read_to_string(c).is_ok_and(|text| text.contains("history:"))
+        });
+        let also: &[&str] = if history {
+            &["listed the jobs", "job history read"]
+        } else {
+            &["listed the jobs"]
+        };
+        Self::spawn_until(&mut command, &["kubernetes at"], also)
     }
 
     fn quiet(command: &mut Command) {
@@ -114,22 +136,22 @@ impl Server {
     /// Starts `command`; returns once its start-up line, which must say each of
     /// `expected`, is written.
     pub fn spawn(command: &mut Command, expected: &[&str]) -> Self {
-        Self::spawn_until(command, expected, None)
+        Self::spawn_until(command, expected, &[])
     }
 
-    /// [`Server::spawn`], and then, given `also`, until a log line says that too.
-    pub fn spawn_until(command: &mut Command, expected: &[&str], also: Option<&str>) -> Self {
+    /// [`Server::spawn`], and then until log lines say each of `also` too.
+    pub fn spawn_until(command: &mut Command, expected: &[&str], also: &[&str]) -> Self {
         let mut child = command.spawn().expect("rest-lite serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel();
         let (also_tx, also_rx) = mpsc::channel();
-        let wanted = also.map(str::to_string);
+        let mut wanted: Vec<String> = also.iter().map(|a| a.to_string()).collect();
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let kept = log.clone();
         // Reads the log all along, as a log collector would.
         std::thread::spawn(move || {
             let mut tx = Some(tx);
-            let mut also_tx = wanted.map(|a| (a, also_tx));
+            let mut also_tx = Some(also_tx);
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 kept.lock()
@@ -139,12 +161,13 @@ impl Server {
                     && let Some(tx) = tx.take()
                 {
                     let _ = tx.send(line);
-                } else if also_tx
-                    .as_ref()
-                    .is_some_and(|(a, _)| line.contains(a.as_str()))
-                    && let Some((_, also_tx)) = also_tx.take()
-                {
-                    let _ = also_tx.send(());
+                } else {
+                    wanted.retain(|a| !line.contains(a.as_str()));
+                    if wanted.is_empty()
+                        && let Some(also_tx) = also_tx.take()
+                    {
+                        let _ = also_tx.send(());
+                    }
                 }
             }
         });
@@ -158,7 +181,7 @@ impl Server {
             let _ = child.wait();
             panic!("the start-up line {line:?} does not say {expected:?}");
         }
-        if also.is_some() && also_rx.recv_timeout(DEADLINE).is_err() {
+        if !also.is_empty() && also_rx.recv_timeout(DEADLINE).is_err() {
             let _ = child.kill();
             let _ = child.wait();
             panic!("the server never logged {also:?}");

@@ -237,11 +237,11 @@ async fn job_list(
         Ok(caller) => caller,
         Err(to_sign_in) => return to_sign_in.into_response(),
     };
-    match jobs::visible_views(&state, &caller, None).await {
-        Ok(views) => {
+    match jobs::visible_rows(&state, &caller, None).await {
+        Ok(rows) => {
             let whose = (!caller.admin).then(|| caller.user.clone());
-            let views: Vec<&pai_api::status::JobView> = views.iter().map(|m| &m.view).collect();
-            let mut data = view::jobs_page(&views, whose, now_ms(), &query);
+            let rows: Vec<&pai_api::jobs::JobSummary> = rows.iter().map(|r| &**r).collect();
+            let mut data = view::jobs_page(&rows, whose, now_ms(), &query);
             data.frame.signed_in = who(&state, &caller);
             page(StatusCode::OK, "jobs", &data)
         }

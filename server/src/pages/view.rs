@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use pai_api::jobs::Execution;
+use pai_api::jobs::JobSummary;
 use pai_api::routes;
 use pai_api::status::{JobState, JobView, TaskView};
 use pai_api::time::{age, iso, readable};
@@ -149,46 +150,46 @@ fn duration_ms(status: &pai_api::status::JobStatus, now_ms: i64) -> Option<i64> 
 }
 
 /// One row of the job list.
-fn job_row(job: &JobView, now_ms: i64) -> JobRow {
+fn job_row(job: &JobSummary, now_ms: i64) -> JobRow {
     JobRow {
-        user: job.job_status.username.clone(),
+        user: job.status.username.clone(),
         job: job.name.clone(),
-        url: job_url(&job.job_status.username, &job.name),
-        state: job.job_status.state.to_string(),
-        running: job.job_status.running_task_number,
-        total: job.job_status.total_task_number,
-        retries: job.job_status.retries,
+        url: job_url(&job.status.username, &job.name),
+        state: job.status.state.to_string(),
+        running: job.status.running_task_number,
+        total: job.status.total_task_number,
+        retries: job.status.retries,
         age: job
-            .job_status
+            .status
             .created_time
             .map_or_else(String::new, |t| format!("{} ago", age(now_ms - t))),
-        created_iso: job.job_status.created_time.map_or_else(String::new, iso),
-        duration: duration_ms(&job.job_status, now_ms).map_or_else(String::new, age),
+        created_iso: job.status.created_time.map_or_else(String::new, iso),
+        duration: duration_ms(&job.status, now_ms).map_or_else(String::new, age),
     }
 }
 
 /// The job list: `jobs` (newest first, as the API lists them) filtered, searched and
 /// sorted as `query` asks.
 pub fn jobs_page(
-    jobs: &[&JobView],
+    jobs: &[&JobSummary],
     user: Option<String>,
     now_ms: i64,
     query: &ListQuery,
 ) -> JobsPage {
     let needle = query.q.trim().to_lowercase();
-    let mut picked: Vec<&JobView> = jobs
+    let mut picked: Vec<&JobSummary> = jobs
         .iter()
         .copied()
-        .filter(|j| query.state.is_none_or(|s| j.job_status.state == s))
-        .filter(|j| query.user.is_empty() || j.job_status.username == query.user)
+        .filter(|j| query.state.is_none_or(|s| j.status.state == s))
+        .filter(|j| query.user.is_empty() || j.status.username == query.user)
         .filter(|j| needle.is_empty() || j.name.to_lowercase().contains(&needle))
         .collect();
     match query.sort.as_str() {
         "name" => picked.sort_by(|a, b| a.name.cmp(&b.name)),
-        "state" => picked.sort_by_key(|j| j.job_status.state.as_str()),
-        "user" => picked.sort_by(|a, b| a.job_status.username.cmp(&b.job_status.username)),
+        "state" => picked.sort_by_key(|j| j.status.state.as_str()),
+        "user" => picked.sort_by(|a, b| a.status.username.cmp(&b.status.username)),
         "duration" => {
-            picked.sort_by_key(|j| std::cmp::Reverse(duration_ms(&j.job_status, now_ms)));
+            picked.sort_by_key(|j| std::cmp::Reverse(duration_ms(&j.status, now_ms)));
         }
         _ => {}
     }
@@ -202,11 +203,8 @@ pub fn jobs_page(
         .take(PAGE_ROWS)
         .map(|job| job_row(job, now_ms))
         .collect();
-    let running = jobs.iter().any(|j| !j.job_status.state.is_final());
-    let mut users: Vec<&str> = jobs
-        .iter()
-        .map(|j| j.job_status.username.as_str())
-        .collect();
+    let running = jobs.iter().any(|j| !j.status.state.is_final());
+    let mut users: Vec<&str> = jobs.iter().map(|j| j.status.username.as_str()).collect();
     users.sort_unstable();
     users.dedup();
     let choice = |value: &str, chosen: &str| Choice {

@@ -1,0 +1,515 @@
+//! The job history on a cluster: a finished job's record outlives its Framework, in a
+//! PostgreSQL database beside the cluster (as OpenPAI kept its job history, written from
+//! FrameworkController's objects). Every replica of the server shares it.
+//!
+//! - Written when a Framework completes and its attempt history is written
+//!   ([`crate::history`]): the Framework as it ended (without `managedFields`) and its
+//!   list row; again whenever the completed Framework changes (its tags).
+//! - Before retention deletes a Framework ([`crate::retention`]), its tasks' kept logs
+//!   (the ConfigMaps of [`crate::log_keeper`], which go with the Framework) are copied in.
+//! - Read once the Framework is gone: every list row from memory (the rows are loaded at
+//!   start, about 1 KB a job); a job's Framework and its logs from the database when
+//!   asked.
+//! - A deleted job's record goes with it, and retention's bounds by count and age apply
+//!   to the records.
+//!
+//! Two tables, made at start if missing (`rest_lite_jobs`, `rest_lite_logs`, keyed by
+//! namespace, so that several installations may share a database). Backed up as any
+//! PostgreSQL database is (`pg_dump`); a lost database loses the history of jobs whose
+//! Frameworks are gone, nothing else.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::broadcast;
+use tokio_postgres::{Client, NoTls};
+
+use pai_api::jobs::JobSummary;
+use pai_contract::Framework;
+
+use crate::log_keeper::Kept;
+
+/// The tables, made if missing.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS rest_lite_jobs (
+    namespace text NOT NULL,
+    name text NOT NULL,
+    uid text NOT NULL,
+    version text NOT NULL,
+    ended_ms bigint NOT NULL,
+    attempt integer NOT NULL,
+    summary text NOT NULL,
+    framework text NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+CREATE TABLE IF NOT EXISTS rest_lite_logs (
+    namespace text NOT NULL,
+    name text NOT NULL,
+    config_map text NOT NULL,
+    main bytea NOT NULL,
+    init bytea NOT NULL,
+    lost text NOT NULL,
+    PRIMARY KEY (namespace, config_map),
+    FOREIGN KEY (namespace, name) REFERENCES rest_lite_jobs (namespace, name) ON DELETE CASCADE
+);
+";
+
+/// Why the history cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("the job history database ({place}) cannot be reached: {message}")]
+    Unreachable { place: String, message: String },
+    #[error("the job history database ({place}) failed: {message}")]
+    Failed { place: String, message: String },
+    #[error("a record of the job history cannot be read: {0}")]
+    Corrupt(String),
+}
+
+/// One finished job in the history, as kept in memory.
+#[derive(Clone, Debug)]
+pub struct Archived {
+    /// Its list row.
+    pub row: Arc<JobSummary>,
+    /// The UID of the Framework it was written from.
+    pub uid: String,
+    /// The Framework's resourceVersion it was written from.
+    pub version: String,
+    /// When it ended (ms since the epoch).
+    pub ended_ms: i64,
+    /// Its last attempt.
+    pub attempt: i32,
+}
+
+/// The history of one namespace's jobs.
+pub struct Archive {
+    config: tokio_postgres::Config,
+    /// Where it is, as messages say it (the host and database; never the password).
+    place: String,
+    namespace: String,
+    client: tokio::sync::Mutex<Option<Client>>,
+    rows: RwLock<HashMap<String, Archived>>,
+    /// Whether the rows were loaded; why not, if not.
+    loaded: RwLock<Result<(), String>>,
+    changes: broadcast::Sender<String>,
+}
+
+impl std::fmt::Debug for Archive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archive")
+            .field("place", &self.place)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// When `framework` ended (ms since the epoch; 0 when it does not say).
+pub fn ended_ms(framework: &Framework) -> i64 {
+    framework
+        .status
+        .as_ref()
+        .and_then(|s| pai_api::waiting::millis(s.completion_time.as_deref()))
+        .unwrap_or(0)
+}
+
+impl Archive {
+    /// The history in the database `connection` names (a libpq connection string or URL)
+    /// for `namespace`; nothing is read until [`Archive::load`].
+    pub fn new(connection: &str, namespace: &str) -> Result<Self, ArchiveError> {
+        let config: tokio_postgres::Config =
+            connection
+                .parse()
+                .map_err(|e: tokio_postgres::Error| ArchiveError::Unreachable {
+                    place: "history.database".to_string(),
+                    message: format!("not a PostgreSQL connection string: {e}"),
+                })?;
+        let hosts: Vec<String> = config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                tokio_postgres::config::Host::Tcp(host) => host.clone(),
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        let place = format!(
+            "{} at {}",
+            config.get_dbname().unwrap_or("postgres"),
+            if hosts.is_empty() {
+                "localhost".to_string()
+            } else {
+                hosts.join(",")
+            }
+        );
+        let (changes, _) = broadcast::channel(1024);
+        Ok(Self {
+            config,
+            place,
+            namespace: namespace.to_string(),
+            client: tokio::sync::Mutex::new(None),
+            rows: RwLock::new(HashMap::new()),
+            loaded: RwLock::new(Err("not read yet".to_string())),
+            changes,
+        })
+    }
+
+    /// Where it is, for the start-up line and messages.
+    pub fn place(&self) -> &str {
+        &self.place
+    }
+
+    /// Connects, makes the tables if missing and reads every job's row; tried again by
+    /// [`Archive::keep_loading`] until it succeeds.
+    pub async fn load(&self) -> Result<usize, ArchiveError> {
+        let result = self.read_rows().await;
+        let mut loaded = self.loaded.write().unwrap_or_else(|p| p.into_inner());
+        match &result {
+            Ok(_) => *loaded = Ok(()),
+            Err(e) => *loaded = Err(e.to_string()),
+        }
+        result
+    }
+
+    /// [`Archive::load`], with the server's back-off between tries, until it succeeds.
+    pub async fn keep_loading(self: Arc<Self>) {
+        let mut backoff = pai_contract::backoff::Backoff::new(pai_contract::backoff::SERVER);
+        let mut said = false;
+        loop {
+            match self.load().await {
+                Ok(jobs) => {
+                    tracing::info!(history = %self.place, jobs, "job history read");
+                    return;
+                }
+                Err(e) => {
+                    if !said {
+                        tracing::warn!(error = %e, "cannot read the job history; trying again with back-off");
+                        said = true;
+                    }
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+            }
+        }
+    }
+
+    /// Whether the rows are read (lists are whole); why not, if not.
+    pub fn ready(&self) -> Result<(), String> {
+        self.loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Names of jobs whose history changed (written or deleted), from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    /// Finished job `name`'s entry, if the history has it.
+    pub fn get(&self, name: &str) -> Option<Archived> {
+        self.read().get(name).cloned()
+    }
+
+    /// Every job of the history, by Framework name.
+    pub fn all(&self) -> Vec<(String, Archived)> {
+        self.read()
+            .iter()
+            .map(|(name, archived)| (name.clone(), archived.clone()))
+            .collect()
+    }
+
+    /// Whether the history holds `framework` as it is now (its UID and version).
+    pub fn holds(&self, framework: &Framework) -> bool {
+        self.read().get(framework.name()).is_some_and(|a| {
+            Some(a.uid.as_str()) == framework.metadata.uid.as_deref()
+                && Some(a.version.as_str()) == framework.metadata.resource_version.as_deref()
+        })
+    }
+
+    /// Writes finished `framework`'s record (replacing the one of its name).
+    pub async fn write(&self, framework: &Framework) -> Result<(), ArchiveError> {
+        let mut kept = framework.clone();
+        kept.metadata.managed_fields = None;
+        let row = JobSummary::unheld(&kept);
+        let archived = Archived {
+            row: Arc::new(row),
+            uid: kept.metadata.uid.clone().unwrap_or_default(),
+            version: kept.metadata.resource_version.clone().unwrap_or_default(),
+            ended_ms: ended_ms(&kept),
+            attempt: kept.attempt_id(),
+        };
+        let summary = serde_json::to_string(&*archived.row)
+            .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+        let framework_json =
+            serde_json::to_string(&kept).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+        let client = self.client().await?;
+        let statement = "INSERT INTO rest_lite_jobs
+                (namespace, name, uid, version, ended_ms, attempt, summary, framework)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+            ON CONFLICT (namespace, name) DO UPDATE SET uid = $3, version = $4,
+                ended_ms = $5, attempt = $6, summary = $7, framework = $8";
+        let name = kept.name().to_string();
+        // A record of another Framework of this name (deleted, and submitted again) goes
+        // with its logs.
+        let other = self
+            .get(&name)
+            .is_some_and(|before| before.uid != archived.uid);
+        if other {
+            self.execute(
+                &client,
+                "DELETE FROM rest_lite_jobs WHERE namespace = $1 AND name = $2",
+                &[&self.namespace, &name],
+            )
+            .await?;
+        }
+        self.execute(
+            &client,
+            statement,
+            &[
+                &self.namespace,
+                &name,
+                &archived.uid,
+                &archived.version,
+                &archived.ended_ms,
+                &archived.attempt,
+                &summary,
+                &framework_json,
+            ],
+        )
+        .await?;
+        self.write_rows().insert(name.clone(), archived);
+        let _ = self.changes.send(name);
+        Ok(())
+    }
+
+    /// Changes job `name`'s Framework in its record by `change` (whether it changed), read
+    /// and written in one transaction under the row's lock: two replicas' changes are
+    /// made one after the other. `None`: the history does not have it.
+    pub async fn update<E>(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut Framework) -> Result<bool, E>,
+    ) -> Result<Option<Result<(), E>>, ArchiveError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.failed(e))?;
+        let row = transaction
+            .query_opt(
+                "SELECT framework FROM rest_lite_jobs WHERE namespace = $1 AND name = $2 FOR UPDATE",
+                &[&self.namespace, &name],
+            )
+            .await
+            .map_err(|e| self.failed(e))?;
+        let Some(row) = row else { return Ok(None) };
+        let text: String = row.get(0);
+        let mut framework: Framework = serde_json::from_str(&text)
+            .map_err(|e| ArchiveError::Corrupt(format!("job {name}: {e}")))?;
+        match change(&mut framework) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Some(Ok(()))),
+            Err(e) => return Ok(Some(Err(e))),
+        }
+        let row = JobSummary::unheld(&framework);
+        let summary =
+            serde_json::to_string(&row).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+        let text =
+            serde_json::to_string(&framework).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+        transaction
+            .execute(
+                "UPDATE rest_lite_jobs SET summary = $3, framework = $4 WHERE namespace = $1 AND name = $2",
+                &[&self.namespace, &name, &summary, &text],
+            )
+            .await
+            .map_err(|e| self.failed(e))?;
+        transaction.commit().await.map_err(|e| self.failed(e))?;
+        if let Some(archived) = self.write_rows().get_mut(name) {
+            archived.row = Arc::new(row);
+        }
+        let _ = self.changes.send(name.to_string());
+        Ok(Some(Ok(())))
+    }
+
+    /// Copies the kept logs of job `name` (by their ConfigMaps' names) in.
+    pub async fn write_logs(
+        &self,
+        name: &str,
+        logs: &[(String, Kept)],
+    ) -> Result<(), ArchiveError> {
+        let client = self.client().await?;
+        for (config_map, kept) in logs {
+            self.execute(
+                &client,
+                "INSERT INTO rest_lite_logs (namespace, name, config_map, main, init, lost)
+                VALUES ($1, $2, $3, $4, $5, $6)
+                ON CONFLICT (namespace, config_map) DO UPDATE SET main = $4, init = $5, lost = $6",
+                &[
+                    &self.namespace,
+                    &name,
+                    config_map,
+                    &kept.main,
+                    &kept.init,
+                    &kept.lost,
+                ],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The Framework of job `name` as it ended, if the history has it.
+    pub async fn framework(&self, name: &str) -> Result<Option<Framework>, ArchiveError> {
+        if self.get(name).is_none() {
+            return Ok(None);
+        }
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT framework FROM rest_lite_jobs WHERE namespace = $1 AND name = $2",
+                &[&self.namespace, &name],
+            )
+            .await
+            .map_err(|e| self.failed(e))?;
+        let Some(row) = row else { return Ok(None) };
+        let text: String = row.get(0);
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| ArchiveError::Corrupt(format!("job {name}: {e}")))
+    }
+
+    /// The log kept in ConfigMap `config_map` before its Framework went, if any.
+    pub async fn kept(&self, config_map: &str) -> Result<Option<Kept>, ArchiveError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT main, init, lost FROM rest_lite_logs WHERE namespace = $1 AND config_map = $2",
+                &[&self.namespace, &config_map],
+            )
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(row.map(|row| Kept {
+            main: row.get(0),
+            init: row.get(1),
+            lost: row.get(2),
+        }))
+    }
+
+    /// Deletes job `name`'s record and logs; whether it had one.
+    pub async fn delete(&self, name: &str) -> Result<bool, ArchiveError> {
+        let client = self.client().await?;
+        let deleted = self
+            .execute(
+                &client,
+                "DELETE FROM rest_lite_jobs WHERE namespace = $1 AND name = $2",
+                &[&self.namespace, &name],
+            )
+            .await?;
+        let had = self.write_rows().remove(name).is_some();
+        let _ = self.changes.send(name.to_string());
+        Ok(had || deleted > 0)
+    }
+
+    async fn read_rows(&self) -> Result<usize, ArchiveError> {
+        let client = self.client().await?;
+        client
+            .batch_execute(SCHEMA)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let rows = client
+            .query(
+                "SELECT name, uid, version, ended_ms, attempt, summary FROM rest_lite_jobs WHERE namespace = $1",
+                &[&self.namespace],
+            )
+            .await
+            .map_err(|e| self.failed(e))?;
+        let mut read = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let name: String = row.get(0);
+            let summary: String = row.get(5);
+            let row_value: JobSummary = match serde_json::from_str(&summary) {
+                Ok(value) => value,
+                Err(e) => {
+                    tracing::warn!(job = %name, error = %e, "a job history record cannot be read; left out");
+                    continue;
+                }
+            };
+            read.insert(
+                name,
+                Archived {
+                    row: Arc::new(row_value),
+                    uid: row.get(1),
+                    version: row.get(2),
+                    ended_ms: row.get(3),
+                    attempt: row.get(4),
+                },
+            );
+        }
+        let count = read.len();
+        let names: Vec<String> = read.keys().cloned().collect();
+        *self.write_rows() = read;
+        for name in names {
+            let _ = self.changes.send(name);
+        }
+        Ok(count)
+    }
+
+    /// The connection, made again if it was lost.
+    async fn client(&self) -> Result<tokio::sync::MappedMutexGuard<'_, Client>, ArchiveError> {
+        let mut guard = self.client.lock().await;
+        if guard.as_ref().is_none_or(|c| c.is_closed()) {
+            let (client, connection) =
+                self.config
+                    .connect(NoTls)
+                    .await
+                    .map_err(|e| ArchiveError::Unreachable {
+                        place: self.place.clone(),
+                        message: e.to_string(),
+                    })?;
+            let place = self.place.clone();
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!(history = %place, error = %e, "the job history database's connection ended");
+                }
+            });
+            *guard = Some(client);
+        }
+        tokio::sync::MutexGuard::try_map(guard, |c| c.as_mut()).map_err(|_| {
+            ArchiveError::Unreachable {
+                place: self.place.clone(),
+                message: "no connection".to_string(),
+            }
+        })
+    }
+
+    async fn execute(
+        &self,
+        client: &Client,
+        statement: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, ArchiveError> {
+        client
+            .execute(statement, params)
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
+    fn failed(&self, error: tokio_postgres::Error) -> ArchiveError {
+        if error.is_closed() {
+            ArchiveError::Unreachable {
+                place: self.place.clone(),
+                message: error.to_string(),
+            }
+        } else {
+            ArchiveError::Failed {
+                place: self.place.clone(),
+                message: error
+                    .as_db_error()
+                    .map_or_else(|| error.to_string(), |db| db.message().to_string()),
+            }
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Archived>> {
+        // No code holding the lock panics; a poisoned lock still has a whole map.
+        self.rows.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_rows(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Archived>> {
+        self.rows.write().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,253 @@
+//! Finished jobs on a cluster: written into the job history ([`crate::archive`]) as they
+//! complete, their Frameworks deleted from the cluster once the history holds them, and
+//! the history kept within the operator's bounds ([`pai_engine::retention`]).
+//!
+//! - [`Recorder`]: a reconcile function on the controller runtime; a completed
+//!   Framework whose attempt history is written ([`crate::history`]) and that the
+//!   history does not hold as it is now is written (again after a change: its tags).
+//! - [`Sweeper`]: at start, as Frameworks change (a second apart at most) and once a
+//!   minute:
+//!   1. with a history: a completed Framework that ended `history.frameworkKeptSec` ago,
+//!      is held by the history as it is, and has no pod left (each pod's log is kept
+//!      when it goes) has its tasks' kept logs copied into the history, and is deleted
+//!      (its pods' objects, ConfigMaps and Secrets go with it). Its job stays listed
+//!      and readable from the history.
+//!   2. the finished jobs past `retention` (count, age), the history's and the
+//!      cluster's together, oldest end first: their records, then their Frameworks,
+//!      deleted as `delete` does.
+//!
+//! Every replica does the same; each write and delete is idempotent (a 404 is done).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, ResourceExt};
+use tracing::{debug, info, warn};
+
+use pai_contract::{Framework, attempts, kept_logs};
+use pai_engine::controller::{Outcome, Reconcile};
+use pai_engine::retention::{AT_MOST_EVERY, Bounds, SWEEP_EVERY, past};
+
+use crate::archive::{self, Archive};
+use crate::store::{Change, KubeStore};
+
+/// Writes completed Frameworks into the history.
+pub struct Recorder {
+    pub archive: Arc<Archive>,
+    pub store: KubeStore,
+}
+
+impl Recorder {
+    /// Runs while `store` is kept: from its first list, then at every change.
+    pub async fn run(self) {
+        let store = self.store.clone();
+        store.control(self).await;
+    }
+}
+
+impl Reconcile for Recorder {
+    type Change = Change;
+
+    fn key(change: &Change) -> String {
+        change.framework().name_any()
+    }
+
+    async fn all(&mut self) -> Vec<Change> {
+        self.store.all_changes()
+    }
+
+    async fn reconcile(&mut self, change: Change) -> Outcome<Change> {
+        let Change::Applied(framework) = &change else {
+            return Outcome::Done;
+        };
+        if !framework.is_completed()
+            || attempts::with_current(framework).is_some()
+            || self.archive.holds(framework)
+        {
+            return Outcome::Done;
+        }
+        match self.archive.write(framework).await {
+            Ok(()) => {
+                debug!(framework = %framework.name_any(), "job written into the history");
+                Outcome::Done
+            }
+            Err(e) => {
+                warn!(framework = %framework.name_any(), error = %e, "cannot write a finished job into the history; trying again with back-off");
+                Outcome::Retry(change)
+            }
+        }
+    }
+}
+
+/// What the sweeper needs of the cluster.
+pub struct Sweeper {
+    pub api: Api<Framework>,
+    pub pods: Api<Pod>,
+    pub config_maps: Api<ConfigMap>,
+    pub store: KubeStore,
+    /// The history; `None`: finished Frameworks stay until `bounds` delete them.
+    pub archive: Option<Arc<Archive>>,
+    /// How long a finished Framework stays in the cluster once the history holds it.
+    pub framework_kept: Duration,
+    /// The attempts whose logs are kept per task (`keptAttempts`).
+    pub kept_attempts: u32,
+    pub bounds: Bounds,
+}
+
+impl Sweeper {
+    /// Sweeps at the first list, as Frameworks change (at most once a second) and once
+    /// a minute, as long as the process runs.
+    pub async fn run(self) {
+        let mut changes = self.store.subscribe();
+        let mut written = self.archive.as_ref().map(|a| a.subscribe());
+        self.store.listed().await;
+        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            self.sweep().await;
+            tokio::time::sleep(AT_MOST_EVERY).await;
+            let history = async {
+                match written.as_mut() {
+                    Some(written) => {
+                        let _ = written.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = changes.recv() => {}
+                () = history => {}
+            }
+        }
+    }
+
+    /// One look at every finished job.
+    pub async fn sweep(&self) {
+        let now = jiff::Timestamp::now().as_millisecond();
+        let frameworks: Vec<Arc<Framework>> = self
+            .store
+            .all()
+            .into_iter()
+            .filter(|f| f.is_completed() && f.metadata.deletion_timestamp.is_none())
+            .collect();
+        if let Some(archive) = &self.archive
+            && archive.ready().is_ok()
+        {
+            let until = now
+                .saturating_sub(i64::try_from(self.framework_kept.as_millis()).unwrap_or(i64::MAX));
+            for framework in &frameworks {
+                if archive::ended_ms(framework) <= until && archive.holds(framework) {
+                    self.retire(archive, framework).await;
+                }
+            }
+        }
+        let mut finished: Vec<(i64, String)> = frameworks
+            .iter()
+            .map(|f| (archive::ended_ms(f), f.name().to_string()))
+            .collect();
+        if let Some(archive) = &self.archive {
+            if archive.ready().is_err() {
+                // The history's jobs are not known yet: nothing is counted without them.
+                return;
+            }
+            finished.extend(
+                archive
+                    .all()
+                    .into_iter()
+                    .filter(|(name, _)| self.store.get(name).is_none())
+                    .map(|(name, a)| (a.ended_ms, name)),
+            );
+        }
+        let past = past(self.bounds, finished, now);
+        if !past.is_empty() {
+            info!(
+                jobs = past.len(),
+                "finished jobs past the retention deleted"
+            );
+        }
+        for name in past {
+            self.delete(&name).await;
+        }
+    }
+
+    /// Copies `framework`'s kept logs into the history and deletes it from the cluster,
+    /// once none of its pods is left.
+    async fn retire(&self, archive: &Archive, framework: &Framework) {
+        let name = framework.name();
+        let selector = format!("{}={name}", pai_contract::framework::LABEL_FRAMEWORK_NAME);
+        match self
+            .pods
+            .list_metadata(&ListParams::default().labels(&selector).limit(1))
+            .await
+        {
+            Ok(pods) if pods.items.is_empty() => {}
+            Ok(_) => {
+                debug!(framework = %name, "its pods are still going; its Framework stays");
+                return;
+            }
+            Err(e) => {
+                warn!(framework = %name, error = %e, "cannot list a finished job's pods");
+                return;
+            }
+        }
+        let logs = self.kept_logs(framework).await;
+        if let Err(e) = archive.write_logs(name, &logs).await {
+            warn!(framework = %name, error = %e, "cannot copy a finished job's logs into the history; its Framework stays");
+            return;
+        }
+        match self.api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => {
+                info!(framework = %name, logs = logs.len(), "finished job's Framework deleted; its record stays in the history")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                warn!(framework = %name, error = %e, "cannot delete a finished job's Framework")
+            }
+        }
+    }
+
+    /// The kept logs of `framework`'s tasks, in the attempts whose logs are kept.
+    async fn kept_logs(&self, framework: &Framework) -> Vec<(String, crate::log_keeper::Kept)> {
+        let last = framework.attempt_id();
+        let first = last
+            .saturating_sub(i32::try_from(self.kept_attempts).unwrap_or(i32::MAX))
+            .saturating_add(1)
+            .max(0);
+        let mut logs = Vec::new();
+        for attempt in first..=last {
+            for role in &framework.spec.task_roles {
+                for index in 0..u32::try_from(role.task_number).unwrap_or(0) {
+                    let pod = framework.pod_name(role, index);
+                    let config_map = kept_logs::config_map(&pod, attempt);
+                    if let Some(kept) =
+                        crate::log_keeper::kept(&self.config_maps, &pod, attempt).await
+                    {
+                        logs.push((config_map, kept));
+                    }
+                }
+            }
+        }
+        logs
+    }
+
+    /// Deletes finished job `name` past the retention: its record, then its Framework.
+    async fn delete(&self, name: &str) {
+        if let Some(archive) = &self.archive
+            && let Err(e) = archive.delete(name).await
+        {
+            warn!(framework = %name, error = %e, "cannot delete a job past the retention from the history");
+            return;
+        }
+        if self.store.get(name).is_some() {
+            match self.api.delete(name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    warn!(framework = %name, error = %e, "cannot delete a job past the retention")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The jobs in list order, kept as they change: what every list (v1, v2, the portal)
+//! reads, so that a list costs what it shows and filters, not a view of every job.
+//!
+//! Each job is one entry, in the order lists give (newest first, by name among equals;
+//! a job's creation time and name never change). A finished job's entry holds its list
+//! row (`JobSummary`), made once when it finished, or read from the backend's history
+//! ([`Backend::archived`]) once its Framework went; a running or waiting job's row is
+//! its current view's, read at each list (few jobs run at once; they are what changes).
+//!
+//! Kept current by the backend's change stream, read up to now at every list before it
+//! answers (under the index's lock): a change that a write waited for (a submission, a
+//! deletion) is in every list that follows it. A subscriber that fell behind reads
+//! everything again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+
+use pai_api::jobs::JobSummary;
+use pai_contract::Framework;
+use pai_engine::backend::{Backend, BackendError, Changed};
+use pai_engine::controller::Event;
+
+use crate::views::Views;
+
+/// Where a job is in a list: newest creation first, then by job name, then by
+/// Framework name (two users' jobs of one name created in one millisecond).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    /// Creation time (ms), newest first; none last.
+    pub created: std::cmp::Reverse<Option<i64>>,
+    /// The job's name as given.
+    pub job: String,
+    /// The Framework's name (unique).
+    pub framework: String,
+}
+
+impl Position {
+    fn of(framework_name: &str, summary: &JobSummary) -> Self {
+        Self {
+            created: std::cmp::Reverse(summary.status.created_time),
+            job: summary.name.clone(),
+            framework: framework_name.to_string(),
+        }
+    }
+}
+
+/// One job of the index.
+struct Entry {
+    /// Whose job it is.
+    user: String,
+    /// A finished job's row; `None`: it runs or waits, and its row is read at each list.
+    done: Option<Arc<JobSummary>>,
+}
+
+struct Kept {
+    changes: BoxStream<'static, Event<Changed>>,
+    order: BTreeMap<Position, Entry>,
+    by_name: HashMap<String, Position>,
+}
+
+/// The index of one backend's jobs.
+pub struct JobIndex {
+    backend: Arc<dyn Backend>,
+    views: Arc<Views>,
+    /// `None` until the first list (or after a failed one).
+    kept: tokio::sync::Mutex<Option<Kept>>,
+}
+
+impl JobIndex {
+    pub fn new(backend: Arc<dyn Backend>, views: Arc<Views>) -> Self {
+        Self {
+            backend,
+            views,
+            kept: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The jobs of `user` (or of everyone), in list order, each with its row as it is
+    /// now.
+    pub async fn rows(
+        &self,
+        user: Option<&str>,
+    ) -> Result<Vec<(Position, Arc<JobSummary>)>, BackendError> {
+        self.backend.ready()?;
+        let mut guard = self.kept.lock().await;
+        loop {
+            if guard.is_none() {
+                *guard = Some(self.read_all().await?);
+            }
+            if guard.as_mut().is_none_or(|kept| self.catch_up(kept)) {
+                break;
+            }
+            // Changes were missed: everything is read again.
+            *guard = None;
+        }
+        let Some(kept) = guard.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut rows = Vec::new();
+        for (position, entry) in &kept.order {
+            if user.is_some_and(|u| u != entry.user) {
+                continue;
+            }
+            let row = match &entry.done {
+                Some(done) => done.clone(),
+                None => match self.live_row(&position.framework) {
+                    Some(row) => row,
+                    // Deleted, its change not read yet.
+                    None => continue,
+                },
+            };
+            rows.push((position.clone(), row));
+        }
+        Ok(rows)
+    }
+
+    /// A running or waiting job's row from its current view (made once per version).
+    fn live_row(&self, framework: &str) -> Option<Arc<JobSummary>> {
+        match self.backend.peek(framework) {
+            Some(framework) => {
+                let made = self.views.of(&framework);
+                Some(Arc::new(JobSummary {
+                    name: made.view.name.clone(),
+                    status: made.view.job_status.clone(),
+                }))
+            }
+            None => self.backend.archived(framework),
+        }
+    }
+
+    /// Every job the backend has: subscribed first, so that no change is missed.
+    async fn read_all(&self) -> Result<Kept, BackendError> {
+        let changes = self.backend.changes();
+        let frameworks = self.backend.list(None).await?;
+        let mut kept = Kept {
+            changes,
+            order: BTreeMap::new(),
+            by_name: HashMap::new(),
+        };
+        for (name, row) in self.backend.archive() {
+            kept.put(&name, row.status.username.clone(), row);
+        }
+        for framework in frameworks {
+            kept.framework(&framework);
+        }
+        Ok(kept)
+    }
+
+    /// Reads every change up to now; `false` when some were missed.
+    fn catch_up(&self, kept: &mut Kept) -> bool {
+        while let Some(Some(event)) = kept.changes.next().now_or_never() {
+            match event {
+                Event::Changed(changed) => match self.backend.peek(&changed.name) {
+                    Some(framework) => kept.framework(&framework),
+                    None => match self.backend.archived(&changed.name) {
+                        Some(row) => {
+                            let user = row.status.username.clone();
+                            kept.put(&changed.name, user, row);
+                        }
+                        None => kept.remove(&changed.name),
+                    },
+                },
+                Event::Missed => return false,
+            }
+        }
+        true
+    }
+}
+
+impl Kept {
+    fn framework(&mut self, framework: &Framework) {
+        let name = framework.name();
+        let user = framework.user_name().unwrap_or_default().to_string();
+        if framework.is_completed() {
+            self.put(name, user, Arc::new(JobSummary::unheld(framework)));
+            return;
+        }
+        let job = framework.job_name().unwrap_or(name).to_string();
+        let created = framework
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_millisecond());
+        let position = Position {
+            created: std::cmp::Reverse(created),
+            job,
+            framework: name.to_string(),
+        };
+        self.insert(position, Entry { user, done: None });
+    }
+
+    fn put(&mut self, name: &str, user: String, row: Arc<JobSummary>) {
+        let position = Position::of(name, &row);
+        self.insert(
+            position,
+            Entry {
+                user,
+                done: Some(row),
+            },
+        );
+    }
+
+    fn insert(&mut self, position: Position, entry: Entry) {
+        if let Some(before) = self
+            .by_name
+            .insert(position.framework.clone(), position.clone())
+            && before != position
+        {
+            self.order.remove(&before);
+        }
+        self.order.insert(position, entry);
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some(position) = self.by_name.remove(name) {
+            self.order.remove(&position);
+        }
+    }
+}
