@@ -24,7 +24,7 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::broadcast;
 use tokio_postgres::{Client, NoTls};
 
-use pai_api::jobs::JobSummary;
+use pai_api::jobs::JobRow;
 use pai_contract::Framework;
 
 use crate::log_keeper::Kept;
@@ -54,6 +54,15 @@ CREATE TABLE IF NOT EXISTS rest_lite_logs (
 );
 ";
 
+/// Deleted jobs' UIDs remembered, the latest.
+const DELETED_KEPT: usize = 4096;
+
+/// How long a connection may take to be made, and a sent request to go unacknowledged
+/// by the database's host (TCP_USER_TIMEOUT, with keepalives as often) before the
+/// connection is given up: a lost database fails reads and writes, it never hangs them.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const UNANSWERED: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Why the history cannot be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
@@ -69,7 +78,7 @@ pub enum ArchiveError {
 #[derive(Clone, Debug)]
 pub struct Archived {
     /// Its list row.
-    pub row: Arc<JobSummary>,
+    pub row: Arc<JobRow>,
     /// The UID of the Framework it was written from.
     pub uid: String,
     /// The Framework's resourceVersion it was written from.
@@ -88,6 +97,10 @@ pub struct Archive {
     namespace: String,
     client: tokio::sync::Mutex<Option<Client>>,
     rows: RwLock<HashMap<String, Archived>>,
+    /// The UIDs of the Frameworks whose jobs this process deleted last (at most
+    /// [`DELETED_KEPT`]): never written again (a change of one, seen before its
+    /// deletion, may come after it).
+    deleted: std::sync::Mutex<std::collections::VecDeque<String>>,
     /// Whether the rows were loaded; why not, if not.
     loaded: RwLock<Result<(), String>>,
     changes: broadcast::Sender<String>,
@@ -115,13 +128,19 @@ impl Archive {
     /// The history in the database `connection` names (a libpq connection string or URL)
     /// for `namespace`; nothing is read until [`Archive::load`].
     pub fn new(connection: &str, namespace: &str) -> Result<Self, ArchiveError> {
-        let config: tokio_postgres::Config =
+        let mut config: tokio_postgres::Config =
             connection
                 .parse()
                 .map_err(|e: tokio_postgres::Error| ArchiveError::Unreachable {
                     place: "history.database".to_string(),
                     message: format!("not a PostgreSQL connection string: {e}"),
                 })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        config
+            .tcp_user_timeout(UNANSWERED)
+            .keepalives_idle(UNANSWERED);
         let hosts: Vec<String> = config
             .get_hosts()
             .iter()
@@ -146,6 +165,7 @@ impl Archive {
             namespace: namespace.to_string(),
             client: tokio::sync::Mutex::new(None),
             rows: RwLock::new(HashMap::new()),
+            deleted: Default::default(),
             loaded: RwLock::new(Err("not read yet".to_string())),
             changes,
         })
@@ -227,7 +247,7 @@ impl Archive {
     pub async fn write(&self, framework: &Framework) -> Result<(), ArchiveError> {
         let mut kept = framework.clone();
         kept.metadata.managed_fields = None;
-        let row = JobSummary::unheld(&kept);
+        let row = JobRow::unheld(&kept);
         let archived = Archived {
             row: Arc::new(row),
             uid: kept.metadata.uid.clone().unwrap_or_default(),
@@ -235,6 +255,14 @@ impl Archive {
             ended_ms: ended_ms(&kept),
             attempt: kept.attempt_id(),
         };
+        if self
+            .deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&archived.uid)
+        {
+            return Ok(());
+        }
         let summary = serde_json::to_string(&*archived.row)
             .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
         let framework_json =
@@ -305,7 +333,7 @@ impl Archive {
             Ok(false) => return Ok(Some(Ok(()))),
             Err(e) => return Ok(Some(Err(e))),
         }
-        let row = JobSummary::unheld(&framework);
+        let row = JobRow::unheld(&framework);
         let summary =
             serde_json::to_string(&row).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
         let text =
@@ -399,7 +427,15 @@ impl Archive {
                 &[&self.namespace, &name],
             )
             .await?;
-        let had = self.write_rows().remove(name).is_some();
+        let removed = self.write_rows().remove(name);
+        if let Some(removed) = &removed {
+            let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+            if deleted.len() == DELETED_KEPT {
+                deleted.pop_front();
+            }
+            deleted.push_back(removed.uid.clone());
+        }
+        let had = removed.is_some();
         let _ = self.changes.send(name.to_string());
         Ok(had || deleted > 0)
     }
@@ -421,7 +457,7 @@ impl Archive {
         for row in rows {
             let name: String = row.get(0);
             let summary: String = row.get(5);
-            let row_value: JobSummary = match serde_json::from_str(&summary) {
+            let row_value: JobRow = match serde_json::from_str(&summary) {
                 Ok(value) => value,
                 Err(e) => {
                     tracing::warn!(job = %name, error = %e, "a job history record cannot be read; left out");

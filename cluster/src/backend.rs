@@ -620,14 +620,14 @@ impl Backend for KubeBackend {
         }
     }
 
-    fn archived(&self, name: &str) -> Option<Arc<pai_api::jobs::JobSummary>> {
+    fn archived(&self, name: &str) -> Option<Arc<pai_api::jobs::JobRow>> {
         if self.store.get(name).is_some() {
             return None;
         }
         self.archive.as_ref()?.get(name).map(|a| a.row)
     }
 
-    fn archive(&self) -> Vec<(String, Arc<pai_api::jobs::JobSummary>)> {
+    fn archive(&self) -> Vec<(String, Arc<pai_api::jobs::JobRow>)> {
         let Some(archive) = &self.archive else {
             return Vec::new();
         };
@@ -1144,15 +1144,9 @@ impl Backend for KubeBackend {
 
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         async move {
-            // Its record first: a job is never left in the history without a Framework
-            // while the Framework's deletion fails.
-            let mut recorded = false;
-            if let Some(archive) = &self.archive {
-                recorded = archive
-                    .delete(name)
-                    .await
-                    .map_err(|e| BackendError::History(e.to_string()))?;
-            }
+            // The Framework first, then its record: a deletion that fails between the
+            // two leaves the job in the history, where a second delete finds it.
+            let recorded = self.archive.as_ref().is_some_and(|a| a.get(name).is_some());
             let changes = self.store.subscribe();
             match self
                 .api
@@ -1162,9 +1156,15 @@ impl Backend for KubeBackend {
                 .map_err(|e| self.error(e))
             {
                 Ok(_) => {}
-                // Only the history had it.
-                Err(BackendError::NotFound) if recorded => return Ok(()),
+                // Only the history has it.
+                Err(BackendError::NotFound) if recorded => {}
                 Err(e) => return Err(e),
+            }
+            if let Some(archive) = &self.archive {
+                archive
+                    .delete(name)
+                    .await
+                    .map_err(|e| BackendError::History(e.to_string()))?;
             }
             self.visible(changes, name, |f| {
                 f.is_none_or(|f| f.metadata.deletion_timestamp.is_some())

@@ -62,7 +62,12 @@ impl Reconcile for Recorder {
         let Change::Applied(framework) = &change else {
             return Outcome::Done;
         };
+        // A Framework being deleted is a job being deleted (its record goes, or went,
+        // with it): never written again. Nor one the copy no longer has as it is.
+        let current = self.store.get(framework.name());
         if !framework.is_completed()
+            || framework.metadata.deletion_timestamp.is_some()
+            || current.is_none_or(|c| c.metadata.deletion_timestamp.is_some())
             || attempts::with_current(framework).is_some()
             || self.archive.holds(framework)
         {
@@ -143,23 +148,25 @@ impl Sweeper {
                 }
             }
         }
-        let mut finished: Vec<(i64, String)> = frameworks
+        // By name: a Framework deleted while this looks is in the history and may have
+        // been in the copy a moment ago; it counts once.
+        let mut finished: std::collections::HashMap<String, i64> = frameworks
             .iter()
-            .map(|f| (archive::ended_ms(f), f.name().to_string()))
+            .map(|f| (f.name().to_string(), archive::ended_ms(f)))
             .collect();
         if let Some(archive) = &self.archive {
             if archive.ready().is_err() {
                 // The history's jobs are not known yet: nothing is counted without them.
                 return;
             }
-            finished.extend(
-                archive
-                    .all()
-                    .into_iter()
-                    .filter(|(name, _)| self.store.get(name).is_none())
-                    .map(|(name, a)| (a.ended_ms, name)),
-            );
+            for (name, archived) in archive.all() {
+                finished.entry(name).or_insert(archived.ended_ms);
+            }
         }
+        let finished: Vec<(i64, String)> = finished
+            .into_iter()
+            .map(|(name, ended)| (ended, name))
+            .collect();
         let past = past(self.bounds, finished, now);
         if !past.is_empty() {
             info!(

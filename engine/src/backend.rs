@@ -122,7 +122,8 @@ pub trait Backend: Send + Sync + 'static {
         &'a self,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Arc<Framework>>, BackendError>>;
-    /// Every Framework rest-lite made, of one user (by the user label's value) or of all.
+    /// Every Framework rest-lite made, of one user (by the user label's value) or of all,
+    /// but for the jobs [`Backend::archive`] gives.
     fn list<'a>(
         &'a self,
         user: Option<&'a str>,
@@ -142,13 +143,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Frameworks as they change, from now on; the stream ends with the backend. A job
     /// whose Framework went into the history ([`Backend::archived`]) changes too.
     fn changes(&self) -> BoxStream<'static, crate::controller::Event<Changed>>;
-    /// The list row of finished job (Framework) `name` where the backend keeps its record
-    /// beyond its Framework (a cluster's job history, once retention deleted the
-    /// Framework), from memory; `None` where it has a Framework, or none at all. The
-    /// embedded default's finished jobs keep their Frameworks: it has none.
-    fn archived(&self, name: &str) -> Option<Arc<pai_api::jobs::JobSummary>>;
+    /// The row of finished job (Framework) `name`, from memory, where the backend keeps
+    /// it without its Framework at hand: a cluster's job history once retention deleted
+    /// the Framework, this machine's finished jobs kept deflated while unused (cold).
+    /// `None` otherwise ([`Backend::list`] has the job), or where there is no such job.
+    fn archived(&self, name: &str) -> Option<Arc<pai_api::jobs::JobRow>>;
     /// Every job [`Backend::archived`] tells of, by Framework name.
-    fn archive(&self) -> Vec<(String, Arc<pai_api::jobs::JobSummary>)>;
+    fn archive(&self) -> Vec<(String, Arc<pai_api::jobs::JobRow>)>;
     /// Lets the job `name`, which waited for other jobs, run: marks its dependencies met
     /// and lifts what held its tasks. Idempotent: called again while its pods may still
     /// be held.

@@ -172,13 +172,14 @@ impl Backend for LocalBackend {
         })
     }
 
-    /// A finished job here keeps its Framework until retention deletes the job.
-    fn archived(&self, _name: &str) -> Option<Arc<pai_api::jobs::JobSummary>> {
-        None
+    /// A finished job here keeps its Framework until retention deletes the job, deflated
+    /// while nothing uses it (cold): its list row is kept beside it.
+    fn archived(&self, name: &str) -> Option<Arc<pai_api::jobs::JobRow>> {
+        self.0.cold_row(name)
     }
 
-    fn archive(&self) -> Vec<(String, Arc<pai_api::jobs::JobSummary>)> {
-        Vec::new()
+    fn archive(&self) -> Vec<(String, Arc<pai_api::jobs::JobRow>)> {
+        self.0.cold_rows()
     }
 
     fn release<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {

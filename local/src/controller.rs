@@ -332,6 +332,8 @@ pub(super) async fn drive(
             };
             if ended {
                 tracing::debug!(job = %name, "finished; its controller ends until a command comes");
+                drop(driver);
+                job.freeze();
                 return;
             }
         }

@@ -20,10 +20,25 @@ pub(crate) enum Command {
     Delete(tokio::sync::oneshot::Sender<()>),
 }
 
+/// A cold job's Framework, deflated, and its list row.
+struct Cold {
+    deflated: Box<[u8]>,
+    row: Arc<pai_api::jobs::JobRow>,
+}
+
 pub(crate) struct Job {
     /// Shared with readers as it is: a change makes a new one ([`Arc::make_mut`]), so a
-    /// reader's copy is a version, and the server's views of it are made once.
-    pub(crate) framework: Mutex<Arc<Framework>>,
+    /// reader's copy is a version, and the server's views of it are made once. While the
+    /// job is cold ([`Job::freeze`]) a placeholder; [`Job::framework`] never shows it.
+    framework: Mutex<Arc<Framework>>,
+    /// A finished job's Framework while nothing uses it: its JSON, deflated (about a
+    /// tenth of it in memory), made whole again by the next reader.
+    cold: Mutex<Option<Cold>>,
+    is_cold: std::sync::atomic::AtomicBool,
+    /// A cold job's end (ms since the epoch).
+    ended: std::sync::atomic::AtomicI64,
+    /// Its Framework's name (which never changes), known without its Framework.
+    name: String,
     /// Held while a snapshot is written, so saves land in order.
     pub(crate) save: tokio::sync::Mutex<()>,
     /// Bumped after every save.
@@ -44,18 +59,147 @@ pub(crate) struct Job {
 }
 
 impl Job {
+    /// A job of `framework`, its command channel `commands`.
+    pub(crate) fn new(framework: Framework, commands: mpsc::UnboundedSender<Command>) -> Self {
+        Self {
+            name: framework.metadata.name.clone().unwrap_or_default(),
+            framework: Mutex::new(Arc::new(framework)),
+            cold: Mutex::new(None),
+            is_cold: false.into(),
+            ended: 0.into(),
+            save: tokio::sync::Mutex::new(()),
+            changed: watch::channel(0).0,
+            commands: Mutex::new(Some(commands)),
+            gone: false.into(),
+            settled: false.into(),
+            queued: Default::default(),
+            released: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The Framework as it is now (made whole first if the job was cold).
     pub(crate) fn framework(&self) -> MutexGuard<'_, Arc<Framework>> {
-        self.framework.lock().unwrap_or_else(|e| e.into_inner())
+        let mut guard = self.framework.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_cold.load(std::sync::atomic::Ordering::Acquire) {
+            self.thaw(&mut guard);
+        }
+        guard
+    }
+
+    /// The Framework as it is now, for a reader: a cold job's is read back for the
+    /// caller alone, and the job stays cold.
+    pub(crate) fn current(&self) -> Arc<Framework> {
+        let guard = self.framework.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.is_cold() {
+            return guard.clone();
+        }
+        let cold = self.cold.lock().unwrap_or_else(|e| e.into_inner());
+        match cold.as_ref().map(|c| inflate(&c.deflated)) {
+            Some(Ok(framework)) => Arc::new(framework),
+            _ => {
+                drop(cold);
+                let mut guard = guard;
+                self.thaw(&mut guard);
+                guard.clone()
+            }
+        }
+    }
+
+    /// Its list row while it is cold.
+    pub(crate) fn cold_row(&self) -> Option<Arc<pai_api::jobs::JobRow>> {
+        if !self.is_cold() {
+            return None;
+        }
+        self.cold
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|c| c.row.clone())
+    }
+
+    /// When it ended (ms since the epoch), if it did.
+    pub(crate) fn ended_ms(&self) -> Option<i64> {
+        if self.is_cold() {
+            return Some(self.ended.load(std::sync::atomic::Ordering::Acquire));
+        }
+        let framework = self.framework();
+        let status = framework.status.as_ref()?;
+        framework
+            .is_completed()
+            .then(|| pai_api::waiting::millis(status.completion_time.as_deref()).unwrap_or(0))
     }
 
     pub(crate) fn name(&self) -> String {
-        self.framework().metadata.name.clone().unwrap_or_default()
+        self.name.clone()
     }
 
     /// Deleted (the state machine's record, `deletionTimestamp`): invisible, its name
-    /// still taken until its processes and files are gone.
+    /// still taken until its processes and files are gone. A cold job never is.
     pub(crate) fn is_deleting(&self) -> bool {
-        self.framework().metadata.deletion_timestamp.is_some()
+        !self.is_cold.load(std::sync::atomic::Ordering::Acquire)
+            && self.framework().metadata.deletion_timestamp.is_some()
+    }
+
+    /// Whether the job is cold now.
+    pub(crate) fn is_cold(&self) -> bool {
+        self.is_cold.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Keeps a finished job's Framework deflated while nothing uses it: once its
+    /// controller ended, and not while it is being deleted. Whether it froze it.
+    pub(crate) fn freeze(&self) -> bool {
+        if self.commands().is_some() {
+            return false;
+        }
+        let mut guard = self.framework.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_cold() || !guard.is_completed() || guard.metadata.deletion_timestamp.is_some() {
+            return false;
+        }
+        let Some(placeholder) = placeholder() else {
+            return false;
+        };
+        let mut deflated = flate2::write::DeflateEncoder::new(
+            Vec::with_capacity(2048),
+            flate2::Compression::fast(),
+        );
+        if serde_json::to_writer(&mut deflated, &**guard).is_err() {
+            return false;
+        }
+        let Ok(bytes) = deflated.finish() else {
+            return false;
+        };
+        let ended = guard
+            .status
+            .as_ref()
+            .and_then(|s| pai_api::waiting::millis(s.completion_time.as_deref()))
+            .unwrap_or(0);
+        self.ended
+            .store(ended, std::sync::atomic::Ordering::Release);
+        *self.cold.lock().unwrap_or_else(|e| e.into_inner()) = Some(Cold {
+            deflated: bytes.into_boxed_slice(),
+            row: Arc::new(pai_api::jobs::JobRow::unheld(&guard)),
+        });
+        *guard = placeholder;
+        self.is_cold
+            .store(true, std::sync::atomic::Ordering::Release);
+        true
+    }
+
+    /// Makes the Framework whole again (under its lock, held as `guard`).
+    fn thaw(&self, guard: &mut Arc<Framework>) {
+        let Some(cold) = self.cold.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        match inflate(&cold.deflated) {
+            Ok(framework) => *guard = Arc::new(framework),
+            // Made from a Framework by this process: cannot happen short of a bug, and
+            // the saved file still holds it.
+            Err(e) => {
+                tracing::error!(job = %self.name, error = %e, "a cold job's Framework cannot be read back");
+            }
+        }
+        self.is_cold
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 
     /// Says why it waits for slots (`None`: it does not); its watchers are told.
@@ -164,7 +308,90 @@ impl Inner {
     }
 }
 
+/// A cold job's Framework from its deflated JSON.
+fn inflate(bytes: &[u8]) -> Result<Framework, serde_json::Error> {
+    serde_json::from_reader(flate2::read::DeflateDecoder::new(bytes))
+}
+
+/// What a cold job's Framework slot holds: one Framework for every cold job.
+fn placeholder() -> Option<Arc<Framework>> {
+    static PLACEHOLDER: std::sync::OnceLock<Option<Arc<Framework>>> = std::sync::OnceLock::new();
+    PLACEHOLDER
+        .get_or_init(|| {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "frameworkcontroller.microsoft.com/v1",
+                "kind": "Framework",
+                "metadata": {},
+                "spec": {"executionType": "Start", "taskRoles": []}
+            }))
+            .ok()
+            .map(Arc::new)
+        })
+        .clone()
+}
+
 /// A random UID in the form Kubernetes gives objects (a version 4 UUID).
 pub(crate) fn uid() -> String {
     uuid::Uuid::new_v4().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(name: &str) -> Framework {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "frameworkcontroller.microsoft.com/v1",
+            "kind": "Framework",
+            "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z",
+                "annotations": {"note": "x".repeat(4096)}},
+            "spec": {"executionType": "Start", "taskRoles": []},
+            "status": {"state": "Completed", "startTime": "2026-01-01T00:00:00Z",
+                "completionTime": "2026-01-01T00:00:09Z",
+                "attemptStatus": {"id": 0, "startTime": "2026-01-01T00:00:00Z",
+                    "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}, "diagnostics": "done"}},
+                "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0}}
+        }))
+        .expect("a Framework")
+    }
+
+    #[test]
+    fn a_cold_job_reads_as_it_was_and_a_writer_makes_it_whole() {
+        let (commands, _receiver) = mpsc::unbounded_channel();
+        let job = Job::new(finished("f"), commands);
+        let before = job.current();
+        assert!(!job.freeze(), "not while its controller may run");
+        *job.commands() = None;
+        assert!(job.freeze());
+        assert!(job.is_cold() && !job.is_deleting());
+        assert_eq!(job.name(), "f");
+        assert_eq!(job.ended_ms(), Some(1_767_225_609_000));
+        assert_eq!(
+            job.cold_row().expect("its row").summary.status.state,
+            pai_api::status::JobState::Succeeded
+        );
+        // A reader gets it whole; the job stays cold.
+        assert_eq!(*job.current(), *before);
+        assert!(job.is_cold());
+        // A writer makes it whole again.
+        Arc::make_mut(&mut job.framework()).spec.execution_type =
+            pai_contract::framework::ExecutionType::Stop;
+        assert!(!job.is_cold() && job.cold_row().is_none());
+        assert_eq!(
+            job.current().metadata.annotations,
+            before.metadata.annotations
+        );
+    }
+
+    #[test]
+    fn a_running_job_never_goes_cold() {
+        let mut running = finished("r");
+        running.status.as_mut().expect("a status").state =
+            pai_contract::framework::FrameworkState::AttemptRunning;
+        let (commands, _receiver) = mpsc::unbounded_channel();
+        let job = Job::new(running, commands);
+        *job.commands() = None;
+        assert!(!job.freeze());
+        assert!(!job.is_cold());
+    }
 }

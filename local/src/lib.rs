@@ -37,7 +37,7 @@ pub mod task;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use pai_contract::Framework;
 use pai_contract::framework::{ExecutionType, pod_name};
@@ -232,19 +232,19 @@ impl Machine {
             .visible_jobs()
             .iter()
             .filter_map(|job| {
-                let framework = job.framework();
-                let status = framework.status.as_ref()?;
-                framework.is_completed().then(|| {
-                    let ended =
-                        pai_api::waiting::millis(status.completion_time.as_deref()).unwrap_or(0);
-                    let name = framework.metadata.name.clone().unwrap_or_default();
-                    if ended <= files_until
-                        && !job.settled.swap(true, std::sync::atomic::Ordering::SeqCst)
-                    {
-                        settle.push(name.clone());
-                    }
-                    (ended, name)
-                })
+                // A cold job answers without being made whole; a finished one a reader
+                // made whole again goes cold again.
+                let ended = job.ended_ms()?;
+                let name = job.name();
+                if job.freeze() {
+                    let _ = self.inner.changes.send((name.clone(), false));
+                }
+                if ended <= files_until
+                    && !job.settled.swap(true, std::sync::atomic::Ordering::SeqCst)
+                {
+                    settle.push(name.clone());
+                }
+                Some((ended, name))
             })
             .collect();
         if !settle.is_empty() {
@@ -349,16 +349,7 @@ fn insert(
         return Err(Error::Conflict(format!("Framework {name} {what}")));
     }
     let (commands, receiver) = mpsc::unbounded_channel();
-    let job = Arc::new(Job {
-        framework: Mutex::new(Arc::new(framework)),
-        save: tokio::sync::Mutex::new(()),
-        changed: watch::channel(0).0,
-        commands: Mutex::new(Some(commands)),
-        gone: false.into(),
-        settled: false.into(),
-        queued: Default::default(),
-        released: tokio::sync::Notify::new(),
-    });
+    let job = Arc::new(Job::new(framework, commands));
     jobs.insert(name, job.clone());
     Ok((job, receiver))
 }
@@ -499,7 +490,7 @@ impl Machine {
 
     /// The Framework `name` as it is now.
     pub fn get(&self, name: &str) -> Option<Arc<Framework>> {
-        self.inner.visible(name).map(|j| j.framework().clone())
+        self.inner.visible(name).map(|j| j.current())
     }
 
     /// This machine's GPUs and GPU types.
@@ -519,7 +510,8 @@ impl Machine {
             self.inner
                 .visible_jobs()
                 .iter()
-                .map(|j| j.framework())
+                .filter(|j| !j.is_cold())
+                .map(|j| j.current())
                 .filter(|f| {
                     user.is_none_or(|u| {
                         f.metadata
@@ -534,6 +526,21 @@ impl Machine {
         }
     }
 
+    /// The list row of finished job `name` while it is cold (its Framework kept
+    /// deflated, see `Job::freeze`).
+    pub fn cold_row(&self, name: &str) -> Option<Arc<pai_api::jobs::JobRow>> {
+        self.inner.visible(name)?.cold_row()
+    }
+
+    /// Every cold job's list row, by Framework name.
+    pub fn cold_rows(&self) -> Vec<(String, Arc<pai_api::jobs::JobRow>)> {
+        self.inner
+            .visible_jobs()
+            .iter()
+            .filter_map(|j| Some((j.name(), j.cold_row()?)))
+            .collect()
+    }
+
     /// The name of each job as it changes (saved, deleted, removed), and whether it
     /// names jobs it waits for; a receiver that falls 4,096 changes behind is told it
     /// lagged.
@@ -544,8 +551,7 @@ impl Machine {
     /// `read` of the Framework `name` as it is now, without a copy of it.
     pub fn inspect<T>(&self, name: &str, read: impl FnOnce(&Framework) -> T) -> Option<T> {
         let job = self.inner.visible(name)?;
-        let framework = job.framework();
-        Some(read(&framework))
+        Some(read(&job.current()))
     }
 
     /// Lets job `name`, which waited for other jobs, run: marks its dependencies met
@@ -647,14 +653,13 @@ impl Machine {
 
     /// The visible job, role and index pod `pod` is a task of.
     fn task_of(&self, pod: &str) -> Result<(Arc<Job>, String, u32), Error> {
-        self.inner
-            .visible_jobs()
-            .into_iter()
-            .find_map(|j| {
-                let (role, index) = task_of_pod(&j.framework(), pod)?;
-                Some((j, role, index))
-            })
-            .ok_or(Error::NotFound)
+        // A pod's name begins with its Framework's, which holds no `-`.
+        let job = self
+            .inner
+            .visible(pai_contract::kept_logs::framework_of(pod))
+            .ok_or(Error::NotFound)?;
+        let (role, index) = task_of_pod(&job.current(), pod).ok_or(Error::NotFound)?;
+        Ok((job, role, index))
     }
 
     /// What this machine measured of the tasks it started.
@@ -698,7 +703,7 @@ impl Machine {
                             return Some((Ok(None), (job, changed, true, false)));
                         }
                         let visible = {
-                            let framework = job.framework();
+                            let framework = job.current();
                             framework
                                 .metadata
                                 .deletion_timestamp

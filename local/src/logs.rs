@@ -34,7 +34,7 @@ fn task_status<'a>(framework: &'a Framework, role: &str, index: u32) -> Option<&
 
 /// The job's name and its current attempt (`NotFound` before it has one).
 fn current_attempt(job: &Job) -> Result<(String, i32), Error> {
-    let framework = job.framework();
+    let framework = job.current();
     let attempt = framework
         .status
         .as_ref()
@@ -171,7 +171,7 @@ pub(crate) fn log_stream(
         finished: bool,
     }
     let ended = |t: &Tail| {
-        let framework = t.job.framework();
+        let framework = t.job.current();
         let same_attempt = framework
             .status
             .as_ref()

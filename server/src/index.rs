@@ -19,7 +19,7 @@ use futures::FutureExt;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-use pai_api::jobs::JobSummary;
+use pai_api::jobs::JobRow;
 use pai_contract::Framework;
 use pai_engine::backend::{Backend, BackendError, Changed};
 use pai_engine::controller::Event;
@@ -39,10 +39,10 @@ pub struct Position {
 }
 
 impl Position {
-    fn of(framework_name: &str, summary: &JobSummary) -> Self {
+    fn of(framework_name: &str, row: &JobRow) -> Self {
         Self {
-            created: std::cmp::Reverse(summary.status.created_time),
-            job: summary.name.clone(),
+            created: std::cmp::Reverse(row.summary.status.created_time),
+            job: row.summary.name.clone(),
             framework: framework_name.to_string(),
         }
     }
@@ -53,7 +53,7 @@ struct Entry {
     /// Whose job it is.
     user: String,
     /// A finished job's row; `None`: it runs or waits, and its row is read at each list.
-    done: Option<Arc<JobSummary>>,
+    done: Option<Arc<JobRow>>,
 }
 
 struct Kept {
@@ -81,10 +81,7 @@ impl JobIndex {
 
     /// The jobs of `user` (or of everyone), in list order, each with its row as it is
     /// now.
-    pub async fn rows(
-        &self,
-        user: Option<&str>,
-    ) -> Result<Vec<(Position, Arc<JobSummary>)>, BackendError> {
+    pub async fn rows(&self, user: Option<&str>) -> Result<Vec<Arc<JobRow>>, BackendError> {
         self.backend.ready()?;
         let mut guard = self.kept.lock().await;
         loop {
@@ -113,21 +110,15 @@ impl JobIndex {
                     None => continue,
                 },
             };
-            rows.push((position.clone(), row));
+            rows.push(row);
         }
         Ok(rows)
     }
 
     /// A running or waiting job's row from its current view (made once per version).
-    fn live_row(&self, framework: &str) -> Option<Arc<JobSummary>> {
+    fn live_row(&self, framework: &str) -> Option<Arc<JobRow>> {
         match self.backend.peek(framework) {
-            Some(framework) => {
-                let made = self.views.of(&framework);
-                Some(Arc::new(JobSummary {
-                    name: made.view.name.clone(),
-                    status: made.view.job_status.clone(),
-                }))
-            }
+            Some(framework) => Some(Arc::new(JobRow::of_view(&self.views.of(&framework).view))),
             None => self.backend.archived(framework),
         }
     }
@@ -142,7 +133,7 @@ impl JobIndex {
             by_name: HashMap::new(),
         };
         for (name, row) in self.backend.archive() {
-            kept.put(&name, row.status.username.clone(), row);
+            kept.put(&name, row.summary.status.username.clone(), row);
         }
         for framework in frameworks {
             kept.framework(&framework);
@@ -154,13 +145,16 @@ impl JobIndex {
     fn catch_up(&self, kept: &mut Kept) -> bool {
         while let Some(Some(event)) = kept.changes.next().now_or_never() {
             match event {
-                Event::Changed(changed) => match self.backend.peek(&changed.name) {
-                    Some(framework) => kept.framework(&framework),
-                    None => match self.backend.archived(&changed.name) {
-                        Some(row) => {
-                            let user = row.status.username.clone();
-                            kept.put(&changed.name, user, row);
-                        }
+                // The backend's own row first: made once, and from the job as it was
+                // (this machine's cold job is kept as its saved form, whose times are
+                // whole seconds).
+                Event::Changed(changed) => match self.backend.archived(&changed.name) {
+                    Some(row) => {
+                        let user = row.summary.status.username.clone();
+                        kept.put(&changed.name, user, row);
+                    }
+                    None => match self.backend.peek(&changed.name) {
+                        Some(framework) => kept.framework(&framework),
                         None => kept.remove(&changed.name),
                     },
                 },
@@ -176,7 +170,7 @@ impl Kept {
         let name = framework.name();
         let user = framework.user_name().unwrap_or_default().to_string();
         if framework.is_completed() {
-            self.put(name, user, Arc::new(JobSummary::unheld(framework)));
+            self.put(name, user, Arc::new(JobRow::unheld(framework)));
             return;
         }
         let job = framework.job_name().unwrap_or(name).to_string();
@@ -193,7 +187,7 @@ impl Kept {
         self.insert(position, Entry { user, done: None });
     }
 
-    fn put(&mut self, name: &str, user: String, row: Arc<JobSummary>) {
+    fn put(&mut self, name: &str, user: String, row: Arc<JobRow>) {
         let position = Position::of(name, &row);
         self.insert(
             position,

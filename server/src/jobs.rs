@@ -269,8 +269,11 @@ pub struct Page {
 struct Position(std::cmp::Reverse<Option<i64>>, String);
 
 impl Position {
-    fn of(position: &crate::index::Position) -> Self {
-        Self(position.created, position.job.clone())
+    fn of(row: &pai_api::jobs::JobRow) -> Self {
+        Self(
+            std::cmp::Reverse(row.summary.status.created_time),
+            row.summary.name.clone(),
+        )
     }
 
     fn token(&self) -> String {
@@ -323,19 +326,19 @@ pub async fn list(
     let mut jobs = Vec::new();
     let mut last = None;
     let mut more = false;
-    for (position, row) in ordered {
-        let position = Position::of(&position);
+    for row in ordered {
+        let position = Position::of(&row);
         if after.as_ref().is_some_and(|a| &position <= a) {
             continue;
         }
-        if filter.state.is_some_and(|s| s != row.status.state) {
+        if filter.state.is_some_and(|s| s != row.summary.status.state) {
             continue;
         }
         if jobs.len() == limit {
             more = true;
             break;
         }
-        jobs.push((*row).clone());
+        jobs.push(row.summary.clone());
         last = Some(position);
     }
     Ok(Page {
@@ -351,19 +354,15 @@ pub async fn visible_rows(
     state: &AppState,
     caller: &Caller,
     requested: Option<&str>,
-) -> Result<Vec<Arc<JobSummary>>, ApiError> {
-    Ok(ordered_rows(state, caller, requested)
-        .await?
-        .into_iter()
-        .map(|(_, row)| row)
-        .collect())
+) -> Result<Vec<Arc<pai_api::jobs::JobRow>>, ApiError> {
+    ordered_rows(state, caller, requested).await
 }
 
 async fn ordered_rows(
     state: &AppState,
     caller: &Caller,
     requested: Option<&str>,
-) -> Result<Vec<(crate::index::Position, Arc<JobSummary>)>, ApiError> {
+) -> Result<Vec<Arc<pai_api::jobs::JobRow>>, ApiError> {
     if let Some(user) = requested {
         user_name(user)?;
     }

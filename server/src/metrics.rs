@@ -81,23 +81,16 @@ pub async fn count(State(metrics): State<Arc<Metrics>>, request: Request, next: 
 
 /// `rest_lite_jobs{state}` and `rest_lite_tasks{state}`: how many of each there are now,
 /// every state listed (0 included) so that a dashboard's series never vanish.
-pub fn render_jobs(
-    views: &crate::views::Views,
-    frameworks: &[std::sync::Arc<pai_contract::Framework>],
-) -> String {
+pub fn render_jobs(rows: &[std::sync::Arc<pai_api::jobs::JobRow>]) -> String {
     use pai_api::status::JobState;
     const STATES: [JobState; 6] = JobState::ALL;
     let mut jobs = [0u64; STATES.len()];
     let mut tasks = [0u64; STATES.len()];
     let slot = |state: JobState| STATES.iter().position(|s| *s == state).unwrap_or(5);
-    for framework in frameworks {
-        let made = views.of(framework);
-        let view = &made.view;
-        jobs[slot(view.job_status.state)] += 1;
-        for role in view.task_roles.values() {
-            for task in &role.task_statuses {
-                tasks[slot(task.task_state)] += 1;
-            }
+    for row in rows {
+        jobs[slot(row.summary.status.state)] += 1;
+        for (state, count) in &row.task_states {
+            tasks[slot(*state)] += u64::from(*count);
         }
     }
     let mut out = String::new();

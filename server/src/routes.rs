@@ -704,9 +704,9 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.metrics.render();
     // The jobs as they are now; a backend that cannot list them leaves these out and
     // says so, the request counts still answer.
-    match state.backend.list(None).await {
-        Ok(frameworks) => {
-            text.push_str(&super::metrics::render_jobs(&state.views, &frameworks));
+    match state.index.rows(None).await {
+        Ok(rows) => {
+            text.push_str(&super::metrics::render_jobs(&rows));
         }
         Err(e) => {
             tracing::warn!(error = %e, "metrics: cannot list the jobs");

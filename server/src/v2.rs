@@ -255,7 +255,7 @@ pub async fn list(
     // alone.
     let mut matching: Vec<&JobSummary> = rows
         .iter()
-        .map(|row| &**row)
+        .map(|row| &row.summary)
         .filter(|j| {
             let s = &j.status;
             query.state.is_none_or(|state| s.state == state)

@@ -240,7 +240,7 @@ async fn job_list(
     match jobs::visible_rows(&state, &caller, None).await {
         Ok(rows) => {
             let whose = (!caller.admin).then(|| caller.user.clone());
-            let rows: Vec<&pai_api::jobs::JobSummary> = rows.iter().map(|r| &**r).collect();
+            let rows: Vec<&pai_api::jobs::JobSummary> = rows.iter().map(|r| &r.summary).collect();
             let mut data = view::jobs_page(&rows, whose, now_ms(), &query);
             data.frame.signed_in = who(&state, &caller);
             page(StatusCode::OK, "jobs", &data)
