@@ -24,6 +24,17 @@ pub(crate) enum Command {
 struct Cold {
     deflated: Box<[u8]>,
     row: Arc<pai_api::jobs::JobRow>,
+    /// Its creation time as it was: JSON keeps whole seconds of it, lists order by
+    /// milliseconds.
+    created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+impl Cold {
+    fn framework(&self) -> Result<Framework, serde_json::Error> {
+        let mut framework = inflate(&self.deflated)?;
+        framework.metadata.creation_timestamp = self.created.clone();
+        Ok(framework)
+    }
 }
 
 pub(crate) struct Job {
@@ -94,7 +105,7 @@ impl Job {
             return guard.clone();
         }
         let cold = self.cold.lock().unwrap_or_else(|e| e.into_inner());
-        match cold.as_ref().map(|c| inflate(&c.deflated)) {
+        match cold.as_ref().map(Cold::framework) {
             Some(Ok(framework)) => Arc::new(framework),
             _ => {
                 drop(cold);
@@ -178,6 +189,7 @@ impl Job {
         *self.cold.lock().unwrap_or_else(|e| e.into_inner()) = Some(Cold {
             deflated: bytes.into_boxed_slice(),
             row: Arc::new(pai_api::jobs::JobRow::unheld(&guard)),
+            created: guard.metadata.creation_timestamp.clone(),
         });
         *guard = placeholder;
         self.is_cold
@@ -190,7 +202,7 @@ impl Job {
         let Some(cold) = self.cold.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;
         };
-        match inflate(&cold.deflated) {
+        match cold.framework() {
             Ok(framework) => *guard = Arc::new(framework),
             // Made from a Framework by this process: cannot happen short of a bug, and
             // the saved file still holds it.
@@ -343,7 +355,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "frameworkcontroller.microsoft.com/v1",
             "kind": "Framework",
-            "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z",
+            "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00.123Z",
                 "annotations": {"note": "x".repeat(4096)}},
             "spec": {"executionType": "Start", "taskRoles": []},
             "status": {"state": "Completed", "startTime": "2026-01-01T00:00:00Z",

@@ -117,10 +117,12 @@ impl JobIndex {
 
     /// A running or waiting job's row from its current view (made once per version).
     fn live_row(&self, framework: &str) -> Option<Arc<JobRow>> {
-        match self.backend.peek(framework) {
-            Some(framework) => Some(Arc::new(JobRow::of_view(&self.views.of(&framework).view))),
-            None => self.backend.archived(framework),
+        // Ended and kept by the backend meanwhile (its change not read yet): its row.
+        if let Some(row) = self.backend.archived(framework) {
+            return Some(row);
         }
+        let framework = self.backend.peek(framework)?;
+        Some(Arc::new(JobRow::of_view(&self.views.of(&framework).view)))
     }
 
     /// Every job the backend has: subscribed first, so that no change is missed.
