@@ -159,7 +159,7 @@ fn unfinished_tasks(
 /// server left running of the open attempt (the state machine then completes that
 /// attempt as failed and retries it by the retry policy).
 pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
-    let framework = job.framework().clone();
+    let framework = job.current();
     if !lifecycle::tasks_started(&framework) {
         return;
     }

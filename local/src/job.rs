@@ -20,8 +20,8 @@ pub(crate) enum Command {
     Delete(tokio::sync::oneshot::Sender<()>),
 }
 
-/// A cold job's Framework, deflated, and its list row.
-struct Cold {
+/// A finished job's Framework kept deflated, and its list row (see [`Job::freeze`]).
+pub(crate) struct Cold {
     deflated: Box<[u8]>,
     row: Arc<pai_api::jobs::JobRow>,
     /// Its creation time as it was: JSON keeps whole seconds of it, lists order by
@@ -30,6 +30,26 @@ struct Cold {
 }
 
 impl Cold {
+    /// `framework` deflated; `None` where it cannot be (it is kept whole then).
+    pub(crate) fn of(framework: &Framework) -> Option<Self> {
+        let mut deflated = flate2::write::DeflateEncoder::new(
+            Vec::with_capacity(2048),
+            flate2::Compression::fast(),
+        );
+        serde_json::to_writer(&mut deflated, framework).ok()?;
+        let bytes = deflated.finish().ok()?;
+        Some(Self {
+            deflated: bytes.into_boxed_slice(),
+            row: Arc::new(pai_api::jobs::JobRow::unheld(framework)),
+            created: framework.metadata.creation_timestamp.clone(),
+        })
+    }
+
+    /// When it ended (ms since the epoch).
+    fn ended_ms(&self) -> i64 {
+        self.row.summary.status.completed_time.unwrap_or(0)
+    }
+
     fn framework(&self) -> Result<Framework, serde_json::Error> {
         let mut framework = inflate(&self.deflated)?;
         framework.metadata.creation_timestamp = self.created.clone();
@@ -81,6 +101,25 @@ impl Job {
             save: tokio::sync::Mutex::new(()),
             changed: watch::channel(0).0,
             commands: Mutex::new(Some(commands)),
+            gone: false.into(),
+            settled: false.into(),
+            queued: Default::default(),
+            released: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// A cold job (no controller) named `name`.
+    pub(crate) fn new_cold(name: String, cold: Cold) -> Self {
+        let ended = cold.ended_ms();
+        Self {
+            name,
+            framework: Mutex::new(placeholder()),
+            cold: Mutex::new(Some(cold)),
+            is_cold: true.into(),
+            ended: ended.into(),
+            save: tokio::sync::Mutex::new(()),
+            changed: watch::channel(0).0,
+            commands: Mutex::new(None),
             gone: false.into(),
             settled: false.into(),
             queued: Default::default(),
@@ -166,32 +205,13 @@ impl Job {
         if self.is_cold() || !guard.is_completed() || guard.metadata.deletion_timestamp.is_some() {
             return false;
         }
-        let Some(placeholder) = placeholder() else {
+        let Some(cold) = Cold::of(&guard) else {
             return false;
         };
-        let mut deflated = flate2::write::DeflateEncoder::new(
-            Vec::with_capacity(2048),
-            flate2::Compression::fast(),
-        );
-        if serde_json::to_writer(&mut deflated, &**guard).is_err() {
-            return false;
-        }
-        let Ok(bytes) = deflated.finish() else {
-            return false;
-        };
-        let ended = guard
-            .status
-            .as_ref()
-            .and_then(|s| pai_api::waiting::millis(s.completion_time.as_deref()))
-            .unwrap_or(0);
         self.ended
-            .store(ended, std::sync::atomic::Ordering::Release);
-        *self.cold.lock().unwrap_or_else(|e| e.into_inner()) = Some(Cold {
-            deflated: bytes.into_boxed_slice(),
-            row: Arc::new(pai_api::jobs::JobRow::unheld(&guard)),
-            created: guard.metadata.creation_timestamp.clone(),
-        });
-        *guard = placeholder;
+            .store(cold.ended_ms(), std::sync::atomic::Ordering::Release);
+        *self.cold.lock().unwrap_or_else(|e| e.into_inner()) = Some(cold);
+        *guard = placeholder();
         self.is_cold
             .store(true, std::sync::atomic::Ordering::Release);
         true
@@ -322,22 +342,26 @@ impl Inner {
 
 /// A cold job's Framework from its deflated JSON.
 fn inflate(bytes: &[u8]) -> Result<Framework, serde_json::Error> {
-    serde_json::from_reader(flate2::read::DeflateDecoder::new(bytes))
+    let mut json = Vec::with_capacity(bytes.len() * 4);
+    std::io::Read::read_to_end(&mut flate2::read::DeflateDecoder::new(bytes), &mut json)
+        .map_err(serde_json::Error::io)?;
+    serde_json::from_slice(&json)
 }
 
 /// What a cold job's Framework slot holds: one Framework for every cold job.
-fn placeholder() -> Option<Arc<Framework>> {
-    static PLACEHOLDER: std::sync::OnceLock<Option<Arc<Framework>>> = std::sync::OnceLock::new();
+fn placeholder() -> Arc<Framework> {
+    static PLACEHOLDER: std::sync::OnceLock<Arc<Framework>> = std::sync::OnceLock::new();
     PLACEHOLDER
         .get_or_init(|| {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "frameworkcontroller.microsoft.com/v1",
-                "kind": "Framework",
-                "metadata": {},
-                "spec": {"executionType": "Start", "taskRoles": []}
-            }))
-            .ok()
-            .map(Arc::new)
+            Arc::new(Framework::new(
+                "",
+                pai_contract::framework::FrameworkSpec {
+                    description: None,
+                    execution_type: Default::default(),
+                    retry_policy: Default::default(),
+                    task_roles: Vec::new(),
+                },
+            ))
         })
         .clone()
 }

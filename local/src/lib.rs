@@ -141,13 +141,27 @@ impl Machine {
                 }
             });
         }
-        let (frameworks, unreadable) = tokio::task::spawn_blocking(move || store.load_all())
+        let (loaded, unreadable) = tokio::task::spawn_blocking(move || store.load_all())
             .await
             .map_err(|e| Error::Other(format!("reading the state directory: {e}")))?
             .map_err(|e| Error::Other(e.to_string()))?;
         inner
             .unreadable()
             .extend(unreadable.into_iter().map(|u| (u.name, u.reason)));
+        let mut frameworks = Vec::new();
+        let mut cold = Vec::new();
+        for job in loaded {
+            match job {
+                store::Loaded::Hot(framework) => frameworks.push(*framework),
+                store::Loaded::Cold { name, cold: kept } => cold.push((name, kept)),
+            }
+        }
+        // Finished jobs stay cold: no controller until a command comes. What a crash may
+        // have left of their tasks is ended all the same (each read back alone).
+        for (name, kept) in cold {
+            let job = register(&inner, &name, Job::new_cold(name.clone(), kept))?;
+            controller::end_leftovers(&inner, &job).await;
+        }
         let adopted = match inner.isolation.engine() {
             Some(engine) => controller::follow_or_remove(engine, &frameworks).await,
             None => Default::default(),
@@ -339,8 +353,15 @@ fn insert(
             "the job directory of Framework {name} exists but cannot be read ({reason}); move it away to reuse the name"
         )));
     }
+    let (commands, receiver) = mpsc::unbounded_channel();
+    let job = register(inner, &name, Job::new(framework, commands))?;
+    Ok((job, receiver))
+}
+
+/// Registers `job` as `name`, which must be free.
+fn register(inner: &Arc<Inner>, name: &str, job: Job) -> Result<Arc<Job>, Error> {
     let mut jobs = inner.jobs();
-    if let Some(existing) = jobs.get(&name) {
+    if let Some(existing) = jobs.get(name) {
         let what = if existing.is_deleting() {
             "is still being deleted"
         } else {
@@ -348,10 +369,9 @@ fn insert(
         };
         return Err(Error::Conflict(format!("Framework {name} {what}")));
     }
-    let (commands, receiver) = mpsc::unbounded_channel();
-    let job = Arc::new(Job::new(framework, commands));
-    jobs.insert(name, job.clone());
-    Ok((job, receiver))
+    let job = Arc::new(job);
+    jobs.insert(name.to_string(), job.clone());
+    Ok(job)
 }
 
 /// Sends `command` to `job`'s controller, starting one where the job has none (a

@@ -14,6 +14,8 @@ use std::sync::Arc;
 use crate::procs::ProcessId;
 
 use pai_contract::Framework;
+
+use crate::job::Cold;
 use pai_contract::ssh_key::JobKey;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,14 @@ pub enum StoreError {
         "the state directory {dir} is in use by another rest-lite (pid {holder}); stop it, or give this one its own directory (--state-dir)"
     )]
     Locked { dir: String, holder: String },
+}
+
+/// A job read from disk at start.
+pub(crate) enum Loaded {
+    /// Its Framework, whole.
+    Hot(Box<Framework>),
+    /// A finished job's, deflated as it was read.
+    Cold { name: String, cold: Cold },
 }
 
 /// A job directory whose Framework cannot be read: skipped at start, its name kept.
@@ -365,7 +375,9 @@ impl Store {
     /// is logged and skipped; the server starts without it and keeps its name taken).
     /// A directory without a Framework at all (a crash before the first save) is
     /// skipped too.
-    pub fn load_all(&self) -> Result<(Vec<Framework>, Vec<Unreadable>), StoreError> {
+    /// A finished job's Framework is deflated as it is read ([`Loaded::Cold`]): a server
+    /// with many finished jobs never holds them all whole at once.
+    pub(crate) fn load_all(&self) -> Result<(Vec<Loaded>, Vec<Unreadable>), StoreError> {
         let jobs = self.root.join("jobs");
         let mut frameworks = Vec::new();
         let mut unreadable = Vec::new();
@@ -381,7 +393,12 @@ impl Store {
             let reason = match std::fs::read(&path) {
                 Ok(bytes) => match serde_json::from_slice::<Framework>(&bytes) {
                     Ok(framework) if framework.metadata.name.as_deref() == Some(&name) => {
-                        frameworks.push(framework);
+                        let finished = framework.is_completed()
+                            && framework.metadata.deletion_timestamp.is_none();
+                        frameworks.push(match finished.then(|| Cold::of(&framework)).flatten() {
+                            Some(cold) => Loaded::Cold { name, cold },
+                            None => Loaded::Hot(Box::new(framework)),
+                        });
                         continue;
                     }
                     Ok(framework) => format!(
