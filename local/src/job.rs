@@ -32,11 +32,16 @@ pub(crate) struct Cold {
 impl Cold {
     /// `framework` deflated; `None` where it cannot be (it is kept whole then).
     pub(crate) fn of(framework: &Framework) -> Option<Self> {
+        Self::of_json(&serde_json::to_vec(framework).ok()?, framework)
+    }
+
+    /// `framework`, whose JSON is `json` (as saved), deflated.
+    pub(crate) fn of_json(json: &[u8], framework: &Framework) -> Option<Self> {
         let mut deflated = flate2::write::DeflateEncoder::new(
-            Vec::with_capacity(2048),
+            Vec::with_capacity(json.len() / 3),
             flate2::Compression::fast(),
         );
-        serde_json::to_writer(&mut deflated, framework).ok()?;
+        std::io::Write::write_all(&mut deflated, json).ok()?;
         let bytes = deflated.finish().ok()?;
         Some(Self {
             deflated: bytes.into_boxed_slice(),

@@ -156,11 +156,10 @@ impl Machine {
                 store::Loaded::Cold { name, cold: kept } => cold.push((name, kept)),
             }
         }
-        // Finished jobs stay cold: no controller until a command comes. What a crash may
-        // have left of their tasks is ended all the same (each read back alone).
+        // Finished jobs stay cold: no controller until a command comes. Nothing of their
+        // tasks is left to end: an attempt completes only once every task has ended.
         for (name, kept) in cold {
-            let job = register(&inner, &name, Job::new_cold(name.clone(), kept))?;
-            controller::end_leftovers(&inner, &job).await;
+            register(&inner, &name, Job::new_cold(name.clone(), kept))?;
         }
         let adopted = match inner.isolation.engine() {
             Some(engine) => controller::follow_or_remove(engine, &frameworks).await,

@@ -395,7 +395,8 @@ impl Store {
                     Ok(framework) if framework.metadata.name.as_deref() == Some(&name) => {
                         let finished = framework.is_completed()
                             && framework.metadata.deletion_timestamp.is_none();
-                        frameworks.push(match finished.then(|| Cold::of(&framework)).flatten() {
+                        let cold = finished.then(|| Cold::of_json(&bytes, &framework));
+                        frameworks.push(match cold.flatten() {
                             Some(cold) => Loaded::Cold { name, cold },
                             None => Loaded::Hot(Box::new(framework)),
                         });
