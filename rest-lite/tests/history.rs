@@ -157,6 +157,7 @@ mod cluster {
     use base64::Engine;
     use serde_json::json;
 
+    use super::{log_of, names};
     use crate::common;
     use common::serve::{DEADLINE, Server};
     use pai_client::{Client, ClientError, Source};
@@ -251,25 +252,6 @@ mod cluster {
                 "command": "echo hi"}],
         })
         .to_string()
-    }
-
-    async fn names(client: &Client) -> Vec<String> {
-        let mut names: Vec<String> = client
-            .jobs(None)
-            .await
-            .expect("list")
-            .into_iter()
-            .map(|j| j.name)
-            .collect();
-        names.sort();
-        names
-    }
-
-    async fn log_of(client: &Client, job: &str) -> Result<String, ClientError> {
-        let stream = client
-            .logs("alice", job, "worker", 0, false, Source::User)
-            .await?;
-        Ok(common::read_all(stream).await)
     }
 
     fn write_config(dir: &Path, database: &str) {
