@@ -85,12 +85,31 @@ fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only(
     let Some(kubectl) = kubectl() else { return };
     let objects = render(&kubectl, "rest-lite", "team-b");
     assert_all_in(&objects, "team-b");
-    let mut names: Vec<String> = objects.iter().map(kind_and_name).collect();
+    // The config's ConfigMap is named by its content's hash, and the Deployment mounts
+    // that one: a change of config rolls the pods.
+    let config_map = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .and_then(|o| o["metadata"]["name"].as_str())
+        .expect("the config's ConfigMap")
+        .to_string();
+    let hash = config_map
+        .strip_prefix("rest-lite-config-")
+        .unwrap_or_default();
+    assert!(
+        hash.len() >= 8 && hash.chars().all(|c| c.is_ascii_alphanumeric()),
+        "{config_map}: named with a hash of the config"
+    );
+    let mut names: Vec<String> = objects
+        .iter()
+        .map(kind_and_name)
+        .map(|n| n.replace(&config_map, "rest-lite-config-HASH"))
+        .collect();
     names.sort();
     assert_eq!(
         names,
         [
-            "ConfigMap/rest-lite-config",
+            "ConfigMap/rest-lite-config-HASH",
             "Deployment/rest-lite",
             "PodDisruptionBudget/rest-lite",
             "Role/rest-lite",
@@ -106,6 +125,46 @@ fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only(
     assert_eq!(
         deployment["spec"]["replicas"], 2,
         "two replicas behind one Service"
+    );
+    let pod = &deployment["spec"]["template"]["spec"];
+    let mounted: Vec<&str> = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .filter_map(|v| v["configMap"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        mounted,
+        [config_map.as_str()],
+        "the Deployment mounts the config's ConfigMap"
+    );
+    // Wherever runAsNonRoot is set, the user is a number the kubelet can check.
+    for container in pod["containers"].as_array().expect("containers") {
+        let context = &container["securityContext"];
+        if context["runAsNonRoot"] == true {
+            let user = context["runAsUser"]
+                .as_u64()
+                .or_else(|| pod["securityContext"]["runAsUser"].as_u64());
+            assert!(
+                user.is_some_and(|u| u > 0),
+                "{}: runAsNonRoot without a numeric non-root runAsUser",
+                container["name"]
+            );
+        }
+    }
+    let dockerfile = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rest-lite/Dockerfile"),
+    )
+    .expect("the server's Dockerfile");
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER");
+    assert!(
+        user.split(':')
+            .all(|part| part.parse::<u32>().is_ok_and(|n| n > 0)),
+        "the image's USER is numeric and not root: {user}"
     );
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let args: Vec<&str> = container["args"]

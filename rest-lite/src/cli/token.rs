@@ -92,7 +92,7 @@ pub fn token(args: TokenArgs) -> Result<ExitCode> {
         .with_context(|| format!("replacing {}", args.file.display()))?;
     say!("{token}");
     tell!(
-        "rest-lite: added a token for {}{} to {}; a running server reads it when restarted. Give it to the client with --token or REST_LITE_TOKEN, or sign in to the pages with it.",
+        "rest-lite: added a token for {}{} to {}; a running server reads it within seconds (on a cluster, from its Secret once the kubelet updated the mount, about a minute). Give it to the client with --token or REST_LITE_TOKEN, or sign in to the pages with it.",
         args.user,
         if args.admin { " (admin)" } else { "" },
         args.file.display()
