@@ -115,6 +115,17 @@ impl std::fmt::Debug for Archive {
     }
 }
 
+/// A record's two columns: `row` and `framework` as JSON.
+fn encode(row: &JobRow, framework: &Framework) -> Result<(String, String), ArchiveError> {
+    let json = |value: Result<String, serde_json::Error>| {
+        value.map_err(|e| ArchiveError::Corrupt(e.to_string()))
+    };
+    Ok((
+        json(serde_json::to_string(row))?,
+        json(serde_json::to_string(framework))?,
+    ))
+}
+
 /// When `framework` ended (ms since the epoch; 0 when it does not say).
 pub fn ended_ms(framework: &Framework) -> i64 {
     framework
@@ -263,10 +274,7 @@ impl Archive {
         {
             return Ok(());
         }
-        let summary = serde_json::to_string(&*archived.row)
-            .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
-        let framework_json =
-            serde_json::to_string(&kept).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+        let (summary, framework_json) = encode(&archived.row, &kept)?;
         let client = self.client().await?;
         let statement = "INSERT INTO rest_lite_jobs
                 (namespace, name, uid, version, ended_ms, attempt, summary, framework)
@@ -334,10 +342,7 @@ impl Archive {
             Err(e) => return Ok(Some(Err(e))),
         }
         let row = JobRow::unheld(&framework);
-        let summary =
-            serde_json::to_string(&row).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
-        let text =
-            serde_json::to_string(&framework).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+        let (summary, text) = encode(&row, &framework)?;
         transaction
             .execute(
                 "UPDATE rest_lite_jobs SET summary = $3, framework = $4 WHERE namespace = $1 AND name = $2",

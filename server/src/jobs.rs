@@ -321,7 +321,7 @@ pub async fn list(
         .filter(|token| !token.is_empty())
         .map(Position::parse)
         .transpose()?;
-    let ordered = ordered_rows(state, caller, requested).await?;
+    let ordered = visible_rows(state, caller, requested).await?;
     let limit = filter.limit.unwrap_or(usize::MAX);
     let mut jobs = Vec::new();
     let mut last = None;
@@ -351,14 +351,6 @@ pub async fn list(
 /// everyone, newest first (by name among equals), from the index kept as jobs change
 /// ([`crate::index`]): a list reads rows, it does not make them.
 pub async fn visible_rows(
-    state: &AppState,
-    caller: &Caller,
-    requested: Option<&str>,
-) -> Result<Vec<Arc<pai_api::jobs::JobRow>>, ApiError> {
-    ordered_rows(state, caller, requested).await
-}
-
-async fn ordered_rows(
     state: &AppState,
     caller: &Caller,
     requested: Option<&str>,
