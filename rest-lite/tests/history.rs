@@ -168,6 +168,7 @@ mod cluster {
 
     const NS: &str = "history";
     const TOKEN: &str = "alice-token";
+    const BOB: &str = "bob-token";
 
     struct Place {
         api: ApiServer,
@@ -177,7 +178,8 @@ mod cluster {
     impl Place {
         fn serve(&self) -> Server {
             let kubeconfig = self.dir.join("kubeconfig");
-            let tokens = common::token_file(&self.dir, &[("alice", TOKEN, false)]);
+            let tokens =
+                common::token_file(&self.dir, &[("alice", TOKEN, false), ("bob", BOB, false)]);
             Server::start_kube_with_config(
                 &kubeconfig,
                 NS,
@@ -321,6 +323,18 @@ mod cluster {
             assert!(earlier.contains("attempt 0 of flaky"), "{earlier}");
         };
         check(client.clone()).await;
+        // Another user sees nothing of a job in the history: not listed, its job and
+        // log reads 404.
+        let bob = Client::new(&server.url, Some(BOB.to_string()));
+        assert_eq!(names(&bob).await, Vec::<String>::new());
+        assert!(matches!(
+            bob.job("alice", "flaky").await,
+            Err(ClientError::Api { status: 404, .. })
+        ));
+        assert!(matches!(
+            log_of(&bob, "flaky").await,
+            Err(ClientError::Api { status: 404, .. })
+        ));
         let v2 = common::request(
             &server.url,
             "GET",
