@@ -9,6 +9,7 @@
 
 pub mod assets;
 pub mod backend;
+mod cold;
 pub mod containers;
 mod controller;
 pub mod cpu_group;

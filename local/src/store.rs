@@ -15,7 +15,7 @@ use crate::procs::ProcessId;
 
 use pai_contract::Framework;
 
-use crate::job::Cold;
+use crate::cold::Cold;
 use pai_contract::ssh_key::JobKey;
 
 #[derive(Debug, thiserror::Error)]
