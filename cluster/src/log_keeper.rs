@@ -1,11 +1,17 @@
 //! A finished task's output outlives its pod ([`pai_contract::kept_logs`]).
 //! FrameworkController deletes a task's pod as soon as its attempt completes (within about
-//! a second of SUCCEEDED), and the kubelet's log goes with it. Every task pod carries the
-//! finalizer `rest-lite.openpai.io/keep-log`, so its deletion waits: this controller sees
-//! the pod being deleted (one watch of the pods with rest-lite's label), copies the end
-//! of its main container's log (and of its init container's, the runtime's `entry`)
-//! into a ConfigMap of the task attempt, owned by the job's Framework, then takes the
-//! finalizer away and the pod goes.
+//! a second of SUCCEEDED), and the kubelet's log goes with it. This controller (one watch
+//! of the pods with rest-lite's label) puts the finalizer `rest-lite.openpai.io/keep-log`
+//! on each task pod as it appears, so its deletion waits: it sees the pod being deleted,
+//! copies the end of its main container's log (and of its init container's, the
+//! runtime's `entry`) into a ConfigMap of the task attempt, owned by the job's Framework,
+//! then takes the finalizer away and the pod goes.
+//!
+//! - Only a running server puts the finalizer on: a pod made while none runs (the job's
+//!   next attempt after the server was removed) carries none and never waits for one. A
+//!   server that finds itself removed ([`crate::removal`]) lets every pod go as it
+//!   leaves ([`LogKeeper::release_all`]), so deleting the namespace afterwards finishes.
+//!   A pod that appears and goes while no server runs keeps no log.
 //!
 //! - Bounded: at most `keptLogBytes` (config; 256 KiB by default) of each task attempt's
 //!   log, and 32 KiB of its runtime's lines; deleted with the job.
@@ -16,12 +22,13 @@
 //!   requests per task (two log reads, a create, a read and a patch of the pod), spread.
 //! - A log that cannot be read (its node gone) is tried 3 times, then the ConfigMap
 //!   says why it is lost, and the pod goes: a job never waits for a log for ever.
-//! - While the server does not run, a completed attempt's pods wait for it: the job's
-//!   next attempt (or its completion) waits too. `keptLogBytes: 0` turns this off.
+//! - While the server restarts, a completed attempt's pods wait for it: the job's next
+//!   attempt (or its completion) waits too. `keptLogBytes: 0` turns this off.
 
 use pai_barrier::retry::WatchBackoff;
 use pai_contract::backoff;
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +36,7 @@ use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{LogParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
@@ -64,6 +71,13 @@ pub struct LogKeeper {
     attempts: u32,
     /// Pods (by UID) being kept now, so a pod seen again meanwhile is left to that.
     busy: Arc<Mutex<HashSet<String>>>,
+    /// Pods (by UID) getting the finalizer now.
+    holding_now: Arc<Mutex<HashSet<String>>>,
+    /// Whether new pods still get the finalizer: not once the server is removed.
+    holding: Arc<AtomicBool>,
+    /// Read by each patch that puts the finalizer on, written once by
+    /// [`LogKeeper::release_all`] to wait for those in flight.
+    hold_gate: Arc<tokio::sync::RwLock<()>>,
     /// At most [`AT_ONCE`] pods kept at a time: a 1,000-task attempt that ends asks the
     /// kubelets and the API server for its logs 16 at a time, not all at once.
     at_once: Arc<tokio::sync::Semaphore>,
@@ -81,6 +95,9 @@ impl LogKeeper {
             max_bytes,
             attempts: pai_translate::config::DEFAULT_KEPT_ATTEMPTS,
             busy: Arc::default(),
+            holding_now: Arc::default(),
+            holding: Arc::new(AtomicBool::new(true)),
+            hold_gate: Arc::default(),
             at_once: Arc::new(tokio::sync::Semaphore::new(AT_ONCE)),
         }
     }
@@ -95,7 +112,7 @@ impl LogKeeper {
 
     /// Watches the pods with rest-lite's label until the end.
     pub async fn run(self) {
-        let ours = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
+        let ours = ours();
         let mut pods =
             watcher::watcher(self.pods.clone(), watcher::Config::default().labels(&ours))
                 .backoff(WatchBackoff::new(backoff::SERVER))
@@ -115,6 +132,18 @@ impl LogKeeper {
                         });
                     }
                 }
+                Ok(pod) if self.to_hold(&pod) => {
+                    let uid = pod.uid().unwrap_or_default();
+                    if lock(&self.holding_now).insert(uid.clone()) {
+                        let keeper = self.clone();
+                        tokio::spawn(async move {
+                            let permit = keeper.at_once.clone().acquire_owned().await;
+                            keeper.hold(&pod).await;
+                            drop(permit);
+                            lock(&keeper.holding_now).remove(&uid);
+                        });
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => debug!(error = %e, "the watch of the pods failed; it starts again"),
             }
@@ -122,7 +151,70 @@ impl LogKeeper {
     }
 
     fn busy(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.busy.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.busy)
+    }
+
+    /// A pod that is not being deleted and lacks the finalizer, while this server holds.
+    fn to_hold(&self, pod: &Pod) -> bool {
+        self.holding.load(Ordering::Acquire)
+            && pod.meta().deletion_timestamp.is_none()
+            && !pod.finalizers().iter().any(|f| f == FINALIZER)
+    }
+
+    /// Puts the finalizer on `pod`, under the version seen: a pod changed meanwhile is
+    /// seen again at its change.
+    async fn hold(&self, pod: &Pod) {
+        let _gate = self.hold_gate.read().await;
+        if !self.holding.load(Ordering::Acquire) {
+            return;
+        }
+        let name = pod.name_any();
+        let mut finalizers = pod.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_string());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": pod.resource_version()}});
+        match self
+            .pods
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => debug!(pod = %name, "the pod waits for its log to be kept"),
+            // Changed (seen again), gone, or being deleted (no finalizer may be added).
+            Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409 | 422) => {
+                debug!(pod = %name, code = s.code, "the pod was not held")
+            }
+            Err(e) => {
+                warn!(pod = %name, error = %e, "cannot hold the pod for its log; tried again at its next change")
+            }
+        }
+    }
+
+    /// This server is removed and none follows: new pods no longer get the finalizer,
+    /// and every pod that carries it is let go, a pod being deleted once its log is
+    /// kept. Returns the pods let go.
+    pub async fn release_all(&self) -> Result<usize, kube::Error> {
+        self.holding.store(false, Ordering::Release);
+        // The finalizers being put on now land before the list.
+        drop(self.hold_gate.write().await);
+        let pods = self
+            .pods
+            .list(&ListParams::default().labels(&ours()))
+            .await?;
+        let held: Vec<Pod> = pods
+            .items
+            .into_iter()
+            .filter(|p| p.finalizers().iter().any(|f| f == FINALIZER))
+            .collect();
+        let count = held.len();
+        futures::stream::iter(held)
+            .for_each_concurrent(AT_ONCE, |pod| async move {
+                if going_with_our_finalizer(&pod) {
+                    self.keep(&pod).await;
+                } else {
+                    self.let_go(&pod.name_any()).await;
+                }
+            })
+            .await;
+        Ok(count)
     }
 
     /// Keeps `pod`'s log, then lets it go.
@@ -272,6 +364,15 @@ impl LogKeeper {
             }
         }
     }
+}
+
+/// The label selector of rest-lite's task pods.
+fn ours() -> String {
+    format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY)
+}
+
+fn lock(set: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    set.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A pod being deleted that still waits for this server.

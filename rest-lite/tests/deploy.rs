@@ -10,7 +10,18 @@ use serde_json::Value;
 
 /// Renders `folder` (under deploy/) through an overlay that sets `namespace`.
 fn render(kubectl: &Path, folder: &str, namespace: &str) -> Vec<Value> {
-    let scratch = common::scratch("deploy", &format!("{folder}-{namespace}"));
+    overlay(kubectl, folder, &format!("namespace: {namespace}\n"), &[])
+}
+
+/// Renders an overlay of `folder` (under deploy/) whose kustomization is `kustomization`
+/// and then `resources:` naming `folder`, beside `files` (name, content).
+fn overlay(
+    kubectl: &Path,
+    folder: &str,
+    kustomization: &str,
+    files: &[(&str, &str)],
+) -> Vec<Value> {
+    let scratch = common::scratch("deploy", folder);
     let overlay = scratch.to_path_buf();
     // kustomize takes other folders only by relative path.
     let target = common::repo_root().join("deploy").join(folder);
@@ -22,23 +33,54 @@ fn render(kubectl: &Path, folder: &str, namespace: &str) -> Vec<Value> {
     );
     std::fs::write(
         overlay.join("kustomization.yaml"),
-        format!("namespace: {namespace}\nresources:\n  - {relative}\n"),
+        format!("{kustomization}resources:\n  - {relative}\n"),
     )
     .expect("write overlay");
+    for (name, content) in files {
+        std::fs::write(overlay.join(name), content).expect("write an overlay's file");
+    }
+    kustomize(kubectl, &overlay)
+}
+
+/// `kubectl kustomize folder`, a value per object.
+fn kustomize(kubectl: &Path, folder: &Path) -> Vec<Value> {
     let out = Command::new(kubectl)
         .arg("kustomize")
-        .arg(&overlay)
+        .arg(folder)
         .output()
         .expect("run kubectl");
     assert!(
         out.status.success(),
-        "kubectl kustomize {folder}: {}",
+        "kubectl kustomize {}: {}",
+        folder.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).expect("UTF-8");
     text.split("\n---\n")
         .map(|doc| serde_saphyr::from_str(doc).expect("each document is YAML"))
         .collect()
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+/// Wherever a container has runAsNonRoot, its user (or its pod's) is a number the
+/// kubelet can check, and not root.
+fn assert_numeric_non_root(pod: &Value) {
+    for container in pod["containers"].as_array().expect("containers") {
+        let context = &container["securityContext"];
+        if context["runAsNonRoot"] == true || pod["securityContext"]["runAsNonRoot"] == true {
+            let user = context["runAsUser"]
+                .as_u64()
+                .or_else(|| pod["securityContext"]["runAsUser"].as_u64());
+            assert!(
+                user.is_some_and(|u| u > 0),
+                "{}: runAsNonRoot without a numeric non-root runAsUser",
+                container["name"]
+            );
+        }
+    }
 }
 
 fn kind_and_name(object: &Value) -> String {
@@ -138,34 +180,32 @@ fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only(
         [config_map.as_str()],
         "the Deployment mounts the config's ConfigMap"
     );
-    // Wherever runAsNonRoot is set, the user is a number the kubelet can check.
-    for container in pod["containers"].as_array().expect("containers") {
-        let context = &container["securityContext"];
-        if context["runAsNonRoot"] == true {
-            let user = context["runAsUser"]
-                .as_u64()
-                .or_else(|| pod["securityContext"]["runAsUser"].as_u64());
-            assert!(
-                user.is_some_and(|u| u > 0),
-                "{}: runAsNonRoot without a numeric non-root runAsUser",
-                container["name"]
-            );
-        }
+    assert_numeric_non_root(pod);
+    // Every image names its user by number; the server's is not root.
+    for (image, root) in [
+        ("rest-lite", false),
+        ("barrier", false),
+        ("kube-runtime", true),
+    ] {
+        let dockerfile = std::fs::read_to_string(
+            common::repo_root()
+                .join("deploy")
+                .join(image)
+                .join("Dockerfile"),
+        )
+        .expect("the Dockerfile");
+        let user = dockerfile
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("USER "))
+            .unwrap_or_else(|| panic!("{image}: a USER"));
+        let ids: Vec<Option<u32>> = user.split(':').map(|p| p.parse().ok()).collect();
+        assert!(
+            ids.iter().all(Option::is_some) && ids.iter().all(|id| (*id == Some(0)) == root),
+            "{image}'s USER is numeric and {}root: {user}",
+            if root { "" } else { "not " }
+        );
     }
-    let dockerfile = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rest-lite/Dockerfile"),
-    )
-    .expect("the server's Dockerfile");
-    let user = dockerfile
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("USER "))
-        .expect("a USER");
-    assert!(
-        user.split(':')
-            .all(|part| part.parse::<u32>().is_ok_and(|n| n > 0)),
-        "the image's USER is numeric and not root: {user}"
-    );
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let args: Vec<&str> = container["args"]
         .as_array()
@@ -184,4 +224,290 @@ fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only(
         namespace_source["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace",
         "the server's own namespace"
     );
+}
+
+/// The words of `docs/operating.md`'s commands after `prefix` (`kubectl create
+/// namespace`, `create secret generic`): what the guide has the operator make by hand.
+fn documented(guide: &str, prefix: &str) -> Vec<String> {
+    guide
+        .lines()
+        .filter_map(|line| line.split_once(prefix))
+        .filter_map(|(_, rest)| rest.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The operator's path of `docs/operating.md`, rendered as the operator renders it: the
+/// example overlay (`deploy/example-cluster`, which the guide copies), whose objects
+/// a real API server's checks admit (the test API server's metadata rules), whose
+/// namespace, Secrets and ConfigMaps each come from a step of the guide, whose config
+/// the server reads, and whose config change names a new ConfigMap in the pod template,
+/// which rolls the pods.
+// Long: the guide's steps checked against the rendered objects one by one.
+#[tokio::test]
+async fn the_operators_overlay_renders_and_everything_its_pods_mount_has_a_step() {
+    let Some(kubectl) = kubectl() else { return };
+    let root = common::repo_root();
+    let guide = std::fs::read_to_string(root.join("docs/operating.md")).expect("the guide");
+    assert!(
+        guide.contains("cp -r deploy/example-cluster deploy/my-cluster")
+            && guide.contains("kubectl apply -k deploy/my-cluster"),
+        "the guide copies the example overlay and applies it"
+    );
+    let objects = kustomize(&kubectl, &root.join("deploy/example-cluster"));
+    let namespaces = documented(&guide, "kubectl create namespace ");
+    let namespace = objects[0]["metadata"]["namespace"]
+        .as_str()
+        .expect("a namespace")
+        .to_string();
+    assert_eq!(
+        namespaces,
+        std::slice::from_ref(&namespace),
+        "the guide makes the overlay's namespace"
+    );
+    assert_all_in(&objects, &namespace);
+
+    let secrets = documented(&guide, "create secret generic ");
+    let config_maps: Vec<&str> = of_kind(&objects, "ConfigMap")
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    let deployment = of_kind(&objects, "Deployment")[0];
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_numeric_non_root(pod);
+    for volume in pod["volumes"].as_array().expect("volumes") {
+        if let Some(secret) = volume["secret"]["secretName"].as_str() {
+            assert!(
+                secrets.iter().any(|s| s == secret)
+                    || of_kind(&objects, "Secret")
+                        .iter()
+                        .any(|s| s["metadata"]["name"] == secret),
+                "the Secret {secret} is mounted, and no step of the guide makes it ({secrets:?})"
+            );
+        }
+        if let Some(map) = volume["configMap"]["name"].as_str() {
+            assert!(
+                config_maps.contains(&map),
+                "the ConfigMap {map} is mounted, and not rendered"
+            );
+        }
+    }
+    assert_eq!(
+        pod["containers"][0]["image"], "registry.example.com/pai/rest-lite:0.1.0",
+        "the overlay's image"
+    );
+    // Its config is one the server reads, naming the pushed runtime image and the
+    // mounted history Secret.
+    let config = pai_translate::config::ClusterConfig::load(
+        &root.join("deploy/example-cluster/config.yaml"),
+    )
+    .expect("the server reads the example config");
+    assert_eq!(
+        config.runtime_image,
+        "registry.example.com/pai/kube-runtime:0.1.0"
+    );
+    let database_file = config.history.database_file.expect("history.databaseFile");
+    let history_mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["name"] == "history")
+        .and_then(|m| m["mountPath"].as_str())
+        .expect("the history Secret mounted");
+    assert_eq!(database_file.parent(), Some(Path::new(history_mount)));
+
+    // What a real API server admits (names, labels, annotations of every object).
+    let api = pai_test_support::ApiServer::start().await;
+    for object in &objects {
+        let kind = object["kind"].as_str().expect("kind");
+        let resource = format!("{}s", kind.to_ascii_lowercase());
+        api.create(&resource, &namespace, object.clone());
+    }
+
+    // A change of config: a new ConfigMap, which the pod template names, so the pods roll.
+    let changed = overlay(
+        &kubectl,
+        "example-cluster",
+        "configMapGenerator:\n  - {name: rest-lite-config, behavior: replace, files: [config.yaml]}\n",
+        &[(
+            "config.yaml",
+            "runtimeImage: registry.example.com/pai/kube-runtime:0.2.0\n",
+        )],
+    );
+    let name_of = |objects: &[Value]| {
+        of_kind(objects, "ConfigMap")[0]["metadata"]["name"]
+            .as_str()
+            .expect("name")
+            .to_string()
+    };
+    let mounted_by = |objects: &[Value]| {
+        of_kind(objects, "Deployment")[0]["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .find_map(|v| v["configMap"]["name"].as_str().map(str::to_string))
+            .expect("the config's volume")
+    };
+    assert_ne!(name_of(&changed), name_of(&objects), "a new ConfigMap");
+    assert_eq!(
+        mounted_by(&changed),
+        name_of(&changed),
+        "the pod template names it"
+    );
+    assert_eq!(mounted_by(&objects), name_of(&objects));
+}
+
+/// Removing rest-lite from a cluster leaves no pod waiting for a server that will never
+/// come: deleting the namespace afterwards finishes (against the test API server, which
+/// keeps an object with finalizers until they are gone, as the real one does; the
+/// namespace controller's own deletion of each object is played by the test).
+mod removal {
+    use crate::common;
+    use common::serve::Server;
+    use pai_client::Client;
+    use pai_contract::kept_logs::FINALIZER;
+    use pai_test_support::ApiServer;
+    use pai_translate::spec::SpecFormat;
+    use serde_json::{Value, json};
+
+    const NS: &str = "removal";
+    const TOKEN: &str = "alice-token";
+    const SERVER_POD: &str = "rest-lite-5d8f7-x2k4q";
+
+    fn held(pod: &Value) -> bool {
+        pod["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+    }
+
+    /// The server's Deployment, its ReplicaSet and its pod, as `kubectl apply -k`
+    /// and the controllers make them.
+    fn install(api: &ApiServer) {
+        let owner = |kind: &str, name: &str| {
+            json!([{"apiVersion": "apps/v1", "kind": kind, "name": name,
+                "uid": format!("{name}-uid"), "controller": true}])
+        };
+        api.create(
+            "deployments",
+            NS,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "rest-lite", "uid": "rest-lite-uid"}, "spec": {"replicas": 2}}),
+        );
+        api.create(
+            "replicasets",
+            NS,
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": "rest-lite-5d8f7", "ownerReferences": owner("Deployment", "rest-lite")},
+                "spec": {"replicas": 2}}),
+        );
+        api.create(
+            "pods",
+            NS,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": SERVER_POD, "ownerReferences": owner("ReplicaSet", "rest-lite-5d8f7")}}),
+        );
+    }
+
+    // Long: a restart keeps the pods held, a removal lets them go, and a pod made after
+    // it carries nothing; then every pod goes as the namespace's deletion asks.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removed_server_lets_every_task_pod_go_so_the_namespace_can_be_deleted() {
+        let dir = common::scratch("deploy", "removal");
+        let api = ApiServer::start().await;
+        let kubeconfig = dir.join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig, Some(NS));
+        let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
+        install(&api);
+        let serve = || Server::start_kube_in(&kubeconfig, NS, &tokens, None, Some(SERVER_POD));
+        let server = serve();
+        let client = Client::new(&server.url, Some(TOKEN.to_string()));
+        let spec = json!({"jobName": "train", "image": "busybox",
+            "taskRoles": [{"name": "worker", "taskNumber": 2, "cpuNumber": 1, "memoryMB": 128,
+                "command": "sleep 600"}]});
+        client
+            .submit("alice", &spec.to_string(), SpecFormat::Json)
+            .await
+            .expect("submitted");
+        let framework_name = pai_contract::names::framework_name("alice", "train");
+        let framework = api
+            .get("frameworks", NS, &framework_name)
+            .expect("its Framework");
+        // FrameworkController makes the pods from the template, which has no finalizer;
+        // the running server holds each.
+        let pods: Vec<String> = (0..2)
+            .map(|i| pai_contract::framework::pod_name(&framework_name, "worker", i))
+            .collect();
+        for (index, pod) in (0..).zip(&pods) {
+            let made = pai_test_support::frameworks::pod_of(&framework, "worker", index);
+            assert!(!held(&made), "the template carries no finalizer");
+            api.create("pods", NS, made);
+            api.wait_for("pods", NS, pod, held).await;
+        }
+
+        // A restart (the Deployment stays): the pods wait for the next server.
+        let log = server.terminate();
+        assert!(log.contains("stopping for a restart"), "{log}");
+        for pod in &pods {
+            assert!(held(&api.get("pods", NS, pod).expect("pod")), "{pod}");
+        }
+
+        // `kubectl delete -k`: the Deployment goes, the garbage collector takes its
+        // ReplicaSet; the server, stopping, finds itself removed and lets every pod go.
+        let server = serve();
+        api.delete("deployments", NS, "rest-lite");
+        api.delete("replicasets", NS, "rest-lite-5d8f7");
+        let log = server.terminate();
+        assert!(
+            log.contains("ReplicaSet rest-lite-5d8f7 is gone") && log.contains("pods=2"),
+            "{log}"
+        );
+        for pod in &pods {
+            assert!(!held(&api.get("pods", NS, pod).expect("pod")), "{pod}");
+        }
+
+        // No server runs: the namespace's deletion deletes each pod, and each goes.
+        for pod in &pods {
+            api.delete("pods", NS, pod);
+            api.wait_gone("pods", NS, pod).await;
+        }
+        // A pod FrameworkController makes now (the job's next attempt) waits for nobody.
+        let mut next = pai_test_support::frameworks::pod_of(&framework, "worker", 0);
+        next["metadata"]["uid"] = json!("attempt-1");
+        api.create("pods", NS, next);
+        api.delete("pods", NS, &pods[0]);
+        api.wait_gone("pods", NS, &pods[0]).await;
+        // Every request of the servers is one their Role allows.
+        let rules = common::role_rules(
+            &std::fs::read_to_string(common::repo_root().join("deploy/rest-lite/rbac.yaml"))
+                .expect("deploy/rest-lite/rbac.yaml"),
+            "rest-lite",
+        );
+        for request in api.requests() {
+            let attributes = pai_test_support::rbac::Attributes::of(&request.method, &request.uri)
+                .unwrap_or_else(|| panic!("not a namespaced request: {request:?}"));
+            assert!(
+                pai_test_support::rbac::allows(&rules, &attributes),
+                "deploy/rest-lite/rbac.yaml does not allow the server's {request:?}"
+            );
+        }
+        // Nothing of rest-lite's holds any object of the namespace.
+        for resource in [
+            "pods",
+            "frameworks",
+            "configmaps",
+            "secrets",
+            "serviceaccounts",
+        ] {
+            for object in api.list(resource, NS) {
+                assert!(
+                    !object["metadata"]["finalizers"]
+                        .as_array()
+                        .is_some_and(|f| f
+                            .iter()
+                            .any(|f| f.as_str().is_some_and(|f| f.starts_with("rest-lite")))),
+                    "{resource}: {object}"
+                );
+            }
+        }
+    }
 }

@@ -68,15 +68,6 @@ async fn serve(api: &ApiServer) -> Client {
     common::serve_in_process(state).await
 }
 
-/// The rules of the Role named `name` in the multi-document YAML `text`.
-fn role_rules(text: &str, name: &str) -> Vec<Value> {
-    text.split("\n---\n")
-        .map(|doc| serde_saphyr::from_str::<Value>(doc).expect("a YAML document"))
-        .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == name)
-        .and_then(|role| role["rules"].as_array().cloned())
-        .expect("the Role and its rules")
-}
-
 fn attributes(request: &pai_test_support::apiserver::Request) -> Attributes {
     Attributes::of(&request.method, &request.uri)
         .unwrap_or_else(|| panic!("not a namespaced request: {request:?}"))
@@ -160,7 +151,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     }
 
     // Everything the server did so far, and everything it grants, it holds.
-    let server_rules = role_rules(
+    let server_rules = common::role_rules(
         &std::fs::read_to_string(common::repo_root().join("deploy/rest-lite/rbac.yaml"))
             .expect("deploy/rest-lite/rbac.yaml"),
         "rest-lite",
@@ -190,8 +181,8 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     });
     api.wait_for("configmaps", NS, &published::object_name(&fw), |_| true)
         .await;
-    // A task's pod, made from the template with its finalizer, deleted once it ended:
-    // the keeper reads its log, keeps it and lets the pod go.
+    // A task's pod, made from the template and held by the keeper, deleted once it
+    // ended: the keeper reads its log, keeps it and lets the pod go.
     let framework = api.get("frameworks", NS, &fw).expect("framework");
     let pod = pai_contract::framework::pod_name(&fw, "ps", 0);
     api.create(
@@ -200,6 +191,8 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         pai_test_support::frameworks::pod_of(&framework, "ps", 0),
     );
     api.append_log(NS, &pod, "done\n");
+    api.wait_for("pods", NS, &pod, |p| !p["metadata"]["finalizers"].is_null())
+        .await;
     api.delete("pods", NS, &pod);
     api.wait_gone("pods", NS, &pod).await;
     client.stop("bob", "other").await.expect("stopped");

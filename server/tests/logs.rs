@@ -137,13 +137,18 @@ async fn a_tasks_log_outlives_its_pod() {
     submit_base_job(&s).await;
     let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
     let made = pai_test_support::frameworks::pod_of(&framework, "worker", 0);
-    assert_eq!(
-        made["metadata"]["finalizers"],
-        json!([pai_contract::kept_logs::FINALIZER]),
-        "every pod waits for its log to be kept"
+    assert!(
+        made["metadata"]["finalizers"].is_null(),
+        "the template has no finalizer: a pod made while no server runs waits for nobody"
     );
     let worker = pod("worker", 0);
     s.api.create("pods", NS, made);
+    // The server holds each pod as it appears, so its deletion waits for the log.
+    s.api
+        .wait_for("pods", NS, &worker, |p| {
+            p["metadata"]["finalizers"] == json!([pai_contract::kept_logs::FINALIZER])
+        })
+        .await;
     s.api.append_container_log(
         NS,
         &worker,
@@ -207,9 +212,9 @@ async fn a_tasks_log_outlives_its_pod() {
     );
 }
 
-/// A pod deleted while no server kept logs (the server down, or restarting) waits on its
-/// finalizer; the next server's keeper finds it at its first list, keeps its log and
-/// lets it go.
+/// A pod a server held, deleted while no server kept logs (the server restarting), waits
+/// on its finalizer; the next server's keeper finds it at its first list, keeps its log
+/// and lets it go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_while_no_server_ran_is_kept_by_the_next() {
     let s = start().await;
@@ -219,7 +224,7 @@ async fn a_pod_deleted_while_no_server_ran_is_kept_by_the_next() {
     s.api.create(
         "pods",
         NS,
-        pai_test_support::frameworks::pod_of(&framework, "ps", 0),
+        held(pai_test_support::frameworks::pod_of(&framework, "ps", 0)),
     );
     s.api.append_log(NS, &ps, "ps done\n");
     s.api.delete("pods", NS, &ps);
@@ -274,7 +279,7 @@ async fn keeping_a_later_attempts_log_lets_the_oldest_kept_one_go() {
     });
     let mut made = pai_test_support::frameworks::pod_of(&framework, "ps", 0);
     made["metadata"]["annotations"][pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID] = json!("2");
-    s.api.create("pods", NS, made);
+    s.api.create("pods", NS, held(made));
     s.api.append_log(NS, &ps, "attempt 2\n");
     s.api.delete("pods", NS, &ps);
     let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
@@ -299,4 +304,10 @@ async fn keeping_a_later_attempts_log_lets_the_oldest_kept_one_go() {
         "attempt 2's log is kept"
     );
     keeper.abort();
+}
+
+/// `pod` as a server that ran before held it: with the keep-log finalizer.
+fn held(mut pod: serde_json::Value) -> serde_json::Value {
+    pod["metadata"]["finalizers"] = json!([pai_contract::kept_logs::FINALIZER]);
+    pod
 }

@@ -287,9 +287,8 @@ impl Transformer {
             metadata: Some(ObjectMeta {
                 labels: Some(labels),
                 annotations: Some(annotations),
-                // The server keeps the end of the task's log before the pod goes.
-                finalizers: (cfg.kept_log_bytes > 0)
-                    .then(|| vec![pai_contract::kept_logs::FINALIZER.to_string()]),
+                // No finalizer: the running server puts its keep-log finalizer on each
+                // pod as it appears, so a pod made while none runs waits for nobody.
                 ..ObjectMeta::default()
             }),
             spec: Some(PodSpec {

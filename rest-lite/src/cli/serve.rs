@@ -19,6 +19,8 @@ use pai_translate::config::ClusterConfig;
 
 /// How long open streams may delay the end of a server asked to stop.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a removed server may take to let its task pods go ([`pai_engine::backend::Backend::leaving`]).
+const LEAVING_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
@@ -329,6 +331,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         )
         .await?;
         let describe = backend.describe();
+        let leaving = backend.clone();
         let state = AppState {
             body_limit: args.max_body_bytes,
             hosts: Arc::new(hosts),
@@ -352,6 +355,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             tracing::info!(address = %metrics, "serving /metrics without a token");
             tokio::spawn(async move { axum::serve(metrics_listener, app).await });
         }
+        let stopped = shutdown();
         tracing::info!(url = %url, backend = %describe, "rest-lite serving");
         if let Some((token, path)) = &machine {
             // As Jupyter does: the one link that signs this user's browser in. Only this
@@ -366,7 +370,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         // seconds, then the server leaves anyway.
         let (begun, shutting_down) = tokio::sync::oneshot::channel();
         let stop = async move {
-            shutdown().await;
+            stopped.await;
             let _ = begun.send(());
         };
         let app = router(state);
@@ -382,7 +386,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     .context("serving"),
             }
         };
-        tokio::select! {
+        let result = tokio::select! {
             result = serving => result,
             () = async {
                 if shutting_down.await.is_err() {
@@ -393,7 +397,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 tracing::warn!(grace_s = SHUTDOWN_GRACE.as_secs(), "open streams outlived the shutdown grace; leaving");
                 Ok(())
             }
+        };
+        // Within the pod's 30 s termination grace, with the streams' 5 s before it.
+        if tokio::time::timeout(LEAVING_GRACE, leaving.leaving()).await.is_err() {
+            tracing::warn!(grace_s = LEAVING_GRACE.as_secs(), "letting the task pods go outlived its grace; leaving");
         }
+        result
     })
 }
 
@@ -438,6 +447,7 @@ async fn backend(
                 restart: config.restart_backoff.policy(),
                 kept_attempts: config.kept_attempts,
                 retention: pai_engine::retention::Bounds::of(&config.retention),
+                pod: std::env::var("POD_NAME").ok().filter(|p| !p.is_empty()),
                 history: match config.history.connection()? {
                     Some(connection) => Some((
                         std::sync::Arc::new(
@@ -518,17 +528,28 @@ async fn kube_config(kubeconfig: Option<&Path>) -> Result<kube::Config> {
     }
 }
 
-pub async fn shutdown() {
-    let terminate = async {
-        if let Ok(mut signal) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
+/// Completes at SIGINT or SIGTERM. The handlers are in place when this returns, not at
+/// the first poll: a SIGTERM that comes as soon as the server says it serves is a stop,
+/// not the default death.
+pub fn shutdown() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
+    let mut terminate = signal(SignalKind::terminate()).ok();
+    async move {
+        tokio::select! {
+            _ = received(interrupt.as_mut()) => {}
+            _ = received(terminate.as_mut()) => {}
+        }
+        tracing::info!("shutting down");
+    }
+}
+
+/// The next delivery of `signal`; never where it could not be handled.
+async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
             signal.recv().await;
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
+        None => std::future::pending().await,
     }
-    tracing::info!("shutting down");
 }

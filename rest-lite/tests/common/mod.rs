@@ -178,3 +178,12 @@ fn dechunk(raw: &str) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// The rules of the Role named `name` in the multi-document YAML `text`.
+pub fn role_rules(text: &str, name: &str) -> Vec<serde_json::Value> {
+    text.split("\n---\n")
+        .map(|doc| serde_saphyr::from_str::<serde_json::Value>(doc).expect("a YAML document"))
+        .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == name)
+        .and_then(|role| role["rules"].as_array().cloned())
+        .expect("the Role and its rules")
+}

@@ -18,6 +18,8 @@ pub struct Server {
     pub token: Option<String>,
     /// Every line the server logged so far.
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Reads the log until the server's end.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -84,7 +86,23 @@ impl Server {
         tokens: &Path,
         config: Option<&Path>,
     ) -> Self {
+        Self::start_kube_in(kubeconfig, namespace, tokens, config, None)
+    }
+
+    /// [`Server::start_kube_with_config`], run as if in the pod named `pod` (`POD_NAME`,
+    /// as the Deployment's downward API sets it).
+    pub fn start_kube_in(
+        kubeconfig: &Path,
+        namespace: &str,
+        tokens: &Path,
+        config: Option<&Path>,
+        pod: Option<&str>,
+    ) -> Self {
         let mut command = crate::common::rest_lite_command();
+        command.env_remove("POD_NAME");
+        if let Some(pod) = pod {
+            command.env("POD_NAME", pod);
+        }
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--backend", "kube"])
             .arg("--kubeconfig")
@@ -149,7 +167,7 @@ impl Server {
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let kept = log.clone();
         // Reads the log all along, as a log collector would.
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             let mut tx = Some(tx);
             let mut also_tx = Some(also_tx);
             for line in BufReader::new(stderr).lines() {
@@ -198,6 +216,7 @@ impl Server {
             url,
             token: None,
             log,
+            reader: Some(reader),
         }
     }
 
@@ -218,6 +237,20 @@ impl Server {
 
     pub fn client(&self) -> Client {
         Client::new(&self.url, self.token.clone())
+    }
+
+    /// SIGTERM, as the kubelet stops a pod; returns once the server has exited, with
+    /// everything it logged.
+    #[allow(dead_code)]
+    pub fn terminate(mut self) -> String {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "the server ended with {status}");
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.log()
     }
 
     /// SIGKILL: no chance to clean up.
