@@ -160,6 +160,43 @@ async fn a_failed_task_fails_the_job_with_its_code_and_name() {
     drop(server);
 }
 
+/// A server started where SIGHUP is ignored (`nohup rest-lite serve &`) gives its tasks
+/// every signal at its default action, as a container's PID 1 would: a task that gets
+/// SIGHUP dies of it (exit 129), instead of going on to `exit 3`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_of_a_server_that_ignores_sighup_still_dies_of_it() {
+    let dir = scratch("nohup");
+    let state = dir.join("state");
+    let mut command = Server::command(&state);
+    command.args(["--backend", "local"]);
+    let server = Server::spawn(
+        &mut common::serve::under("nohup", &command),
+        &["this machine (embedded default)"],
+    )
+    .with_machine_token(&state);
+    let client = server.client();
+    let spec = job(
+        "hangup",
+        json!([role("main", 1, "kill -HUP $$; exit 3")]),
+        json!({}),
+    );
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "hangup").await;
+    let status = &view["jobStatus"];
+    assert_eq!(status["state"], "FAILED", "{view:#}");
+    assert_eq!(status["appExitCode"], 129, "killed by SIGHUP: {status}");
+    assert!(
+        status["appExitDiagnostics"]
+            .as_str()
+            .is_some_and(|d| d.contains("SIGHUP")),
+        "{status}"
+    );
+    drop(server);
+}
+
 /// Each task's result: written to `$PAI_RESULT_FILE`, sent by the runtime as the main
 /// container's termination message, shown in the job's status, by `rest-lite results`
 /// and on the page; a result that cannot be sent is reported and changes nothing.
@@ -693,6 +730,79 @@ fn run_exits_with_the_failed_jobs_code() {
     assert!(stderr.contains("FAILED"), "{stderr}");
 }
 
+/// Ctrl-C on `submit --follow` stops following and leaves the job running, as `kubectl
+/// logs -f` does (the job is the server's), and says how to stop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_on_submit_follow_leaves_the_job_running() {
+    use std::io::{BufRead, BufReader};
+    let dir = scratch("detach");
+    let state = dir.join("state");
+    let server = Server::start(&state);
+    let spec = dir.join("long.json");
+    std::fs::write(
+        &spec,
+        job(
+            "long",
+            json!([role(
+                "worker",
+                1,
+                "echo started; while :; do sleep 1 & wait $!; done"
+            )]),
+            json!({}),
+        ),
+    )
+    .expect("spec");
+    let mut command = crate::common::rest_lite_command();
+    command
+        .args([
+            "submit",
+            "--follow",
+            "-u",
+            "alice",
+            "--server",
+            &server.url,
+            "--state-dir",
+        ])
+        .arg(&state)
+        .arg(&spec)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut follower = command.spawn().expect("rest-lite submit --follow");
+    let stdout = follower.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Following: the task's first line is printed.
+    loop {
+        let line = rx.recv_timeout(DEADLINE).expect("the task's output");
+        if line.contains("started") {
+            break;
+        }
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(follower.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let output = follower.wait_with_output().expect("the follower ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("no longer following long; it goes on")
+            && stderr.contains("rest-lite stop long"),
+        "{stderr}"
+    );
+    let view = server.client().job("alice", "long").await.expect("the job");
+    assert_eq!(view.job_status.state, JobState::Running, "{view:?}");
+    server
+        .client()
+        .stop("alice", "long")
+        .await
+        .expect("stopped");
+}
+
 #[test]
 fn the_command_line_client_drives_a_job() {
     let dir = scratch("client");
@@ -1087,6 +1197,68 @@ fn a_token_made_by_the_command_lets_its_user_in() {
 }
 
 /// The body of a GET, over a plain connection.
+/// This machine's token goes to this machine's server only: `--server` naming another
+/// address (a listener of the test's, on this machine too, that records what it is
+/// sent) gets no Authorization header; the machine's own server, at the address it
+/// recorded beside its token, gets the token without one being typed.
+#[test]
+fn the_machine_token_goes_to_this_machines_server_only() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = scratch("own-server");
+    let state = dir.join("state");
+    let server = Server::start(&state);
+    let other = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let other_url = format!("http://{}", other.local_addr().expect("address"));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut stream, _) = other.accept().expect("accept");
+        let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            head.push_str(&line);
+        }
+        let body = r#"{"code":"UnauthorizedUserError","message":"a token is needed"}"#;
+        let _ = write!(
+            stream,
+            "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = tx.send(head);
+    });
+    let state_arg = state.to_str().expect("path");
+    let (code, _, stderr) = rest_lite(
+        &[
+            "jobs",
+            "--server",
+            &other_url,
+            "--state-dir",
+            state_arg,
+            "-u",
+            "alice",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    let head = rx
+        .recv_timeout(DEADLINE)
+        .expect("the other server was asked");
+    assert!(head.starts_with("GET "), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("authorization"),
+        "the machine's token went to another server: {head}"
+    );
+    let (code, stdout, stderr) = rest_lite(
+        &["jobs", "--server", &server.url, "--state-dir", state_arg],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.starts_with("no jobs"), "{stdout}");
+}
+
 fn get_text(url: &str, path: &str, token: &str) -> String {
     use std::io::{Read, Write};
     let address = url.trim_start_matches("http://");

@@ -87,7 +87,9 @@ pub async fn submit(
         let transformer = state.transformer.clone();
         tokio::task::spawn_blocking(move || {
             let place = if here {
-                pai_translate::place::Place::ThisMachine
+                pai_translate::place::Place::ThisMachine {
+                    default_fs_uri: &transformer.config().default_fs_uri,
+                }
             } else {
                 pai_translate::place::Place::Cluster(transformer.config())
             };

@@ -119,6 +119,63 @@ pub fn read(state_dir: &Path) -> Option<String> {
     read_file(&path(state_dir)).ok()
 }
 
+/// The file where the server with state in `state_dir` says where it serves and which
+/// process it is: `<url> <pid>`.
+pub const SERVES_FILE: &str = "serves";
+
+/// Records that this process serves at `url`, for the command line of the same user to
+/// send the token there and nowhere else ([`serves`]).
+pub fn record_serving(state_dir: &Path, url: &str) -> Result<(), MachineTokenError> {
+    let file = state_dir.join(SERVES_FILE);
+    let partial = state_dir.join(format!("{SERVES_FILE}.partial"));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)
+        .and_then(|mut f| f.write_all(format!("{url} {}\n", std::process::id()).as_bytes()))
+        .map_err(io(&partial))?;
+    std::fs::rename(&partial, &file).map_err(io(&file))
+}
+
+/// Whether `url` is where this machine's server with state in `state_dir` serves now: the
+/// one its running process recorded ([`record_serving`]; a process of this user), at the
+/// same scheme, host and port (`localhost` and `127.0.0.1` are one host). Only then does
+/// the command line send it the token of that directory: another server (elsewhere, or
+/// another program on this machine) never gets it.
+pub fn serves(state_dir: &Path, url: &str) -> bool {
+    let Ok(text) = std::fs::read_to_string(state_dir.join(SERVES_FILE)) else {
+        return false;
+    };
+    let Some((recorded, pid)) = text.trim().rsplit_once(' ') else {
+        return false;
+    };
+    let ours = pid.parse::<u32>().is_ok_and(|pid| {
+        std::fs::metadata(format!("/proc/{pid}"))
+            .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
+    });
+    ours && origin(recorded).is_some() && origin(recorded) == origin(url)
+}
+
+/// `scheme://host:port` of `url`, loopback names as one, the port made explicit.
+fn origin(url: &str) -> Option<(String, String, u16)> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse().ok()?),
+        _ => (authority, if scheme == "https" { 443 } else { 80 }),
+    };
+    let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
+    let host = match host.as_str() {
+        "localhost" | "127.0.0.1" | "::1" => "loopback".to_string(),
+        _ => host,
+    };
+    Some((scheme, host, port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +186,33 @@ mod tests {
         let scratch = pai_test_support::scratch(&format!("rest-lite-machine-token-{name}"));
         let dir = scratch.path().join("state");
         (scratch, dir)
+    }
+
+    #[test]
+    fn the_token_goes_only_where_this_users_server_serves() {
+        let (_scratch, dir) = scratch("serves");
+        load_or_create(&dir).expect("made");
+        assert!(!serves(&dir, "http://127.0.0.1:9186"), "no server recorded");
+        record_serving(&dir, "http://127.0.0.1:40123").expect("recorded");
+        for same in [
+            "http://127.0.0.1:40123",
+            "http://localhost:40123/",
+            "HTTP://127.0.0.1:40123/api/v1/jobs",
+        ] {
+            assert!(serves(&dir, same), "{same}");
+        }
+        for other in [
+            "http://127.0.0.1:40124",
+            "https://127.0.0.1:40123",
+            "http://10.0.0.7:40123",
+            "http://127.0.0.1",
+            "not a url",
+        ] {
+            assert!(!serves(&dir, other), "{other}");
+        }
+        // A record whose process is gone (or another user's) sends nothing.
+        std::fs::write(dir.join(SERVES_FILE), "http://127.0.0.1:40123 999999999\n").expect("write");
+        assert!(!serves(&dir, "http://127.0.0.1:40123"));
     }
 
     #[test]

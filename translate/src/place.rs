@@ -22,8 +22,9 @@ pub const MAX_CODE_BYTES: u64 = pai_contract::code_dir::MAX_BYTES;
 /// Where the job is to run.
 #[derive(Clone, Copy, Debug)]
 pub enum Place<'a> {
-    /// The embedded default: tasks are processes of this machine.
-    ThisMachine,
+    /// The embedded default: tasks are processes of this machine; its server's config's
+    /// `defaultFsUri` (empty: none).
+    ThisMachine { default_fs_uri: &'a str },
     /// A cluster with this configuration.
     Cluster(&'a ClusterConfig),
 }
@@ -122,17 +123,22 @@ pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<St
     }
     let field = FieldPath::root().field("codeDir");
     let default_fs_uri = match place {
-        Place::ThisMachine => "",
+        Place::ThisMachine { default_fs_uri } => default_fs_uri,
         Place::Cluster(config) => config.default_fs_uri.as_str(),
     };
     let raw = &spec.legacy().code_dir;
     let refuse = |why: String| Err(SpecErrors::single(&field, why));
     if raw.contains("$PAI_DEFAULT_FS_URI") && default_fs_uri.is_empty() {
         return refuse(format!(
-            "{raw:?} is on the default file system, and {} has none configured (defaultFsUri): its tasks have nowhere to fetch the code from",
+            "{raw:?} is on the default file system ($PAI_DEFAULT_FS_URI), and {}: set defaultFsUri in {} (e.g. defaultFsUri: hdfs://namenode:9000), or name the code's directory itself",
             match place {
-                Place::ThisMachine => "this machine",
-                Place::Cluster(_) => "this cluster",
+                Place::ThisMachine { .. } => "this machine's server has none configured",
+                Place::Cluster(_) => "this cluster's server has none configured",
+            },
+            match place {
+                Place::ThisMachine { .. } =>
+                    "a config file given to `rest-lite serve --config FILE` or `rest-lite run --config FILE`",
+                Place::Cluster(_) => "the server's config (docs/operating.md, step 4)",
             }
         ));
     }
@@ -140,7 +146,7 @@ pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<St
     match (CodeSource::parse(&code), place) {
         (Ok(None), _) => {}
         (Err(why), _) => return refuse(why),
-        (Ok(Some(CodeSource::Local(path))), Place::ThisMachine) => {
+        (Ok(Some(CodeSource::Local(path))), Place::ThisMachine { .. }) => {
             if let Err(why) = local_code(&path) {
                 return refuse(why);
             }
@@ -151,7 +157,7 @@ pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<St
                 path.display()
             ));
         }
-        (Ok(Some(CodeSource::Hdfs(uri))), Place::ThisMachine) => {
+        (Ok(Some(CodeSource::Hdfs(uri))), Place::ThisMachine { .. }) => {
             let path = std::env::var("PATH").unwrap_or_default();
             if crate::warnings::on_path("hdfs", &path).is_none() {
                 return refuse(format!(
@@ -162,7 +168,7 @@ pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<St
         (Ok(Some(CodeSource::Hdfs(uri))), Place::Cluster(config)) => {
             if config.default_fs_uri.is_empty() {
                 return refuse(format!(
-                    "{uri} is on HDFS, and this cluster has no file system configured (defaultFsUri): its tasks have nowhere to fetch the code from"
+                    "{uri} is on HDFS, and this cluster's server has no file system configured: set defaultFsUri in the server's config (docs/operating.md, step 4), e.g. defaultFsUri: hdfs://namenode:9000"
                 ));
             }
             warnings.push(format!(
@@ -174,7 +180,7 @@ pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<St
         && cluster != pai_contract::meta::DEFAULT_VIRTUAL_CLUSTER
     {
         let queues = match place {
-            Place::ThisMachine => false,
+            Place::ThisMachine { .. } => false,
             Place::Cluster(config) => matches!(config.gang.engine, Engine::Volcano | Engine::Kueue),
         };
         if !queues {
@@ -190,7 +196,7 @@ pub fn check(spec: &JobSpec, user: &UserName, place: Place<'_>) -> Result<Vec<St
             warnings.push(format!(
                 "virtualCluster: {cluster:?}{hint} names no queue: {} has no virtual clusters (no gang engine with queues), so the job runs as every job does here",
                 match place {
-                    Place::ThisMachine => "this machine",
+                    Place::ThisMachine { .. } => "this machine",
                     Place::Cluster(_) => "this cluster",
                 }
             ));

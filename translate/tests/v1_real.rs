@@ -269,25 +269,34 @@ fn code_dirs_are_checked_for_the_place_they_run_in() {
     let here = code.to_string_lossy().into_owned();
     // This machine: its own directory works, as a path or a file:// URI.
     assert_eq!(
-        check(&spec(&here, "default"), &user, Place::ThisMachine).unwrap(),
+        check(
+            &spec(&here, "default"),
+            &user,
+            Place::ThisMachine { default_fs_uri: "" }
+        )
+        .unwrap(),
         Vec::<String>::new()
     );
     check(
         &spec(&format!("file://{here}"), "default"),
         &user,
-        Place::ThisMachine,
+        Place::ThisMachine { default_fs_uri: "" },
     )
     .expect("file://");
     let missing = error(check(
         &spec("/no/such/code", "default"),
         &user,
-        Place::ThisMachine,
+        Place::ThisMachine { default_fs_uri: "" },
     ));
     assert!(
         missing.contains("codeDir: /no/such/code cannot be read"),
         "{missing}"
     );
-    let relative = error(check(&spec("code", "default"), &user, Place::ThisMachine));
+    let relative = error(check(
+        &spec("code", "default"),
+        &user,
+        Place::ThisMachine { default_fs_uri: "" },
+    ));
     assert!(relative.contains("neither a directory"), "{relative}");
     // A cluster cannot read a directory of the machine one submits from, nor HDFS
     // without a file system configured; with one, the image must bring the client.
@@ -307,8 +316,20 @@ fn code_dirs_are_checked_for_the_place_they_run_in() {
         Place::Cluster(&config),
     ));
     assert!(
-        no_fs.contains("this cluster has none configured (defaultFsUri)"),
+        no_fs.contains(
+            "this cluster's server has none configured: set defaultFsUri in the server's config"
+        ),
         "{no_fs}"
+    );
+    // On this machine the same, with the way out: the config file's key.
+    let here_no_fs = error(check(
+        &spec("$PAI_DEFAULT_FS_URI/alice/code", "default"),
+        &user,
+        Place::ThisMachine { default_fs_uri: "" },
+    ));
+    assert!(
+        here_no_fs.contains("this machine's server has none configured: set defaultFsUri in a config file given to `rest-lite serve --config FILE`"),
+        "{here_no_fs}"
     );
     config.default_fs_uri = "hdfs://namenode:9000".to_string();
     let warnings = check(
@@ -325,14 +346,20 @@ fn code_dirs_are_checked_for_the_place_they_run_in() {
     let mut template = common::base_job();
     template["image"] = Value::from("<your image name>");
     let template = JobSpec::parse(&template.to_string(), SpecFormat::Json).expect("accepted");
-    check(&template, &user, Place::ThisMachine).expect("nothing is pulled here");
+    check(&template, &user, Place::ThisMachine { default_fs_uri: "" })
+        .expect("nothing is pulled here");
     let image = error(check(&template, &user, Place::Cluster(&config)));
     assert!(
         image.contains("image: \"<your image name>\" is not an image reference"),
         "{image}"
     );
     // A virtual cluster's name that is no queue, where there are no queues, is said.
-    let typo = check(&spec("", "defualt"), &user, Place::ThisMachine).expect("accepted");
+    let typo = check(
+        &spec("", "defualt"),
+        &user,
+        Place::ThisMachine { default_fs_uri: "" },
+    )
+    .expect("accepted");
     assert!(
         typo[0].contains("\"defualt\" (did you mean \"default\"?) names no queue"),
         "{typo:?}"

@@ -126,6 +126,13 @@ pub fn supervise(plan: &Plan, signals: &Signals) -> Result<Outcome, SuperviseErr
         Ok(detector) if ended.code() != 0 => detector.cause(ended.code(), ended.signal_name()),
         _ => None,
     };
+    // The shell names the script (main.sh) before its errors; the user wrote a command.
+    let script = plan.args.first().map(|s| s.to_string_lossy().into_owned());
+    let cause = cause.map(|mut cause| {
+        cause.line =
+            pai_contract::failure::in_users_words(&cause.line, script.as_deref().unwrap_or(""));
+        cause
+    });
     Ok(Outcome { ended, cause })
 }
 

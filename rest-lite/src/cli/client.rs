@@ -30,7 +30,7 @@ pub struct Connection {
     #[arg(long, env = "REST_LITE_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
     /// The user whose jobs these are [default: the one the token stands for (the server
-    /// says, `GET /api/v1/whoami`), else $USER, else "default"].
+    /// says, `GET /api/v1/whoami`), else this Unix user, as `serve` names it].
     #[arg(long, short)]
     pub user: Option<String>,
 }
@@ -52,8 +52,7 @@ impl Connection {
             .flatten()
             .map(|who| who.user)
             .filter(|user| !user.is_empty())
-            .or_else(|| std::env::var("USER").ok())
-            .unwrap_or_else(|| "default".to_string())
+            .unwrap_or_else(super::serve::unix_user)
     }
 
     /// What a printed command needs to reach the same server as the same user:
@@ -71,13 +70,18 @@ impl Connection {
         flags
     }
 
-    /// The token to send: the one given, else this machine's server's own.
+    /// The token to send: the one given, else this machine's server's own, and that one
+    /// only to where that server serves.
     fn token(&self) -> Option<String> {
         self.token.clone().or_else(|| {
             let state_dir = self
                 .state_dir
                 .clone()
                 .unwrap_or_else(pai_local::default_state_dir);
+            if !pai_server::machine_token::serves(&state_dir, &self.server) {
+                tracing::debug!(server = %self.server, "not this machine's server: its token is not sent");
+                return None;
+            }
             pai_server::machine_token::read(&state_dir)
         })
     }
@@ -96,7 +100,7 @@ pub struct SubmitArgs {
     /// Job spec file (JSON or YAML); `-` reads standard input.
     spec: PathBuf,
     /// Then follow the job to its end: every task's output, and the job's outcome as the
-    /// exit code (Ctrl-C stops the job).
+    /// exit code (Ctrl-C stops following and leaves the job running).
     #[arg(long, short, conflicts_with = "wait")]
     follow: bool,
     /// With --follow: the runtime's lines too (its steps, the barrier, the daemons), not
@@ -188,9 +192,9 @@ pub struct LogsArgs {
     /// The task role.
     #[arg(long, short)]
     role: String,
-    /// The task's index in its role.
-    #[arg(long, short, default_value_t = 0)]
-    index: u32,
+    /// The task's index in its role [default: 0, said when the role has more tasks].
+    #[arg(long, short)]
+    index: Option<u32>,
     /// Keep printing while the task runs.
     #[arg(long, short, conflicts_with = "attempt")]
     follow: bool,
@@ -301,7 +305,10 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
             return super::wait::until_running(&client, &user, &job, &page, &flags, settle).await;
         }
         warn(&submitted);
-        super::follow::follow(&client, &user, &job, args.verbose).await
+        let interrupt = super::follow::OnInterrupt::Detach {
+            flags: args.connection.flags(),
+        };
+        super::follow::follow(&client, &user, &job, args.verbose, interrupt).await
     })
 }
 
@@ -598,19 +605,30 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
     let client = args.connection.client()?;
     let user = args.connection.user(&client);
     block_on(async {
+        let index = match args.index {
+            Some(index) => index,
+            None => {
+                // Which of several tasks is shown is said, not left to guess.
+                if let Ok(view) = client.job(&user, &args.job).await
+                    && let Some(role) = view.task_roles.get(&args.role)
+                    && role.task_statuses.len() > 1
+                {
+                    tell!(
+                        "rest-lite: the log of {}-0, the first of {}'s {} tasks (-i INDEX for another)",
+                        args.role,
+                        args.role,
+                        role.task_statuses.len()
+                    );
+                }
+                0
+            }
+        };
         // Following a task that has not started yet waits for it, change by change.
         let mut changes = None;
         let mut stream = loop {
             if let Some(attempt) = args.attempt {
                 break client
-                    .attempt_logs(
-                        &user,
-                        &args.job,
-                        &args.role,
-                        args.index,
-                        attempt,
-                        args.lines(),
-                    )
+                    .attempt_logs(&user, &args.job, &args.role, index, attempt, args.lines())
                     .await?;
             }
             match client
@@ -618,7 +636,7 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
                     &user,
                     &args.job,
                     &args.role,
-                    args.index,
+                    index,
                     args.follow,
                     args.lines(),
                 )
@@ -637,14 +655,7 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
                     if ended {
                         // The job completed or went away: one last look.
                         break client
-                            .logs(
-                                &user,
-                                &args.job,
-                                &args.role,
-                                args.index,
-                                false,
-                                args.lines(),
-                            )
+                            .logs(&user, &args.job, &args.role, index, false, args.lines())
                             .await?;
                     }
                 }

@@ -14,16 +14,34 @@ use tokio::sync::watch;
 use pai_api::status::{JobState, JobView};
 use pai_client::{Client, ClientError};
 
+/// What Ctrl-C does to a followed job.
+pub enum OnInterrupt {
+    /// Stops it, and follows it to its end (`run`: the job lives in this process).
+    Stop,
+    /// Leaves it running and stops following, as `kubectl logs -f` does (`submit
+    /// --follow`: the job is the server's); `flags` reach the same server and user.
+    Detach { flags: String },
+}
+
 /// Follows `job` to its end: every task's output (with `verbose`, the runtime's lines
-/// too), line by line with its name in front, then the job's state on standard error. Ctrl-C stops the job. Returns the exit code
-/// for the job's outcome: 0 when it succeeded, 130 when stopped here, else its exit code
-/// (or 1).
-pub async fn follow(client: &Client, user: &str, job: &str, verbose: bool) -> Result<ExitCode> {
+/// too), line by line with its name in front, then the job's state on standard error.
+/// Ctrl-C does what `interrupt` says. Returns the exit code for the job's outcome: 0
+/// when it succeeded, 130 when stopped or left here, else its exit code (or 1).
+pub async fn follow(
+    client: &Client,
+    user: &str,
+    job: &str,
+    verbose: bool,
+    interrupt: OnInterrupt,
+) -> Result<ExitCode> {
     let source = if verbose {
         pai_client::Source::All
     } else {
         pai_client::Source::User
     };
+    // In place before any output, so a Ctrl-C once something shows is never the default
+    // death.
+    let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut changes = client.watch(user, job).await?;
     let first = match changes.next().await {
         Some(view) => view?,
@@ -48,14 +66,24 @@ pub async fn follow(client: &Client, user: &str, job: &str, verbose: bool) -> Re
     }
     drop(latest);
     let mut interrupted = false;
-    let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
     let mut last = Some(first);
     loop {
         tokio::select! {
-            _ = &mut ctrl_c, if !interrupted => {
+            _ = ctrl_c.recv(), if !interrupted => {
                 interrupted = true;
-                tell!("rest-lite: stopping {job}");
-                client.stop(user, job).await?;
+                match &interrupt {
+                    OnInterrupt::Stop => {
+                        tell!("rest-lite: stopping {job}");
+                        client.stop(user, job).await?;
+                    }
+                    OnInterrupt::Detach { flags } => {
+                        let job_word = super::client::shell_word(job);
+                        tell!(
+                            "rest-lite: no longer following {job}; it goes on. rest-lite status {job_word}{flags} shows it, rest-lite stop {job_word}{flags} stops it"
+                        );
+                        return Ok(ExitCode::from(130));
+                    }
+                }
             }
             change = changes.next() => match change {
                 Some(view) => {

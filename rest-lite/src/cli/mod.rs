@@ -92,7 +92,7 @@ enum Command {
 struct TransformArgs {
     /// Job spec file (JSON or YAML); `-` reads standard input.
     spec: PathBuf,
-    /// The submitting user [default: $USER, else "default"].
+    /// The submitting user [default: this Unix user, as `serve` names it].
     #[arg(long, short)]
     user: Option<String>,
     /// Output format.
@@ -195,10 +195,7 @@ fn transform(args: TransformArgs) -> Result<()> {
         Some(path) => ClusterConfig::load(path)?,
         None => ClusterConfig::default(),
     };
-    let user_name = args
-        .user
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "default".to_string());
+    let user_name = args.user.unwrap_or_else(serve::unix_user);
     let user = UserName::parse(&user_name)
         .map_err(|rule| anyhow::anyhow!("user name {user_name:?}: {rule}"))?;
     let text = spec_file::read(&args.spec)?;

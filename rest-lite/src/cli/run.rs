@@ -21,7 +21,7 @@ use super::serve::{LocalArgs, load_config, machine_access};
 pub struct RunArgs {
     /// Job spec file (JSON or YAML); `-` reads standard input.
     spec: PathBuf,
-    /// The submitting user [default: $USER, else "default"].
+    /// The submitting user [default: this Unix user, as `serve` names it].
     #[arg(long, short)]
     user: Option<String>,
     /// Cluster config file (YAML): the same Framework as on the cluster is run here.
@@ -44,14 +44,18 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let format = super::spec_file::format_of(&args.spec, &text);
     let spec = JobSpec::parse(&text, format)?;
     let job = spec.name().as_str().to_string();
-    let user_name = args
-        .user
-        .clone()
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "default".to_string());
-    UserName::parse(&user_name)
+    let user_name = args.user.clone().unwrap_or_else(super::serve::unix_user);
+    let user = UserName::parse(&user_name)
         .map_err(|rule| anyhow::anyhow!("user name {user_name:?}: {rule}"))?;
     let config = load_config(args.config.as_deref())?;
+    // What this machine cannot run is refused before anything starts or is said.
+    pai_translate::place::check(
+        &spec,
+        &user,
+        pai_translate::place::Place::ThisMachine {
+            default_fs_uri: &config.default_fs_uri,
+        },
+    )?;
     let (state_dir, keep) = match &args.local.state_dir {
         Some(dir) => (dir.clone(), true),
         None => (fresh_private_dir()?, args.keep),
@@ -92,7 +96,14 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         tell!("rest-lite: {isolation}");
         let client = Client::new(&url, Some(token));
         super::client::warn(&client.submit(&user_name, &text, format).await?);
-        super::follow::follow(&client, &user_name, &job, args.verbose).await
+        super::follow::follow(
+            &client,
+            &user_name,
+            &job,
+            args.verbose,
+            super::follow::OnInterrupt::Stop,
+        )
+        .await
     });
     drop(runtime);
     if !keep {

@@ -347,6 +347,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let bound = listener.local_addr().context("reading the bound address")?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{bound}");
+        if let Some(state_dir) = machine.as_ref().and_then(|(_, path)| path.parent()) {
+            // Where the command line of this user sends this machine's token, and nowhere else.
+            machine_token::record_serving(state_dir, &url)
+                .context("recording where this server serves, beside its token")?;
+        }
         if let Some(metrics) = args.metrics_listen {
             let metrics_listener = tokio::net::TcpListener::bind(metrics)
                 .await

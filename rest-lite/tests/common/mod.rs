@@ -33,7 +33,35 @@ impl AsRef<std::path::Path> for Scratch {
 pub fn rest_lite_command() -> std::process::Command {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rest-lite"));
     command.env("REST_LITE_ENGINE", "host");
+    hermetic(&mut command);
     command
+}
+
+/// What the person running the tests has set for their own use of rest-lite (a server
+/// address, a token, a state directory) and their home, where `rest-lite serve` keeps
+/// its state and token, stay out of `command`: it gets a home of this test process's own,
+/// and no `XDG_*` directory, `REST_LITE_*` setting or kubeconfig of theirs.
+pub fn hermetic(command: &mut std::process::Command) {
+    for (name, _) in std::env::vars_os() {
+        let name_text = name.to_string_lossy();
+        if name_text.starts_with("REST_LITE_") || name_text.starts_with("XDG_") {
+            command.env_remove(&name);
+        }
+    }
+    command.env("HOME", fake_home()).env_remove("KUBECONFIG");
+}
+
+/// This test process's home: empty at its start, under the build's scratch folder.
+pub fn fake_home() -> &'static std::path::Path {
+    static HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("homes")
+            .join(std::process::id().to_string());
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).expect("a home for the tests");
+        home
+    })
 }
 
 pub fn scratch(area: &str, name: &str) -> Scratch {

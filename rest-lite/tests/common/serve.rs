@@ -22,6 +22,26 @@ pub struct Server {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// `command` run by `wrapper` (`nohup`): its program and arguments after the wrapper's
+/// name, its environment and directory as they were, its output as [`Server::spawn`]
+/// reads it.
+#[allow(dead_code)]
+pub fn under(wrapper: &str, command: &Command) -> Command {
+    let mut wrapped = Command::new(wrapper);
+    wrapped.arg(command.get_program()).args(command.get_args());
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(name, value),
+            None => wrapped.env_remove(name),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    Server::quiet(&mut wrapped);
+    wrapped
+}
+
 impl Server {
     /// `rest-lite serve` on this machine, state in `state`.
     pub fn start(state: &Path) -> Self {
