@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use serde::Serialize;
 
+use super::human::shell_word;
 use pai_api::jobs::Message;
 use pai_client::{Client, ClientError};
 
@@ -499,20 +500,6 @@ impl Login {
             shell_word(&format!("{user}@{ip}")),
         ]);
         words.join(" ")
-    }
-}
-
-/// `word` as one word of a POSIX shell: as it is when it has nothing special, else
-/// single-quoted.
-pub(super) fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=@:,+%".contains(&b));
-    if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
     }
 }
 

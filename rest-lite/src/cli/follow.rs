@@ -77,7 +77,7 @@ pub async fn follow(
                         client.stop(user, job).await?;
                     }
                     OnInterrupt::Detach { flags } => {
-                        let job_word = super::client::shell_word(job);
+                        let job_word = super::human::shell_word(job);
                         tell!(
                             "rest-lite: no longer following {job}; it goes on. rest-lite status {job_word}{flags} shows it, rest-lite stop {job_word}{flags} stops it"
                         );

@@ -383,6 +383,20 @@ pub fn progress(view: &JobView) -> Vec<RoleProgress> {
         .collect()
 }
 
+/// `word` as one word of a POSIX shell: as it is when it has nothing special, else
+/// single-quoted.
+pub(super) fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=@:,+%".contains(&b));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
