@@ -115,6 +115,9 @@ pub const UI_SUBMIT: Route = Route("/ui/submit");
 pub const UI_SIGN_IN: Route = Route("/ui/sign-in");
 pub const UI_SIGN_OUT: Route = Route("/ui/sign-out");
 pub const DOCS: Route = Route("/docs");
+/// A guide of `docs/` (`using`, `reference`, `operating`, `internals`), or a picture one
+/// shows.
+pub const DOCS_PAGE: Route = Route("/docs/{page}");
 
 /// The pages' routes by the names the templates call them (`{{route "jobs"}}`).
 pub const PAGES: &[(&str, Route)] = &[
@@ -128,6 +131,7 @@ pub const PAGES: &[(&str, Route)] = &[
     ("sign_in", UI_SIGN_IN),
     ("sign_out", UI_SIGN_OUT),
     ("docs", DOCS),
+    ("docs_page", DOCS_PAGE),
 ];
 
 /// A page's route by its name in [`PAGES`].
@@ -144,7 +148,7 @@ pub fn is_page(path: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('/'))
         || path
             .strip_prefix(docs)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['?', '#']))
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['?', '#', '/']))
 }
 
 /// The versioned API behind the token (`/api/v1/…`, `/api/v2/…`).

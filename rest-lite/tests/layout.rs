@@ -1,4 +1,4 @@
-//! The README's layout stays true: every source file of every crate is named in its
+//! The layout in docs/internals.md stays true: every source file of every crate is named in its
 //! crate's row (a module `x.rs` as `` `x.rs` ``, a folder module as `` `x/` ``), and every
 //! file a row names exists in that crate.
 
@@ -60,9 +60,10 @@ fn sources(dir: &Path, names: &mut BTreeSet<String>, all: &mut BTreeSet<String>)
 }
 
 #[test]
-fn the_readme_names_every_source_file_in_its_crates_row() {
+fn the_layout_names_every_source_file_in_its_crates_row() {
     let root = common::repo_root();
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let readme =
+        std::fs::read_to_string(root.join("docs/internals.md")).expect("docs/internals.md");
     let start = readme.find("## Layout").expect("a layout section");
     let layout = &readme[start..];
     let layout = &layout[..layout[3..].find("\n## ").map_or(layout.len(), |i| i + 3)];
@@ -96,11 +97,11 @@ fn the_readme_names_every_source_file_in_its_crates_row() {
     }
     assert!(
         missing.is_empty(),
-        "source files the README's layout does not name in their crate's row: {missing:#?}"
+        "source files the layout (docs/internals.md) does not name in their crate's row: {missing:#?}"
     );
     assert!(
         named_but_absent.is_empty(),
-        "files the README's layout names that do not exist: {named_but_absent:#?}"
+        "files the layout (docs/internals.md) names that do not exist: {named_but_absent:#?}"
     );
 }
 
@@ -241,4 +242,64 @@ fn a_long_function_is_found_and_its_reason_read() {
         "fn short() {{\n}}\n\nfn long() {{\n{body}}}\n\n// Long: a table.\nfn table() {{\n{body}}}\n"
     );
     assert_eq!(long_without_reason(&text, 80), ["long (92 lines)"]);
+}
+
+/// The README is what a newcomer reads (at most 200 lines); the rest is in docs/, by
+/// reader. Neither names the project's issue numbers, and every relative link in them
+/// leads to a file that exists.
+#[test]
+fn the_readme_is_short_and_every_page_links_to_what_exists() {
+    let root = common::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    assert!(
+        readme.lines().count() <= 200,
+        "the README has {} lines",
+        readme.lines().count()
+    );
+    let mut pages = vec![(root.join("README.md"), readme)];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            let text = std::fs::read_to_string(&path).expect("a page");
+            pages.push((path, text));
+        }
+    }
+    for (path, text) in &pages {
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(
+                !names_an_issue(line),
+                "{}: an issue number: {line}",
+                path.display()
+            );
+        }
+        for target in text
+            .split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+        {
+            let target = target.split('#').next().unwrap_or_default();
+            if target.is_empty() || target.contains("://") || target.contains(' ') {
+                continue;
+            }
+            let file = path.parent().expect("folder").join(target);
+            assert!(
+                file.exists(),
+                "{}: a link to {target}, which is not there",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Whether `line` holds `#N` (one to three digits) after a space or a parenthesis.
+fn names_an_issue(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    bytes.iter().enumerate().any(|(i, &b)| {
+        let after = &bytes[i + 1..];
+        let digits = after.iter().take_while(|c| c.is_ascii_digit()).count();
+        b == b'#'
+            && (i == 0 || matches!(bytes[i - 1], b' ' | b'('))
+            && (1..=3).contains(&digits)
+            && after.get(digits).is_none_or(|c| !c.is_ascii_alphanumeric())
+    })
 }

@@ -1666,7 +1666,7 @@ fn a_failures_reason_is_the_line_that_names_its_cause() {
     ) {
         // Open MPI says it in one of two sentences, depending on which of its processes
         // notices first; both name the non-zero exit.
-        cases.push(("mpi", mpi, 3, "mpi", "non-zero"));
+        cases.push(("mpi", mpi, 3, "mpi-exit", "non-zero"));
     }
     // The operator's own pattern (the config's `failurePatterns`) ranks first.
     let config = dir.join("config.yaml");

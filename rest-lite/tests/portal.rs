@@ -181,3 +181,79 @@ fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
     }
     drop(server);
 }
+
+/// No page is wider than a 1,280 px window (a wider one scrolls sideways and cuts its
+/// text off): the list, a job whose cause is one long word, the submit form, the docs'
+/// index with the API's routes, and each guide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_fits_a_1280_px_window() {
+    let chromium = needs::program("chromium");
+    if !needs::present(
+        "node",
+        needs::program("node").is_some(),
+        "apt-get install nodejs npm",
+    ) || !needs::present(
+        "playwright-core from npm",
+        portal_dir()
+            .join("node_modules/playwright-core/package.json")
+            .is_file(),
+        "npm ci --prefix rest-lite/tests/portal",
+    ) || !needs::present("Chromium", chromium.is_some(), "apt-get install chromium")
+    {
+        return;
+    }
+    let dir = common::scratch("portal", "widths");
+    let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
+    let server = Server::start_with_tokens(&dir.join("state"), &tokens);
+    let client = pai_client::Client::new(&server.url, Some(TOKEN.to_string()));
+    // A failure whose cause is one word of 400 characters, as a path or a URL can be.
+    let word = "x".repeat(400);
+    let spec = serde_json::json!({
+        "jobName": "long-cause", "image": "busybox",
+        "taskRoles": [{"name": "worker", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 128,
+            "command": format!("echo 'Error: /data/{word}' >&2; exit 1")}],
+    })
+    .to_string();
+    client
+        .submit("alice", &spec, pai_translate::spec::SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let view = common::fifo::final_view(&client, "alice", "long-cause").await;
+    assert!(
+        view["jobStatus"]["appExitDiagnostics"]
+            .as_str()
+            .is_some_and(|d| d.contains(&word)),
+        "{view}"
+    );
+    let mut pages = vec![
+        "/ui/jobs".to_string(),
+        "/ui/jobs/alice/long-cause".to_string(),
+        "/ui/submit".to_string(),
+        "/docs".to_string(),
+    ];
+    pages.extend(["using", "reference", "operating", "internals"].map(|g| format!("/docs/{g}")));
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/portal");
+    std::fs::create_dir_all(&shots).expect("screenshot dir");
+    let chromium = chromium.expect("present");
+    let pages_json = serde_json::to_string(&pages).expect("json");
+    let run = common::node::run(
+        &portal_dir(),
+        "widths.js",
+        &[
+            ("REST_LITE_URL", server.url.as_ref()),
+            ("REST_LITE_TOKEN", TOKEN.as_ref()),
+            ("CHROMIUM", chromium.as_os_str()),
+            ("SHOTS", shots.as_os_str()),
+            ("PAGES", pages_json.as_ref()),
+        ],
+    );
+    let widths: Vec<&Value> = run.steps.iter().filter(|s| s["step"] == "width").collect();
+    assert_eq!(widths.len(), pages.len(), "{}", run.stdout);
+    for width in widths {
+        assert_eq!(width["status"], 200, "{width}");
+        assert!(
+            width["page"].as_u64() <= width["window"].as_u64(),
+            "wider than the window: {width}"
+        );
+    }
+}

@@ -227,7 +227,7 @@ pub fn document() -> serde_json::Value {
     document
 }
 
-/// `GET /api/v1/openapi.json`.
+/// `GET /api/v1/openapi.json`: this document, the whole API with every field and error.
 #[utoipa::path(
     get,
     path = pai_api::routes::OPENAPI.template(),

@@ -150,8 +150,8 @@ pub async fn submit(
     Ok(submitted(result.await?))
 }
 
-/// `PUT /api/v1/user/{user}/jobs/{job}`: the proof of concept's form; the path's job name
-/// must be the spec's.
+/// `PUT /api/v1/user/{user}/jobs/{job}`: a submission that names the job in its path
+/// too, which must be the spec's.
 #[utoipa::path(
     put,
     path = pai_api::routes::JOB.template(),
@@ -431,7 +431,8 @@ pub(crate) fn encode(value: &str) -> String {
         .collect()
 }
 
-/// `GET /api/v1/user/{user}/jobs`.
+/// `GET /api/v1/user/{user}/jobs`: the user's jobs, newest first, filtered by state and
+/// paged with `limit`.
 #[utoipa::path(
     get,
     path = pai_api::routes::USER_JOBS.template(),
@@ -492,7 +493,8 @@ pub async fn whoami(
     })
 }
 
-/// `GET /api/v1/jobs?username=`.
+/// `GET /api/v1/jobs?username=`: the jobs the caller may see (an admin: everyone's),
+/// newest first, or one user's with `username`.
 #[utoipa::path(
     get,
     path = pai_api::routes::JOBS.template(),
@@ -518,7 +520,7 @@ pub async fn list_jobs(
     Ok(page_of(pai_api::routes::JOBS.template(), &shown, listed))
 }
 
-/// `GET /healthz`.
+/// `GET /healthz`: the process serves (liveness; `/readyz` says whether it can answer).
 #[utoipa::path(get, path = pai_api::routes::HEALTHZ.template(), tag = "operations", responses((status = 200, description = "the process serves", body = String)))]
 pub async fn healthz() -> &'static str {
     "ok"

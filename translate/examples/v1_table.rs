@@ -1,5 +1,5 @@
-//! Prints the README's table of OpenPAI v1 fields: `cargo run -q -p pai-translate
-//! --example v1_table`, pasted where README.md shows it (a test compares the two).
+//! Prints docs/reference.md's table of OpenPAI v1 fields: `cargo run -q -p pai-translate
+//! --example v1_table`, pasted where docs/reference.md shows it (a test compares the two).
 
 use std::io::Write;
 

@@ -27,6 +27,7 @@ pub enum OnInterrupt {
 /// too), line by line with its name in front, then the job's state on standard error.
 /// Ctrl-C does what `interrupt` says. Returns the exit code for the job's outcome: 0
 /// when it succeeded, 130 when stopped or left here, else its exit code (or 1).
+// Long: one loop of the job's changes and Ctrl-C, beside the task followers it starts.
 pub async fn follow(
     client: &Client,
     user: &str,

@@ -47,6 +47,7 @@ static TEMPLATES: LazyLock<Handlebars<'static>> = LazyLock::new(|| {
         ("sign_in", include_str!("../../templates/sign_in.hbs")),
         ("error", include_str!("../../templates/error.hbs")),
         ("docs", include_str!("../../templates/docs.hbs")),
+        ("guide", include_str!("../../templates/guide.hbs")),
         ("submit", include_str!("../../templates/submit.hbs")),
     ];
     for (name, text) in templates {
@@ -105,6 +106,7 @@ pub fn router() -> Router<AppState> {
         )
         .route(routes::UI_SIGN_OUT.template(), post(sign_out))
         .route(routes::DOCS.template(), get(docs))
+        .route(routes::DOCS_PAGE.template(), get(docs_page))
 }
 
 /// A rendered page with the headers every page gets: no caching (it shows live state),
@@ -147,7 +149,7 @@ fn secure(headers: &mut HeaderMap) {
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
 }
@@ -686,6 +688,18 @@ async fn sign_out(State(state): State<AppState>) -> Response {
 /// it, from the same OpenAPI document the server serves.
 async fn docs() -> Response {
     page(StatusCode::OK, "docs", &docs::page())
+}
+
+/// `GET /docs/{page}`: a guide of `docs/` rendered (the same text as in the repository),
+/// or a picture a guide shows.
+async fn docs_page(Path(name): Path<String>) -> Response {
+    if let Some(guide) = docs::guide(&name) {
+        return page(StatusCode::OK, "guide", &guide);
+    }
+    if let Some((_, bytes)) = docs::IMAGES.iter().find(|(n, _)| *n == name) {
+        return with_headers(bytes.into_response(), "image/png");
+    }
+    error_page(&ApiError::no_route(&routes::DOCS_PAGE.with(&[&name])), None)
 }
 
 #[cfg(test)]

@@ -262,7 +262,8 @@ pub struct JobPage {
     pub one_retry: bool,
     pub running: u32,
     pub total: u32,
-    pub role_count: usize,
+    /// `1 role`, `3 roles`.
+    pub role_count: String,
     pub created: String,
     pub created_iso: String,
     pub age: String,
@@ -521,7 +522,7 @@ pub fn job_page(
         },
         job: view.name.clone(),
         state: status.state.to_string(),
-        sub_state: status.sub_state.clone(),
+        sub_state: attempt_words(&status.sub_state),
         waiting: status.waiting.as_ref().map(ToString::to_string),
         waiting_for: status
             .waiting
@@ -533,7 +534,10 @@ pub fn job_page(
         one_retry: status.retries == 1,
         running: status.running_task_number,
         total: status.total_task_number,
-        role_count: view.task_roles.len(),
+        role_count: match view.task_roles.len() {
+            1 => "1 role".to_string(),
+            n => format!("{n} roles"),
+        },
         created: status.created_time.map_or_else(String::new, readable),
         created_iso: status.created_time.map_or_else(String::new, iso),
         age: status
@@ -684,15 +688,15 @@ impl TailCount {
 /// One task's row; `page`: the job's page, its log links' base.
 fn task_row(page: &str, role: &str, task: &TaskView, tail: RowTail) -> TaskRow {
     let (tail, runtime_tail, tail_note) = tail;
+    // A port answers only while its task runs.
+    let links = if task.task_state == JobState::Running {
+        port_links(task)
+    } else {
+        Vec::new()
+    };
     TaskRow {
         id: format!("{role}-{}", task.task_index),
         state: task.task_state.to_string(),
-        // A port answers only while its task runs.
-        links: if task.task_state == JobState::Running {
-            port_links(task)
-        } else {
-            Vec::new()
-        },
         // The platform's codes alone: the user's own code says itself.
         exit_meaning: task.container_exit_meaning.clone().filter(|_| {
             task.container_exit_code
@@ -700,12 +704,19 @@ fn task_row(page: &str, role: &str, task: &TaskView, tail: RowTail) -> TaskRow {
         }),
         decided: task.decided_outcome,
         ip: task.container_ip.clone(),
+        // Each port once: as a link where it is one, else as text.
         ports: task
             .container_ports
             .iter()
+            .filter(|(label, _)| {
+                !links
+                    .iter()
+                    .any(|l| l.label.split(':').next() == Some(label.as_str()))
+            })
             .map(|(label, ports)| format!("{label}:{ports}"))
             .collect::<Vec<_>>()
             .join(" "),
+        links,
         gpus: task
             .gpus
             .iter()
@@ -770,6 +781,20 @@ fn condition_lines(view: &JobView) -> Vec<ConditionLine> {
             message: said_above(&c.message),
         })
         .collect()
+}
+
+/// FrameworkController's attempt state in words (`AttemptRunning`: `running`).
+fn attempt_words(state: &str) -> String {
+    match state {
+        "AttemptCreationPending" | "AttemptCreationRequested" => "being created",
+        "AttemptPreparing" => "preparing",
+        "AttemptRunning" => "running",
+        "AttemptDeletionPending" | "AttemptDeletionRequested" | "AttemptDeleting" => "ending",
+        "AttemptCompleted" => "ended, the next one to come",
+        "Completed" => "completed",
+        other => other,
+    }
+    .to_string()
 }
 
 /// A task's ports as links (all but ssh), where it has an address.

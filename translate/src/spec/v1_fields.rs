@@ -1,6 +1,6 @@
 //! Every field of an OpenPAI v1 job config and what it does here: the one list the
 //! validator knows fields by (a field missing here is an unknown field) and the table
-//! the README shows (rendered by [`markdown`], compared with the README by a test, so
+//! docs/reference.md shows (rendered by [`markdown`], compared with that page by a test, so
 //! neither can drift). The rules are OpenPAI's own (microsoft/pai,
 //! `src/rest-server/src/config/job.js` and `middlewares/job.js`): defaults where it had
 //! defaults, refusals where it refused.
@@ -161,7 +161,7 @@ pub static JOB_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| names(JOB))
 pub static ROLE_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| names(ROLE));
 pub static PORT_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| names(PORT));
 
-/// The README's table of every v1 field.
+/// docs/reference.md's table of every v1 field.
 pub fn markdown() -> String {
     let mut out = String::from(
         "| Field | Takes (OpenPAI's rule and default) | What it does here |\n|---|---|---|\n",
