@@ -82,8 +82,19 @@ fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
         text(&bad[0]["text"]).contains("taskRoles[0].taskNumber"),
         "{bad}"
     );
+    // A fresh form holds a job to start from, and links to every field's rule.
+    let fresh = step("fresh-form");
+    assert!(text(&fresh["text"]).contains("jobName: shell-hello"), "{fresh}");
+    assert_eq!(fresh["reference"], "/docs/reference#the-job-spec", "{fresh}");
     assert!(text(&step("checked")["valid"]).contains("job portal-demo is valid: 2 tasks"));
     assert!(text(&step("submitted")["text"]).contains("portal-demo was submitted"));
+    // Check says what Submit then says: the same warnings.
+    let checked = &step("checked")["warnings"];
+    assert!(
+        checked.as_array().is_some_and(|w| !w.is_empty()),
+        "this machine's warnings (its image is not used): {checked}"
+    );
+    assert_eq!(checked, &step("submitted")["warnings"]);
 
     // Running: its resources, its spec, links to its tasks' ports, what can be done.
     let running = step("running");

@@ -26,8 +26,12 @@ use pai_translate::transform::Submission;
 pub enum Submitted {
     /// The Framework was created.
     Created { job: String, warnings: Vec<String> },
-    /// A dry run: the Framework that would have been.
-    DryRun(Box<Framework>),
+    /// A dry run: the Framework that would have been, and the warnings its submission
+    /// would have had.
+    DryRun {
+        framework: Box<Framework>,
+        warnings: Vec<String>,
+    },
 }
 
 /// Validates, transforms and (unless `dry_run`) creates the job. `path_job` is the PUT
@@ -111,8 +115,15 @@ pub async fn submit(
         .transform(submission, Seed::Random)
         .map_err(|e| ApiError::bad_spec(&e))?;
     pai_engine::depends::resolve(state.backend.as_ref(), &mut framework).await?;
+    // What the spec asks that is not done as it asks, for a check and a submission alike.
+    let mut warnings = pai_translate::warnings::spec_warnings(&spec);
+    warnings.extend(place_warnings);
+    warnings.extend(state.backend.warnings(&spec));
     if dry_run {
-        return Ok(Submitted::DryRun(Box::new(framework)));
+        return Ok(Submitted::DryRun {
+            framework: Box::new(framework),
+            warnings,
+        });
     }
     let mut key = JobKey::generate(&format!("{user}~{job}"))
         .map_err(|e| ApiError::from(BackendError::Other(e.to_string())))?;
@@ -135,9 +146,6 @@ pub async fn submit(
             other => other.into(),
         })?;
     tracing::info!(user = %user, job = %job, "job submitted");
-    let mut warnings = pai_translate::warnings::spec_warnings(&spec);
-    warnings.extend(place_warnings);
-    warnings.extend(state.backend.warnings(&spec));
     Ok(Submitted::Created { job, warnings })
 }
 

@@ -116,7 +116,7 @@ fn submitted(result: Submitted) -> Response {
             }),
         )
             .into_response(),
-        Submitted::DryRun(framework) => Json(framework).into_response(),
+        Submitted::DryRun { framework, .. } => Json(framework).into_response(),
     }
 }
 

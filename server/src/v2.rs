@@ -133,7 +133,7 @@ pub async fn submit(
             }),
         )
             .into_response()),
-        Submitted::DryRun(framework) => Ok(Json(framework).into_response()),
+        Submitted::DryRun { framework, .. } => Ok(Json(framework).into_response()),
     }
 }
 

@@ -121,6 +121,13 @@ pub struct SubmitArgs {
     connection: Connection,
 }
 
+impl SubmitArgs {
+    /// The spec file it names.
+    pub fn spec_path(&self) -> &std::path::Path {
+        &self.spec
+    }
+}
+
 /// How a command prints what it read.
 #[derive(Clone, Copy, Debug, Default, clap::ValueEnum)]
 pub enum Format {

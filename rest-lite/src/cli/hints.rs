@@ -3,8 +3,8 @@
 use pai_client::{ClientError, ErrorCode};
 
 /// The next step for `error`, when there is an obvious one; `spec`: the command sent a
-/// job spec (a 400 is then about it).
-pub fn next_step(error: &anyhow::Error, spec: bool) -> Option<String> {
+/// job spec (a 400 is then about it), `job` its name where known.
+pub fn next_step(error: &anyhow::Error, spec: bool, job: Option<&str>) -> Option<String> {
     let client = error
         .chain()
         .find_map(|e| e.downcast_ref::<ClientError>())?;
@@ -19,7 +19,10 @@ pub fn next_step(error: &anyhow::Error, spec: bool) -> Option<String> {
         ErrorCode::UnauthorizedUserError => "this server wants a token: give yours with --token or REST_LITE_TOKEN (its operator makes one with `rest-lite token`)".to_string(),
         ErrorCode::NoJobError => "`rest-lite jobs` lists your jobs; --user names another user's".to_string(),
         ErrorCode::NoTaskError => "`rest-lite status JOB` lists its tasks, each as ROLE-INDEX (give them with -r ROLE -i INDEX)".to_string(),
-        ErrorCode::ConflictJobError if spec => "a job keeps its name until it is deleted: change jobName, or `rest-lite delete NAME` first".to_string(),
+        ErrorCode::ConflictJobError if spec => format!(
+            "a job keeps its name until it is deleted: change jobName, or `rest-lite delete {}` first",
+            job.map_or_else(|| "NAME".to_string(), super::human::shell_word)
+        ),
         // A spec refused; the server's own limits (the task limit of this machine, …)
         // name their setting in the message itself.
         ErrorCode::InvalidParametersError if spec => "`rest-lite transform SPEC` checks a spec without a server".to_string(),
@@ -44,11 +47,11 @@ mod tests {
 
     #[test]
     fn hints_follow_the_code_and_what_was_sent_never_the_words() {
-        let hint = |e: &anyhow::Error, spec| next_step(e, spec).unwrap_or_default();
+        let hint = |e: &anyhow::Error, spec| next_step(e, spec, None).unwrap_or_default();
         let refused = api(400, ErrorCode::InvalidParametersError, true);
         assert!(hint(&refused, true).contains("rest-lite transform SPEC"));
         assert_eq!(
-            next_step(&refused, false),
+            next_step(&refused, false, None),
             None,
             "a 400 of a read is no spec's"
         );
@@ -63,8 +66,18 @@ mod tests {
         assert!(
             hint(&api(409, ErrorCode::ConflictJobError, true), true).contains("change jobName")
         );
+        // The job's own name, not a placeholder, where the spec gave it.
+        assert!(
+            next_step(
+                &api(409, ErrorCode::ConflictJobError, true),
+                true,
+                Some("mnist")
+            )
+            .unwrap_or_default()
+            .contains("`rest-lite delete mnist`")
+        );
         assert_eq!(
-            next_step(&api(500, ErrorCode::UnknownError, true), true),
+            next_step(&api(500, ErrorCode::UnknownError, true), true, None),
             None
         );
     }

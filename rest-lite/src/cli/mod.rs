@@ -62,7 +62,8 @@ enum Command {
     /// server to start): every task's output, then the job's state; exits 0 when it
     /// succeeded.
     Run(run::RunArgs),
-    /// Serve the OpenPAI v1 jobs API, over a Kubernetes cluster or on this machine.
+    /// Serve the jobs API (OpenPAI's v1, and v2 as its SDK calls it) and the pages, over a
+    /// Kubernetes cluster or on this machine.
     Serve(serve::ServeArgs),
     /// Submit a job to a server.
     Submit(client::SubmitArgs),
@@ -137,7 +138,11 @@ pub fn run() -> ExitCode {
         quiet_on_closed_pipe();
     }
     // A 400 of these is about the spec they sent.
-    let sends_spec = matches!(cli.command, Command::Submit(_) | Command::Run(_));
+    let spec_path = match &cli.command {
+        Command::Submit(args) => Some(args.spec_path().to_path_buf()),
+        Command::Run(args) => Some(args.spec_path().to_path_buf()),
+        _ => None,
+    };
     let result = match cli.command {
         Command::Transform(args) => transform(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => serve::serve(args).map(|()| ExitCode::SUCCESS),
@@ -156,7 +161,8 @@ pub fn run() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             tell!("error: {err:#}");
-            if let Some(hint) = hints::next_step(&err, sends_spec) {
+            let job = spec_path.as_deref().and_then(spec_file::job_name);
+            if let Some(hint) = hints::next_step(&err, spec_path.is_some(), job.as_deref()) {
                 tell!("hint: {hint}");
             }
             ExitCode::from(EXIT_BAD_INPUT)

@@ -39,6 +39,13 @@ pub struct RunArgs {
     local: LocalArgs,
 }
 
+impl RunArgs {
+    /// The spec file it names.
+    pub fn spec_path(&self) -> &std::path::Path {
+        &self.spec
+    }
+}
+
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let text = super::spec_file::read(&args.spec)?;
     let format = super::spec_file::format_of(&args.spec, &text);

@@ -26,3 +26,14 @@ pub(crate) fn format_of(path: &Path, text: &str) -> SpecFormat {
         _ => SpecFormat::detect(text),
     }
 }
+
+/// The job name of the spec file at `path` (not standard input, read once already), for
+/// a hint that names it; `None` when it cannot be read.
+pub(crate) fn job_name(path: &Path) -> Option<String> {
+    if path == Path::new("-") {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let spec = pai_translate::spec::JobSpec::parse(&text, format_of(path, &text)).ok()?;
+    Some(spec.name().as_str().to_string())
+}

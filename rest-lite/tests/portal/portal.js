@@ -62,7 +62,11 @@ async function untilState(page, states, taskStates = null, ms = 60000) {
     step('signed-in', { url: page.url() });
 
     // Submit with an error: the form comes back with it next to the line.
-    await page.click('#submit-link');
+    await Promise.all([page.waitForNavigation(), page.click('#submit-link')]);
+    step('fresh-form', {
+      text: await page.inputValue('#spec'),
+      reference: await page.getAttribute('#spec-reference', 'href'),
+    });
     await page.fill('#spec', SPEC_WITH_ERROR);
     await Promise.all([page.waitForNavigation(), page.click('#check')]);
     const bad = await page.$$eval('#spec-errors tr.bad', (rows) =>
@@ -73,9 +77,10 @@ async function untilState(page, states, taskStates = null, ms = 60000) {
     // Fixed, checked, submitted.
     await page.fill('#spec', SPEC_WITH_ERROR.replace('taskNumber: 0', 'taskNumber: 2'));
     await Promise.all([page.waitForNavigation(), page.click('#check')]);
-    step('checked', { valid: await page.textContent('#valid') });
+    const warnings = () => page.$$eval('#warnings li', (lis) => lis.map((li) => li.textContent));
+    step('checked', { valid: await page.textContent('#valid'), warnings: await warnings() });
     await Promise.all([page.waitForNavigation(), page.click('#submit')]);
-    step('submitted', { text: await page.textContent('#submitted') });
+    step('submitted', { text: await page.textContent('#submitted'), warnings: await warnings() });
     await Promise.all([page.waitForNavigation(), page.click('#submitted a')]);
     // Every task running: only a running task's ports are links.
     const running = await untilState(page, ['RUNNING'], ['RUNNING']);

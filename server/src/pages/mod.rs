@@ -495,7 +495,10 @@ async fn submit_form(
         Ok(caller) => caller,
         Err(to_sign_in) => return to_sign_in.into_response(),
     };
-    let mut data = submit::SubmitPage::new(String::new());
+    let mut data = match query.clone {
+        Some(_) => submit::SubmitPage::new(String::new()),
+        None => submit::SubmitPage::with_example(),
+    };
     if let Some((user, job)) = query.clone.as_deref().and_then(|c| c.split_once('/')) {
         match Job::find(&state, &caller, user, job).await {
             Ok(found) => {
@@ -563,7 +566,10 @@ async fn submit_job(
     };
     let mut data = data;
     match jobs::submit(&state, &caller, &user, None, sent.check, &body).await {
-        Ok(jobs::Submitted::DryRun(framework)) => {
+        Ok(jobs::Submitted::DryRun {
+            framework,
+            warnings,
+        }) => {
             let tasks: u32 = framework.spec.task_roles.iter().map(|r| r.tasks()).sum();
             data.valid = Some(format!(
                 "job {} is valid: {tasks} task{} in {} role{}",
@@ -576,7 +582,7 @@ async fn submit_job(
                     "s"
                 },
             ));
-            data.warnings = pai_translate::warnings::spec_warnings(&spec);
+            data.warnings = warnings;
             answer(StatusCode::OK, data)
         }
         Ok(jobs::Submitted::Created { job, warnings }) => {

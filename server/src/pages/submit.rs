@@ -84,7 +84,14 @@ pub struct SubmitPage {
     pub submitted: Option<Submitted>,
     /// The job this form was cloned from.
     pub cloned_from: Option<String>,
+    /// The form holds [`EXAMPLE`], for a person to start from.
+    pub example: bool,
+    /// The job spec's reference (`/docs/reference#the-job-spec`).
+    pub reference: String,
 }
+
+/// What a fresh form holds: a job that runs as it is, on this machine and on a cluster.
+pub const EXAMPLE: &str = include_str!("../../../examples/shell-hello.yaml");
 
 #[derive(Serialize)]
 pub struct Submitted {
@@ -101,7 +108,19 @@ impl SubmitPage {
                 ..Frame::default()
             },
             text,
+            reference: format!(
+                "{}#the-job-spec",
+                pai_api::routes::DOCS_PAGE.with(&["reference"])
+            ),
             ..Self::default()
+        }
+    }
+
+    /// A fresh form: [`EXAMPLE`] in it.
+    pub fn with_example() -> Self {
+        Self {
+            example: true,
+            ..Self::new(EXAMPLE.to_string())
         }
     }
 
