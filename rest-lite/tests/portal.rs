@@ -84,8 +84,14 @@ fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
     );
     // A fresh form holds a job to start from, and links to every field's rule.
     let fresh = step("fresh-form");
-    assert!(text(&fresh["text"]).contains("jobName: shell-hello"), "{fresh}");
-    assert_eq!(fresh["reference"], "/docs/reference#the-job-spec", "{fresh}");
+    assert!(
+        text(&fresh["text"]).contains("jobName: shell-hello"),
+        "{fresh}"
+    );
+    assert_eq!(
+        fresh["reference"], "/docs/reference#the-job-spec",
+        "{fresh}"
+    );
     assert!(text(&step("checked")["valid"]).contains("job portal-demo is valid: 2 tasks"));
     assert!(text(&step("submitted")["text"]).contains("portal-demo was submitted"));
     // Check says what Submit then says: the same warnings.

@@ -103,7 +103,7 @@ pub async fn ssh_info(state: &AppState, job: &Job) -> Result<SshInfo, ApiError> 
             Ok(()) => containers.push(container),
             Err(e) => unavailable.push(SshUnavailable {
                 reason: format!(
-                    "nothing answers ssh at {}:{} ({e}); the task's init-10-sshd.sh.log says why (no sshd in the image, or it has not started yet)",
+                    "nothing answers ssh at {}:{} ({e}): the task's image may have no sshd (install openssh-server in it; a running task looks again 10 s after a refused connection), and the task's runtime lines and its init-10-sshd.sh.log say why",
                     container.ssh_ip, container.ssh_port
                 ),
                 id: container.id,

@@ -17,7 +17,7 @@ use std::ffi::OsString;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::unistd::Pid;
 use tracing::{info, warn};
@@ -45,9 +45,15 @@ enum Readiness {
     /// The setup script (this pid) runs.
     Preparing(Pid),
     Ready(PathBuf),
-    /// The setup script ended without naming an sshd, or there is none.
-    Unavailable,
+    /// The setup script ended without naming an sshd, or there is none: since when. A
+    /// connection [`RETRY_AFTER`] later runs the script again, so an sshd installed in
+    /// the running task (`apt-get install openssh-server`) is found.
+    Unavailable(Instant),
 }
+
+/// How long a task without sshd answers connections by closing them before it looks
+/// again.
+const RETRY_AFTER: Duration = Duration::from_secs(10);
 
 /// How to run the setup script: as a daemon script is run (the supervisor reaps it and
 /// tells [`OnDemand`]), its output into `init-<name>.log` in `log_dir`.
@@ -201,7 +207,7 @@ impl OnDemand {
                         "the ssh setup script prepared no sshd (its log says why); ssh connections are closed"
                     );
                 }
-                Readiness::Unavailable
+                Readiness::Unavailable(Instant::now())
             }
         };
         changed.notify_all();
@@ -220,6 +226,9 @@ impl OnDemand {
     fn wait_ready(&self) -> Option<PathBuf> {
         let (lock, changed) = &*self.ready;
         let mut ready = lock.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*ready, Readiness::Unavailable(since) if since.elapsed() >= RETRY_AFTER) {
+            *ready = Readiness::Unprepared;
+        }
         if *ready == Readiness::Unprepared {
             // Another script of the image may have prepared sshd already.
             *ready = match (self.sshd_path(), &*self.setup) {
@@ -240,7 +249,7 @@ impl OnDemand {
                         }
                         Err(e) => {
                             warn!(script = %setup.script.display(), error = %e, "cannot start the ssh setup script; ssh connections are closed");
-                            Readiness::Unavailable
+                            Readiness::Unavailable(Instant::now())
                         }
                     }
                 }
@@ -248,7 +257,7 @@ impl OnDemand {
                     warn!(
                         "no {SETUP_SCRIPT} among the init scripts and no sshd prepared; ssh connections are closed"
                     );
-                    Readiness::Unavailable
+                    Readiness::Unavailable(Instant::now())
                 }
             };
         }

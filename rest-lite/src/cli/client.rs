@@ -193,6 +193,13 @@ pub struct SshArgs {
     connection: Connection,
 }
 
+impl SshArgs {
+    /// The job it names.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct LogsArgs {
     /// The job's name.

@@ -18,6 +18,10 @@ pub fn next_step(error: &anyhow::Error, spec: bool, job: Option<&str>) -> Option
         ErrorCode::UnauthorizedUserError if *token_sent => "the token given (--token or REST_LITE_TOKEN) is not this server's: check it, or ask its operator for one (`rest-lite token`)".to_string(),
         ErrorCode::UnauthorizedUserError => "this server wants a token: give yours with --token or REST_LITE_TOKEN (its operator makes one with `rest-lite token`)".to_string(),
         ErrorCode::NoJobError => "`rest-lite jobs` lists your jobs; --user names another user's".to_string(),
+        ErrorCode::NoJobSshInfoError => format!(
+            "`rest-lite logs {} -r ROLE --runtime` shows a task's runtime lines, which say why it has no ssh; an image needs openssh-server",
+            job.map_or_else(|| "JOB".to_string(), super::human::shell_word)
+        ),
         ErrorCode::NoTaskError => "`rest-lite status JOB` lists its tasks, each as ROLE-INDEX (give them with -r ROLE -i INDEX)".to_string(),
         ErrorCode::ConflictJobError if spec => format!(
             "a job keeps its name until it is deleted: change jobName, or `rest-lite delete {}` first",

@@ -138,6 +138,10 @@ pub fn run() -> ExitCode {
         quiet_on_closed_pipe();
     }
     // A 400 of these is about the spec they sent.
+    let named_job = match &cli.command {
+        Command::Ssh(args) => Some(args.job().to_string()),
+        _ => None,
+    };
     let spec_path = match &cli.command {
         Command::Submit(args) => Some(args.spec_path().to_path_buf()),
         Command::Run(args) => Some(args.spec_path().to_path_buf()),
@@ -161,7 +165,10 @@ pub fn run() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             tell!("error: {err:#}");
-            let job = spec_path.as_deref().and_then(spec_file::job_name);
+            let job = spec_path
+                .as_deref()
+                .and_then(spec_file::job_name)
+                .or(named_job);
             if let Some(hint) = hints::next_step(&err, spec_path.is_some(), job.as_deref()) {
                 tell!("hint: {hint}");
             }
