@@ -1435,6 +1435,28 @@ fn code_this_machine_cannot_reach_is_refused_before_anything_runs() {
         "{stderr}"
     );
     assert!(!stdout.contains("[main-0]"), "{stdout}");
+    assert!(
+        !stderr.contains("running no-code on this machine"),
+        "refused before it says it runs: {stderr}"
+    );
+    // Code on the default file system, which this machine's config does not name: the
+    // refusal says which key of which file would.
+    std::fs::write(
+        &spec,
+        job(
+            "no-fs",
+            json!([role("main", 1, "cd code && ./start.sh")]),
+            json!({"codeDir": "$PAI_DEFAULT_FS_URI/alice/code"}),
+        ),
+    )
+    .expect("spec");
+    let (code, _, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("set defaultFsUri in a config file given to `rest-lite serve --config FILE` or `rest-lite run --config FILE`")
+            && !stderr.contains("running no-fs on this machine"),
+        "{stderr}"
+    );
 }
 
 /// `rest-lite run spec | head`: the reader goes away, the job goes on to its end, and

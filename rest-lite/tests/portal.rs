@@ -19,33 +19,36 @@ use pai_test_support::needs;
 
 const TOKEN: &str = "portal-user-token";
 
+/// The system's Chromium, where Node.js and Playwright's driver are there to drive it;
+/// `None` (said, or a failure under `CI=true`) where something is missing.
+fn browser() -> Option<PathBuf> {
+    let chromium = needs::program("chromium");
+    let ready = needs::present(
+        "node",
+        needs::program("node").is_some(),
+        "apt-get install nodejs npm",
+    ) && needs::present(
+        "playwright-core from npm",
+        portal_dir()
+            .join("node_modules/playwright-core/package.json")
+            .is_file(),
+        "npm ci --prefix rest-lite/tests/portal",
+    ) && needs::present("Chromium", chromium.is_some(), "apt-get install chromium");
+    chromium.filter(|_| ready)
+}
+
 fn portal_dir() -> PathBuf {
     common::repo_root().join("rest-lite/tests/portal")
 }
 
 #[test]
 fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
-    let chromium = needs::program("chromium");
-    if !needs::present(
-        "node",
-        needs::program("node").is_some(),
-        "apt-get install nodejs npm",
-    ) || !needs::present(
-        "playwright-core from npm",
-        portal_dir()
-            .join("node_modules/playwright-core/package.json")
-            .is_file(),
-        "npm ci --prefix rest-lite/tests/portal",
-    ) || !needs::present("Chromium", chromium.is_some(), "apt-get install chromium")
-    {
-        return;
-    }
+    let Some(chromium) = browser() else { return };
     let dir = common::scratch("portal", "browser");
     let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
     let server = Server::start_with_tokens(&dir.join("state"), &tokens);
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/portal");
     std::fs::create_dir_all(&shots).expect("screenshot dir");
-    let chromium = chromium.expect("present");
     let run = common::node::run(
         &portal_dir(),
         "portal.js",
@@ -204,21 +207,7 @@ fn a_person_submits_clones_stops_and_deletes_jobs_in_the_portal() {
 /// index with the API's routes, and each guide.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_fits_a_1280_px_window() {
-    let chromium = needs::program("chromium");
-    if !needs::present(
-        "node",
-        needs::program("node").is_some(),
-        "apt-get install nodejs npm",
-    ) || !needs::present(
-        "playwright-core from npm",
-        portal_dir()
-            .join("node_modules/playwright-core/package.json")
-            .is_file(),
-        "npm ci --prefix rest-lite/tests/portal",
-    ) || !needs::present("Chromium", chromium.is_some(), "apt-get install chromium")
-    {
-        return;
-    }
+    let Some(chromium) = browser() else { return };
     let dir = common::scratch("portal", "widths");
     let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
     let server = Server::start_with_tokens(&dir.join("state"), &tokens);
@@ -251,7 +240,6 @@ async fn every_page_fits_a_1280_px_window() {
     pages.extend(["using", "reference", "operating", "internals"].map(|g| format!("/docs/{g}")));
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/portal");
     std::fs::create_dir_all(&shots).expect("screenshot dir");
-    let chromium = chromium.expect("present");
     let pages_json = serde_json::to_string(&pages).expect("json");
     let run = common::node::run(
         &portal_dir(),

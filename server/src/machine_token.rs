@@ -158,7 +158,8 @@ pub fn serves(state_dir: &Path, url: &str) -> bool {
     ours && origin(recorded).is_some() && origin(recorded) == origin(url)
 }
 
-/// `scheme://host:port` of `url`, loopback names as one, the port made explicit.
+/// `scheme://host:port` of `url`, loopback names (and the unspecified address a server
+/// listens on for all) as one, the port made explicit.
 fn origin(url: &str) -> Option<(String, String, u16)> {
     let (scheme, rest) = url.trim().split_once("://")?;
     let scheme = scheme.to_ascii_lowercase();
@@ -170,7 +171,8 @@ fn origin(url: &str) -> Option<(String, String, u16)> {
     };
     let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
     let host = match host.as_str() {
-        "localhost" | "127.0.0.1" | "::1" => "loopback".to_string(),
+        // A server on every address (0.0.0.0) answers on loopback too.
+        "localhost" | "127.0.0.1" | "::1" | "0.0.0.0" | "::" => "loopback".to_string(),
         _ => host,
     };
     Some((scheme, host, port))
@@ -193,6 +195,11 @@ mod tests {
         let (_scratch, dir) = scratch("serves");
         load_or_create(&dir).expect("made");
         assert!(!serves(&dir, "http://127.0.0.1:9186"), "no server recorded");
+        record_serving(&dir, "http://0.0.0.0:40125").expect("recorded");
+        assert!(
+            serves(&dir, "http://127.0.0.1:40125"),
+            "every address is loopback too"
+        );
         record_serving(&dir, "http://127.0.0.1:40123").expect("recorded");
         for same in [
             "http://127.0.0.1:40123",

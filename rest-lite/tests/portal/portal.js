@@ -5,14 +5,13 @@
 // Screenshots go to $SHOTS. Each step prints one JSON line; rest-lite/tests/portal.rs
 // checks them and the server's own state.
 
-const { chromium } = require('playwright-core');
+const { open, step } = require('./browser');
 const http = require('http');
 const path = require('path');
 
 const base = process.env.REST_LITE_URL;
 const token = process.env.REST_LITE_TOKEN;
 const shots = process.env.SHOTS;
-const step = (name, detail) => console.log(JSON.stringify({ step: name, ...detail }));
 
 const SPEC_WITH_ERROR = `jobName: portal-demo
 image: busybox
@@ -47,12 +46,7 @@ async function untilState(page, states, taskStates = null, ms = 60000) {
 }
 
 (async () => {
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM,
-    args: ['--no-sandbox'],
-  });
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  const page = await context.newPage();
+  const { browser, page } = await open();
   try {
     // Sign in: the jobs page sends us to the form, which comes back to it.
     await page.goto(`${base}/ui/jobs`);

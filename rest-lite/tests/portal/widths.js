@@ -3,22 +3,16 @@
 // its window has a horizontal scroll bar and cut-off text. Screenshots go to $SHOTS.
 // rest-lite/tests/portal.rs checks the widths.
 
-const { chromium } = require('playwright-core');
+const { open, step } = require('./browser');
 const path = require('path');
 
 const base = process.env.REST_LITE_URL;
 const token = process.env.REST_LITE_TOKEN;
 const shots = process.env.SHOTS;
 const pages = JSON.parse(process.env.PAGES);
-const step = (name, detail) => console.log(JSON.stringify({ step: name, ...detail }));
 
 (async () => {
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM,
-    args: ['--no-sandbox'],
-  });
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  const page = await context.newPage();
+  const { browser, page } = await open();
   try {
     await page.goto(`${base}/ui/jobs`);
     await page.fill('input[name=token]', token);
