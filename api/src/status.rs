@@ -91,9 +91,13 @@ pub enum Execution {
 pub struct JobView {
     pub name: String,
     pub job_status: JobStatus,
-    pub task_roles: BTreeMap<String, RoleView>,
+    /// By role, in the order the spec gives them (as OpenPAI's API answered).
+    pub task_roles: RoleViews,
     pub conditions: Vec<Condition>,
 }
+
+/// A job's roles by name, in the spec's order.
+pub type RoleViews = indexmap::IndexMap<String, RoleView>;
 
 impl JobView {
     /// The condition of type `kind` (`Admitted`, `Running`, …).
@@ -498,7 +502,7 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
 
 /// Every role's view, with the job's counts.
 struct Roles {
-    views: BTreeMap<String, RoleView>,
+    views: RoleViews,
     tasks: u32,
     gpus: u32,
     running: u32,
@@ -516,7 +520,7 @@ fn role_views(
     let held = pai_contract::gpus::Assignment::of(framework)
         .filter(|a| Some(a.attempt) == attempt)
         .unwrap_or_default();
-    let mut task_roles = BTreeMap::new();
+    let mut task_roles = RoleViews::new();
     let mut total_tasks = 0;
     let mut total_gpus = 0u32;
     let mut running_task_number = 0;

@@ -160,6 +160,58 @@ async fn a_failed_task_fails_the_job_with_its_code_and_name() {
     drop(server);
 }
 
+/// Roles are shown in the order the spec gives them (`worker` before `ps` here), in the
+/// API's view as OpenPAI's answered, and in `status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_keep_the_order_of_the_spec() {
+    let dir = scratch("role-order");
+    let state = dir.join("state");
+    let server = Server::start(&state);
+    let client = server.client();
+    let spec = job(
+        "ordered",
+        json!([role("worker", 2, "true"), role("ps", 1, "true")]),
+        json!({}),
+    );
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
+    final_view(&client, "alice", "ordered").await;
+    // The JSON as sent (a `Value` would sort its keys).
+    let text = get_text(
+        &server.url,
+        "/api/v1/user/alice/jobs/ordered",
+        server.token.as_deref().expect("token"),
+    );
+    let roles = &text[text.find("\"taskRoles\"").expect("taskRoles")..];
+    let (worker, ps) = (roles.find("\"worker\":"), roles.find("\"ps\":"));
+    assert!(worker.is_some() && ps.is_some() && worker < ps, "{text}");
+    let typed = client.job("alice", "ordered").await.expect("the job");
+    let typed_roles: Vec<&str> = typed.task_roles.keys().map(String::as_str).collect();
+    assert_eq!(typed_roles, ["worker", "ps"]);
+    let (code, stdout, stderr) = rest_lite(
+        &[
+            "status",
+            "ordered",
+            "-u",
+            "alice",
+            "--server",
+            &server.url,
+            "--state-dir",
+        ]
+        .into_iter()
+        .chain([state.to_str().expect("path")])
+        .collect::<Vec<_>>(),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    // The task table's rows.
+    let (worker, ps) = (stdout.find("\nworker-0"), stdout.find("\nps-0"));
+    assert!(worker.is_some() && ps.is_some() && worker < ps, "{stdout}");
+    drop(server);
+}
+
 /// A server started where SIGHUP is ignored (`nohup rest-lite serve &`) gives its tasks
 /// every signal at its default action, as a container's PID 1 would: a task that gets
 /// SIGHUP dies of it (exit 129), instead of going on to `exit 3`.
