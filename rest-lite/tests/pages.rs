@@ -169,7 +169,10 @@ async fn a_person_sees_the_job_its_tasks_and_their_logs_in_chromium() {
             "{id}'s log line: {running}"
         );
     }
-    assert!(running.contains("rest-lite ssh pages worker 0"), "{running}");
+    assert!(
+        running.contains("rest-lite ssh pages worker 0"),
+        "{running}"
+    );
 
     release(&go, 0);
     let view = final_view(&client, "alice", "pages").await;
