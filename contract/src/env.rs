@@ -138,6 +138,10 @@ pub mod runtime {
     /// container sees that directory at (`/usr/local/pai`), for the paths written into
     /// the task's files (its ssh aliases, the MPI hostfile's variable).
     pub const MAIN_ROOT: &str = "PAI_RUNTIME_MAIN_ROOT";
+    /// Seconds a task whose ssh setup found no sshd closes ssh connections before a
+    /// connection runs the setup again (an sshd installed in the running task is found
+    /// then); unset: 10.
+    pub const SSH_RETRY_SEC: &str = "PAI_RUNTIME_SSH_RETRY_SEC";
     /// [`SSH_LISTENER`]'s value: the listener is standard input.
     pub const SSH_LISTENER_STDIN: &str = "stdin";
 }

@@ -106,6 +106,13 @@ struct OnDemandTask {
 }
 
 fn on_demand_task(name: &str) -> Option<OnDemandTask> {
+    on_demand_task_with(name, false)
+}
+
+/// [`on_demand_task`]; with `installed_later`, the image has no sshd until the file
+/// `sshd-installed` appears in the task's root (as `apt-get install openssh-server` in the
+/// running task would), and the task looks for it again at once (`SSH_RETRY_SEC` 0).
+fn on_demand_task_with(name: &str, installed_later: bool) -> Option<OnDemandTask> {
     let tools = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen"];
     if !pai_test_support::needs::present(
         "sshd, ssh and ssh-keygen",
@@ -137,11 +144,24 @@ fn on_demand_task(name: &str) -> Option<OnDemandTask> {
         "{}",
         String::from_utf8_lossy(&prep.stderr)
     );
-    std::fs::copy(
-        repo().join("init/10-sshd.sh"),
-        task.root().join("init/10-sshd.sh"),
-    )
-    .expect("install init");
+    if installed_later {
+        std::fs::copy(
+            repo().join("init/10-sshd.sh"),
+            task.root().join("real-10-sshd.sh"),
+        )
+        .expect("install the real script");
+        std::fs::write(
+            task.root().join("init/10-sshd.sh"),
+            "[ -e \"$PAI_RUNTIME_ROOT/sshd-installed\" ] || { echo 'ssh: this image has no sshd (install openssh-server to use ssh); sshd not started'; exit 0; }\nexec /bin/sh \"$PAI_RUNTIME_ROOT/real-10-sshd.sh\"\n",
+        )
+        .expect("install init");
+    } else {
+        std::fs::copy(
+            repo().join("init/10-sshd.sh"),
+            task.root().join("init/10-sshd.sh"),
+        )
+        .expect("install init");
+    }
 
     let port = free_port();
     std::fs::create_dir_all(task.log_dir()).expect("log dir, to watch");
@@ -154,8 +174,11 @@ fn on_demand_task(name: &str) -> Option<OnDemandTask> {
         up.display(),
         release.display()
     ));
-    let child = task
-        .subreaper()
+    let mut command = task.subreaper();
+    if installed_later {
+        command.env(pai_contract::env::runtime::SSH_RETRY_SEC, "0");
+    }
+    let child = command
         .env("PAI_SSH_PUB_KEY", public.trim())
         .env("PAI_CONTAINER_SSH_PORT", port.to_string())
         .env("PAI_JOB_NAME", "alice~ssh it's")
@@ -243,6 +266,37 @@ fn sshd_accepts_the_job_key_and_sessions_see_the_job_env() {
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(out.stdout, "released\n");
+}
+
+/// An image without sshd refuses the first connection (its setup says why); once sshd is
+/// installed in the running task, a later connection runs the setup again and logs in.
+#[test]
+fn an_sshd_installed_in_the_running_task_is_found_at_a_later_connection() {
+    let Some(OnDemandTask {
+        task,
+        key,
+        port,
+        child,
+        release,
+        log,
+    }) = on_demand_task_with("sshd-later", true)
+    else {
+        return;
+    };
+    let before = ssh_to(&key, port, "echo hello");
+    std::fs::write(task.root().join("sshd-installed"), "").expect("install sshd");
+    let after = ssh_to(&key, port, "echo hello");
+    std::fs::write(&release, "go\n").expect("release the user command");
+    let out = finish(child);
+    assert!(!before.status.success(), "no sshd yet");
+    assert!(
+        after.status.success(),
+        "ssh after sshd was installed: {}\nsetup log: {}",
+        String::from_utf8_lossy(&after.stderr),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(String::from_utf8_lossy(&after.stdout), "hello\n");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
 
 #[test]

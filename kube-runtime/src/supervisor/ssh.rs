@@ -46,14 +46,21 @@ enum Readiness {
     Preparing(Pid),
     Ready(PathBuf),
     /// The setup script ended without naming an sshd, or there is none: since when. A
-    /// connection [`RETRY_AFTER`] later runs the script again, so an sshd installed in
+    /// connection [`RETRY_AFTER`] later (by default) runs the script again, so an sshd installed in
     /// the running task (`apt-get install openssh-server`) is found.
     Unavailable(Instant),
 }
 
 /// How long a task without sshd answers connections by closing them before it looks
-/// again.
+/// again, unless [`pai_contract::env::runtime::SSH_RETRY_SEC`] says.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
+
+fn retry_after() -> Duration {
+    std::env::var(pai_contract::env::runtime::SSH_RETRY_SEC)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(RETRY_AFTER, Duration::from_secs)
+}
 
 /// How to run the setup script: as a daemon script is run (the supervisor reaps it and
 /// tells [`OnDemand`]), its output into `init-<name>.log` in `log_dir`.
@@ -88,6 +95,8 @@ pub struct OnDemand {
     dir: PathBuf,
     sessions: Sessions,
     setup: Arc<Option<Setup>>,
+    /// How long after finding no sshd a connection runs the setup again.
+    retry_after: Duration,
 }
 
 /// What the sshd processes need: where the configuration is, where they log, their
@@ -176,6 +185,7 @@ impl OnDemand {
             dir: sshd.dir.clone(),
             sessions: Sessions::default(),
             setup: Arc::new(setup),
+            retry_after: retry_after(),
         };
         let serving = this.clone();
         let port = sshd.port;
@@ -226,7 +236,7 @@ impl OnDemand {
     fn wait_ready(&self) -> Option<PathBuf> {
         let (lock, changed) = &*self.ready;
         let mut ready = lock.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(*ready, Readiness::Unavailable(since) if since.elapsed() >= RETRY_AFTER) {
+        if matches!(*ready, Readiness::Unavailable(since) if since.elapsed() >= self.retry_after) {
             *ready = Readiness::Unprepared;
         }
         if *ready == Readiness::Unprepared {
