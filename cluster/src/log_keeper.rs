@@ -81,6 +81,9 @@ pub struct LogKeeper {
     /// At most [`AT_ONCE`] pods kept at a time: a 1,000-task attempt that ends asks the
     /// kubelets and the API server for its logs 16 at a time, not all at once.
     at_once: Arc<tokio::sync::Semaphore>,
+    /// At most [`AT_ONCE`] pods getting the finalizer at a time, apart from the keeping:
+    /// a keep that waits on a node gone for seconds never delays a new pod's hold.
+    holds_at_once: Arc<tokio::sync::Semaphore>,
 }
 
 /// Pods whose logs are read and kept at the same time.
@@ -99,6 +102,7 @@ impl LogKeeper {
             holding: Arc::new(AtomicBool::new(true)),
             hold_gate: Arc::default(),
             at_once: Arc::new(tokio::sync::Semaphore::new(AT_ONCE)),
+            holds_at_once: Arc::new(tokio::sync::Semaphore::new(AT_ONCE)),
         }
     }
 
@@ -137,7 +141,7 @@ impl LogKeeper {
                     if lock(&self.holding_now).insert(uid.clone()) {
                         let keeper = self.clone();
                         tokio::spawn(async move {
-                            let permit = keeper.at_once.clone().acquire_owned().await;
+                            let permit = keeper.holds_at_once.clone().acquire_owned().await;
                             keeper.hold(&pod).await;
                             drop(permit);
                             lock(&keeper.holding_now).remove(&uid);

@@ -144,21 +144,18 @@ fn on_demand_task_with(name: &str, installed_later: bool) -> Option<OnDemandTask
         "{}",
         String::from_utf8_lossy(&prep.stderr)
     );
+    // The real script, run by the supervisor; or, with `installed_later`, by a wrapper
+    // in its place that says there is no sshd until the file appears.
+    let script = if installed_later {
+        "real-10-sshd.sh"
+    } else {
+        "init/10-sshd.sh"
+    };
+    std::fs::copy(repo().join("init/10-sshd.sh"), task.root().join(script)).expect("install init");
     if installed_later {
-        std::fs::copy(
-            repo().join("init/10-sshd.sh"),
-            task.root().join("real-10-sshd.sh"),
-        )
-        .expect("install the real script");
         std::fs::write(
             task.root().join("init/10-sshd.sh"),
             "[ -e \"$PAI_RUNTIME_ROOT/sshd-installed\" ] || { echo 'ssh: this image has no sshd (install openssh-server to use ssh); sshd not started'; exit 0; }\nexec /bin/sh \"$PAI_RUNTIME_ROOT/real-10-sshd.sh\"\n",
-        )
-        .expect("install init");
-    } else {
-        std::fs::copy(
-            repo().join("init/10-sshd.sh"),
-            task.root().join("init/10-sshd.sh"),
         )
         .expect("install init");
     }
