@@ -11,6 +11,9 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// its watches after a while): the client watches again to go on.
 pub const DEFAULT_WATCH_SECONDS: u32 = 1800;
 
+/// How often the views of Frameworks no one holds any more are let go.
+const VIEWS_SWEPT_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[derive(Clone)]
 pub struct AppState {
     pub backend: Arc<dyn pai_engine::backend::Backend>,
@@ -52,6 +55,7 @@ impl AppState {
             pai_engine::depends::held(holds.as_ref(), f).or_else(|| holds.held(f))
         }));
         let views = Arc::new(views);
+        crate::views::Views::sweep_every(&views, VIEWS_SWEPT_EVERY);
         Self {
             index: Arc::new(crate::index::JobIndex::new(backend.clone(), views.clone())),
             backend,

@@ -123,11 +123,44 @@ impl Views {
         );
         let swept_to = self.swept_to.load(std::sync::atomic::Ordering::Relaxed);
         if kept.len() > 2 * swept_to + SWEEP_SLACK {
-            kept.retain(|_, k| k.framework.strong_count() > 0);
-            self.swept_to
-                .store(kept.len(), std::sync::atomic::Ordering::Relaxed);
+            self.sweep_locked(&mut kept);
         }
         made
+    }
+
+    /// Lets go of the views whose Framework the copy let go (a finished job gone cold
+    /// or deleted, a running job's older versions): what each kept (its view, its JSON
+    /// and its Framework's allocation, held by the `Weak`) is freed. How many stay.
+    pub fn sweep(&self) -> usize {
+        self.sweep_locked(&mut self.lock())
+    }
+
+    fn sweep_locked(&self, kept: &mut HashMap<usize, Kept>) -> usize {
+        kept.retain(|_, k| k.framework.strong_count() > 0);
+        kept.shrink_to_fit();
+        self.swept_to
+            .store(kept.len(), std::sync::atomic::Ordering::Relaxed);
+        kept.len()
+    }
+
+    /// Sweeps every `period` while `views` lives: a burst of jobs that ended leaves
+    /// nothing kept once the server is idle (inserts alone sweep only when the count
+    /// doubles). Needs a Tokio runtime; without one (a test's state) nothing runs.
+    pub fn sweep_every(views: &Arc<Self>, period: std::time::Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(views);
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(views) = weak.upgrade() else { return };
+                views.sweep();
+            }
+        });
     }
 
     /// The view of `framework` with its logs' URLs under `url`: the shared one when
@@ -173,6 +206,22 @@ mod tests {
         .expect("a Framework");
         f.spec.execution_type = ExecutionType::Start;
         f
+    }
+
+    #[test]
+    fn a_sweep_lets_go_of_the_views_of_frameworks_no_one_holds() {
+        let views = Views::default();
+        let ended = Arc::new(framework("ended"));
+        let held = ended.clone();
+        views.of(&held);
+        let running = Arc::new(framework("running"));
+        let _reader = running.clone();
+        views.of(&running);
+        assert_eq!(views.len(), 2);
+        // The job went cold: the copy dropped its Framework, and so did the reader.
+        drop((ended, held));
+        assert_eq!(views.len(), 2, "inserts alone do not sweep two views");
+        assert_eq!(views.sweep(), 1, "only the held Framework's view stays");
     }
 
     #[test]
