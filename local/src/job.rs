@@ -251,6 +251,8 @@ pub(crate) struct Inner {
     pub(crate) cpu_group: Option<Arc<crate::cpu_group::TaskGroup>>,
     /// The running tasks' logs, kept to their bound.
     pub(crate) logs: Arc<crate::log_rotation::Logs>,
+    /// Gives the memory of ended jobs back to the system.
+    pub(crate) trimmer: Arc<crate::memory::Trimmer>,
 }
 
 impl Inner {

@@ -19,6 +19,7 @@ mod job;
 pub mod lifecycle;
 pub mod log_rotation;
 mod logs;
+mod memory;
 pub use logs::Which as LogWhich;
 pub mod metrics;
 /// Tests that fork hold this, and so does the one that checks the ports it was given are
@@ -128,6 +129,7 @@ impl Machine {
             isolation,
             cpu_group,
             logs: log_rotation::Logs::new(settings_rotation),
+            trimmer: Default::default(),
         });
         // One look at every running task's log now and then: rotated past its size.
         {
@@ -252,6 +254,7 @@ impl Machine {
                 let name = job.name();
                 if job.freeze() {
                     let _ = self.inner.changes.send((name.clone(), false));
+                    self.inner.trimmer.jobs_ended();
                 }
                 if ended <= files_until
                     && !job.settled.swap(true, std::sync::atomic::Ordering::SeqCst)
@@ -270,6 +273,10 @@ impl Machine {
             })
             .await;
         }
+        // What the jobs that went cold freed, back to the system (after a burst of jobs,
+        // most of what they took: see `memory`).
+        let trimmer = self.inner.trimmer.clone();
+        let _ = tokio::task::spawn_blocking(move || trimmer.trim_if_due()).await;
         let past = retention::past(settings.bounds, finished, now);
         let mut deleted = 0;
         for name in past {

@@ -1,0 +1,123 @@
+//! Memory the server freed, given back to the system once a burst of jobs is over.
+//!
+//! A job's controller, its tasks' launches and their copies of the Framework take some
+//! 40 KB per running task; a finished job keeps about 7 KB (see BENCHMARKS.md, "A
+//! server that runs for months"). glibc's allocator, which the server (and every task's
+//! runtime, the same binary) uses, gives memory back to the system only from the top of
+//! each heap: what a thousand finished tasks freed in the middle stays resident, so a
+//! server that ran a burst of 2,000 jobs held twelve times what the same server held
+//! once restarted. `malloc_trim` returns every free page of every arena. Other
+//! allocators were measured in its place (the same section): jemalloc returns pages by
+//! itself but costs every task's runtime three threads and 2.7 MB; mimalloc held more.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// At most one trim in this long: a trim walks every free chunk of every arena.
+const AT_MOST_EVERY: Duration = Duration::from_secs(10);
+
+/// Gives back freed memory after jobs ended, at most once in [`AT_MOST_EVERY`]: the
+/// retention's look (as jobs change, and once a minute) asks it each time.
+#[derive(Debug, Default)]
+pub(crate) struct Trimmer {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Jobs ended since the last trim.
+    pending: bool,
+    last: Option<Instant>,
+}
+
+impl Trimmer {
+    /// Jobs ended (went cold): their memory is free now.
+    pub(crate) fn jobs_ended(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).pending = true;
+    }
+
+    /// Trims when jobs ended since the last trim and that trim is [`AT_MOST_EVERY`] old;
+    /// otherwise a later call does. Blocking (a few milliseconds for a heap of a hundred
+    /// megabytes): run it off the async workers. Whether it trimmed.
+    pub(crate) fn trim_if_due(&self) -> bool {
+        {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if !state.pending || state.last.is_some_and(|at| at.elapsed() < AT_MOST_EVERY) {
+                return false;
+            }
+            state.pending = false;
+            state.last = Some(Instant::now());
+        }
+        give_back();
+        true
+    }
+}
+
+/// Every free page of the allocator's heaps back to the system.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub(crate) fn give_back() {
+    #[allow(unsafe_code)]
+    // SAFETY: malloc_trim takes each arena's lock itself and only releases pages of free
+    // chunks; it is safe to call from any thread at any time.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
+}
+
+/// Other C libraries' allocators (musl's gives whole free pages back by itself).
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub(crate) fn give_back() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trim_comes_once_jobs_ended_and_not_twice_within_the_interval() {
+        let trimmer = Trimmer::default();
+        assert!(!trimmer.trim_if_due(), "nothing ended yet");
+        trimmer.jobs_ended();
+        assert!(trimmer.trim_if_due());
+        trimmer.jobs_ended();
+        assert!(!trimmer.trim_if_due(), "within the interval");
+        trimmer.state.lock().unwrap().last = Some(Instant::now() - AT_MOST_EVERY);
+        assert!(trimmer.trim_if_due(), "the ended jobs were remembered");
+        assert!(!trimmer.trim_if_due(), "nothing ended since");
+    }
+
+    /// Anonymous resident memory of this process, in KiB.
+    fn rss_anon_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .expect("/proc/self/status")
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("RssAnon")
+    }
+
+    /// What a burst of jobs leaves: many blocks freed between a few that stay, so no
+    /// heap's top is free. Without the trim, glibc keeps every page of them.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn freed_blocks_between_kept_ones_go_back_to_the_system() {
+        // On a thread of its own, so its arena holds this test's blocks alone.
+        std::thread::spawn(|| {
+            let blocks: Vec<Vec<u8>> = (0..24_000).map(|i| vec![i as u8; 2_000]).collect();
+            let kept: Vec<Vec<u8>> = blocks
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, b)| (i % 64 == 0).then_some(b))
+                .collect();
+            let before = rss_anon_kib();
+            give_back();
+            let after = rss_anon_kib();
+            assert!(
+                before.saturating_sub(after) > 20 * 1024,
+                "{before} KiB before the trim, {after} KiB after: 45 MB of 47 were freed"
+            );
+            drop(kept);
+        })
+        .join()
+        .expect("the test's thread");
+    }
+}
