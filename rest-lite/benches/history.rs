@@ -10,7 +10,9 @@
 //! the state directory's size end the row. Every job is finished when the reads run:
 //! the reads are of a server's history, not of its running jobs. `HISTORY_STATE=DIR`
 //! reads an earlier run's state directory (copied first: a build may change it) instead
-//! of making one.
+//! of making one. Before the reads, the first build's resident memory a minute after the
+//! jobs ended, in the server that ran them and in the same build restarted on their
+//! state (#60: what a long-running server holds against what the jobs' data needs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -108,7 +110,29 @@ async fn main() {
         submitted.as_secs_f64(),
         made.elapsed().as_secs_f64()
     );
+    // The memory of the server that ran them, once settled and a minute on (its
+    // once-a-minute look has come): what a long-running server holds for them.
+    settle(server.0.id()).await;
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    let ran = support::rss(server.0.id());
     drop(server);
+    // The same build restarted on that state, settled: what the jobs' data needs.
+    let restarted = {
+        let (server, _, _) = start(&builds[0].1, &state);
+        let server = Running(server);
+        settle(server.0.id()).await;
+        tokio::time::sleep(Duration::from_secs(65)).await;
+        support::rss(server.0.id())
+    };
+    println!(
+        "\n{jobs} finished jobs, {}: RSS {} MiB in the server that ran them ({:.1} KiB per job), {} MiB restarted on their state ({:.1} KiB per job): {:.2}x",
+        builds[0].0,
+        ran / 1024,
+        ran as f64 / jobs as f64,
+        restarted / 1024,
+        restarted as f64 / jobs as f64,
+        ran as f64 / restarted.max(1) as f64,
+    );
     run_reads(&builds, &state, jobs).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -176,16 +200,8 @@ async fn run_reads(builds: &[(String, PathBuf)], state: &Path, jobs: usize) {
             }
         }
         // The reads are of a settled server: its start-up work (each job taken up again)
-        // done, its CPU time still for a second.
-        let mut cpu = cpu_ticks(server.0.id());
-        loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let now = cpu_ticks(server.0.id());
-            if now == cpu {
-                break;
-            }
-            cpu = now;
-        }
+        // done.
+        settle(server.0.id()).await;
         let settled = started.elapsed();
         for read in &reads {
             let mut times = Vec::with_capacity(read.times);
@@ -291,6 +307,19 @@ async fn submit_all(url: &str, token: &str, jobs: usize) {
     }
     for handle in handles {
         handle.await.expect("submitter");
+    }
+}
+
+/// Returns once the CPU time of `pid` was still for a second.
+async fn settle(pid: u32) {
+    let mut cpu = cpu_ticks(pid);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = cpu_ticks(pid);
+        if now == cpu {
+            return;
+        }
+        cpu = now;
     }
 }
 
