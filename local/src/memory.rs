@@ -48,7 +48,12 @@ impl Trimmer {
             state.pending = false;
             state.last = Some(Instant::now());
         }
+        let started = Instant::now();
         give_back();
+        tracing::debug!(
+            ms = started.elapsed().as_secs_f64() * 1000.0,
+            "the memory of ended jobs given back to the system"
+        );
         true
     }
 }
