@@ -275,8 +275,9 @@ impl Machine {
         }
         // What the jobs that went cold freed, back to the system (after a burst of jobs,
         // most of what they took: see `memory`).
-        let trimmer = self.inner.trimmer.clone();
-        let _ = tokio::task::spawn_blocking(move || trimmer.trim_if_due()).await;
+        if self.inner.trimmer.due() {
+            let _ = tokio::task::spawn_blocking(memory::trim).await;
+        }
         let past = retention::past(settings.bounds, finished, now);
         let mut deleted = 0;
         for name in past {

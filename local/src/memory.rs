@@ -1,14 +1,15 @@
 //! Memory the server freed, given back to the system once a burst of jobs is over.
 //!
 //! A job's controller, its tasks' launches and their copies of the Framework take some
-//! 40 KB per running task; a finished job keeps about 7 KB (see BENCHMARKS.md, "A
+//! 50 KB per running one-task job; a finished job keeps about 6 KB (BENCHMARKS.md, "A
 //! server that runs for months"). glibc's allocator, which the server (and every task's
 //! runtime, the same binary) uses, gives memory back to the system only from the top of
-//! each heap: what a thousand finished tasks freed in the middle stays resident, so a
-//! server that ran a burst of 2,000 jobs held twelve times what the same server held
-//! once restarted. `malloc_trim` returns every free page of every arena. Other
-//! allocators were measured in its place (the same section): jemalloc returns pages by
-//! itself but costs every task's runtime three threads and 2.7 MB; mimalloc held more.
+//! each heap: what a thousand finished tasks freed in the middle stayed resident, and a
+//! server that had run 2,000 jobs at once held 7 times what the same server held once
+//! restarted (10 times at 10,000). `malloc_trim` gives back every free page of every
+//! arena: that halved it. Other allocators were measured in its place (the same section):
+//! jemalloc gives pages back by itself but costs every task's runtime three threads and
+//! 2.7 MB; mimalloc held more.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -36,26 +37,29 @@ impl Trimmer {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).pending = true;
     }
 
-    /// Trims when jobs ended since the last trim and that trim is [`AT_MOST_EVERY`] old;
-    /// otherwise a later call does. Blocking (a few milliseconds for a heap of a hundred
-    /// megabytes): run it off the async workers. Whether it trimmed.
-    pub(crate) fn trim_if_due(&self) -> bool {
-        {
-            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            if !state.pending || state.last.is_some_and(|at| at.elapsed() < AT_MOST_EVERY) {
-                return false;
-            }
-            state.pending = false;
-            state.last = Some(Instant::now());
+    /// Whether a trim is due: jobs ended since the last one, which is [`AT_MOST_EVERY`]
+    /// old. A `true` counts as the trim (the caller runs [`trim`]); after a `false`, a
+    /// later call says when.
+    pub(crate) fn due(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !state.pending || state.last.is_some_and(|at| at.elapsed() < AT_MOST_EVERY) {
+            return false;
         }
-        let started = Instant::now();
-        give_back();
-        tracing::debug!(
-            ms = started.elapsed().as_secs_f64() * 1000.0,
-            "the memory of ended jobs given back to the system"
-        );
+        state.pending = false;
+        state.last = Some(Instant::now());
         true
     }
+}
+
+/// [`give_back`], timed in the log. Blocking (milliseconds for a heap of a hundred
+/// megabytes): run it off the async workers.
+pub(crate) fn trim() {
+    let started = Instant::now();
+    give_back();
+    tracing::debug!(
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "the memory of ended jobs given back to the system"
+    );
 }
 
 /// Every free page of the allocator's heaps back to the system.
@@ -78,16 +82,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_trim_comes_once_jobs_ended_and_not_twice_within_the_interval() {
+    fn a_trim_is_due_once_jobs_ended_and_not_twice_within_the_interval() {
         let trimmer = Trimmer::default();
-        assert!(!trimmer.trim_if_due(), "nothing ended yet");
+        assert!(!trimmer.due(), "nothing ended yet");
         trimmer.jobs_ended();
-        assert!(trimmer.trim_if_due());
+        assert!(trimmer.due());
         trimmer.jobs_ended();
-        assert!(!trimmer.trim_if_due(), "within the interval");
+        assert!(!trimmer.due(), "within the interval");
         trimmer.state.lock().unwrap().last = Some(Instant::now() - AT_MOST_EVERY);
-        assert!(trimmer.trim_if_due(), "the ended jobs were remembered");
-        assert!(!trimmer.trim_if_due(), "nothing ended since");
+        assert!(trimmer.due(), "the ended jobs were remembered");
+        assert!(!trimmer.due(), "nothing ended since");
     }
 
     /// Anonymous resident memory of this process, in KiB.
