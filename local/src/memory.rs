@@ -28,8 +28,15 @@ pub(crate) struct Trimmer {
 struct State {
     /// Jobs ended since the last trim.
     pending: bool,
+    /// A trim is owed once more, [`SETTLED_AFTER`] after the last one: what the server
+    /// lets go of after jobs went cold (the blocking threads that started their tasks,
+    /// which end after ten idle seconds; the lists' indexes caught up) was still held then.
+    again: bool,
     last: Option<Instant>,
 }
+
+/// When the trim owed after the last jobs went cold comes.
+const SETTLED_AFTER: Duration = Duration::from_secs(30);
 
 impl Trimmer {
     /// Jobs ended (went cold): their memory is free now.
@@ -38,16 +45,23 @@ impl Trimmer {
     }
 
     /// Whether a trim is due: jobs ended since the last one, which is [`AT_MOST_EVERY`]
-    /// old. A `true` counts as the trim (the caller runs [`trim`]); after a `false`, a
-    /// later call says when.
+    /// old; or, once none ended since, one more [`SETTLED_AFTER`] the last. A `true`
+    /// counts as the trim (the caller runs [`trim`]); after a `false`, a later call (the
+    /// look comes at least once a minute) says when.
     pub(crate) fn due(&self) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !state.pending || state.last.is_some_and(|at| at.elapsed() < AT_MOST_EVERY) {
-            return false;
+        let since = state.last.map(|at| at.elapsed());
+        let due = if state.pending {
+            since.is_none_or(|s| s >= AT_MOST_EVERY)
+        } else {
+            state.again && since.is_none_or(|s| s >= SETTLED_AFTER)
+        };
+        if due {
+            state.again = state.pending;
+            state.pending = false;
+            state.last = Some(Instant::now());
         }
-        state.pending = false;
-        state.last = Some(Instant::now());
-        true
+        due
     }
 }
 
@@ -91,7 +105,14 @@ mod tests {
         assert!(!trimmer.due(), "within the interval");
         trimmer.state.lock().unwrap().last = Some(Instant::now() - AT_MOST_EVERY);
         assert!(trimmer.due(), "the ended jobs were remembered");
-        assert!(!trimmer.due(), "nothing ended since");
+        assert!(
+            !trimmer.due(),
+            "nothing ended since, and the server has not settled"
+        );
+        trimmer.state.lock().unwrap().last = Some(Instant::now() - SETTLED_AFTER);
+        assert!(trimmer.due(), "once more after the last jobs ended");
+        trimmer.state.lock().unwrap().last = Some(Instant::now() - SETTLED_AFTER);
+        assert!(!trimmer.due(), "and only once");
     }
 
     /// Anonymous resident memory of this process, in KiB.
