@@ -7,10 +7,10 @@
 //! each heap: what a thousand finished tasks freed in the middle stayed resident, and a
 //! server that had run 2,000 jobs at once held 7 times what the same server held once
 //! restarted (10 times at 10,000). `malloc_trim` gives back every free page of every
-//! arena: that halved it in the runs where the trim came (three runs of four at 2,000 jobs
-//! did not show it, for a reason not yet found: BENCHMARKS.md). Other allocators were measured in its place (the same section):
-//! jemalloc gives pages back by itself but costs every task's runtime three threads and
-//! 2.7 MB; mimalloc held more.
+//! arena: that halved it in the runs where the trim came (three runs of four at 2,000
+//! jobs did not show it, for a reason not yet found: BENCHMARKS.md). Other allocators
+//! were measured in its place (the same section): jemalloc gives pages back by itself
+//! but costs every task's runtime three threads and 2.7 MB; mimalloc held more.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
