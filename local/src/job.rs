@@ -252,7 +252,7 @@ pub(crate) struct Inner {
     /// The running tasks' logs, kept to their bound.
     pub(crate) logs: Arc<crate::log_rotation::Logs>,
     /// Gives the memory of ended jobs back to the system.
-    pub(crate) trimmer: Arc<crate::memory::Trimmer>,
+    pub(crate) trimmer: crate::memory::Trimmer,
 }
 
 impl Inner {
