@@ -57,10 +57,6 @@ pub struct KubeBackend {
     tails: std::sync::Mutex<HashMap<String, (Instant, String)>>,
     /// The job history beyond the Frameworks ([`crate::archive`]), if configured.
     archive: Option<Arc<crate::archive::Archive>>,
-    /// What keeps the tasks' logs, which a removed server lets go of ([`Backend::leaving`]).
-    log_keeper: Option<crate::log_keeper::LogKeeper>,
-    /// Whether this server, stopping, is removed (its pod is known: `POD_NAME`).
-    removal: Option<crate::removal::Removal>,
 }
 
 /// A kept log as a stream, followed by why it is incomplete when it is.
@@ -115,9 +111,6 @@ pub struct Settings {
     /// The job history, and how long a finished Framework stays in the cluster once the
     /// history holds it (`history`); `None`: the Frameworks are the history.
     pub history: Option<(Arc<crate::archive::Archive>, Duration)>,
-    /// This server's pod (`POD_NAME`), where it runs in one: a server that finds it
-    /// removed as it stops lets the task pods' finalizers go ([`crate::removal`]).
-    pub pod: Option<String>,
 }
 
 impl KubeBackend {
@@ -135,13 +128,7 @@ impl KubeBackend {
         let backend = Arc::new(
             backend
                 .admitting(client.clone(), namespace, settings.engine)
-                .in_pod(client.clone(), namespace, settings.pod.clone())
-                .keeping_logs_of(
-                    client.clone(),
-                    namespace,
-                    settings.kept_log_bytes,
-                    settings.kept_attempts,
-                ),
+                .keeping_logs(client.clone(), namespace, settings.kept_log_bytes),
         );
         let store = backend.store();
         tokio::spawn(
@@ -235,8 +222,6 @@ impl KubeBackend {
             errors,
             tails: Default::default(),
             archive: None,
-            log_keeper: None,
-            removal: None,
         }
     }
 
@@ -257,46 +242,15 @@ impl KubeBackend {
         self
     }
 
-    /// Keeps the end of every task's log before its pod goes ([`crate::log_keeper`]),
-    /// `max_bytes` of it (`keptLogBytes`; 0: none, and the pods carry no finalizer).
+    /// Makes each task's kept-log ConfigMap, into which its runtime keeps the end of its
+    /// log as it ends ([`crate::log_keeper`]); `max_bytes` (`keptLogBytes`) 0: none.
     pub fn keeping_logs(self, client: Client, namespace: &str, max_bytes: u64) -> Self {
-        self.keeping_logs_of(
-            client,
-            namespace,
-            max_bytes,
-            pai_translate::config::DEFAULT_KEPT_ATTEMPTS,
-        )
-    }
-
-    /// [`KubeBackend::keeping_logs`], of each task's last `attempts` attempts
-    /// (`keptAttempts`): older kept logs are deleted as newer ones are kept.
-    pub fn keeping_logs_of(
-        self,
-        client: Client,
-        namespace: &str,
-        max_bytes: u64,
-        attempts: u32,
-    ) -> Self {
         if max_bytes > 0 {
-            let keeper =
-                crate::log_keeper::LogKeeper::new(client, namespace, self.store.clone(), max_bytes)
-                    .keeping_attempts(attempts);
-            tokio::spawn(keeper.clone().run());
-            return Self {
-                log_keeper: Some(keeper),
-                ..self
-            };
+            tokio::spawn(
+                crate::log_keeper::LogKeeper::new(client, namespace, self.store.clone()).run(),
+            );
         }
         self
-    }
-
-    /// Knows this server's own pod (`pod`), to tell at its end whether it is removed
-    /// ([`crate::removal`]) and must let its pods go.
-    pub fn in_pod(self, client: Client, namespace: &str, pod: Option<String>) -> Self {
-        Self {
-            removal: pod.map(|pod| crate::removal::Removal::new(client, namespace, pod)),
-            ..self
-        }
     }
 
     /// What was kept of pod `pod`'s log in attempt `attempt` (its pod is gone).
@@ -306,7 +260,7 @@ impl KubeBackend {
         }
         let archive = self.archive.as_ref()?;
         archive
-            .kept(&pai_contract::kept_logs::config_map(pod, attempt))
+            .kept(&pai_contract::kept_logs::archive_key(pod, attempt))
             .await
             .inspect_err(
                 |e| tracing::warn!(pod, error = %e, "cannot read a kept log from the history"),
@@ -1193,31 +1147,6 @@ impl Backend for KubeBackend {
             })
             .await;
             Ok(())
-        }
-        .boxed()
-    }
-
-    fn leaving(&self) -> BoxFuture<'_, ()> {
-        async move {
-            let (Some(removal), Some(keeper)) = (&self.removal, &self.log_keeper) else {
-                return;
-            };
-            let why = match removal.leaving().await {
-                Ok(crate::removal::Leaving::Restarted) => {
-                    tracing::info!("stopping for a restart: the task pods wait for the next server to keep their logs");
-                    return;
-                }
-                Ok(crate::removal::Leaving::Removed(why)) => why,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot tell whether this server is removed; the task pods keep their finalizer");
-                    return;
-                }
-            };
-            tracing::info!(why = %why, "this server is removed and no other follows: letting every task pod go");
-            match keeper.release_all().await {
-                Ok(pods) => tracing::info!(pods, "every task pod let go: none waits for a server any more"),
-                Err(e) => tracing::warn!(error = %e, "cannot list the task pods to let them go"),
-            }
         }
         .boxed()
     }

@@ -1,6 +1,7 @@
 //! Each job's own ServiceAccount, Role and RoleBinding (see [`pai_contract::access`]):
 //! the job's pods may `get`, `list` and `watch` their own Framework and their own peer
-//! table, by name, and nothing else. Made before the Framework (the pods' admission
+//! table, and `get` and `update` their own tasks' kept logs
+//! ([`pai_contract::kept_logs`]), by name, and nothing else. Made before the Framework (the pods' admission
 //! needs the account, the barriers the grant), then owned by it, so the garbage
 //! collector removes them with the job.
 
@@ -9,7 +10,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use pai_contract::framework::{GROUP, PLURAL};
-use pai_contract::{Framework, access};
+use pai_contract::{Framework, access, kept_logs};
 
 /// The RBAC API group.
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
@@ -21,18 +22,35 @@ pub struct JobAccess {
     pub binding: RoleBinding,
 }
 
-/// What the Role allows: each rule names one object.
-pub fn rules(framework: &str) -> Vec<PolicyRule> {
-    let rule = |group: &str, resource: &str, name: String| PolicyRule {
+/// What the Role allows: each rule names its objects.
+pub fn rules(framework: &Framework) -> Vec<PolicyRule> {
+    let rule = |group: &str, resource: &str, names: Vec<String>, verbs: &[&str]| PolicyRule {
         api_groups: Some(vec![group.to_string()]),
         resources: Some(vec![resource.to_string()]),
-        resource_names: Some(vec![name]),
-        verbs: access::VERBS.iter().map(|v| v.to_string()).collect(),
+        resource_names: Some(names),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
         non_resource_urls: None,
     };
+    let name = framework.name();
+    let kept_logs = framework
+        .spec
+        .task_roles
+        .iter()
+        .flat_map(|role| {
+            (0..u32::try_from(role.task_number).unwrap_or(0)).map(|index| {
+                kept_logs::config_map(&pai_contract::framework::pod_name(name, &role.name, index))
+            })
+        })
+        .collect();
     vec![
-        rule(GROUP, PLURAL, framework.to_string()),
-        rule("", "configmaps", access::peer_table(framework)),
+        rule(GROUP, PLURAL, vec![name.to_string()], access::VERBS),
+        rule(
+            "",
+            "configmaps",
+            vec![access::peer_table(name)],
+            access::VERBS,
+        ),
+        rule("", "configmaps", kept_logs, access::KEPT_LOG_VERBS),
     ]
 }
 
@@ -48,13 +66,13 @@ impl JobAccess {
         Self {
             account: ServiceAccount {
                 metadata: metadata.clone(),
-                // Only the init container gets a token, by a projected volume.
+                // The runtime's containers get a token by a projected volume.
                 automount_service_account_token: Some(false),
                 ..ServiceAccount::default()
             },
             role: Role {
                 metadata: metadata.clone(),
-                rules: Some(rules(framework.name())),
+                rules: Some(rules(framework)),
             },
             binding: RoleBinding {
                 metadata,

@@ -18,7 +18,6 @@ pub mod job_access;
 pub mod log_keeper;
 pub mod pod_log;
 pub mod publisher;
-pub mod removal;
 pub mod retention;
 pub mod store;
 pub mod waiting;

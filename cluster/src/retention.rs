@@ -215,7 +215,8 @@ impl Sweeper {
         }
     }
 
-    /// The kept logs of `framework`'s tasks, in the attempts whose logs are kept.
+    /// The kept logs of `framework`'s tasks, in the attempts whose logs are kept: one
+    /// read of each task's ConfigMap.
     async fn kept_logs(&self, framework: &Framework) -> Vec<(String, crate::log_keeper::Kept)> {
         let last = framework.attempt_id();
         let first = last
@@ -223,15 +224,16 @@ impl Sweeper {
             .saturating_add(1)
             .max(0);
         let mut logs = Vec::new();
-        for attempt in first..=last {
-            for role in &framework.spec.task_roles {
-                for index in 0..u32::try_from(role.task_number).unwrap_or(0) {
-                    let pod = framework.pod_name(role, index);
-                    let config_map = kept_logs::config_map(&pod, attempt);
-                    if let Some(kept) =
-                        crate::log_keeper::kept(&self.config_maps, &pod, attempt).await
-                    {
-                        logs.push((config_map, kept));
+        for role in &framework.spec.task_roles {
+            for index in 0..u32::try_from(role.task_number).unwrap_or(0) {
+                let pod = framework.pod_name(role, index);
+                let Ok(Some(map)) = self.config_maps.get_opt(&kept_logs::config_map(&pod)).await
+                else {
+                    continue;
+                };
+                for attempt in first..=last {
+                    if let Some(kept) = crate::log_keeper::kept_in(&map, attempt) {
+                        logs.push((kept_logs::archive_key(&pod, attempt), kept));
                     }
                 }
             }

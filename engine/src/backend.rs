@@ -201,11 +201,6 @@ pub trait Backend: Send + Sync + 'static {
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;
     /// Deletes the Framework (and so its pods); `NotFound` when there is none.
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
-    /// The server stops: what must not outlive it for good is let go (a cluster's server
-    /// that was removed lets its pods' finalizers go). Bounded by the caller.
-    fn leaving(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async {})
-    }
 }
 
 /// The lines of `stream` that `source` keeps ([`pai_contract::log_lines`]), as they come.

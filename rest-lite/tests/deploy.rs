@@ -358,67 +358,38 @@ async fn the_operators_overlay_renders_and_everything_its_pods_mount_has_a_step(
 }
 
 /// Removing rest-lite from a cluster leaves no pod waiting for a server that will never
-/// come: deleting the namespace afterwards finishes (against the test API server, which
-/// keeps an object with finalizers until they are gone, as the real one does; the
-/// namespace controller's own deletion of each object is played by the test).
+/// come: no task pod carries a finalizer of rest-lite's, so deleting the namespace
+/// finishes whether a server runs or not (against the test API server, which keeps an
+/// object with finalizers until they are gone, as the real one does; the namespace
+/// controller's deletion of each object is played by the test. The real control plane's
+/// run of the same is `rest-lite/tests/real_cluster.rs`).
 mod removal {
     use crate::common;
     use common::serve::Server;
     use pai_client::Client;
-    use pai_contract::kept_logs::FINALIZER;
+    use pai_contract::kept_logs::{self, LEGACY_FINALIZER};
     use pai_test_support::ApiServer;
     use pai_translate::spec::SpecFormat;
     use serde_json::{Value, json};
 
     const NS: &str = "removal";
     const TOKEN: &str = "alice-token";
-    const SERVER_POD: &str = "rest-lite-5d8f7-x2k4q";
 
     fn held(pod: &Value) -> bool {
         pod["metadata"]["finalizers"]
             .as_array()
-            .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+            .is_some_and(|f| !f.is_empty())
     }
 
-    /// The server's Deployment, its ReplicaSet and its pod, as `kubectl apply -k`
-    /// and the controllers make them.
-    fn install(api: &ApiServer) {
-        let owner = |kind: &str, name: &str| {
-            json!([{"apiVersion": "apps/v1", "kind": kind, "name": name,
-                "uid": format!("{name}-uid"), "controller": true}])
-        };
-        api.create(
-            "deployments",
-            NS,
-            json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": "rest-lite", "uid": "rest-lite-uid"}, "spec": {"replicas": 2}}),
-        );
-        api.create(
-            "replicasets",
-            NS,
-            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                "metadata": {"name": "rest-lite-5d8f7", "ownerReferences": owner("Deployment", "rest-lite")},
-                "spec": {"replicas": 2}}),
-        );
-        api.create(
-            "pods",
-            NS,
-            json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": SERVER_POD, "ownerReferences": owner("ReplicaSet", "rest-lite-5d8f7")}}),
-        );
-    }
-
-    // Long: a restart keeps the pods held, a removal lets them go, and a pod made after
-    // it carries nothing; then every pod goes as the namespace's deletion asks.
+    // Long: a job's pods with a server and without one, and a pod of an earlier version.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_removed_server_lets_every_task_pod_go_so_the_namespace_can_be_deleted() {
+    async fn no_task_pod_waits_for_a_server_so_the_namespace_can_always_be_deleted() {
         let dir = common::scratch("deploy", "removal");
         let api = ApiServer::start().await;
         let kubeconfig = dir.join("kubeconfig");
         api.write_kubeconfig(&kubeconfig, Some(NS));
         let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
-        install(&api);
-        let serve = || Server::start_kube_in(&kubeconfig, NS, &tokens, None, Some(SERVER_POD));
+        let serve = || Server::start_kube_in(&kubeconfig, NS, &tokens, None, None);
         let server = serve();
         let client = Client::new(&server.url, Some(TOKEN.to_string()));
         let spec = json!({"jobName": "train", "image": "busybox",
@@ -432,8 +403,9 @@ mod removal {
         let framework = api
             .get("frameworks", NS, &framework_name)
             .expect("its Framework");
+        let uid = framework["metadata"]["uid"].clone();
         // FrameworkController makes the pods from the template, which has no finalizer;
-        // the running server holds each.
+        // the running server makes each task's kept-log ConfigMap, owned by the job.
         let pods: Vec<String> = (0..2)
             .map(|i| pai_contract::framework::pod_name(&framework_name, "worker", i))
             .collect();
@@ -441,39 +413,29 @@ mod removal {
             let made = pai_test_support::frameworks::pod_of(&framework, "worker", index);
             assert!(!held(&made), "the template carries no finalizer");
             api.create("pods", NS, made);
-            api.wait_for("pods", NS, pod, held).await;
-        }
-
-        // A restart (the Deployment stays): the pods wait for the next server.
-        let log = server.terminate();
-        assert!(log.contains("stopping for a restart"), "{log}");
-        for pod in &pods {
-            assert!(held(&api.get("pods", NS, pod).expect("pod")), "{pod}");
-        }
-
-        // `kubectl delete -k`: the Deployment goes, the garbage collector takes its
-        // ReplicaSet; the server, stopping, finds itself removed and lets every pod go.
-        let server = serve();
-        api.delete("deployments", NS, "rest-lite");
-        api.delete("replicasets", NS, "rest-lite-5d8f7");
-        let log = server.terminate();
-        assert!(
-            log.contains("ReplicaSet rest-lite-5d8f7 is gone") && log.contains("pods=2"),
-            "{log}"
-        );
-        for pod in &pods {
+            let map = api
+                .wait_for("configmaps", NS, &kept_logs::config_map(pod), |_| true)
+                .await;
+            assert_eq!(map["metadata"]["ownerReferences"][0]["uid"], uid, "{map}");
             assert!(!held(&api.get("pods", NS, pod).expect("pod")), "{pod}");
         }
 
+        // The server stops (a restart, a crash, a removal: the same to the pods).
+        drop(server.terminate());
         // No server runs: the namespace's deletion deletes each pod, and each goes.
         for pod in &pods {
             api.delete("pods", NS, pod);
             api.wait_gone("pods", NS, pod).await;
         }
-        // A pod FrameworkController makes now (the job's next attempt) waits for nobody.
-        let mut next = pai_test_support::frameworks::pod_of(&framework, "worker", 0);
-        next["metadata"]["uid"] = json!("attempt-1");
-        api.create("pods", NS, next);
+
+        // A pod of an earlier version, which held it: a server takes it off.
+        let mut old = pai_test_support::frameworks::pod_of(&framework, "worker", 0);
+        old["metadata"]["uid"] = json!("attempt-1");
+        old["metadata"]["finalizers"] = json!([LEGACY_FINALIZER]);
+        api.create("pods", NS, old);
+        let server = serve();
+        api.wait_for("pods", NS, &pods[0], |p| !held(p)).await;
+        drop(server.terminate());
         api.delete("pods", NS, &pods[0]);
         api.wait_gone("pods", NS, &pods[0]).await;
         // Every request of the servers is one their Role allows.

@@ -216,17 +216,29 @@ mod cluster {
                 });
         }
 
-        /// The log keeper's copy of a task's log, as it makes it when the pod goes.
+        /// A task's kept log, as its runtime writes it when it ends.
         fn keep_log(&self, job: &str, attempt: i32, text: &str) {
             let pod = format!("{}-worker-0", Self::framework(job));
             let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+            let name = pai_contract::kept_logs::config_map(&pod);
+            let (main, init) = (
+                pai_contract::kept_logs::main_key(attempt),
+                pai_contract::kept_logs::init_key(attempt),
+            );
+            if self.api.get("configmaps", NS, &name).is_some() {
+                self.api.modify("configmaps", NS, &name, |m| {
+                    m["binaryData"][&main] = json!(b64(text));
+                    m["binaryData"][&init] = json!(b64(""));
+                });
+                return;
+            }
             self.api.create(
                 "configmaps",
                 NS,
                 json!({
                     "apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": pai_contract::kept_logs::config_map(&pod, attempt)},
-                    "binaryData": {"main.log": b64(text), "init.log": b64("")},
+                    "metadata": {"name": name},
+                    "binaryData": {main: b64(text), init: b64("")},
                 }),
             );
         }
@@ -240,7 +252,7 @@ mod cluster {
                 .expect("the Framework deleted once the history holds it");
             for map in self.api.list("configmaps", NS) {
                 let map_name = map["metadata"]["name"].as_str().unwrap_or_default();
-                if map_name.starts_with(&format!("{name}-log-")) {
+                if map_name.starts_with(&format!("{name}-logs-")) {
                     self.api.delete("configmaps", NS, map_name);
                 }
             }

@@ -15,7 +15,7 @@ use pai_barrier::{Attempt, BarrierConfig, Source, kube_source, published};
 use pai_client::Client;
 use pai_cluster::backend::KubeBackend;
 use pai_cluster::publisher::Publisher;
-use pai_contract::access;
+use pai_contract::{access, kept_logs};
 use pai_server::AppState;
 use pai_server::auth::Access;
 use pai_test_support::ApiServer;
@@ -74,7 +74,7 @@ fn attributes(request: &pai_test_support::apiserver::Request) -> Attributes {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
+async fn a_job_may_read_its_own_framework_and_peer_table_and_keep_its_own_logs_and_nothing_else() {
     let api = ApiServer::start().await;
     let client = serve(&api).await;
     for (user, job) in [("alice", "train"), ("bob", "other")] {
@@ -103,6 +103,20 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     }
     assert_eq!(sa["automountServiceAccountToken"], false);
     let rules = role["rules"].as_array().expect("rules").clone();
+    // Every task's kept log, by name: the runtime writes it as the task ends.
+    let kept: Vec<String> = framework["spec"]["taskRoles"]
+        .as_array()
+        .expect("roles")
+        .iter()
+        .flat_map(|r| {
+            let role = r["name"].as_str().expect("name").to_string();
+            let fw = fw.clone();
+            (0..r["taskNumber"].as_u64().expect("number")).map(move |i| {
+                kept_logs::config_map(&pai_contract::framework::pod_name(&fw, &role, i as u32))
+            })
+        })
+        .collect();
+    assert_eq!(kept.len(), 3);
     assert_eq!(
         Value::Array(rules.clone()),
         json!([
@@ -110,6 +124,8 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
              "resourceNames": [fw], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["configmaps"],
              "resourceNames": [access::peer_table(&fw)], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["configmaps"],
+             "resourceNames": kept, "verbs": ["get", "update"]},
         ])
     );
     assert_eq!(
@@ -121,8 +137,8 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         json!([{"kind": "ServiceAccount", "name": account, "namespace": NS}])
     );
 
-    // The pods: that account, no token in the user's container, a short-lived one in the
-    // init container.
+    // The pods: that account, a short-lived token in both containers (the barrier's, and
+    // the runtime's to keep its log), projected.
     for role in framework["spec"]["taskRoles"].as_array().expect("roles") {
         let pod = &role["task"]["pod"]["spec"];
         assert_eq!(pod["serviceAccountName"], account.as_str());
@@ -135,11 +151,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
                 .filter_map(|m| m["mountPath"].as_str().map(str::to_string))
                 .collect()
         };
-        assert!(
-            !mounts(&pod["containers"][0])
-                .iter()
-                .any(|p| p.starts_with("/var/run/secrets"))
-        );
+        assert!(mounts(&pod["containers"][0]).contains(&access::TOKEN_MOUNT.to_string()));
         assert!(mounts(&pod["initContainers"][0]).contains(&access::TOKEN_MOUNT.to_string()));
         let token = pod["volumes"]
             .as_array()
@@ -164,7 +176,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     let publisher = tokio::spawn(Publisher::new(kube_client(&api), NS).run(store.clone()));
     // The keeper of finished tasks' logs.
     let keeper = tokio::spawn(
-        pai_cluster::log_keeper::LogKeeper::new(kube_client(&api), NS, store.clone(), 1024).run(),
+        pai_cluster::log_keeper::LogKeeper::new(kube_client(&api), NS, store.clone()).run(),
     );
     // The server's Events too (the test API server dates objects long ago).
     let recorder = tokio::spawn(
@@ -181,8 +193,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     });
     api.wait_for("configmaps", NS, &published::object_name(&fw), |_| true)
         .await;
-    // A task's pod, made from the template and held by the keeper, deleted once it
-    // ended: the keeper reads its log, keeps it and lets the pod go.
+    // A task's pod, made from the template: the keeper makes its task's kept log.
     let framework = api.get("frameworks", NS, &fw).expect("framework");
     let pod = pai_contract::framework::pod_name(&fw, "ps", 0);
     api.create(
@@ -190,8 +201,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         NS,
         pai_test_support::frameworks::pod_of(&framework, "ps", 0),
     );
-    api.append_log(NS, &pod, "done\n");
-    api.wait_for("pods", NS, &pod, |p| !p["metadata"]["finalizers"].is_null())
+    api.wait_for("configmaps", NS, &kept_logs::config_map(&pod), |_| true)
         .await;
     api.delete("pods", NS, &pod);
     api.wait_gone("pods", NS, &pod).await;
@@ -259,18 +269,22 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         ("PATCH", format!("{jobs}/{fw}")),
         ("DELETE", format!("{jobs}/{fw}")),
         ("GET", format!("{maps}/{}", access::peer_table(&bob))),
-        // Its own tasks' kept logs are the server's to serve (its user's token), not
-        // the job's token's to read.
+        // Another job's kept logs; and no ConfigMap of its own making.
+        (
+            "PUT",
+            format!(
+                "{maps}/{}",
+                kept_logs::config_map(&pai_contract::framework::pod_name(&bob, "ps", 0))
+            ),
+        ),
         (
             "GET",
             format!(
                 "{maps}/{}",
-                pai_contract::kept_logs::config_map(
-                    &pai_contract::framework::pod_name(&fw, "ps", 0),
-                    0
-                )
+                kept_logs::config_map(&pai_contract::framework::pod_name(&bob, "ps", 0))
             ),
         ),
+        ("DELETE", format!("{maps}/{}", kept[0])),
         ("GET", maps.to_string()),
         ("GET", format!("/api/v1/namespaces/jobs/secrets/{fw}-ssh")),
         ("GET", format!("/api/v1/namespaces/jobs/pods/{fw}-ps-0/log")),
@@ -280,6 +294,15 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         assert!(
             !allows(&rules, &request),
             "a job's token may {method} {uri}"
+        );
+    }
+
+    // What its runtime does as a task ends: read and write back its task's kept log.
+    for method in ["GET", "PUT"] {
+        let request = Attributes::of(method, &format!("{maps}/{}", kept[2])).expect("namespaced");
+        assert!(
+            allows(&rules, &request),
+            "a job's runtime may not {method} its kept log"
         );
     }
 

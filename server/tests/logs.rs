@@ -114,18 +114,22 @@ async fn logs_answer_while_a_task_starts_and_a_follow_waits_for_its_pod() {
     assert_eq!(followed.body, "hello from worker-0\n");
 }
 
-/// A finished task's output outlives its pod. FrameworkController deletes a completed
-/// attempt's pods (the test plays it: the pod made from the template, with its finalizer,
-/// then deleted); the pod waits until the server kept the end of its log, and the API
-/// reads it back: the attempt's, and an earlier attempt's once the next one runs.
+/// A finished task's output outlives its pod. The pod carries no finalizer; the server
+/// makes the task's kept-log ConfigMap as the pod appears; the runtime's own code (its
+/// two containers, as they end) writes into it; FrameworkController deletes a completed
+/// attempt's pods (the test plays it) and the pod goes at once; the API reads the log back:
+/// the attempt's, and an earlier attempt's once the next one runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tasks_log_outlives_its_pod() {
+    use pai_kube_runtime::kept_log::{Keeping, Part};
     let api = ApiServer::start().await;
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
-    // 64 bytes kept of each log: the end of it.
-    let backend =
-        backend_on(&api, pai_cluster::store::DEFAULT_STALE_LIMIT).keeping_logs(client, NS, 64);
+    let backend = backend_on(&api, pai_cluster::store::DEFAULT_STALE_LIMIT).keeping_logs(
+        client.clone(),
+        NS,
+        64,
+    );
     backend.store().listed().await;
     let addr = serve_backend(
         backend,
@@ -139,45 +143,43 @@ async fn a_tasks_log_outlives_its_pod() {
     let made = pai_test_support::frameworks::pod_of(&framework, "worker", 0);
     assert!(
         made["metadata"]["finalizers"].is_null(),
-        "the template has no finalizer: a pod made while no server runs waits for nobody"
+        "the template has no finalizer: no pod waits for a server"
     );
     let worker = pod("worker", 0);
     s.api.create("pods", NS, made);
-    // The server holds each pod as it appears, so its deletion waits for the log.
-    s.api
-        .wait_for("pods", NS, &worker, |p| {
-            p["metadata"]["finalizers"] == json!([pai_contract::kept_logs::FINALIZER])
-        })
-        .await;
-    s.api.append_container_log(
-        NS,
-        &worker,
-        pai_contract::framework::INIT_CONTAINER,
-        &format!("{}barrier passed\n", pai_contract::log_lines::mark("INFO")),
+    let map = pai_contract::kept_logs::config_map(&worker);
+    let kept_map = s.api.wait_for("configmaps", NS, &map, |_| true).await;
+    assert_eq!(kept_map["metadata"]["ownerReferences"][0]["name"], fw());
+    assert!(
+        s.api.get("pods", NS, &worker).expect("pod")["metadata"]["finalizers"].is_null(),
+        "the server holds no pod"
     );
+    // The runtime keeps 64 bytes of its output: the end of it.
+    let keeping = Keeping::of(&worker, NS, 0, 64, 5);
+    keeping
+        .write(
+            client.clone(),
+            Part::Init,
+            format!("{}barrier passed\n", pai_contract::log_lines::mark("INFO")).as_bytes(),
+        )
+        .await
+        .expect("entry keeps its lines");
     let long = format!(
         "{}the last line\n",
         "an early line that is not kept\n".repeat(20)
     );
-    s.api.append_log(NS, &worker, &long);
-    s.api.end_log(NS, &worker);
-    // The attempt completed: FrameworkController deletes its pods.
-    s.api.delete_pods_of_completed_attempts();
+    keeping
+        .write(client.clone(), Part::Main, long.as_bytes())
+        .await
+        .expect("run keeps the output's end");
+    // The attempt completed: FrameworkController deletes its pods, which go at once.
+    s.api.delete("pods", NS, &worker);
+    s.api.wait_gone("pods", NS, &worker).await;
     s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"] = json!({"state": "Completed", "attemptStatus": {"id": 0,
             "completionStatus": {"code": 0, "phrase": "Succeeded", "type": {"name": "Succeeded", "attributes": []}},
             "taskRoleStatuses": []}, "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0}});
     });
-    s.api.wait_gone("pods", NS, &worker).await;
-    let kept_map = s
-        .api
-        .get(
-            "configmaps",
-            NS,
-            &pai_contract::kept_logs::config_map(&worker, 0),
-        )
-        .expect("the log's ConfigMap");
-    assert_eq!(kept_map["metadata"]["ownerReferences"][0]["name"], fw());
 
     // The server's copy has seen the job end.
     until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
@@ -196,11 +198,16 @@ async fn a_tasks_log_outlives_its_pod() {
     // The task's log page shows it too.
     let page = request(s.addr, "GET", "/ui/jobs/alice/job/logs/worker/0", None, "").await;
     assert!(page.body.contains("the last line"), "{}", page.body);
-    // The next attempt runs: the first one's log is still there, by its number.
+    // The next attempt runs and keeps its own: the first one's log is still there, by
+    // its number.
     s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"]["state"] = json!("AttemptRunning");
         pai_test_support::frameworks::set_attempt(f, 1, "1_uid");
     });
+    Keeping::of(&worker, NS, 1, 64, 5)
+        .write(client, Part::Main, b"attempt 1\n")
+        .await
+        .expect("kept");
     until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
         r.json()["jobStatus"]["state"] == "RUNNING"
     })
@@ -212,102 +219,17 @@ async fn a_tasks_log_outlives_its_pod() {
     );
 }
 
-/// A pod a server held, deleted while no server kept logs (the server restarting), waits
-/// on its finalizer; the next server's keeper finds it at its first list, keeps its log
-/// and lets it go.
+/// A task whose ConfigMap no server made (none ran as its pod appeared) is told so, and
+/// the runtime gives up within its bound: nothing waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_deleted_while_no_server_ran_is_kept_by_the_next() {
-    let s = start().await;
-    submit_base_job(&s).await;
-    let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
-    let ps = pod("ps", 0);
-    s.api.create(
-        "pods",
-        NS,
-        held(pai_test_support::frameworks::pod_of(&framework, "ps", 0)),
-    );
-    s.api.append_log(NS, &ps, "ps done\n");
-    s.api.delete("pods", NS, &ps);
-    let waiting = s
-        .api
-        .get("pods", NS, &ps)
-        .expect("the pod waits on its finalizer");
-    assert!(!waiting["metadata"]["deletionTimestamp"].is_null());
-    // The next server's keeper.
-    let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
-        .expect("client");
-    let store = KubeBackend::store_only(client.clone(), NS, &s.api.url());
-    store.listed().await;
-    let keeper =
-        tokio::spawn(pai_cluster::log_keeper::LogKeeper::new(client, NS, store, 1024).run());
-    s.api.wait_gone("pods", NS, &ps).await;
-    let kept = s
-        .api
-        .get(
-            "configmaps",
-            NS,
-            &pai_contract::kept_logs::config_map(&ps, 0),
-        )
-        .expect("kept");
-    assert_eq!(
-        kept["binaryData"]["main.log"],
-        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "ps done\n")
-    );
-    keeper.abort();
-}
-
-/// A job restarted many times keeps each task's logs of its last attempts only: keeping
-/// attempt 2's log (with two attempts kept) lets attempt 0's ConfigMap go.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keeping_a_later_attempts_log_lets_the_oldest_kept_one_go() {
-    let s = start().await;
-    submit_base_job(&s).await;
-    let mut framework = s.api.get("frameworks", NS, &fw()).expect("framework");
-    let ps = pod("ps", 0);
-    // Attempt 0's log, kept before.
-    let old = pai_contract::kept_logs::config_map(&ps, 0);
-    s.api.create(
-        "configmaps",
-        NS,
-        json!({"metadata": {"name": old, "labels": {"app.kubernetes.io/managed-by": "rest-lite"}},
-            "binaryData": {"main.log": "YQ=="}}),
-    );
-    // Attempt 2's pod ends.
-    pai_test_support::frameworks::set_attempt(&mut framework, 2, "2_uid");
-    s.api.modify("frameworks", NS, &fw(), |f| {
-        pai_test_support::frameworks::set_attempt(f, 2, "2_uid");
-    });
-    let mut made = pai_test_support::frameworks::pod_of(&framework, "ps", 0);
-    made["metadata"]["annotations"][pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID] = json!("2");
-    s.api.create("pods", NS, held(made));
-    s.api.append_log(NS, &ps, "attempt 2\n");
-    s.api.delete("pods", NS, &ps);
-    let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
-        .expect("client");
-    let store = KubeBackend::store_only(client.clone(), NS, &s.api.url());
-    store.listed().await;
-    let keeper = tokio::spawn(
-        pai_cluster::log_keeper::LogKeeper::new(client, NS, store, 1024)
-            .keeping_attempts(2)
-            .run(),
-    );
-    s.api.wait_gone("pods", NS, &ps).await;
-    s.api.wait_gone("configmaps", NS, &old).await;
-    assert!(
-        s.api
-            .get(
-                "configmaps",
-                NS,
-                &pai_contract::kept_logs::config_map(&ps, 2)
-            )
-            .is_some(),
-        "attempt 2's log is kept"
-    );
-    keeper.abort();
-}
-
-/// `pod` as a server that ran before held it: with the keep-log finalizer.
-fn held(mut pod: serde_json::Value) -> serde_json::Value {
-    pod["metadata"]["finalizers"] = json!([pai_contract::kept_logs::FINALIZER]);
-    pod
+async fn a_runtime_without_its_config_map_gives_up_and_says_why() {
+    use pai_kube_runtime::kept_log::{Keeping, Part};
+    let api = ApiServer::start().await;
+    let client =
+        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let error = Keeping::of(&pod("ps", 0), NS, 0, 64, 5)
+        .write(client, Part::Main, b"lost\n")
+        .await
+        .expect_err("nowhere to keep it");
+    assert!(error.contains("does not exist"), "{error}");
 }

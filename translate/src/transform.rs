@@ -23,7 +23,7 @@ use pai_contract::framework::{
     CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, GPU_RESOURCE, INIT_CONTAINER,
     MAIN_CONTAINER, RetryPolicySpec, TaskRoleSpec, TaskSpec,
 };
-use pai_contract::{PortPlan, access, meta, paths, training};
+use pai_contract::{PortPlan, access, kept_logs, meta, paths, training};
 
 use crate::config::ClusterConfig;
 use crate::env::{job_env, role_env};
@@ -287,8 +287,8 @@ impl Transformer {
             metadata: Some(ObjectMeta {
                 labels: Some(labels),
                 annotations: Some(annotations),
-                // No finalizer: the running server puts its keep-log finalizer on each
-                // pod as it appears, so a pod made while none runs waits for nobody.
+                // No finalizer: the runtime keeps the task's log itself as it ends
+                // (pai_contract::kept_logs), so no pod ever waits for the server.
                 ..ObjectMeta::default()
             }),
             spec: Some(PodSpec {
@@ -349,16 +349,14 @@ impl Transformer {
         if let Some(timeout) = cfg.barrier_timeout_sec {
             init_env.push(env_var(barrier::TIMEOUT, &timeout.to_string()));
         }
+        init_env.extend(self.kept_log_env().iter().map(|(k, v)| env_var(k, v)));
         let mut mounts = shared_mounts();
         mounts.push(VolumeMount {
             read_only: Some(true),
             ..mount(JOB_SSH_VOLUME, training::JOB_SSH_MOUNT)
         });
-        // The barrier's token: in this container only.
-        mounts.push(VolumeMount {
-            read_only: Some(true),
-            ..mount(TOKEN_VOLUME, access::TOKEN_MOUNT)
-        });
+        // The barrier's token, and the runtime's for keeping its log.
+        mounts.push(token_mount());
         Container {
             name: INIT_CONTAINER.to_string(),
             image: Some(cfg.runtime_image.clone()),
@@ -388,6 +386,7 @@ impl Transformer {
                 cfg.user_log_max_bytes.to_string(),
             ),
         ];
+        runtime_vars.extend(self.kept_log_env());
         if !cfg.failure_patterns.is_empty()
             && let Ok(json) = serde_json::to_string(&cfg.failure_patterns)
         {
@@ -422,6 +421,10 @@ impl Transformer {
             .collect();
         let mut mounts = shared_mounts();
         mounts.push(mount(SHM_VOLUME, paths::DEV_SHM));
+        // The runtime keeps the log's end with it as the task ends.
+        if cfg.kept_log_bytes > 0 {
+            mounts.push(token_mount());
+        }
         mounts.extend(job.storages.iter().map(|s| VolumeMount {
             name: s.volume.clone(),
             mount_path: s.mount_path.clone(),
@@ -450,6 +453,32 @@ impl Transformer {
             }),
             ..Container::default()
         }
+    }
+
+    /// Where the runtime keeps its output's end as it ends ([`pai_contract::kept_logs`]):
+    /// nothing when `keptLogBytes` is 0.
+    fn kept_log_env(&self) -> Vec<(String, String)> {
+        let cfg = &self.config;
+        if cfg.kept_log_bytes == 0 {
+            return Vec::new();
+        }
+        let mut vars = vec![
+            (
+                kept_logs::env::BYTES.to_string(),
+                cfg.kept_log_bytes.to_string(),
+            ),
+            (
+                kept_logs::env::ATTEMPTS.to_string(),
+                cfg.kept_attempts.to_string(),
+            ),
+        ];
+        if !cfg.kube_apiserver_address.is_empty() {
+            vars.push((
+                kept_logs::env::APISERVER.to_string(),
+                cfg.kube_apiserver_address.clone(),
+            ));
+        }
+        vars
     }
 
     /// The pod's volumes: the runtime's files, the logs, `/dev/shm`, the job's key, the
@@ -580,6 +609,14 @@ fn token_volume() -> Volume {
             ]),
         }),
         ..Volume::default()
+    }
+}
+
+/// The job's token where Kubernetes' clients look for it, read-only.
+fn token_mount() -> VolumeMount {
+    VolumeMount {
+        read_only: Some(true),
+        ..mount(TOKEN_VOLUME, access::TOKEN_MOUNT)
     }
 }
 

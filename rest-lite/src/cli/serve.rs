@@ -19,8 +19,6 @@ use pai_translate::config::ClusterConfig;
 
 /// How long open streams may delay the end of a server asked to stop.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-/// How long a removed server may take to let its task pods go ([`pai_engine::backend::Backend::leaving`]).
-const LEAVING_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
@@ -331,7 +329,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         )
         .await?;
         let describe = backend.describe();
-        let leaving = backend.clone();
         let state = AppState {
             body_limit: args.max_body_bytes,
             hosts: Arc::new(hosts),
@@ -403,10 +400,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 Ok(())
             }
         };
-        // Within the pod's 30 s termination grace, with the streams' 5 s before it.
-        if tokio::time::timeout(LEAVING_GRACE, leaving.leaving()).await.is_err() {
-            tracing::warn!(grace_s = LEAVING_GRACE.as_secs(), "letting the task pods go outlived its grace; leaving");
-        }
         result
     })
 }
@@ -452,7 +445,6 @@ async fn backend(
                 restart: config.restart_backoff.policy(),
                 kept_attempts: config.kept_attempts,
                 retention: pai_engine::retention::Bounds::of(&config.retention),
-                pod: std::env::var("POD_NAME").ok().filter(|p| !p.is_empty()),
                 history: match config.history.connection()? {
                     Some(connection) => Some((
                         std::sync::Arc::new(
