@@ -7,7 +7,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -131,6 +131,7 @@ impl KubeBackend {
                 .keeping_logs(client.clone(), namespace, settings.kept_log_bytes),
         );
         let store = backend.store();
+        tokio::spawn(backend.clone().probe_credentials());
         tokio::spawn(
             crate::publisher::Publisher::new(client.clone(), namespace)
                 .restarting(settings.restart)
@@ -318,7 +319,7 @@ impl KubeBackend {
                 )))
             }
             Err(error) => {
-                tracing::debug!(%queue, error = %crate::store::ApiVoice::explain(&*self.errors, error), "cannot read the queue; the job goes on and waits with its engine's reason");
+                tracing::debug!(%queue, error = %self.errors.error(error), "cannot read the queue; the job goes on and waits with its engine's reason");
                 Ok(())
             }
         }
@@ -353,7 +354,32 @@ impl KubeBackend {
     fn serving(&self) -> Result<(), BackendError> {
         self.store
             .serving()
-            .map_err(|reason| self.errors.unavailable(reason.to_string()))
+            .map_err(|reason| self.errors.unavailable(reason.to_string()))?;
+        // Its watches may stay open and quiet while its credentials are refused.
+        match self.errors.credentials.refusal() {
+            Some(refusal) if refusal.since.elapsed() > self.store.stale_limit() => {
+                Err(BackendError::CredentialsRefused(format!(
+                    "the server's copy of the jobs is out of date: {}",
+                    refusal.explain()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Asks the API server every [`crate::credentials::PROBE_EVERY`] whether it still
+    /// accepts this server's credentials (one list of at most one Framework's metadata).
+    async fn probe_credentials(self: Arc<Self>) {
+        let params = ListParams::default().limit(1);
+        loop {
+            tokio::time::sleep(crate::credentials::PROBE_EVERY).await;
+            match self.api.list_metadata(&params).await {
+                Ok(_) => self.answered(),
+                Err(e) => {
+                    let _ = self.errors.frameworks_error(e);
+                }
+            }
+        }
     }
 
     /// Waits (within [`WRITE_VISIBLE_BOUND`]) until the copy shows what `done` looks
@@ -581,6 +607,14 @@ impl Backend for KubeBackend {
             "kubernetes at {} (namespace {})",
             self.errors.address, self.errors.namespace
         )
+    }
+
+    fn taking_requests(&self) -> Result<(), BackendError> {
+        self.ready()?;
+        match self.errors.credentials.refusal() {
+            Some(refusal) => Err(BackendError::CredentialsRefused(refusal.explain())),
+            None => Ok(()),
+        }
     }
 
     fn ready(&self) -> Result<(), BackendError> {

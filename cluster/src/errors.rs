@@ -16,6 +16,8 @@ pub struct ApiErrors {
     pub(crate) address: String,
     /// Some request of this server was answered: a 401/403 now is transient.
     allowed: AtomicBool,
+    /// Whether its credentials are refused now ([`crate::credentials`]).
+    pub(crate) credentials: crate::credentials::Credentials,
 }
 
 impl ApiErrors {
@@ -24,6 +26,7 @@ impl ApiErrors {
             namespace: namespace.to_string(),
             address: address.to_string(),
             allowed: false.into(),
+            credentials: Default::default(),
         })
     }
 
@@ -47,10 +50,22 @@ impl ApiErrors {
                 self.namespace, status.message
             )),
             Verdict::Retry { kind, .. } => match kind {
-                Kind::RefusedAfterAllowed => self.unavailable(format!(
-                    "{} {}: the API server refuses credentials it accepted before (is it restarting?)",
-                    status.code, status.reason
-                )),
+                Kind::RefusedAfterAllowed => {
+                    // 401: the credentials. A 403 may be one grant the Role lacks: the
+                    // credentials' only where the Frameworks themselves are refused
+                    // (`frameworks_error`).
+                    if status.code == 401 {
+                        self.credentials
+                            .refused(status.code, &status.reason, &status.message);
+                    }
+                    if let Some(refusal) = self.credentials.refusal() {
+                        return BackendError::CredentialsRefused(refusal.explain());
+                    }
+                    self.unavailable(format!(
+                        "{} {}: the API server refuses credentials it accepted before: this server's ServiceAccount deleted, its token revoked or expired, or the API server restarting",
+                        status.code, status.reason
+                    ))
+                }
                 Kind::TooManyRequests => self.unavailable(format!(
                     "429 {}: the API server asks its clients to slow down",
                     status.message
@@ -66,6 +81,19 @@ impl ApiErrors {
         }
     }
 
+    /// `error` of a request for the Frameworks, which every server's Role grants: a 403
+    /// there, after the server was answered, is its credentials refused too.
+    pub(crate) fn frameworks_error(&self, error: kube::Error) -> BackendError {
+        if let kube::Error::Api(status) = &error
+            && status.code == 403
+            && self.allowed.load(Ordering::Relaxed)
+        {
+            self.credentials
+                .refused(status.code, &status.reason, &status.message);
+        }
+        self.error(error)
+    }
+
     pub(crate) fn unavailable(&self, message: String) -> BackendError {
         BackendError::Unavailable {
             address: self.address.clone(),
@@ -77,10 +105,11 @@ impl ApiErrors {
 impl crate::store::ApiVoice for ApiErrors {
     fn answered(&self) {
         self.allowed.store(true, Ordering::Relaxed);
+        self.credentials.accepted();
     }
 
     fn explain(&self, error: kube::Error) -> String {
-        match self.error(error) {
+        match self.frameworks_error(error) {
             BackendError::Unavailable { message, .. } => message,
             other => other.to_string(),
         }

@@ -181,6 +181,11 @@ impl KubeStore {
         }
     }
 
+    /// How long a failing copy is still served.
+    pub fn stale_limit(&self) -> Duration {
+        self.0.stale_limit
+    }
+
     /// Waits until the first list completed.
     pub async fn listed(&self) {
         let mut health = self.0.health.subscribe();

@@ -35,6 +35,10 @@ pub enum BackendError {
     Refused(String),
     #[error("the cluster at {address} cannot be reached: {message}")]
     Unavailable { address: String, message: String },
+    /// The cluster answers but refuses this server's credentials: the message says
+    /// since when, the likely causes and what the server does meanwhile.
+    #[error("{0}")]
+    CredentialsRefused(String),
     /// The job history (a cluster's database) cannot be read or written now: the
     /// message says where and why.
     #[error("{0}")]
@@ -158,8 +162,14 @@ pub trait Backend: Send + Sync + 'static {
     /// reach its state (`why`).
     fn refuse<'a>(&'a self, name: &'a str, why: &'a str)
     -> BoxFuture<'a, Result<(), BackendError>>;
-    /// Whether reads can be answered now (`/readyz`); the reason when not.
+    /// Whether reads can be answered now; the reason when not.
     fn ready(&self) -> Result<(), BackendError>;
+    /// Whether the server should take requests (`/readyz`): [`Backend::ready`], and not
+    /// cut off from what it runs on (a cluster that refuses its credentials, whose
+    /// reads are still answered from its copy for a while).
+    fn taking_requests(&self) -> Result<(), BackendError> {
+        self.ready()
+    }
     fn set_execution<'a>(
         &'a self,
         name: &'a str,

@@ -473,3 +473,91 @@ mod removal {
         }
     }
 }
+
+/// A server whose credentials stop working while it runs (its ServiceAccount deleted by
+/// `kubectl delete -k`, its token revoked): it says so once, reports not ready with the
+/// reason, and recovers by itself once its access is back; the client library's own
+/// lines for each retry stay out of the log. (The test API server refuses every request
+/// with 401 and cuts the open watches, as a real one does at their next renewal; the real
+/// control plane's run of the same is in `rest-lite/tests/real_cluster.rs`.)
+mod credentials {
+    use crate::common;
+    use common::serve::Server;
+    use pai_test_support::ApiServer;
+
+    const NS: &str = "credentials";
+
+    async fn readyz(url: &str) -> (u16, String) {
+        let url = url.to_string();
+        let reply =
+            tokio::task::spawn_blocking(move || common::request(&url, "GET", "/readyz", &[], ""))
+                .await
+                .expect("readyz");
+        (reply.status, reply.body)
+    }
+
+    // Long: the watches' back-off while refused, then the recovery.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn refused_credentials_are_said_once_the_server_is_not_ready_and_recovers_by_itself() {
+        let dir = common::scratch("deploy", "credentials");
+        let api = ApiServer::start().await;
+        let kubeconfig = dir.join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig, Some(NS));
+        let tokens = common::token_file(&dir, &[("alice", "alice-token", false)]);
+        let server = Server::start_kube(&kubeconfig, NS, &tokens);
+        assert_eq!(readyz(&server.url).await.0, 200);
+
+        api.deny(Some(401));
+        api.cut_watches();
+        let (status, reason) = loop {
+            let (status, body) = readyz(&server.url).await;
+            if status == 503 {
+                break (status, body);
+            }
+            tokio::task::yield_now().await;
+        };
+        assert_eq!(status, 503);
+        assert!(
+            reason.contains("refused this server's credentials")
+                && reason.contains("401 Unauthorized")
+                && reason.contains("ServiceAccount was deleted"),
+            "{reason}"
+        );
+        // Reads are still answered from the copy within its bound.
+        let url = server.url.clone();
+        let jobs = tokio::task::spawn_blocking(move || {
+            common::request(
+                &url,
+                "GET",
+                "/api/v1/jobs",
+                &[("Authorization", "Bearer alice-token")],
+                "",
+            )
+        })
+        .await
+        .expect("jobs");
+        assert_eq!(jobs.status, 200, "{}", jobs.body);
+        // The watches and the probe go on asking (and backing off).
+        api.faulted(6).await;
+
+        api.deny(None);
+        while readyz(&server.url).await.0 != 200 {
+            tokio::task::yield_now().await;
+        }
+        let log = server.terminate();
+        let said = log
+            .lines()
+            .filter(|l| l.contains("refuses this server's credentials"))
+            .collect::<Vec<_>>();
+        assert_eq!(said.len(), 1, "said once:\n{log}");
+        assert!(said[0].contains("ERROR"), "{log}");
+        assert!(
+            log.contains("accepts this server's credentials again"),
+            "{log}"
+        );
+        assert!(
+            !log.contains("kube_runtime") && !log.contains("kube_client"),
+            "the client library's lines stay out:\n{log}"
+        );
+    }
+}

@@ -208,7 +208,9 @@ impl From<BackendError> for ApiError {
             }
             BackendError::Tag(e) => Self::bad_request(e.to_string()),
             e @ BackendError::Unavailable { .. } => Self::unavailable(e.to_string()),
-            BackendError::History(message) => Self::unavailable(message),
+            BackendError::History(message) | BackendError::CredentialsRefused(message) => {
+                Self::unavailable(message)
+            }
             BackendError::Other(message) => Self::internal(message),
         }
     }

@@ -687,7 +687,7 @@ pub async fn get_logs(
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> ApiResult {
-    state.backend.ready()?;
+    state.backend.taking_requests()?;
     Ok("ok".into_response())
 }
 

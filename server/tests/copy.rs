@@ -81,7 +81,9 @@ async fn reads_come_from_the_copy_without_asking_the_api_server_even_while_it_fa
     // Failing: reads still come from the copy; writes need the API server (503).
     for fault in [Fault::Deny(403), Fault::Deny(401), Fault::ServerError(500)] {
         s.api.fault(Some(fault));
-        for path in reads {
+        // Once its credentials were refused (401), the server is not ready; reads are
+        // still answered from the copy within its bound.
+        for path in reads.iter().filter(|p| **p != "/readyz") {
             assert_eq!(
                 request(s.addr, "GET", path, None, "").await.status,
                 200,
@@ -103,8 +105,34 @@ async fn reads_come_from_the_copy_without_asking_the_api_server_even_while_it_fa
             stop.body
         );
         assert_eq!(stop.retry_after, "2", "{fault:?}");
+        let ready = request(s.addr, "GET", "/readyz", None, "").await;
+        match fault {
+            Fault::Deny(403) => assert_eq!(ready.status, 200, "{}", ready.body),
+            _ => {
+                assert_eq!(ready.status, 503, "{fault:?}");
+                assert!(
+                    ready.body.contains("refused this server's credentials"),
+                    "{}",
+                    ready.body
+                );
+            }
+        }
     }
     s.api.fault(None);
+    // The next request answered ends it.
+    let stop = request(
+        s.addr,
+        "PUT",
+        &format!("{job}/executionType"),
+        Some("application/json"),
+        r#"{"value":"STOP"}"#,
+    )
+    .await;
+    assert_eq!(stop.status, 202, "{}", stop.body);
+    assert_eq!(
+        request(s.addr, "GET", "/readyz", None, "").await.status,
+        200
+    );
     let watches = s.api.requests().iter().filter(|r| r.is_watch()).count();
     assert_eq!(watches, 1, "one watch of the API server for every reader");
 }
@@ -140,6 +168,26 @@ async fn a_copy_that_stays_out_of_date_past_its_bound_is_refused_until_current_a
         "RUNNING",
         "{}",
         back.body
+    );
+    // Credentials refused while the watch stays open (a real API server keeps a watch
+    // whose token was revoked): past the bound, reads say the copy is out of date, and
+    // why.
+    s.api.deny(Some(401));
+    let stop = request(
+        s.addr,
+        "PUT",
+        &format!("{job}/executionType"),
+        Some("application/json"),
+        r#"{"value":"STOP"}"#,
+    )
+    .await;
+    assert_eq!(stop.status, 503, "{}", stop.body);
+    let stale = request(s.addr, "GET", job, None, "").await;
+    assert_eq!(stale.error(), (503, "ServiceUnavailableError".to_string()));
+    assert!(
+        stale.body.contains("out of date") && stale.body.contains("credentials"),
+        "{}",
+        stale.body
     );
 }
 

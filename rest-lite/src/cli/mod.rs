@@ -178,8 +178,18 @@ pub fn run() -> ExitCode {
 }
 
 fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // The client library says every failed request and watch retry, ten lines a second
+    // when the credentials are refused; the server says it once a minute
+    // (pai_cluster::credentials). A RUST_LOG that names kube keeps them.
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("kube")) {
+        for target in pai_cluster::credentials::QUIET_TARGETS {
+            if let Ok(directive) = format!("{target}=off").parse() {
+                filter = filter.add_directive(directive);
+            }
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| LossyStderr)
