@@ -28,6 +28,7 @@ mod local_safety;
 mod pages;
 mod peers;
 mod portal;
+mod real_cluster;
 mod restarts;
 mod sdk;
 mod serve_command;

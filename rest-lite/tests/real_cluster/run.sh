@@ -1,0 +1,265 @@
+#!/bin/bash
+# The operator's guide on a real control plane: rest-lite installed from deploy/ by
+# kustomize (two replicas) on ../shared/k8s-harness's kube-apiserver, kube-controller-manager
+# (namespace controller, garbage collector, token invalidation), FrameworkController and
+# real node (kubelet, containerd, CNI, kube-scheduler). Run by rest-lite/tests/real_cluster.rs
+# where K8S_HARNESS names a built harness, or by hand:
+#
+#   K8S_HARNESS=~/.k8s-harness HARNESS_SCRIPTS=../shared/k8s-harness rest-lite/tests/real_cluster/run.sh [CASE...]
+#
+# Needs the images localhost/rest-lite:0.1.0 and localhost/kube-runtime:0.1.0 built from
+# this checkout (build-server-image.sh, build-runtime-image.sh after cargo build --release).
+# Cases (all by default):
+#   logs       a finished job's log after its pods are gone, on both replicas, before and
+#              after a rolling restart
+#   delete-k   `kubectl delete -k` with a job running, then the namespace: gone within 60 s
+#   reversed   the namespace deleted first (server and job running), then `delete -k`
+#   killed     the servers killed (force-deleted, their ReplicaSet gone: never replaced)
+#              with a job running, then the namespace: gone within 60 s
+#   credentials  the server's ServiceAccount deleted while it runs: /readyz 503 with the
+#              reason, one line a minute at most; made again, the pods restarted, ready
+set -euo pipefail
+H=${K8S_HARNESS:?K8S_HARNESS: the harness directory}
+S=${HARNESS_SCRIPTS:?HARNESS_SCRIPTS: the harness scripts directory}
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+export KUBECONFIG=$H/kubeconfig PATH=$H/bin:$PATH
+# Inside the checkout: kustomize takes a base by a relative path only.
+WORK=$ROOT/target/real-cluster
+rm -rf "$WORK" && mkdir -p "$WORK"
+TOKEN=real-cluster-token
+CASES=${*:-logs delete-k reversed killed credentials}
+
+say() { echo "=== $(date -u +%T) $*"; }
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+"$S/start-all.sh" >/dev/null
+"$S/start-node.sh" >/dev/null
+for image in rest-lite kube-runtime; do
+  ctr --address "$H/node/containerd/containerd.sock" -n k8s.io images ls -q | grep -qx "localhost/$image:0.1.0" \
+    || fail "image localhost/$image:0.1.0 missing: build it with $S/build-*-image.sh $ROOT"
+done
+
+# The operator's overlay (docs/operating.md, steps 3 and 4) for namespace $1.
+overlay() {
+  local ns=$1 dir=$WORK/$1
+  mkdir -p "$dir"
+  cat >"$dir/config.yaml" <<EOF
+runtimeImage: localhost/kube-runtime:0.1.0
+runtimeImagePullPolicy: Never
+kubeApiserverAddress: https://198.18.0.1:6443
+terminationGracePeriodSec: 10
+EOF
+  cat >"$dir/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: $ns
+resources:
+  - ../../../deploy/rest-lite
+images:
+  - name: rest-lite
+    newName: localhost/rest-lite
+    newTag: "0.1.0"
+configMapGenerator:
+  - name: rest-lite-config
+    behavior: replace
+    files: [config.yaml]
+patches:
+  # The harness's node has no kube-proxy: the API server at the node's address.
+  - target: {kind: Deployment, name: rest-lite}
+    patch: |
+      - op: add
+        path: /spec/template/spec/containers/0/env/-
+        value: {name: KUBERNETES_SERVICE_HOST, value: 198.18.0.1}
+      - op: add
+        path: /spec/template/spec/containers/0/env/-
+        value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}
+EOF
+  echo "$dir"
+}
+
+install() {
+  local ns=$1
+  # A namespace left by an earlier run that failed.
+  kubectl delete namespace "$ns" --ignore-not-found --timeout=120s >/dev/null
+  kubectl create namespace "$ns" >/dev/null
+  local hash
+  hash=$(printf %s "$TOKEN" | sha256sum | cut -d' ' -f1)
+  printf 'users:\n  - {name: alice, tokenSha256: %s, admin: true}\n' "$hash" >"$WORK/tokens.yaml"
+  kubectl -n "$ns" create secret generic rest-lite-tokens --from-file=tokens.yaml="$WORK/tokens.yaml" >/dev/null
+  kubectl apply -k "$(overlay "$ns")" >/dev/null
+  kubectl -n "$ns" rollout status deployment/rest-lite --timeout=180s >/dev/null
+}
+
+servers() {
+  kubectl -n "$1" get pods -l app.kubernetes.io/name=rest-lite \
+    --field-selector=status.phase=Running -o jsonpath='{range .items[*]}{.status.podIP}{"\n"}{end}'
+}
+
+# api NS IP METHOD PATH [BODY]: the server at pod IP IP, as the Service's name.
+api() {
+  local ip=$2 method=$3 path=$4 body=${5:-}
+  curl -sS -X "$method" -H "Host: rest-lite" -H "Authorization: Bearer $TOKEN" \
+    ${body:+-H "Content-Type: application/json" --data "$body"} "http://$ip:9186$path"
+}
+
+submit() {
+  local ns=$1 name=$2 command=$3 ip
+  ip=$(servers "$ns" | head -1)
+  api "$ns" "$ip" POST /api/v1/user/alice/jobs \
+    "{\"jobName\":\"$name\",\"image\":\"localhost/debian:bookworm\",\"taskRoles\":[{\"name\":\"worker\",\"taskNumber\":1,\"cpuNumber\":1,\"memoryMB\":256,\"command\":\"$command\"}]}" >/dev/null
+}
+
+state() {
+  api "$1" "$(servers "$1" | head -1)" GET "/api/v1/user/alice/jobs/$2" | jq -r .jobStatus.state
+}
+
+wait_state() {
+  local ns=$1 job=$2 want=$3 s
+  for _ in $(seq 1 120); do
+    s=$(state "$ns" "$job" || true)
+    [ "$s" = "$want" ] && return 0
+    sleep 1
+  done
+  fail "$job in $ns is $s, not $want"
+}
+
+task_pods() {
+  kubectl -n "$1" get pods -l app.kubernetes.io/managed-by=rest-lite -o name
+}
+
+# gone NS: the namespace is deleted within 60 s.
+gone() {
+  local ns=$1 t0=$SECONDS
+  while kubectl get namespace "$ns" >/dev/null 2>&1; do
+    if [ $((SECONDS - t0)) -gt 60 ]; then
+      kubectl get namespace "$ns" -o jsonpath='{.status.conditions}' >&2 || true
+      kubectl -n "$ns" get pods -o custom-columns=NAME:.metadata.name,FINALIZERS:.metadata.finalizers >&2 || true
+      fail "namespace $ns still there after 60 s"
+    fi
+    sleep 1
+  done
+  say "namespace $ns gone in $((SECONDS - t0)) s"
+}
+
+running_job() {
+  local ns=$1
+  submit "$ns" long "echo started; sleep 600"
+  wait_state "$ns" long RUNNING
+  for _ in $(seq 1 60); do
+    kubectl -n "$ns" get pods -l app.kubernetes.io/managed-by=rest-lite \
+      -o jsonpath='{.items[*].status.phase}' | grep -q Running && return 0
+    sleep 1
+  done
+  fail "the job's pod in $ns does not run"
+}
+
+case_logs() {
+  local ns=rl-logs ip log
+  install "$ns"
+  submit "$ns" hello "echo hello from the task; echo to stderr >&2; exit 0"
+  wait_state "$ns" hello SUCCEEDED
+  for _ in $(seq 1 60); do [ -z "$(task_pods "$ns")" ] && break; sleep 1; done
+  [ -z "$(task_pods "$ns")" ] || fail "the task's pod is still there"
+  say "job SUCCEEDED, its pod gone; no pod carries a finalizer:"
+  kubectl -n "$ns" get configmaps -l app.kubernetes.io/managed-by=rest-lite -o name
+  for round in "before a rolling restart" "after a rolling restart"; do
+    for ip in $(servers "$ns"); do
+      log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/hello/logs?role=worker&index=0")
+      echo "$log" | grep -q "hello from the task" || fail "replica $ip ($round): $log"
+      say "replica $ip ($round): $(echo "$log" | tr '\n' '|')"
+    done
+    if [ "$round" = "before a rolling restart" ]; then
+      kubectl -n "$ns" rollout restart deployment/rest-lite >/dev/null
+      kubectl -n "$ns" rollout status deployment/rest-lite --timeout=180s >/dev/null
+      for _ in $(seq 1 60); do [ "$(servers "$ns" | wc -l)" = 2 ] && break; sleep 1; done
+      for ip in $(servers "$ns"); do
+        for _ in $(seq 1 30); do
+          [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$ip:9186/readyz")" = 200 ] && break
+          sleep 1
+        done
+      done
+    fi
+  done
+  ip=$(servers "$ns" | head -1)
+  log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/hello/logs?role=worker&index=0&source=runtime")
+  echo "$log" | grep -q "barrier passed\|passed the barrier\|\[runtime" || fail "the runtime's lines: $log"
+  say "the runtime's lines kept: $(echo "$log" | wc -l) lines"
+  # A stopped task keeps its log too: TERM, its exit, then the runtime's write.
+  running_job "$ns"
+  api "$ns" "$ip" PUT /api/v1/user/alice/jobs/long/executionType '{"value":"STOP"}' >/dev/null
+  wait_state "$ns" long STOPPED
+  for _ in $(seq 1 60); do [ -z "$(task_pods "$ns")" ] && break; sleep 1; done
+  log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/long/logs?role=worker&index=0")
+  echo "$log" | grep -q "started" || fail "the stopped task's log: $log"
+  say "a stopped task's log, its pod gone: $(echo "$log" | tr '\n' '|')"
+  kubectl delete -k "$WORK/$ns" >/dev/null
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+  gone "$ns"
+}
+
+case_delete_k() {
+  local ns=rl-delete-k
+  install "$ns"
+  running_job "$ns"
+  say "a job runs; kubectl delete -k, then the namespace"
+  kubectl delete -k "$WORK/$ns" >/dev/null
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+  gone "$ns"
+}
+
+case_reversed() {
+  local ns=rl-reversed
+  install "$ns"
+  running_job "$ns"
+  say "a job runs; the namespace deleted first, then kubectl delete -k"
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+  kubectl delete -k "$WORK/$ns" --ignore-not-found >/dev/null 2>&1 || true
+  gone "$ns"
+}
+
+case_killed() {
+  local ns=rl-killed
+  install "$ns"
+  running_job "$ns"
+  say "a job runs; the servers killed and never replaced, then the namespace"
+  kubectl -n "$ns" delete deployment rest-lite --cascade=orphan >/dev/null
+  kubectl -n "$ns" delete replicaset -l app.kubernetes.io/name=rest-lite --cascade=orphan >/dev/null
+  kubectl -n "$ns" delete pod -l app.kubernetes.io/name=rest-lite --grace-period=0 --force >/dev/null 2>&1
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+  gone "$ns"
+}
+
+case_credentials() {
+  local ns=rl-credentials ip code pod errors t0
+  install "$ns"
+  say "the server's ServiceAccount deleted while it runs"
+  kubectl -n "$ns" delete serviceaccount rest-lite >/dev/null
+  t0=$SECONDS
+  ip=$(servers "$ns" | head -1)
+  pod=$(kubectl -n "$ns" get pods -l app.kubernetes.io/name=rest-lite --field-selector=status.podIP="$ip" -o name)
+  for _ in $(seq 1 90); do
+    code=$(curl -s -o "$WORK/readyz" -w '%{http_code}' "http://$ip:9186/readyz" || true)
+    [ "$code" = 503 ] && break
+    sleep 1
+  done
+  [ "$code" = 503 ] || fail "/readyz answers $code"
+  say "/readyz 503 after $((SECONDS - t0)) s: $(cat "$WORK/readyz")"
+  sleep 70
+  errors=$(kubectl -n "$ns" logs "$pod" | grep -c "server's credentials" || true)
+  kubectl -n "$ns" logs "$pod" | grep "server's credentials" | cut -c1-220
+  [ "$errors" -le 2 ] || fail "$errors lines about the credentials in $((SECONDS - t0)) s"
+  say "$errors lines about it in $((SECONDS - t0)) s; the account made again and the pods restarted"
+  kubectl apply -k "$WORK/$ns" >/dev/null
+  kubectl -n "$ns" rollout restart deployment/rest-lite >/dev/null
+  kubectl -n "$ns" rollout status deployment/rest-lite --timeout=180s >/dev/null
+  say "ready again"
+  kubectl delete -k "$WORK/$ns" >/dev/null
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+  gone "$ns"
+}
+
+for c in $CASES; do
+  say "case $c"
+  "case_${c//-/_}"
+done
+say "all passed: $CASES"
