@@ -1977,3 +1977,96 @@ fn tasks_share_the_cpu_with_the_server_as_one_group() {
     }
     assert_ne!(own, group);
 }
+
+/// The commands `run` prints for meanwhile work as printed: `status`, and `ssh` into the
+/// task (where sshd and ssh are here), with no token typed: `run` records in its state
+/// directory where it serves, so the command line sends that directory's token there.
+#[test]
+fn the_commands_run_prints_work_as_printed() {
+    use std::io::BufRead;
+    let dir = scratch("run-printed-commands");
+    let go = dir.join("go");
+    let spec = dir.join("waits.json");
+    std::fs::write(
+        &spec,
+        job(
+            "waits",
+            json!([role(
+                "main",
+                1,
+                &format!("while [ ! -e {} ]; do sleep 0.1; done", go.display())
+            )]),
+            json!({}),
+        ),
+    )
+    .expect("spec");
+    let mut run = crate::common::rest_lite_command()
+        .args(["run", spec.to_str().expect("path")])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rest-lite run");
+    let mut lines = std::io::BufReader::new(run.stderr.take().expect("stderr")).lines();
+    let printed = loop {
+        let line = lines
+            .next()
+            .expect("run printed the commands")
+            .expect("a line");
+        if let Some((_, rest)) = line.split_once("other commands meanwhile: ") {
+            break rest.trim_end_matches(')').to_string();
+        }
+    };
+    // `NAME=VALUE NAME=VALUE rest-lite status waits`, as a shell reads it.
+    let words: Vec<&str> = printed.split_whitespace().collect();
+    let (vars, command): (Vec<&str>, Vec<&str>) = words.iter().partition(|w| w.contains('='));
+    assert_eq!(command, ["rest-lite", "status", "waits"], "{printed}");
+    let printed_command = |args: &[&str]| {
+        let mut command = crate::common::rest_lite_command();
+        for var in &vars {
+            let (name, value) = var.split_once('=').expect("NAME=VALUE");
+            command.env(name, value);
+        }
+        command
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("rest-lite")
+    };
+    let status = printed_command(&command[1..]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("waits"),
+        "{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+    let have_ssh = ["sshd", "ssh"]
+        .iter()
+        .all(|p| pai_test_support::needs::program(p).is_some());
+    if pai_test_support::needs::present(
+        "sshd, ssh",
+        have_ssh,
+        "apt-get install openssh-server openssh-client",
+    ) {
+        // Into the task once it runs.
+        while !String::from_utf8_lossy(&printed_command(&command[1..]).stdout).contains("RUNNING") {
+            std::thread::yield_now();
+        }
+        let ssh = printed_command(&["ssh", "waits", "main", "0", "--", "echo", "in the task"]);
+        assert!(
+            ssh.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ssh.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&ssh.stdout), "in the task\n");
+    }
+    std::fs::write(&go, "").expect("go");
+    for _ in lines.by_ref() {}
+    assert_eq!(run.wait().expect("run ends").code(), Some(0));
+}

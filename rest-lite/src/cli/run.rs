@@ -96,6 +96,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             .context("listening on loopback")?;
         let url = format!("http://{}", listener.local_addr()?);
         tokio::spawn(async move { axum::serve(listener, router(state)).await });
+        // The commands printed below find the token in the state directory, sent only
+        // to the server recorded there: this one.
+        pai_server::machine_token::record_serving(&state_dir, &url)
+            .context("recording where this run serves in its state directory")?;
         tell!(
             "rest-lite: running {job} on this machine; API at {url}, state in {dir} (other commands meanwhile: REST_LITE_SERVER={url} REST_LITE_STATE_DIR={dir} rest-lite status {job})",
             dir = state_dir.display()

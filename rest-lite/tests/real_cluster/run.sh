@@ -224,6 +224,8 @@ case_killed() {
   say "a job runs; the servers killed and never replaced, then the namespace"
   kubectl -n "$ns" delete deployment rest-lite --cascade=orphan >/dev/null
   kubectl -n "$ns" delete replicaset -l app.kubernetes.io/name=rest-lite --cascade=orphan >/dev/null
+  # SIGKILL, as a crash or a lost node ends it: nothing of the server's runs at its end.
+  pkill -9 -f "rest-lite serve --backend=kube" || fail "no server process to kill"
   kubectl -n "$ns" delete pod -l app.kubernetes.io/name=rest-lite --grace-period=0 --force >/dev/null 2>&1
   kubectl delete namespace "$ns" --wait=false >/dev/null
   gone "$ns"
