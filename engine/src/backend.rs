@@ -162,6 +162,11 @@ pub trait Backend: Send + Sync + 'static {
     /// reach its state (`why`).
     fn refuse<'a>(&'a self, name: &'a str, why: &'a str)
     -> BoxFuture<'a, Result<(), BackendError>>;
+    /// Whether this backend can run `framework` at all (what a machine cannot give is
+    /// refused with the numbers); a submission's dry run asks it too.
+    fn admit(&self, _framework: &Framework) -> Result<(), BackendError> {
+        Ok(())
+    }
     /// Whether reads can be answered now; the reason when not.
     fn ready(&self) -> Result<(), BackendError>;
     /// Whether the server should take requests (`/readyz`): [`Backend::ready`], and not

@@ -138,6 +138,10 @@ impl Backend for LocalBackend {
         Box::pin(async move { Ok(self.0.create(framework, key).await?) })
     }
 
+    fn admit(&self, framework: &Framework) -> Result<(), BackendError> {
+        Ok(self.0.admit(framework)?)
+    }
+
     fn ssh_key<'a>(
         &'a self,
         name: &'a str,

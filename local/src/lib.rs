@@ -451,6 +451,41 @@ impl Machine {
         )
     }
 
+    /// Whether this machine can run `framework` at all: its task count, its storages, its
+    /// GPUs. A submission and its dry run (the portal's Check) ask the same.
+    pub fn admit(&self, framework: &Framework) -> Result<(), Error> {
+        let tasks: u64 = framework
+            .spec
+            .task_roles
+            .iter()
+            .map(|r| u64::from(r.tasks()))
+            .sum();
+        let limit = self.inner.settings.max_tasks;
+        if tasks > u64::from(limit) {
+            return Err(Error::Refused(format!(
+                "the job has {tasks} tasks; this machine runs at most {limit} tasks per job (rest-lite serve --max-tasks, or REST_LITE_MAX_TASKS; the default is 500 per CPU core, at most one per 8 MiB of memory): submit it to a cluster, or make it smaller"
+            )));
+        }
+        if let Some(why) = storages::refusal(
+            framework,
+            &self.inner.settings.storages.current(),
+            self.inner.isolation.engine().is_some(),
+        ) {
+            return Err(Error::Refused(why));
+        }
+        let need = controller::need_of(framework);
+        let per_task: Vec<u32> = need.tasks.iter().map(|t| t.2).collect();
+        if let Some(why) = self
+            .inner
+            .settings
+            .gpus
+            .refusal(&per_task, need.gpu_type.as_deref())
+        {
+            return Err(Error::Refused(why));
+        }
+        Ok(())
+    }
+
     /// Accepts a Framework and its ssh key pair: on disk before this returns, then run.
     pub async fn create(&self, mut framework: Framework, key: JobKey) -> Result<(), Error> {
         {
@@ -459,35 +494,7 @@ impl Machine {
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
             );
             framework.status = None;
-            let tasks: u64 = framework
-                .spec
-                .task_roles
-                .iter()
-                .map(|r| u64::from(r.tasks()))
-                .sum();
-            let limit = self.inner.settings.max_tasks;
-            if tasks > u64::from(limit) {
-                return Err(Error::Refused(format!(
-                    "the job has {tasks} tasks; this machine runs at most {limit} tasks per job (rest-lite serve --max-tasks, or REST_LITE_MAX_TASKS; the default is 500 per CPU core, at most one per 8 MiB of memory): submit it to a cluster, or make it smaller"
-                )));
-            }
-            if let Some(why) = storages::refusal(
-                &framework,
-                &self.inner.settings.storages.current(),
-                self.inner.isolation.engine().is_some(),
-            ) {
-                return Err(Error::Refused(why));
-            }
-            let need = controller::need_of(&framework);
-            let per_task: Vec<u32> = need.tasks.iter().map(|t| t.2).collect();
-            if let Some(why) = self
-                .inner
-                .settings
-                .gpus
-                .refusal(&per_task, need.gpu_type.as_deref())
-            {
-                return Err(Error::Refused(why));
-            }
+            self.admit(&framework)?;
             let (job, commands) = insert(&self.inner, framework)?;
             // On disk before the caller is told.
             let store = self.inner.store.clone();

@@ -111,7 +111,7 @@ pub fn refusal(
         };
         if !in_containers {
             return Some(format!(
-                "the job mounts storages ({} at {}, …), which this machine gives only to tasks in their images (rest-lite serve --engine podman): on the host, {} would be this machine's own",
+                "the job mounts storages ({} at {}, …), which this machine gives only to tasks in their images (`--engine podman`, of `rest-lite run` as of `rest-lite serve`): on the host, {} would be this machine's own",
                 first.claim, first.mount_path, first.mount_path
             ));
         }

@@ -128,6 +128,20 @@ async fn each_task_holds_its_own_gpus_a_job_waits_for_them_and_a_restart_keeps_t
         message.contains("asks for 4 GPUs (1 task × 4); this machine has 3"),
         "{message}"
     );
+    // The portal's Check (a dry run) answers as the submission does.
+    let token = format!("Bearer {}", server.token.as_deref().expect("token"));
+    let check = common::request(
+        &server.url,
+        "POST",
+        "/api/v1/user/alice/jobs?dryRun=true",
+        &[
+            ("Authorization", token.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        &spec("big", 1, 4, json!({})),
+    );
+    assert_eq!(check.status, 400, "{}", check.body);
+    assert!(check.body.contains(&message), "{}", check.body);
     let message = refused(&client, &spec("v100", 1, 1, json!({"gpuType": "V100"}))).await;
     assert!(
         message.contains("asks for 1 GPU of type V100 (1 task × 1); this machine has 0"),

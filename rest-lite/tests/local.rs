@@ -2070,3 +2070,51 @@ fn the_commands_run_prints_work_as_printed() {
     for _ in lines.by_ref() {}
     assert_eq!(run.wait().expect("run ends").code(), Some(0));
 }
+
+/// A hint fits where the person is: a spec this machine refuses for what it asks (GPUs it
+/// does not have) is not sent to `rest-lite transform`, which accepts it; a spec that is
+/// wrong in itself is.
+#[test]
+fn a_refusal_of_the_place_does_not_send_the_person_to_transform() {
+    let dir = scratch("hint-fits");
+    let state = dir.join("state");
+    let server = Server::start(&state);
+    let submit = |name: &str, gpus: u32, tasks: u32| {
+        let spec = dir.join(format!("{name}.json"));
+        std::fs::write(
+            &spec,
+            json!({"jobName": name, "image": "busybox", "taskRoles": [
+                {"name": "main", "taskNumber": tasks, "cpuNumber": 1, "memoryMB": 128,
+                 "gpuNumber": gpus, "command": "true"}]})
+            .to_string(),
+        )
+        .expect("spec");
+        rest_lite(
+            &[
+                "submit",
+                spec.to_str().expect("path"),
+                "--server",
+                &server.url,
+            ],
+            &[("REST_LITE_STATE_DIR", state.to_str().expect("path"))],
+        )
+    };
+    let (code, _, stderr) = submit("gpus", 2, 1);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("GPU"), "{stderr}");
+    assert!(!stderr.contains("rest-lite transform"), "{stderr}");
+    let (code, _, stderr) = submit("none", 0, 0);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("hint: `rest-lite transform SPEC`"),
+        "{stderr}"
+    );
+    // A second server of this machine, its state directory not named: the hint names it.
+    let (code, _, stderr) = rest_lite(&["jobs", "--server", &server.url], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("401") && stderr.contains("its --state-dir"),
+        "{stderr}"
+    );
+    drop(server);
+}

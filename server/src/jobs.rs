@@ -120,6 +120,8 @@ pub async fn submit(
     warnings.extend(place_warnings);
     warnings.extend(state.backend.warnings(&spec));
     if dry_run {
+        // What the submission would refuse, the check refuses.
+        state.backend.admit(&framework)?;
         return Ok(Submitted::DryRun {
             framework: Box::new(framework),
             warnings,

@@ -169,12 +169,49 @@ pub fn run() -> ExitCode {
                 .as_deref()
                 .and_then(spec_file::job_name)
                 .or(named_job);
-            if let Some(hint) = hints::next_step(&err, spec_path.is_some(), job.as_deref()) {
+            // A spec that becomes a Framework here was refused for what it asks of the
+            // server's place (its GPUs, storages, task limit), which the message names.
+            let spec = spec_path
+                .as_deref()
+                .map(|p| !spec_file::transforms(p).unwrap_or(false));
+            if let Some(hint) = hints::next_step(&err, spec, job.as_deref(), server_here()) {
                 tell!("hint: {hint}");
             }
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }
+}
+
+/// Whether the server the command talked to is on this machine: `--server URL` (or
+/// `--server=URL`), else `REST_LITE_SERVER`, else the default (loopback).
+fn server_here() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let named = args
+        .iter()
+        .position(|a| a == "--server")
+        .and_then(|i| args.get(i + 1).cloned())
+        .or_else(|| {
+            args.iter()
+                .find_map(|a| a.strip_prefix("--server=").map(str::to_string))
+        })
+        .or_else(|| std::env::var("REST_LITE_SERVER").ok());
+    let Some(url) = named else {
+        return true;
+    };
+    let host = url
+        .split_once("://")
+        .map_or(url.as_str(), |(_, rest)| rest)
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    let host =
+        host.rsplit_once(':')
+            .map_or(host, |(h, port)| if port.contains(']') { host } else { h });
+    let host = host.trim_matches(['[', ']']);
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn init_tracing(default: &str) {

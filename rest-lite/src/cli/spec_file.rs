@@ -37,3 +37,33 @@ pub(crate) fn job_name(path: &Path) -> Option<String> {
     let spec = pai_translate::spec::JobSpec::parse(&text, format_of(path, &text)).ok()?;
     Some(spec.name().as_str().to_string())
 }
+
+/// Whether the spec file at `path` (not standard input) parses and becomes a Framework
+/// without a server, as `rest-lite transform` makes it; `None` when it cannot be read.
+pub(crate) fn transforms(path: &Path) -> Option<bool> {
+    if path == Path::new("-") {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let format = format_of(path, &text);
+    let Ok(spec) = pai_translate::spec::JobSpec::parse(&text, format) else {
+        return Some(false);
+    };
+    let user_name = super::serve::unix_user();
+    let Ok(user) = pai_translate::spec::UserName::parse(&user_name) else {
+        return None;
+    };
+    let transformer =
+        pai_translate::transform::Transformer::new(pai_translate::config::ClusterConfig::default());
+    let submission = pai_translate::transform::Submission {
+        user: &user,
+        spec: &spec,
+        spec_text: &text,
+        format,
+    };
+    Some(
+        transformer
+            .transform(submission, pai_translate::ports::Seed::Random)
+            .is_ok(),
+    )
+}
