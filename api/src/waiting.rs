@@ -19,6 +19,10 @@ pub struct Waiting {
     pub message: String,
     /// Since when it waits for this reason (epoch milliseconds), when known.
     pub since: Option<i64>,
+    /// When the wait ends by itself (epoch milliseconds): a back-off or a retry delay,
+    /// whose time left a reader counts from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
 }
 
 /// The reasons a Framework's own state gives (see [`of_framework`]): a job on its way,
@@ -81,6 +85,7 @@ pub fn of_framework(framework: &Framework, running: u32, total: u32) -> Waiting 
         reason: reason.to_string(),
         message,
         since,
+        until: None,
     }
 }
 
@@ -97,7 +102,12 @@ fn retry_delay(status: &pai_contract::framework::FrameworkStatus, delay: i64) ->
         .completion_status
         .as_ref()
         .map(|c| {
-            let mut why = format!("{} ({})", c.code, pai_contract::exit::meaning(c.code));
+            // "3 (the user command exited with code 3)" says the number twice.
+            let mut why = if pai_contract::exit::meaning_says_code(c.code) {
+                pai_contract::exit::meaning(c.code)
+            } else {
+                format!("{} ({})", c.code, pai_contract::exit::meaning(c.code))
+            };
             if let Some(d) = c
                 .diagnostics
                 .as_deref()
@@ -110,11 +120,13 @@ fn retry_delay(status: &pai_contract::framework::FrameworkStatus, delay: i64) ->
             why
         })
         .unwrap_or_else(|| "it ended".to_string());
-    let at = ended
+    let end = ended
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(delay)).ok())
+        .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(delay)).ok());
+    let at = end
         .map(|t| format!(" (at {})", t.round(jiff::Unit::Second).unwrap_or(t)))
         .unwrap_or_default();
+    let until = end.map(|t| t.as_millisecond());
     // Ended by the user's command (its success or its own code): the restart back-off of a job
     // whose attempts end quickly, as a kubelet's CrashLoopBackOff.
     let backed_off = attempt
@@ -125,10 +137,11 @@ fn retry_delay(status: &pai_contract::framework::FrameworkStatus, delay: i64) ->
         return Waiting {
             reason: "BackOff".to_string(),
             message: format!(
-                "restarting in {delay} s{at} after attempt {} ended ({why}): its attempts end quickly, and each restart waits twice as long as the one before, up to the cap, until an attempt runs long enough",
+                "restarting after a back-off of {delay} s{at}: attempt {} ended ({why}); its attempts end quickly, and each restart waits twice as long as the one before, up to the cap, until an attempt runs long enough",
                 attempt.id
             ),
             since: millis(ended),
+            until,
         };
     }
     Waiting {
@@ -139,5 +152,6 @@ fn retry_delay(status: &pai_contract::framework::FrameworkStatus, delay: i64) ->
             attempt.id + 1
         ),
         since: millis(ended),
+        until,
     }
 }

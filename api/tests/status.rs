@@ -279,6 +279,7 @@ fn a_waiting_job_says_what_holds_it_and_a_running_one_nothing() {
         reason: "Unschedulable".into(),
         message: "6 of 6 pods cannot be placed: 0/2 nodes are available".into(),
         since: Some(1_767_225_660_000),
+        until: None,
     };
     let view = pai_api::status::job_view_held(&framework(|_| {}), BASE, Some(&held));
     assert_eq!(view.job_status.state, JobState::Waiting);

@@ -70,6 +70,7 @@ fn from_condition(condition: &Value, reason: &str, message: &str) -> Waiting {
         reason: text(condition, "reason").unwrap_or(reason).to_string(),
         message: text(condition, "message").unwrap_or(message).to_string(),
         since: millis(text(condition, "lastTransitionTime")),
+        until: None,
     }
 }
 
@@ -87,6 +88,7 @@ pub fn of_coscheduling_group(status: &Value, members: u32) -> Option<Said> {
             "the coscheduling plugin places all {members} pods together or none ({running} running)"
         ),
         since: millis(text(status, "scheduleStartTime")),
+        until: None,
     })
 }
 
@@ -116,6 +118,7 @@ pub fn of_volcano_group(status: &Value, queue: &str) -> Option<Said> {
         reason: phase.to_string(),
         message,
         since: None,
+        until: None,
     })
 }
 
@@ -142,11 +145,13 @@ pub fn of_workload(status: &Value, queue: &str) -> Option<Said> {
             reason: "QuotaReserved".to_string(),
             message: "Kueue reserved quota; waiting for its admission checks".to_string(),
             since: millis(text(reserved, "lastTransitionTime")),
+            until: None,
         }),
         None => phase_only(Waiting {
             reason: "Pending".to_string(),
             message: format!("LocalQueue {queue} has not considered the job yet"),
             since: None,
+            until: None,
         }),
     }
 }
@@ -192,6 +197,7 @@ pub fn of_pods<'a>(verdicts: impl IntoIterator<Item = &'a Waiting>, total: u32) 
             )
         },
         since: first.since,
+        until: None,
     })
 }
 
@@ -296,6 +302,7 @@ mod tests {
             reason: "Unschedulable".into(),
             message: "6 of 6 pods cannot be placed: 0/2 nodes are available".into(),
             since: Some(5),
+            until: None,
         };
         let both = combine(Some(group), Some(pods)).unwrap();
         assert_eq!(both.reason, "Pending");
@@ -308,11 +315,13 @@ mod tests {
             reason: "NotEnoughResources".into(),
             message: "6/6 tasks in gang unschedulable".into(),
             since: None,
+            until: None,
         });
         let pods = Waiting {
             reason: "Unschedulable".into(),
             message: "6 of 6 pods cannot be placed: pod group is not ready".into(),
             since: Some(7),
+            until: None,
         };
         let one = combine(volcano, Some(pods)).unwrap();
         assert_eq!(one.message, "6/6 tasks in gang unschedulable");

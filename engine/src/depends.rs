@@ -83,6 +83,7 @@ pub fn decide(framework: &Framework, lookup: impl Fn(&str) -> Option<Seen>) -> D
             .creation_timestamp
             .as_ref()
             .map(|t| t.0.as_millisecond()),
+        until: None,
     })
 }
 

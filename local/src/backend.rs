@@ -84,8 +84,13 @@ impl Backend for LocalBackend {
                 images.push(image);
             }
         }
+        // Why there is no engine, said once (the line before the warning says the rest).
+        let why = match self.0.isolation() {
+            crate::containers::Isolation::Host { why } => why.as_str(),
+            crate::containers::Isolation::Containers(_) => "",
+        };
         let mut out = vec![format!(
-            "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used{}; {})",
+            "this machine runs the job without images or containers: every command runs here as user {}, with this machine's programs (image {} is not used{}: {why})",
             self.task_user(),
             images.join(", "),
             if spec.registry_auths().is_empty() {
@@ -93,7 +98,6 @@ impl Backend for LocalBackend {
             } else {
                 ", nor its registry credentials"
             },
-            self.0.isolation().describe()
         )];
         out.extend(gpus);
         out.extend(pai_translate::warnings::missing_programs(
@@ -117,6 +121,7 @@ impl Backend for LocalBackend {
                 .parse::<jiff::Timestamp>()
                 .ok()
                 .map(|t| t.as_millisecond()),
+            until: None,
         }))
     }
 

@@ -327,6 +327,10 @@ pub fn main_name(pod_uid: &str) -> String {
 /// What a kubelet calls an image it could not pull.
 pub const IMAGE_PULL_FAILED: &str = "ErrImagePull";
 
+/// The ways out of a pull that failed, on this machine: the image put here by hand, or
+/// the tasks on the host.
+pub const PULL_WAY_OUT: &str = "Pull it by hand where a registry answers (`podman pull`, or `podman load` of a saved image), or run the job's tasks on this machine's host without their image: `--engine host` (of `rest-lite run` or `rest-lite serve`)";
+
 /// One step of a task as a container.
 #[derive(Clone, Debug)]
 pub struct Step {

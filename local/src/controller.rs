@@ -30,17 +30,14 @@ fn now() -> String {
 
 /// What the embedded default adds to every attempt's diagnostics.
 fn local_note(framework: &Framework, isolation: &crate::containers::Isolation) -> String {
-    let in_containers = isolation.engine().is_some();
+    // The job's own images: the runtime's init image is never used here (its binary is
+    // this server's), and a newcomer never named it.
     let images: Vec<String> = framework
         .spec
         .task_roles
         .iter()
         .filter_map(|r| r.task.pod.spec.as_ref())
-        .flat_map(|s| {
-            // The runtime's init image is not needed here: its binary is this server's.
-            let init = (!in_containers).then(|| s.init_containers.iter().flatten());
-            s.containers.iter().chain(init.into_iter().flatten())
-        })
+        .flat_map(|s| s.containers.iter())
         .filter_map(|c| c.image.clone())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
@@ -678,32 +675,32 @@ impl Driver<'_> {
         }
         let job = self.job.clone();
         let authfile = Some(self.inner.store.registry_auth(&job.name())).filter(|f| f.exists());
-        self.pulling =
-            Some(tokio::spawn(async move {
-                for image in missing {
-                    let since = now();
-                    let tell = |line: &str| {
-                        job.set_queued(Some(crate::slots::Queued {
-                            reason: crate::slots::PULLING_IMAGE,
-                            message: if line.is_empty() {
-                                format!("pulling image {image}")
-                            } else {
-                                format!("pulling image {image}: {line}")
-                            },
-                            since: since.clone(),
-                        }));
-                    };
-                    tell("");
-                    tracing::info!(job = %job.name(), %image, "pulling image");
-                    engine.pull(&image, authfile.as_deref(), tell).await.map_err(|why| {
+        self.pulling = Some(tokio::spawn(async move {
+            for image in missing {
+                let since = now();
+                let tell = |line: &str| {
+                    job.set_queued(Some(crate::slots::Queued {
+                        reason: crate::slots::PULLING_IMAGE,
+                        message: if line.is_empty() {
+                            format!("pulling image {image}")
+                        } else {
+                            format!("pulling image {image}: {line}")
+                        },
+                        since: since.clone(),
+                    }));
+                };
+                tell("");
+                tracing::info!(job = %job.name(), %image, "pulling image");
+                engine.pull(&image, authfile.as_deref(), tell).await.map_err(|why| {
                     format!(
-                        "{}: image {image} is not on this machine and cannot be pulled: {why}",
-                        crate::containers::IMAGE_PULL_FAILED
+                        "{}: image {image} is not on this machine and cannot be pulled: {why}. {}",
+                        crate::containers::IMAGE_PULL_FAILED,
+                        crate::containers::PULL_WAY_OUT
                     )
                 })?;
-                }
-                Ok(())
-            }));
+            }
+            Ok(())
+        }));
         None
     }
 

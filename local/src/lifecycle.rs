@@ -549,9 +549,27 @@ fn stop(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Effec
     match state(framework) {
         None | Some(FrameworkState::Completed) => {}
         Some(FrameworkState::AttemptCompleted) => {
-            // Waiting to retry: the retry does not happen.
+            // Waiting to retry: the retry does not happen. The job ends as a stop, as a
+            // running job stopped does; the attempt's own end stays in its history.
             if deleting(framework) {
                 return;
+            }
+            if let Some(status) = framework.status.as_mut() {
+                let ended = status
+                    .attempt_status
+                    .completion_status
+                    .as_ref()
+                    .map(|c| {
+                        format!(
+                            " (attempt {} had ended with code {})",
+                            status.attempt_status.id, c.code
+                        )
+                    })
+                    .unwrap_or_default();
+                status.attempt_status.completion_status = Some(CompletionStatus::of(
+                    codes::STOP_FRAMEWORK_REQUESTED,
+                    format!("stopped while it waited to restart{ended}"),
+                ));
             }
             finish(framework, cx, effects);
         }
@@ -611,18 +629,23 @@ fn delete(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Eff
 /// decides (or the deletion goes on).
 fn attempt_completed(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Effect>) {
     if let Some(status) = framework.status.as_mut() {
-        if let Some(completion) = status.attempt_status.completion_status.as_mut()
-            && !cx.note.is_empty()
-        {
-            completion.diagnostics = Some(match completion.diagnostics.take() {
-                Some(d) if !d.is_empty() => format!("{d} {}", cx.note),
-                _ => cx.note.to_string(),
-            });
-        }
         transition_framework(status, FrameworkState::AttemptCompleted, &cx.now);
     }
     // Kept on the Framework: the next attempt replaces this one's status.
     pai_contract::attempts::record(framework);
+    // Where it ran, said once: on the attempt's status now (the job's, if it is the
+    // last), not on each attempt the history keeps.
+    if let Some(completion) = framework
+        .status
+        .as_mut()
+        .and_then(|s| s.attempt_status.completion_status.as_mut())
+        && !cx.note.is_empty()
+    {
+        completion.diagnostics = Some(match completion.diagnostics.take() {
+            Some(d) if !d.is_empty() => format!("{d} {}", cx.note),
+            _ => cx.note.to_string(),
+        });
+    }
     if deleting(framework) {
         effects.push(Effect::Remove);
         return;
@@ -1083,6 +1106,16 @@ mod tests {
         sim.framework.spec.execution_type = ExecutionType::Stop;
         assert_eq!(sim.step(Event::Stop), [Effect::Persist { durable: true }]);
         assert_eq!(sim.state(), FrameworkState::Completed);
+        // Stopped as a running job is, whatever the last attempt's code.
+        assert_eq!(sim.completion().code, codes::STOP_FRAMEWORK_REQUESTED);
+        assert!(
+            sim.completion()
+                .diagnostics
+                .as_deref()
+                .is_some_and(|d| d.contains("attempt 0 had ended with code")),
+            "{:?}",
+            sim.completion()
+        );
         assert_eq!(sim.status().retry_policy_status.retry_delay_sec, None);
         assert_eq!(sim.step(Event::RetryDelayElapsed), []);
         assert_eq!(sim.attempt(), 0);

@@ -463,6 +463,10 @@ async fn an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words() 
         text.contains("rest-lite-no-such-image"),
         "the image is named: {view:#}"
     );
+    assert!(
+        text.contains("--engine host"),
+        "the way out is named: {view:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -608,6 +608,26 @@ fn the_root_leads_to_the_jobs_and_the_docs_list_the_api() {
     ] {
         assert!(docs.body.contains(route), "{route}: {}", docs.body);
     }
+    // Each route's description reads as a sentence, the route cut off before it.
+    for fragment in [
+        "<p>the job's name comes from the spec.",
+        "<p>or its changes with",
+        "<p>the Framework and, with it, its pods.",
+    ] {
+        assert!(!docs.body.contains(fragment), "{fragment}: {}", docs.body);
+    }
+    assert!(
+        docs.body
+            .contains("<p>Submits a job; its name comes from the spec."),
+        "{}",
+        docs.body
+    );
+    assert!(!docs.body.contains("Sign out"), "nobody signed in");
+    // Signed in, the header says who, with the way out, as on every other page.
+    let docs = request(&server.url, "GET", "/docs", &signed_in, "");
+    assert!(docs.body.contains("Sign out"), "{}", docs.body);
+    let guide = request(&server.url, "GET", "/docs/using", &signed_in, "");
+    assert!(guide.body.contains("Sign out"), "{}", guide.body);
     let missing = request(&server.url, "GET", "/ui/jobs/alice/nothing", &signed_in, "");
     assert_eq!(missing.status, 404);
     assert!(missing.body.contains("alice~nothing"), "{}", missing.body);

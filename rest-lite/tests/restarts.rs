@@ -62,6 +62,9 @@ async fn quick_attempts_back_off_doubling_to_the_cap() {
             if let Some(waiting) = view.job_status.waiting.filter(|w| w.reason == "BackOff")
                 && waits.last() != Some(&waiting.message)
             {
+                // When it ends, for a reader to count the time left from.
+                let (since, until) = (waiting.since.expect("since"), waiting.until.expect("until"));
+                assert!(until > since, "{since} {until}");
                 waits.push(waiting.message);
             }
         }
@@ -72,14 +75,14 @@ async fn quick_attempts_back_off_doubling_to_the_cap() {
     let delays: Vec<&str> = waits
         .iter()
         .map(|m| {
-            m.strip_prefix("restarting in ")
+            m.strip_prefix("restarting after a back-off of ")
                 .and_then(|m| m.split(' ').next())
                 .unwrap_or(m)
         })
         .collect();
     assert_eq!(delays, ["1", "2", "2"], "{waits:#?}");
     assert!(
-        waits[0].contains("after attempt 0 ended (1 ("),
+        waits[0].contains("attempt 0 ended (the user command exited with code 1:"),
         "{}",
         waits[0]
     );

@@ -120,7 +120,7 @@ fn submitted(result: Submitted) -> Response {
     }
 }
 
-/// `POST /api/v1/user/{user}/jobs`: the job's name comes from the spec.
+/// `POST /api/v1/user/{user}/jobs`: submits a job; its name comes from the spec.
 #[utoipa::path(
     post,
     path = pai_api::routes::USER_JOBS.template(),
@@ -150,8 +150,8 @@ pub async fn submit(
     Ok(submitted(result.await?))
 }
 
-/// `PUT /api/v1/user/{user}/jobs/{job}`: a submission that names the job in its path
-/// too, which must be the spec's.
+/// `PUT /api/v1/user/{user}/jobs/{job}`: submits a job named in the path too, which
+/// must be the spec's name.
 #[utoipa::path(
     put,
     path = pai_api::routes::JOB.template(),
@@ -201,7 +201,8 @@ pub struct GetQuery {
     timeout_seconds: Option<u32>,
 }
 
-/// `GET /api/v1/user/{user}/jobs/{job}`, or its changes with `watch=true`.
+/// `GET /api/v1/user/{user}/jobs/{job}`: the job as it is now, or its changes as they
+/// come with `watch=true`.
 #[utoipa::path(
     get,
     path = pai_api::routes::JOB.template(),
@@ -323,7 +324,8 @@ pub struct ExecutionBody {
     value: Execution,
 }
 
-/// `PUT …/executionType` `{"value": "START" | "STOP"}`.
+/// `PUT …/executionType`: stops the job, or keeps it running:
+/// `{"value": "START" | "STOP"}`.
 #[utoipa::path(
     put,
     path = pai_api::routes::JOB_EXECUTION.template(),
@@ -359,7 +361,8 @@ pub async fn execute(
     Ok(Message::new(format!("job {} is {doing}", job.job)))
 }
 
-/// `DELETE /api/v1/user/{user}/jobs/{job}`: the Framework and, with it, its pods.
+/// `DELETE /api/v1/user/{user}/jobs/{job}`: deletes the job: its Framework and, with
+/// it, its pods.
 #[utoipa::path(
     delete,
     path = pai_api::routes::JOB.template(),

@@ -101,7 +101,7 @@ fn no_attempt(job: &Job, attempt: i32) -> ApiError {
     ))
 }
 
-/// `POST /api/v2/jobs`: a job for the token's user.
+/// `POST /api/v2/jobs`: submits a job for the token's user.
 #[utoipa::path(
     post,
     path = pai_api::routes::V2_JOBS.template(),
@@ -372,7 +372,8 @@ pub async fn get_config(
     Ok(([(header::CONTENT_TYPE, "text/yaml")], text.to_string()).into_response())
 }
 
-/// `PUT /api/v2/jobs/{job_id}/executionType` `{"value": "START" | "STOP"}`.
+/// `PUT /api/v2/jobs/{job_id}/executionType`: stops the job, or keeps it running:
+/// `{"value": "START" | "STOP"}`.
 #[utoipa::path(
     put,
     path = pai_api::routes::V2_JOB_EXECUTION.template(),

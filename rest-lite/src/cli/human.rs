@@ -82,8 +82,13 @@ pub fn waiting(view: &JobView, now_ms: i64) -> Option<String> {
         .since
         .map(|t| format!(" for {}", age(now_ms - t)))
         .unwrap_or_default();
+    // A back-off or a retry delay: the time left, as of this reading.
+    let left = waiting
+        .until
+        .map(|t| format!(", {} left", age((t - now_ms).max(0))))
+        .unwrap_or_default();
     Some(format!(
-        "waiting{since} ({}): {}",
+        "waiting{since} ({}{left}): {}",
         waiting.reason, waiting.message
     ))
 }
@@ -402,6 +407,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_back_off_counts_down_between_two_readings() {
+        let framework: pai_contract::Framework = serde_json::from_value(serde_json::json!({
+            "apiVersion": "frameworkcontroller.microsoft.com/v1", "kind": "Framework",
+            "metadata": {"name": "f", "creationTimestamp": "2026-11-25T10:00:00Z"},
+            "spec": {"executionType": "Start", "taskRoles": [{"name": "worker", "taskNumber": 1,
+                "task": {"pod": {"spec": {"containers": [{"name": "main", "image": "x"}]}}}}]},
+            "status": {"state": "AttemptCompleted", "attemptStatus": {"id": 0,
+                "completionTime": "2026-11-25T10:00:00Z",
+                "completionStatus": {"code": 3, "phrase": "x"}, "taskRoleStatuses": []},
+                "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0,
+                    "retryDelaySec": 160}}
+        }))
+        .expect("framework");
+        let view = pai_api::status::job_view(&framework, "");
+        let ended = "2026-11-25T10:00:00Z"
+            .parse::<jiff::Timestamp>()
+            .expect("time")
+            .as_millisecond();
+        let first = waiting(&view, ended + 10_000).expect("waits");
+        let later = waiting(&view, ended + 100_000).expect("waits");
+        assert!(first.contains("(BackOff, 2m 30s left)"), "{first}");
+        assert!(later.contains("(BackOff, 1m 0s left)"), "{later}");
+        assert!(
+            first.contains("attempt 0 ended (the user command exited with code 3)"),
+            "said once: {first}"
+        );
+    }
+
+    #[test]
     fn columns_line_up_whatever_the_cell_widths() {
         let rows = vec![
             vec!["A".to_string(), "BB".to_string(), "C".to_string()],
@@ -475,6 +509,7 @@ mod tests {
             reason: "Queued".into(),
             message: "this machine runs at most 3 tasks at once".into(),
             since: Some(1_795_600_800_000),
+            until: None,
         };
         let view = pai_api::status::job_view_held(&framework, "/j", Some(&held));
         let text = status(&view, 1_795_600_800_000 + 185_000);

@@ -204,9 +204,9 @@ fn server_here() -> bool {
         .split(['/', '?', '#'])
         .next()
         .unwrap_or_default();
-    let host =
-        host.rsplit_once(':')
-            .map_or(host, |(h, port)| if port.contains(']') { host } else { h });
+    let host = host
+        .rsplit_once(':')
+        .map_or(host, |(h, port)| if port.contains(']') { host } else { h });
     let host = host.trim_matches(['[', ']']);
     host == "localhost"
         || host

@@ -262,6 +262,15 @@ fn without_route<'a>(text: &'a str, method: &str) -> &'a str {
     }
 }
 
+/// `text` as a sentence: its first letter upper case (`the jobs …` → `The jobs …`).
+fn sentence(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) if first.is_lowercase() => first.to_uppercase().chain(chars).collect(),
+        _ => text.to_string(),
+    }
+}
+
 /// The page, from the OpenAPI document the server serves.
 pub fn page() -> DocsPage {
     let document = crate::openapi::document();
@@ -280,7 +289,7 @@ pub fn page() -> DocsPage {
                     .collect::<Vec<_>>()
                     .join("\n\n");
                 let method = method.to_ascii_uppercase();
-                let html = markdown(without_route(&text, &method));
+                let html = markdown(&sentence(without_route(&text, &method)));
                 routes.push(RouteLine {
                     method,
                     path: path.clone(),

@@ -692,14 +692,26 @@ async fn sign_out(State(state): State<AppState>) -> Response {
 
 /// `GET /docs`: the API's routes, each with its whole description as Markdown renders
 /// it, from the same OpenAPI document the server serves.
-async fn docs() -> Response {
-    page(StatusCode::OK, "docs", &docs::page())
+async fn docs(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let mut data = docs::page();
+    data.frame.signed_in = reader(&state, &headers);
+    page(StatusCode::OK, "docs", &data)
+}
+
+/// Who reads a page anyone may read, for its header (the user and sign-out), if signed in.
+fn reader(state: &AppState, headers: &HeaderMap) -> Option<String> {
+    auth::page_caller(&state.access, headers).and_then(|caller| who(state, &caller))
 }
 
 /// `GET /docs/{page}`: a guide of `docs/` rendered (the same text as in the repository),
 /// or a picture a guide shows.
-async fn docs_page(Path(name): Path<String>) -> Response {
-    if let Some(guide) = docs::guide(&name) {
+async fn docs_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    if let Some(mut guide) = docs::guide(&name) {
+        guide.frame.signed_in = reader(&state, &headers);
         return page(StatusCode::OK, "guide", &guide);
     }
     if let Some((_, bytes)) = docs::IMAGES.iter().find(|(n, _)| *n == name) {
