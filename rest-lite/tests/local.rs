@@ -1174,8 +1174,11 @@ fn a_token_made_by_the_command_lets_its_user_in() {
     assert!(stdout.starts_with("no jobs"), "{stdout}");
     let (code, _, stderr) = rest_lite(&["jobs", "--server", &server.url, "--user", "alice"], &[]);
     assert_eq!(code, Some(2));
+    // The server says where its tokens are; the hint, both ways of this machine's.
     assert!(
-        stderr.contains("hint: this server wants a token"),
+        stderr.contains("Ask this server's operator for a token")
+            && stderr.contains("hint: a server of this machine")
+            && stderr.contains("--token"),
         "{stderr}"
     );
     // A token given that is not the server's is said to be so.

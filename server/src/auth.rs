@@ -357,19 +357,20 @@ fn bearer_token(value: &str) -> Option<&str> {
 }
 
 /// Middleware: puts the [`Caller`] in the request, or answers 401.
+/// With where this server's tokens are (the sign-in page's words), said in each 401.
 pub async fn authenticate(
-    State(access): State<Access>,
+    State((access, hint)): State<(Access, Arc<str>)>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let presented = bearer(request.headers());
     let Some(caller) = access.caller(presented) else {
-        return ApiError::unauthorized(if presented.is_some() {
+        let refused = if presented.is_some() {
             "the bearer token given is not one of this server's"
         } else {
             "a valid bearer token is required (Authorization: Bearer <token>)"
-        })
-        .into_response();
+        };
+        return ApiError::unauthorized(format!("{refused}. {hint}")).into_response();
     };
     request.extensions_mut().insert(caller);
     next.run(request).await

@@ -53,7 +53,7 @@ pub fn router(state: AppState) -> Router {
     };
     let api = api
         .layer(axum::middleware::from_fn_with_state(
-            state.access.clone(),
+            (state.access.clone(), state.token_hint.clone()),
             auth::authenticate,
         ))
         .layer(DefaultBodyLimit::max(limit));

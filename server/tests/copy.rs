@@ -90,14 +90,7 @@ async fn reads_come_from_the_copy_without_asking_the_api_server_even_while_it_fa
                 "{fault:?} {path}"
             );
         }
-        let stop = request(
-            s.addr,
-            "PUT",
-            &format!("{job}/executionType"),
-            Some("application/json"),
-            r#"{"value":"STOP"}"#,
-        )
-        .await;
+        let stop = stop(s.addr, job).await;
         assert_eq!(
             stop.error(),
             (503, "ServiceUnavailableError".to_string()),
@@ -120,14 +113,7 @@ async fn reads_come_from_the_copy_without_asking_the_api_server_even_while_it_fa
     }
     s.api.fault(None);
     // The next request answered ends it.
-    let stop = request(
-        s.addr,
-        "PUT",
-        &format!("{job}/executionType"),
-        Some("application/json"),
-        r#"{"value":"STOP"}"#,
-    )
-    .await;
+    let stop = stop(s.addr, job).await;
     assert_eq!(stop.status, 202, "{}", stop.body);
     assert_eq!(
         request(s.addr, "GET", "/readyz", None, "").await.status,
@@ -173,14 +159,7 @@ async fn a_copy_that_stays_out_of_date_past_its_bound_is_refused_until_current_a
     // whose token was revoked): past the bound, reads say the copy is out of date, and
     // why.
     s.api.deny(Some(401));
-    let stop = request(
-        s.addr,
-        "PUT",
-        &format!("{job}/executionType"),
-        Some("application/json"),
-        r#"{"value":"STOP"}"#,
-    )
-    .await;
+    let stop = stop(s.addr, job).await;
     assert_eq!(stop.status, 503, "{}", stop.body);
     let stale = request(s.addr, "GET", job, None, "").await;
     assert_eq!(stale.error(), (503, "ServiceUnavailableError".to_string()));
@@ -299,4 +278,16 @@ async fn the_copy_keeps_frameworks_without_their_managed_fields() {
         Some(pai_contract::framework::FrameworkState::AttemptRunning)
     );
     assert_eq!(copy.metadata.managed_fields, None);
+}
+
+/// `PUT <job>/executionType` STOP, as a client asks it.
+async fn stop(addr: std::net::SocketAddr, job: &str) -> Reply {
+    request(
+        addr,
+        "PUT",
+        &format!("{job}/executionType"),
+        Some("application/json"),
+        r#"{"value":"STOP"}"#,
+    )
+    .await
 }

@@ -373,6 +373,7 @@ impl Transformer {
 
     /// The user's image with the runtime's `run` as PID 1, the whole environment, the
     /// role's resources and ports.
+    // Long: one container's fields in the order a reader of the pod spec meets them.
     fn main_container(&self, role: &TaskRole, plan: &PortPlan, job: &JobParts<'_>) -> Container {
         let cfg = &self.config;
         let role_vars = role_env(role, plan, job.protocol);

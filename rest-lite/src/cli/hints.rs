@@ -26,7 +26,7 @@ pub fn next_step(
         ErrorCode::UnauthorizedUserError if *token_sent => "the token given (--token or REST_LITE_TOKEN) is not this server's: check it, or ask its operator for one (`rest-lite token`)".to_string(),
         // A server of this machine keeps its token in its state directory, sent only when
         // that directory records it serving at this address.
-        ErrorCode::UnauthorizedUserError if server_here => "this machine's server keeps its token in its state directory: name the directory it was started with (its --state-dir) with --state-dir or REST_LITE_STATE_DIR, and its token is sent; or give a token with --token or REST_LITE_TOKEN".to_string(),
+        ErrorCode::UnauthorizedUserError if server_here => "a server of this machine that made its own token keeps it in its state directory: name the directory it was started with (its --state-dir) with --state-dir or REST_LITE_STATE_DIR, and its token is sent; a server with a token file wants yours with --token or REST_LITE_TOKEN (the message above says which this one is)".to_string(),
         ErrorCode::UnauthorizedUserError => "this server wants a token: give yours with --token or REST_LITE_TOKEN (its operator makes one with `rest-lite token`)".to_string(),
         ErrorCode::NoJobError => "`rest-lite jobs` lists your jobs; --user names another user's".to_string(),
         ErrorCode::NoJobSshInfoError => format!(
