@@ -106,18 +106,19 @@ impl LogKeeper {
         }
     }
 
-    /// The kept-log ConfigMaps that exist already (one list, names only).
+    /// The kept-log ConfigMaps that exist already (one list, names only), of the jobs
+    /// the server's copy holds: those of jobs gone wait for the garbage collector.
     async fn seed(&self) {
+        self.store.listed().await;
         let params = ListParams::default().labels(&ours());
         match self.config_maps.list_metadata(&params).await {
             Ok(list) => {
+                let store = &self.store;
                 let mut made = lock(&self.made);
-                made.names.extend(
-                    list.items
-                        .into_iter()
-                        .map(|m| m.name_any())
-                        .filter(|n| n.contains("-logs-")),
-                );
+                made.names
+                    .extend(list.items.into_iter().map(|m| m.name_any()).filter(|n| {
+                        n.contains("-logs-") && store.get(kept_logs::framework_of(n)).is_some()
+                    }));
                 made.pruned_at = made.names.len();
             }
             Err(e) => {
