@@ -252,6 +252,28 @@ async fn every_page_fits_a_1280_px_window() {
             ("PAGES", pages_json.as_ref()),
         ],
     );
+    // The docs as Chromium shows them: the header with the user and the way out on each
+    // of them, and every route's description a sentence (the route cut off before it).
+    let docs: Vec<&Value> = run.steps.iter().filter(|s| s["step"] == "docs").collect();
+    assert_eq!(docs.len(), 5, "{}", run.stdout);
+    for page in &docs {
+        assert_eq!(page["signOut"], true, "{page}");
+        assert!(
+            page["user"].as_str().is_some_and(|u| u.contains("alice")),
+            "{page}"
+        );
+    }
+    let routes = docs[0]["routes"].as_array().expect("routes");
+    assert!(routes.len() > 20, "{}", docs[0]);
+    for route in routes {
+        let text = route.as_str().unwrap_or_default();
+        let first = text.chars().next().unwrap_or(' ');
+        assert!(
+            first.is_uppercase() || first == '{' || text.starts_with('`'),
+            "not a sentence: {text:?}"
+        );
+        assert!(text.ends_with('.') || text.ends_with(')'), "{text:?}");
+    }
     let widths: Vec<&Value> = run.steps.iter().filter(|s| s["step"] == "width").collect();
     assert_eq!(widths.len(), pages.len(), "{}", run.stdout);
     for width in widths {

@@ -1,7 +1,8 @@
 // Every page at 1,280 px, as a person's browser window: signs in, opens each path of
 // $PAGES (JSON), and reports how wide the page is against the window. A page wider than
 // its window has a horizontal scroll bar and cut-off text. Screenshots go to $SHOTS.
-// rest-lite/tests/portal.rs checks the widths.
+// rest-lite/tests/portal.rs checks the widths, and on the docs' pages the header and that
+// each route's description reads as a sentence.
 
 const { open, step } = require('./browser');
 const path = require('path');
@@ -25,6 +26,16 @@ const pages = JSON.parse(process.env.PAGES);
       }));
       await page.screenshot({ path: path.join(shots, `width-${i}.png`) });
       step('width', { path: where, status: response.status(), ...width });
+      // What a reader of the docs sees: the header's sign-out, each route's description.
+      if (where.startsWith('/docs')) {
+        const seen = await page.evaluate(() => ({
+          signOut: !!document.querySelector('header form button'),
+          user: (document.querySelector('header .who') || {}).textContent || '',
+          routes: Array.from(document.querySelectorAll('table.routes td.doc'))
+            .map((td) => td.innerText.trim()),
+        }));
+        step('docs', { path: where, ...seen });
+      }
     }
   } catch (e) {
     step('error', { message: String(e && e.stack || e), url: page.url() });
