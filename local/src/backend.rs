@@ -24,6 +24,11 @@ impl LocalBackend {
         self.0.isolation().describe()
     }
 
+    /// Whether tasks run in containers of an engine (else on this machine's host).
+    pub fn in_containers(&self) -> bool {
+        self.0.isolation().engine().is_some()
+    }
+
     /// Opens the state directory (see [`crate::Machine::open`]) and starts the
     /// dependency controller of its jobs; it runs as long as the backend is kept.
     pub async fn open(settings: Settings) -> Result<Arc<Self>, crate::Error> {

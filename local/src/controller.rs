@@ -44,11 +44,13 @@ fn local_note(framework: &Framework, isolation: &crate::containers::Isolation) -
         .collect();
     match isolation {
         crate::containers::Isolation::Host { why } => format!(
-            "[ran on this machine by rest-lite's embedded default: the images ({}) were not used; {why}]",
+            "{}: the images ({}) were not used; {why}]",
+            crate::WHERE_IT_RAN,
             images.join(", ")
         ),
         crate::containers::Isolation::Containers(engine) => format!(
-            "[ran on this machine by rest-lite's embedded default, in the images ({}) as containers of {}]",
+            "{}, in the images ({}) as containers of {}]",
+            crate::WHERE_IT_RAN,
             images.join(", "),
             engine.version
         ),

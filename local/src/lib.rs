@@ -13,6 +13,10 @@ mod cold;
 pub mod containers;
 mod controller;
 pub mod cpu_group;
+
+/// How the embedded default's note on where a job ran begins, at the end of its
+/// diagnostics (a reader who said so already leaves it out).
+pub const WHERE_IT_RAN: &str = "[ran on this machine by rest-lite's embedded default";
 mod error;
 pub mod gpus;
 mod job;

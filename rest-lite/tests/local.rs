@@ -2121,3 +2121,21 @@ fn a_refusal_of_the_place_does_not_send_the_person_to_transform() {
     );
     drop(server);
 }
+
+/// `run` on the host says once why the tasks run there, and its last line does not say it
+/// again.
+#[test]
+fn run_says_where_the_tasks_run_once() {
+    let dir = scratch("run-said-once");
+    let spec = dir.join("hello.json");
+    std::fs::write(
+        &spec,
+        job("hello", json!([role("main", 1, "echo hi")]), json!({})),
+    )
+    .expect("spec");
+    let (code, stdout, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("[main-0] hi"), "{stdout}");
+    assert_eq!(stderr.matches("--engine host").count(), 1, "{stderr}");
+    assert!(!stderr.contains("ran on this machine by"), "{stderr}");
+}

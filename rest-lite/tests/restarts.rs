@@ -303,3 +303,41 @@ async fn a_fast_writer_cannot_outrun_its_logs_rotation() {
         .expect("a count");
     assert!(dropped > 16 * 1024 * 1024 - 6 * MAX, "{dropped}");
 }
+
+/// Where a job ran is said once on its page, however many attempts it had: on the job's
+/// end, not on each attempt the history keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_page_of_five_attempts_says_where_it_ran_once() {
+    let dir = common::scratch("restarts", "said-once");
+    let server = serve(&dir, "restartBackoff: {firstSec: 0}\n");
+    let client = server.client();
+    client
+        .submit("alice", &spec("five", 4, "exit 3"), SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "five").await;
+    assert_eq!(view["jobStatus"]["retries"], 4, "{view:#}");
+    assert_eq!(
+        view["jobStatus"]["attempts"].as_array().map(Vec::len),
+        Some(5),
+        "{view:#}"
+    );
+    let token = format!(
+        "rest_lite_token={}",
+        server.token.as_deref().expect("token")
+    );
+    let page = common::request(
+        &server.url,
+        "GET",
+        "/ui/jobs/alice/five",
+        &[("Cookie", token.as_str())],
+        "",
+    );
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(
+        page.body.matches("ran on this machine by").count(),
+        1,
+        "{}",
+        page.body
+    );
+}

@@ -111,14 +111,25 @@ pub async fn follow(
             "job {job} went away while {state} (deleted, or the server stopped answering)"
         );
     }
-    Ok(outcome(job, &view, interrupted))
+    // `run` said at its start where the job runs: its diagnostics' note on it is not
+    // said again.
+    let said_where = matches!(interrupt, OnInterrupt::Stop);
+    Ok(outcome(job, &view, interrupted, said_where))
 }
 
 /// Says how a job that reached its final state ended, on standard error, and returns the
 /// exit code for it: 0 when it succeeded, 130 when stopped here, else its exit code (or 1).
-pub fn outcome(job: &str, view: &JobView, interrupted: bool) -> ExitCode {
+/// `said_where`: where the job ran was said already (`run`), so the embedded default's
+/// note on it is left out of the diagnostics.
+pub fn outcome(job: &str, view: &JobView, interrupted: bool, said_where: bool) -> ExitCode {
     let status = &view.job_status;
     let state = status.state;
+    let diagnostics = status.app_exit_diagnostics.as_deref().map(|d| {
+        match d.find(pai_local::WHERE_IT_RAN).filter(|_| said_where) {
+            Some(at) => d[..at].trim_end(),
+            None => d,
+        }
+    });
     tell!(
         "rest-lite: job {job} {state} (exit code {}, {} retr{}){}",
         status
@@ -126,9 +137,8 @@ pub fn outcome(job: &str, view: &JobView, interrupted: bool) -> ExitCode {
             .map_or_else(|| "none".to_string(), |c| c.to_string()),
         status.retries,
         if status.retries == 1 { "y" } else { "ies" },
-        status
-            .app_exit_diagnostics
-            .as_deref()
+        diagnostics
+            .filter(|d| !d.is_empty())
             .map(|d| format!(": {d}"))
             .unwrap_or_default()
     );

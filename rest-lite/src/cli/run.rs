@@ -83,7 +83,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         )?)
             .await
             .with_context(|| format!("opening the state directory {}", state_dir.display()))?;
-        let isolation = backend.isolation();
+        let (isolation, in_containers) = (backend.isolation(), backend.in_containers());
         // Closed like `serve`: only this user's token (in the run's private directory).
         let (access, token) = machine_access(&state_dir)?;
         let backend: Arc<dyn pai_engine::Backend> = backend;
@@ -104,7 +104,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             "rest-lite: running {job} on this machine; API at {url}, state in {dir} (other commands meanwhile: REST_LITE_SERVER={url} REST_LITE_STATE_DIR={dir} rest-lite status {job})",
             dir = state_dir.display()
         );
-        tell!("rest-lite: {isolation}");
+        // On the host, the job's warning says it (and why), once.
+        if in_containers {
+            tell!("rest-lite: {isolation}");
+        }
         let client = Client::new(&url, Some(token));
         super::client::warn(&client.submit(&user_name, &text, format).await?);
         super::follow::follow(

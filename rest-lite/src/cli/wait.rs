@@ -115,7 +115,7 @@ pub async fn until_running(
         if view.job_status.state.is_final() {
             display.finish();
             notes.summary(job);
-            return Ok(super::follow::outcome(job, &view, false));
+            return Ok(super::follow::outcome(job, &view, false, false));
         }
         let total: usize = roles.iter().map(|r| r.total).sum();
         let running: usize = roles.iter().map(|r| r.running).sum();
