@@ -2003,15 +2003,25 @@ fn the_commands_run_prints_work_as_printed() {
         ),
     )
     .expect("spec");
-    let mut run = crate::common::rest_lite_command()
-        .args(["run", spec.to_str().expect("path")])
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rest-lite run");
-    let mut lines = std::io::BufReader::new(run.stderr.take().expect("stderr")).lines();
+    /// `run` and its job end with the test, even one that fails before it lets them go.
+    struct Ends(std::process::Child);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut run = Ends(
+        crate::common::rest_lite_command()
+            .args(["run", spec.to_str().expect("path")])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rest-lite run"),
+    );
+    let mut lines = std::io::BufReader::new(run.0.stderr.take().expect("stderr")).lines();
     let printed = loop {
         let line = lines
             .next()
@@ -2071,7 +2081,7 @@ fn the_commands_run_prints_work_as_printed() {
     }
     std::fs::write(&go, "").expect("go");
     for _ in lines.by_ref() {}
-    assert_eq!(run.wait().expect("run ends").code(), Some(0));
+    assert_eq!(run.0.wait().expect("run ends").code(), Some(0));
 }
 
 /// A hint fits where the person is: a spec this machine refuses for what it asks (GPUs it
