@@ -28,6 +28,10 @@ fn now() -> String {
     jiff::Timestamp::now().to_string()
 }
 
+/// How the embedded default's note on where a job ran begins, at the end of its
+/// diagnostics (a reader who said so already leaves it out).
+pub const WHERE_IT_RAN: &str = "[ran on this machine by rest-lite's embedded default";
+
 /// What the embedded default adds to every attempt's diagnostics.
 fn local_note(framework: &Framework, isolation: &crate::containers::Isolation) -> String {
     // The job's own images: the runtime's init image is never used here (its binary is
@@ -45,12 +49,12 @@ fn local_note(framework: &Framework, isolation: &crate::containers::Isolation) -
     match isolation {
         crate::containers::Isolation::Host { why } => format!(
             "{}: the images ({}) were not used; {why}]",
-            crate::WHERE_IT_RAN,
+            WHERE_IT_RAN,
             images.join(", ")
         ),
         crate::containers::Isolation::Containers(engine) => format!(
             "{}, in the images ({}) as containers of {}]",
-            crate::WHERE_IT_RAN,
+            WHERE_IT_RAN,
             images.join(", "),
             engine.version
         ),

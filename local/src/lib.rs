@@ -14,9 +14,7 @@ pub mod containers;
 mod controller;
 pub mod cpu_group;
 
-/// How the embedded default's note on where a job ran begins, at the end of its
-/// diagnostics (a reader who said so already leaves it out).
-pub const WHERE_IT_RAN: &str = "[ran on this machine by rest-lite's embedded default";
+pub use controller::WHERE_IT_RAN;
 mod error;
 pub mod gpus;
 mod job;
