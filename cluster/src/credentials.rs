@@ -30,6 +30,9 @@ pub const SAID_EVERY: Duration = Duration::from_secs(60);
 /// by default in the server's log (a `RUST_LOG` naming `kube` keeps them).
 pub const QUIET_TARGETS: &[&str] = &["kube_client::client::builder", "kube_runtime::watcher"];
 
+/// What a refusal of credentials that worked before most likely means.
+const CAUSES: &str = "its ServiceAccount was deleted (`kubectl delete -k` deletes it), or its token revoked or expired; it can neither read nor change jobs until its access is back";
+
 /// The refusal of this server's credentials, while it lasts.
 #[derive(Clone, Debug)]
 pub struct Refusal {
@@ -59,12 +62,7 @@ impl Refusal {
             format!("{}: {}", self.status, self.message)
         }
     }
-}
 
-/// What a refusal of credentials that worked before most likely means.
-const CAUSES: &str = "its ServiceAccount was deleted (`kubectl delete -k` deletes it), or its token revoked or expired; it can neither read nor change jobs until its access is back";
-
-impl Refusal {
     fn first_said(&self) -> String {
         format!(
             "the API server refuses this server's credentials, which it accepted before ({}): {CAUSES}",

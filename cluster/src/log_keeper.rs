@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -224,13 +224,7 @@ fn config_map(name: &str, framework: &Framework) -> ConfigMap {
                 meta::LABEL_MANAGED_BY.to_string(),
                 meta::MANAGED_BY.to_string(),
             )])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "frameworkcontroller.microsoft.com/v1".to_string(),
-                kind: "Framework".to_string(),
-                name: framework.name().to_string(),
-                uid: framework.metadata.uid.clone().unwrap_or_default(),
-                ..OwnerReference::default()
-            }]),
+            owner_references: Some(vec![framework.owner_reference()]),
             ..ObjectMeta::default()
         },
         ..ConfigMap::default()

@@ -158,6 +158,12 @@ pub fn serves(state_dir: &Path, url: &str) -> bool {
     ours && origin(recorded).is_some() && origin(recorded) == origin(url)
 }
 
+/// Whether `url` names a server of this machine (a loopback name, or the address a
+/// server listens on for all), as [`serves`] compares them.
+pub fn on_this_machine(url: &str) -> bool {
+    origin(url).is_some_and(|(_, host, _)| host == "loopback")
+}
+
 /// `scheme://host:port` of `url`, loopback names (and the unspecified address a server
 /// listens on for all) as one, the port made explicit.
 fn origin(url: &str) -> Option<(String, String, u16)> {
@@ -188,6 +194,25 @@ mod tests {
         let scratch = pai_test_support::scratch(&format!("rest-lite-machine-token-{name}"));
         let dir = scratch.path().join("state");
         (scratch, dir)
+    }
+
+    #[test]
+    fn loopback_names_are_this_machine() {
+        for here in [
+            "http://127.0.0.1:9186",
+            "http://localhost:1/x",
+            "http://[::1]:2",
+            "https://0.0.0.0",
+        ] {
+            assert!(on_this_machine(here), "{here}");
+        }
+        for elsewhere in [
+            "http://jobs.example.com",
+            "http://10.0.0.5:9186",
+            "not a url",
+        ] {
+            assert!(!on_this_machine(elsewhere), "{elsewhere}");
+        }
     }
 
     #[test]

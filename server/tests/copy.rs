@@ -201,14 +201,7 @@ async fn each_write_is_seen_by_the_next_read_of_any_replica() {
             "{}",
             listed.body
         );
-        let stop = request(
-            s.addr,
-            "PUT",
-            &format!("{path}/executionType"),
-            Some("application/json"),
-            r#"{"value":"STOP"}"#,
-        )
-        .await;
+        let stop = stop(s.addr, &path).await;
         assert_eq!(stop.status, 202, "{}", stop.body);
         let seen = request(s.addr, "GET", &format!("{path}/config"), None, "").await;
         assert_eq!(seen.status, 200);

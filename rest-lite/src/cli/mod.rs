@@ -195,23 +195,7 @@ fn server_here() -> bool {
                 .find_map(|a| a.strip_prefix("--server=").map(str::to_string))
         })
         .or_else(|| std::env::var("REST_LITE_SERVER").ok());
-    let Some(url) = named else {
-        return true;
-    };
-    let host = url
-        .split_once("://")
-        .map_or(url.as_str(), |(_, rest)| rest)
-        .split(['/', '?', '#'])
-        .next()
-        .unwrap_or_default();
-    let host = host
-        .rsplit_once(':')
-        .map_or(host, |(h, port)| if port.contains(']') { host } else { h });
-    let host = host.trim_matches(['[', ']']);
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    named.is_none_or(|url| pai_server::machine_token::on_this_machine(&url))
 }
 
 fn init_tracing(default: &str) {
