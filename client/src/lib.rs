@@ -48,6 +48,56 @@ impl From<Source> for Lines {
     }
 }
 
+impl Lines {
+    /// These lines, each begun with the time it was written and a space
+    /// (`timestamps=true`).
+    pub fn stamped(self) -> Asked {
+        Asked {
+            lines: self,
+            timestamps: true,
+        }
+    }
+}
+
+/// What a log request asks for: which lines, and whether each begins with its time.
+#[derive(Clone, Copy, Debug)]
+pub struct Asked {
+    pub lines: Lines,
+    pub timestamps: bool,
+}
+
+impl Asked {
+    fn query(self) -> String {
+        match self.timestamps {
+            true => format!("{}&timestamps=true", self.lines.query()),
+            false => self.lines.query(),
+        }
+    }
+}
+
+impl From<Lines> for Asked {
+    fn from(lines: Lines) -> Self {
+        Asked {
+            lines,
+            timestamps: false,
+        }
+    }
+}
+
+impl From<Source> for Asked {
+    fn from(source: Source) -> Self {
+        Lines::Source(source).into()
+    }
+}
+
+/// The time a line of a log asked with timestamps begins with, and the line after it;
+/// `None` where it begins with no time.
+pub fn stamp_of(line: &[u8]) -> Option<(jiff::Timestamp, &[u8])> {
+    let space = line.iter().position(|&b| b == b' ')?;
+    let time = std::str::from_utf8(&line[..space]).ok()?.parse().ok()?;
+    Some((time, &line[space + 1..]))
+}
+
 pub use pai_api::error::{ErrorBody, ErrorCode};
 
 #[derive(Debug, thiserror::Error)]
@@ -423,7 +473,7 @@ impl Client {
         role: &str,
         index: u32,
         follow: bool,
-        lines: impl Into<Lines>,
+        lines: impl Into<Asked>,
     ) -> Result<Chunks, ClientError> {
         let query = format!("follow={follow}&{}", lines.into().query());
         self.task_log(user, job, role, index, &query).await
@@ -437,7 +487,7 @@ impl Client {
         role: &str,
         index: u32,
         attempt: u32,
-        lines: impl Into<Lines>,
+        lines: impl Into<Asked>,
     ) -> Result<Chunks, ClientError> {
         let query = format!("attempt={attempt}&{}", lines.into().query());
         self.task_log(user, job, role, index, &query).await

@@ -22,7 +22,7 @@ use pai_contract::{Framework, meta, training};
 
 use pai_contract::log_lines::Source;
 use pai_engine::backend::{
-    Backend, BackendError, Changed, FrameworkStream, LogPart, LogStream, split_log,
+    Backend, BackendError, Changed, FrameworkStream, LogPart, LogRequest, LogStream, split_log,
 };
 use pai_engine::controller::Event;
 
@@ -60,12 +60,18 @@ pub struct KubeBackend {
 }
 
 /// A kept log as a stream, followed by why it is incomplete when it is.
-fn kept_stream(bytes: Vec<u8>, lost: &str) -> LogStream {
+/// `stamped`: each line begins with the best time known for it (the kept copy has no
+/// times but the runtime's own lines').
+fn kept_stream(bytes: Vec<u8>, lost: &str, stamped: bool) -> LogStream {
     let mut bytes = bytes;
     if !lost.is_empty() {
         bytes.extend_from_slice(
             format!("{}{lost}\n", pai_contract::log_lines::mark("WARN")).as_bytes(),
         );
+    }
+    if stamped {
+        let now = jiff::Timestamp::now().to_string();
+        bytes = pai_contract::log_lines::stamp_lines(&bytes, &now);
     }
     futures::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed()
 }
@@ -481,13 +487,18 @@ impl KubeBackend {
     fn main_log<'a>(
         &'a self,
         pod: &'a str,
-        follow: bool,
-        earlier: Option<i32>,
+        request: LogRequest,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        let LogRequest {
+            follow,
+            earlier,
+            timestamps,
+            ..
+        } = request;
         async move {
             if let Some(attempt) = earlier {
                 return match self.kept(pod, attempt).await {
-                    Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
+                    Some(kept) => Ok(kept_stream(kept.main, &kept.lost, timestamps)),
                     None => Err(BackendError::Gone(format!(
                         "the log of attempt {attempt} is no longer on the cluster: FrameworkController deleted its pod, and no copy of it was kept (keptLogBytes is 0, or the server was not running)"
                     ))),
@@ -496,13 +507,14 @@ impl KubeBackend {
             if self.archived_pod(pod).is_some() {
                 // The job is in the history: its pods are long gone.
                 return match self.kept_now(pod).await {
-                    Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
+                    Some(kept) => Ok(kept_stream(kept.main, &kept.lost, timestamps)),
                     None => Err(BackendError::NotFound),
                 };
             }
             let params = LogParams {
                 container: Some(MAIN_CONTAINER.to_string()),
                 follow,
+                timestamps,
                 ..LogParams::default()
             };
             match self.pods.log_stream(pod, &params).await {
@@ -526,7 +538,7 @@ impl KubeBackend {
                     } else if matches!(&e, kube::Error::Api(s) if s.code == 404) {
                         // Gone after it ended: what was kept of it.
                         match self.kept_now(pod).await {
-                            Some(kept) => Ok(kept_stream(kept.main, &kept.lost)),
+                            Some(kept) => Ok(kept_stream(kept.main, &kept.lost, timestamps)),
                             None => Err(BackendError::NotFound),
                         }
                     } else {
@@ -560,17 +572,22 @@ impl KubeBackend {
 
     /// The init container's log: the runtime's `entry` (whole; it has ended or waits at
     /// the barrier), or what was kept of it once the pod is gone.
-    fn init_log<'a>(&'a self, pod: &'a str) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+    fn init_log<'a>(
+        &'a self,
+        pod: &'a str,
+        timestamps: bool,
+    ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
         async move {
             if self.archived_pod(pod).is_some() {
                 return self
                     .kept_now(pod)
                     .await
-                    .map(|k| kept_stream(k.init, ""))
+                    .map(|k| kept_stream(k.init, "", timestamps))
                     .ok_or(BackendError::NotFound);
             }
             let params = LogParams {
                 container: Some(pai_contract::framework::INIT_CONTAINER.to_string()),
+                timestamps,
                 ..LogParams::default()
             };
             let text = match self.pods.logs(pod, &params).await {
@@ -579,7 +596,7 @@ impl KubeBackend {
                     return self
                         .kept_now(pod)
                         .await
-                        .map(|k| kept_stream(k.init, ""))
+                        .map(|k| kept_stream(k.init, "", timestamps))
                         .ok_or(BackendError::NotFound);
                 }
                 Err(e) => return Err(self.error(e)),
@@ -1053,10 +1070,14 @@ impl Backend for KubeBackend {
     fn log<'a>(
         &'a self,
         pod: &'a str,
-        part: LogPart,
-        follow: bool,
-        earlier: Option<i32>,
+        request: LogRequest,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
+        let LogRequest {
+            part,
+            earlier,
+            timestamps,
+            ..
+        } = request;
         async move {
             let source = match part {
                 LogPart::Lines(source) => source,
@@ -1069,18 +1090,18 @@ impl Backend for KubeBackend {
             };
             let init = match source {
                 Source::Runtime | Source::All if earlier.is_none() => {
-                    self.init_log(pod).await.ok()
+                    self.init_log(pod, timestamps).await.ok()
                 }
                 _ => None,
             };
-            let main = match (init, self.main_log(pod, follow, earlier).await) {
+            let main = match (init, self.main_log(pod, request).await) {
                 (Some(init), Ok(main)) => Ok(init.chain(main).boxed()),
                 // The main container has not started: the init container's log is all
                 // there is.
                 (Some(init), Err(_)) => Ok(init),
                 (None, main) => main,
             };
-            main.map(|stream| split_log(stream, source))
+            main.map(|stream| split_log(stream, source, timestamps))
         }
         .boxed()
     }

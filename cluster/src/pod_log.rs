@@ -89,8 +89,13 @@ pub fn when_started(
                 // Ended before this follower saw it run: what was kept, if anything.
                 return match crate::log_keeper::kept_now(&config_maps, &store, &pod).await {
                     Some(kept) => {
-                        futures::stream::once(async move { Ok(bytes::Bytes::from(kept.main)) })
-                            .boxed()
+                        let main = if params.timestamps {
+                            let now = jiff::Timestamp::now().to_string();
+                            pai_contract::log_lines::stamp_lines(&kept.main, &now)
+                        } else {
+                            kept.main
+                        };
+                        futures::stream::once(async move { Ok(bytes::Bytes::from(main)) }).boxed()
                     }
                     None => futures::stream::empty().boxed(),
                 };

@@ -76,6 +76,13 @@ impl Class {
 #[derive(Debug)]
 pub struct Split {
     source: Source,
+    /// Whether each line begins with its time and a space (`kubectl logs --timestamps`):
+    /// the mark is looked for after it.
+    stamped: bool,
+    /// The time at the current line's start, while it is read.
+    stamp: Vec<u8>,
+    /// Whether the current line's time has been read (always, where lines have none).
+    past_stamp: bool,
     /// The start of the current line, while it could still be a mark.
     held: Vec<u8>,
     /// The class of the current line once known; `None` at a line's start.
@@ -87,9 +94,27 @@ impl Split {
     pub fn new(source: Source) -> Self {
         Self {
             source,
+            stamped: false,
+            stamp: Vec::new(),
+            past_stamp: true,
             held: Vec::new(),
             line: None,
         }
+    }
+
+    /// A splitter of a log whose lines each begin with their time and a space.
+    pub fn stamped(source: Source) -> Self {
+        Self {
+            stamped: true,
+            past_stamp: false,
+            ..Self::new(source)
+        }
+    }
+
+    /// Whose the line that ended here was is known: the next one begins.
+    fn line_ended(&mut self) {
+        self.line = None;
+        self.past_stamp = !self.stamped;
     }
 
     /// The part of `chunk` (the next bytes of the log) to keep, in order.
@@ -109,21 +134,40 @@ impl Split {
                         out.extend_from_slice(&chunk[..end]);
                     }
                     if chunk[end - 1] == b'\n' {
-                        self.line = None;
+                        self.line_ended();
                     }
                     chunk = &chunk[end..];
+                }
+                None if !self.past_stamp => {
+                    let byte = chunk[0];
+                    chunk = &chunk[1..];
+                    self.stamp.push(byte);
+                    match byte {
+                        b' ' => self.past_stamp = true,
+                        // A line of its time alone: nobody's mark.
+                        b'\n' => {
+                            let stamp = std::mem::take(&mut self.stamp);
+                            if Class::User.kept_by(self.source) {
+                                out.extend_from_slice(&stamp);
+                            }
+                            self.line_ended();
+                        }
+                        _ => {}
+                    }
                 }
                 None => {
                     self.held.push(chunk[0]);
                     chunk = &chunk[1..];
                     if let Some(class) = self.classify() {
                         self.line = Some(class);
+                        let stamp = std::mem::take(&mut self.stamp);
                         let held = std::mem::take(&mut self.held);
                         if class.kept_by(self.source) {
+                            out.extend_from_slice(&stamp);
                             out.extend_from_slice(&held);
                         }
                         if held.last() == Some(&b'\n') {
-                            self.line = None;
+                            self.line_ended();
                         }
                     }
                 }
@@ -135,7 +179,8 @@ impl Split {
     /// What is held at the log's end (a line cut short that looked like a mark): the
     /// user's.
     pub fn finish(&mut self) -> Vec<u8> {
-        let held = std::mem::take(&mut self.held);
+        let mut held = std::mem::take(&mut self.stamp);
+        held.append(&mut self.held);
         if self.line.is_none() && Class::User.kept_by(self.source) {
             held
         } else {
@@ -155,6 +200,45 @@ impl Split {
         }
         (!could_be).then_some(Class::User)
     }
+}
+
+/// The time a line of the runtime says it was written: the word after its mark, where
+/// that is a time.
+pub fn runtime_time(line: &[u8]) -> Option<&[u8]> {
+    let (mark, _) = MARKS
+        .iter()
+        .find(|(mark, _)| line.starts_with(mark.as_bytes()))?;
+    let after = &line[mark.len()..];
+    let word = &after[..after
+        .iter()
+        .position(|b| b.is_ascii_whitespace())
+        .unwrap_or(after.len())];
+    std::str::from_utf8(word)
+        .ok()?
+        .parse::<jiff::Timestamp>()
+        .is_ok()
+        .then_some(word)
+}
+
+/// A whole log whose lines have no times of their own, each line begun with the best
+/// time known for it (`kubectl logs --timestamps`' form): a line of the runtime its own;
+/// any other line that of the runtime's line before it (before the first, the first's;
+/// with none at all, `fallback`).
+pub fn stamp_lines(text: &[u8], fallback: &str) -> Vec<u8> {
+    let lines = || text.split_inclusive(|&b| b == b'\n');
+    let mut last = lines()
+        .find_map(runtime_time)
+        .unwrap_or(fallback.as_bytes());
+    let mut out = Vec::with_capacity(text.len() + text.len() / 8);
+    for line in lines() {
+        if let Some(time) = runtime_time(line) {
+            last = time;
+        }
+        out.extend_from_slice(last);
+        out.push(b' ');
+        out.extend_from_slice(line);
+    }
+    out
 }
 
 /// The lines of a whole text that `source` keeps.
@@ -211,6 +295,57 @@ mod tests {
                 assert_eq!(String::from_utf8(out).unwrap(), whole, "chunks of {size}");
             }
         }
+    }
+
+    #[test]
+    fn stamped_lines_are_split_by_the_mark_after_their_time() {
+        let stamped: String = LOG
+            .split_inclusive('\n')
+            .enumerate()
+            .map(|(i, line)| format!("2026-11-25T15:23:1{i}.5Z {line}"))
+            .collect();
+        for source in [Source::User, Source::Runtime] {
+            let unstamped = keep(LOG, source);
+            for size in 1..stamped.len() {
+                let mut split = Split::stamped(source);
+                let mut out = Vec::new();
+                for chunk in stamped.as_bytes().chunks(size) {
+                    out.extend(split.feed(chunk));
+                }
+                out.extend(split.finish());
+                let out = String::from_utf8(out).unwrap();
+                let without: String = out
+                    .split_inclusive('\n')
+                    .map(|line| line.split_once(' ').unwrap().1)
+                    .collect();
+                assert_eq!(without, unstamped, "{source:?}, chunks of {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn lines_without_times_take_the_runtimes_before_them() {
+        let stamped = String::from_utf8(stamp_lines(LOG.as_bytes(), "never")).unwrap();
+        let times: Vec<&str> = stamped
+            .lines()
+            .map(|line| line.split_once(' ').unwrap().0)
+            .collect();
+        assert_eq!(
+            times,
+            [
+                "2026-11-25T15:23:11Z",
+                "2026-11-25T15:23:11Z",
+                "2026-11-25T15:23:12Z",
+                "2026-11-25T15:23:12Z",
+                "2026-11-25T15:23:12Z",
+                "2026-11-25T15:23:13Z",
+                "2026-11-25T15:23:13Z"
+            ]
+        );
+        assert_eq!(
+            stamp_lines(b"no runtime here\n[runtime WARN] lost: 3 bytes\n", "T"),
+            b"T no runtime here\nT [runtime WARN] lost: 3 bytes\n"
+        );
     }
 
     #[test]

@@ -62,11 +62,48 @@ pub fn append(out: &mut Vec<u8>, time: &str, stream: Stream, chunk: &[u8]) {
     }
 }
 
+/// One record of the file: when its bytes were read, of which stream, whether it ends a
+/// line, and the bytes (without the newline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// RFC 3339.
+    pub time: &'a [u8],
+    /// Which of the two it was read from.
+    pub stream: Stream,
+    /// `F`: it ends a line.
+    pub whole: bool,
+    /// Its bytes, without the newline.
+    pub content: &'a [u8],
+}
+
+impl<'a> Record<'a> {
+    /// The record of one line of the file (without its newline); `None` for a line that
+    /// is not a record of either stream.
+    pub fn parse(line: &'a [u8]) -> Option<Self> {
+        let mut fields = line.splitn(4, |&b| b == b' ');
+        let (Some(time), Some(stream), Some(tag)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return None;
+        };
+        let stream = std::str::from_utf8(stream).ok().and_then(Stream::parse)?;
+        Some(Self {
+            time,
+            stream,
+            whole: tag == b"F",
+            content: fields.next().unwrap_or_default(),
+        })
+    }
+}
+
 /// Reads records that arrive in chunks and gives back the output they hold: of one
-/// stream, or of both (`None`) in their order.
+/// stream, or of both (`None`) in their order; `stamped`, each line begins with the time
+/// of its first part and a space, as `kubectl logs --timestamps` shows it.
 #[derive(Debug)]
 pub struct Reader {
     want: Option<Stream>,
+    stamped: bool,
+    /// Whether the next byte out begins a line.
+    at_line_start: bool,
     /// A record cut by the chunk's end.
     pending: Vec<u8>,
 }
@@ -76,7 +113,17 @@ impl Reader {
     pub fn new(want: Option<Stream>) -> Self {
         Self {
             want,
+            stamped: false,
+            at_line_start: true,
             pending: Vec::new(),
+        }
+    }
+
+    /// A reader of `want`'s output whose lines begin with their time.
+    pub fn stamped(want: Option<Stream>) -> Self {
+        Self {
+            stamped: true,
+            ..Self::new(want)
         }
     }
 
@@ -98,23 +145,22 @@ impl Reader {
         out
     }
 
-    fn record(&self, record: &[u8], out: &mut Vec<u8>) {
-        let mut fields = record.splitn(4, |&b| b == b' ');
-        let (Some(_time), Some(stream), Some(tag)) = (fields.next(), fields.next(), fields.next())
-        else {
+    fn record(&mut self, line: &[u8], out: &mut Vec<u8>) {
+        let Some(record) = Record::parse(line) else {
             return;
         };
-        let content = fields.next().unwrap_or_default();
-        let Some(stream) = std::str::from_utf8(stream).ok().and_then(Stream::parse) else {
-            return;
-        };
-        if self.want.is_some_and(|w| w != stream) {
+        if self.want.is_some_and(|w| w != record.stream) {
             return;
         }
-        out.extend_from_slice(content);
-        if tag == b"F" {
+        if self.stamped && self.at_line_start {
+            out.extend_from_slice(record.time);
+            out.push(b' ');
+        }
+        out.extend_from_slice(record.content);
+        if record.whole {
             out.push(b'\n');
         }
+        self.at_line_start = record.whole;
     }
 }
 
@@ -156,6 +202,20 @@ mod tests {
         assert_eq!(
             output(&log, Some(Stream::Stderr)),
             b"2 err\n4 err: real error\n\n"
+        );
+    }
+
+    #[test]
+    fn stamped_lines_begin_with_the_time_of_their_first_part() {
+        let mut reader = Reader::stamped(None);
+        assert_eq!(
+            String::from_utf8(reader.feed(&written())).unwrap(),
+            "t1 1 out\nt2 2 err\nt2 43 out\nt4  err: real error\nt4 \n"
+        );
+        let mut reader = Reader::stamped(Some(Stream::Stderr));
+        assert_eq!(
+            String::from_utf8(reader.feed(&written())).unwrap(),
+            "t2 2 err\nt2 4 err: real error\nt4 \n"
         );
     }
 

@@ -61,6 +61,20 @@ pub enum LogPart {
     Stream(pai_contract::ordered_log::Stream),
 }
 
+/// What of a task's log a reader asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRequest {
+    pub part: LogPart,
+    /// Goes on as the task writes.
+    pub follow: bool,
+    /// That earlier attempt's log instead of the current one's (complete: there is
+    /// nothing to follow).
+    pub earlier: Option<i32>,
+    /// Each line begins with the time it was written (RFC 3339) and a space, as
+    /// `kubectl logs --timestamps` shows it.
+    pub timestamps: bool,
+}
+
 /// A task's log, chunk by chunk.
 pub type LogStream = BoxStream<'static, Result<Bytes, std::io::Error>>;
 
@@ -187,16 +201,13 @@ pub trait Backend: Send + Sync + 'static {
         name: &'a str,
         edit: &'a pai_contract::tags::Edit,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
-    /// A part of task `pod`'s log ([`LogPart`]); with `follow`, it goes on as the task
-    /// writes. `earlier`: that earlier attempt's instead of the current one's (complete:
-    /// there is nothing to follow), or [`BackendError::Gone`] where the backend no longer
-    /// has it; [`BackendError::Refused`] where the backend cannot give that part.
+    /// What `request` asks of task `pod`'s log ([`LogRequest`]); an earlier attempt's
+    /// is [`BackendError::Gone`] where the backend no longer has it;
+    /// [`BackendError::Refused`] where the backend cannot give that part.
     fn log<'a>(
         &'a self,
         pod: &'a str,
-        part: LogPart,
-        follow: bool,
-        earlier: Option<i32>,
+        request: LogRequest,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>>;
     /// The end of pod `pod`'s current log: its last `lines` lines, of its last
     /// `max_bytes` bytes at most (a page shows these; the whole log is `logs`).
@@ -218,14 +229,24 @@ pub trait Backend: Send + Sync + 'static {
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
 }
 
-/// The lines of `stream` that `source` keeps ([`pai_contract::log_lines`]), as they come.
-pub fn split_log(stream: LogStream, source: pai_contract::log_lines::Source) -> LogStream {
+/// The lines of `stream` that `source` keeps ([`pai_contract::log_lines`]), as they come;
+/// `stamped`: each line begins with its time.
+pub fn split_log(
+    stream: LogStream,
+    source: pai_contract::log_lines::Source,
+    stamped: bool,
+) -> LogStream {
     use futures::StreamExt;
     use pai_contract::log_lines::{Source, Split};
     if source == Source::All {
         return stream;
     }
-    let state = (stream, Some(Split::new(source)));
+    let split = if stamped {
+        Split::stamped(source)
+    } else {
+        Split::new(source)
+    };
+    let state = (stream, Some(split));
     futures::stream::unfold(state, |(mut stream, mut split)| async move {
         loop {
             let splitter = split.as_mut()?;

@@ -9,7 +9,7 @@ use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
 use pai_engine::backend::{
-    Backend, BackendError, Changed, FrameworkStream, LogPart, LogStream, split_log,
+    Backend, BackendError, Changed, FrameworkStream, LogPart, LogRequest, LogStream, split_log,
 };
 use pai_engine::controller::Event;
 
@@ -243,21 +243,23 @@ impl Backend for LocalBackend {
     fn log<'a>(
         &'a self,
         pod: &'a str,
-        part: LogPart,
-        follow: bool,
-        earlier: Option<i32>,
+        request: LogRequest,
     ) -> BoxFuture<'a, Result<LogStream, BackendError>> {
         Box::pin(async move {
-            Ok(match part {
-                LogPart::Lines(source) => split_log(
-                    self.0
-                        .logs(pod, follow, earlier, crate::LogWhich::Container)?,
-                    source,
-                ),
-                LogPart::Stream(stream) => {
-                    self.0
-                        .logs(pod, follow, earlier, crate::LogWhich::Stream(stream))?
-                }
+            let which = match request.part {
+                LogPart::Lines(_) => crate::LogWhich::Container,
+                LogPart::Stream(stream) => crate::LogWhich::Stream(stream),
+            };
+            let reading = crate::LogReading {
+                which,
+                follow: request.follow,
+                earlier: request.earlier,
+                timestamps: request.timestamps,
+            };
+            let stream = self.0.logs(pod, reading)?;
+            Ok(match request.part {
+                LogPart::Lines(source) => split_log(stream, source, request.timestamps),
+                LogPart::Stream(_) => stream,
             })
         })
     }

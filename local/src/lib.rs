@@ -20,9 +20,10 @@ pub mod gpus;
 mod job;
 pub mod lifecycle;
 pub mod log_rotation;
+mod log_times;
 mod logs;
 mod memory;
-pub use logs::Which as LogWhich;
+pub use logs::{Reading as LogReading, Which as LogWhich};
 pub mod metrics;
 /// Tests that fork hold this, and so does the one that checks the ports it was given are
 /// free: a child holds its parent's sockets between fork and exec.
@@ -674,18 +675,13 @@ impl Machine {
         Ok(outcome)
     }
 
-    /// The container log of the task whose pod is `pod`, or one stream of its output
-    /// (`which`): of the current attempt (with `follow`, until the task completes), or all
-    /// of `earlier`'s, kept on this machine until the job is deleted.
-    pub fn logs(
-        &self,
-        pod: &str,
-        follow: bool,
-        earlier: Option<i32>,
-        which: logs::Which,
-    ) -> Result<LogStream, Error> {
+    /// The container log of the task whose pod is `pod`, or one stream of its output,
+    /// as `reading` asks: of the current attempt (with `follow`, until the task
+    /// completes), or all of an earlier one's, kept on this machine until the job is
+    /// deleted.
+    pub fn logs(&self, pod: &str, reading: logs::Reading) -> Result<LogStream, Error> {
         let (job, role, index) = self.task_of(pod)?;
-        logs::log_stream(&self.inner, job, role, index, follow, earlier, which)
+        logs::log_stream(&self.inner, job, role, index, reading)
     }
 
     /// The visible job, role and index pod `pod` is a task of.

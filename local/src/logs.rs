@@ -106,6 +106,18 @@ pub enum Which {
     Stream(Stream),
 }
 
+/// What of a task's log a reader asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Reading {
+    pub which: Which,
+    /// Goes on while the task runs.
+    pub follow: bool,
+    /// That earlier attempt's log, whole, instead of the current one's.
+    pub earlier: Option<i32>,
+    /// Each line begun with its time ([`crate::log_times`]).
+    pub timestamps: bool,
+}
+
 /// The ordered log of a task whose runtime root is `root`, in attempt `attempt`.
 fn ordered_log(root: &Path, attempt: i32, role: &str, index: u32) -> PathBuf {
     pai_kube_runtime::layout::Task {
@@ -125,10 +137,14 @@ pub(crate) fn log_stream(
     job: Arc<Job>,
     role: String,
     index: u32,
-    follow: bool,
-    earlier: Option<i32>,
-    which: Which,
+    reading: Reading,
 ) -> Result<LogStream, Error> {
+    let Reading {
+        which,
+        follow,
+        earlier,
+        timestamps,
+    } = reading;
     let (name, current) = current_attempt(&job)?;
     let (attempt, follow) = match earlier {
         // An earlier attempt's log is complete: nothing to follow.
@@ -142,12 +158,14 @@ pub(crate) fn log_stream(
         )));
     }
     let root = inner.store.task_root(&name, attempt, &role, index);
+    let ordered = ordered_log(&root, attempt, &role, index);
+    let reader = |stream| match timestamps {
+        true => ordered_log::Reader::stamped(stream),
+        false => ordered_log::Reader::new(stream),
+    };
     let (path, records) = match which {
         Which::Container => (task::container_log(&root), None),
-        Which::Stream(stream) => (
-            ordered_log(&root, attempt, &role, index),
-            Some(ordered_log::Reader::new(Some(stream))),
-        ),
+        Which::Stream(stream) => (ordered.clone(), Some(reader(Some(stream)))),
     };
     let file = std::fs::File::open(&path).map_err(|_| Error::NotFound)?;
     // What is kept of the part before the current file comes first.
@@ -245,24 +263,24 @@ pub(crate) fn log_stream(
             }
         }
     });
-    match older {
-        Some(bytes) if matches!(which, Which::Container) => Ok(Box::pin(
-            futures::stream::iter([Ok(Bytes::from(bytes))]).chain(stream),
-        )),
-        Some(bytes) => {
-            let first = ordered_log::output(
-                &bytes,
-                match which {
-                    Which::Stream(stream) => Some(stream),
-                    Which::Container => None,
-                },
-            );
-            Ok(Box::pin(
-                futures::stream::iter([Ok(Bytes::from(first))]).chain(stream),
-            ))
+    let whole: LogStream = match older {
+        Some(bytes) if matches!(which, Which::Container) => {
+            Box::pin(futures::stream::iter([Ok(Bytes::from(bytes))]).chain(stream))
         }
-        None => Ok(Box::pin(stream)),
-    }
+        Some(bytes) => {
+            let first = reader(match which {
+                Which::Stream(stream) => Some(stream),
+                Which::Container => None,
+            })
+            .feed(&bytes);
+            Box::pin(futures::stream::iter([Ok(Bytes::from(first))]).chain(stream))
+        }
+        None => Box::pin(stream),
+    };
+    Ok(match which {
+        Which::Container if timestamps => crate::log_times::stamped(whole, ordered),
+        _ => whole,
+    })
 }
 
 /// Whether `file` was emptied under the reader (its length now short of the reader's

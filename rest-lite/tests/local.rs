@@ -113,6 +113,92 @@ async fn the_shell_example_exchanges_messages_over_tcp_and_succeeds() {
     drop(server);
 }
 
+/// The lines of a log asked with its times, each split into its time and the rest.
+fn stamped_lines(log: &str) -> Vec<(jiff::Timestamp, String)> {
+    log.lines()
+        .map(|line| {
+            let (time, rest) = line.split_once(' ').expect("a time, a space, the line");
+            let time = time
+                .parse()
+                .unwrap_or_else(|e| panic!("{time:?} is no time: {e}"));
+            (time, rest.to_string())
+        })
+        .collect()
+}
+
+/// The time of the first line of `lines` that holds `text`.
+fn time_of(lines: &[(jiff::Timestamp, String)], text: &str) -> jiff::Timestamp {
+    lines
+        .iter()
+        .find(|(_, line)| line.contains(text))
+        .unwrap_or_else(|| panic!("no line holds {text:?}: {lines:?}"))
+        .0
+}
+
+/// Asked with their times, the logs of several tasks can be put in the order they were
+/// written: the server's line said before it listens is older than each client's line
+/// said once the server answered; the runtime's lines carry their own times, the user's
+/// output the times the runtime read it; the lines are otherwise as without times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logs_times_put_the_lines_of_several_tasks_in_the_order_written() {
+    let dir = scratch("times");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let spec = std::fs::read_to_string(common::repo_root().join("examples/shell-hello.yaml"))
+        .expect("example");
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "shell-hello").await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    let job = ("alice", "shell-hello");
+    let all = pai_client::Lines::Source(pai_client::Source::All);
+    let server_log = common::task_log(&client, job, ("server", 0), false, all.stamped()).await;
+    let server_lines = stamped_lines(&server_log);
+    let listens = time_of(&server_lines, "listens on");
+    // The runtime's line before it, with its own time.
+    assert!(
+        time_of(&server_lines, "user command started") <= listens,
+        "{server_log}"
+    );
+    let unstamped = common::task_log(&client, job, ("server", 0), false, all).await;
+    let rest: String = server_lines.iter().map(|(_, l)| format!("{l}\n")).collect();
+    assert_eq!(rest, unstamped);
+    for index in 0..2 {
+        let user = pai_client::Lines::Source(pai_client::Source::User).stamped();
+        let log = common::task_log(&client, job, ("client", index), true, user).await;
+        let heard = time_of(&stamped_lines(&log), "heard: ack");
+        assert!(
+            listens < heard,
+            "server: {server_log}\nclient {index}: {log}"
+        );
+    }
+    // One stream alone, with its times.
+    let stdout = pai_client::Lines::Stream(pai_client::Stream::Stdout).stamped();
+    let log = common::task_log(&client, job, ("server", 0), false, stdout).await;
+    assert_eq!(time_of(&stamped_lines(&log), "listens on"), listens);
+    // The command line, as `kubectl logs --timestamps`.
+    let state = dir.join("state");
+    let (code, printed, stderr) = rest_lite(
+        &[
+            "logs",
+            "shell-hello",
+            "-r",
+            "server",
+            "--timestamps",
+            "--server",
+            server.url.as_str(),
+            "--user",
+            "alice",
+        ],
+        &[("REST_LITE_STATE_DIR", state.to_str().expect("path"))],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(time_of(&stamped_lines(&printed), "listens on"), listens);
+    drop(server);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_task_fails_the_job_with_its_code_and_name() {
     let dir = scratch("failure");
@@ -709,6 +795,15 @@ fn the_quick_start_runs_the_example_in_one_command() {
     );
     assert!(
         stdout.contains("[client-1] client 1 of 2 heard: ack: hello from client 1"),
+        "{stdout}"
+    );
+    // In the order written, across tasks: the server says it listens before any client
+    // can have heard from it.
+    let listens = stdout.find("] server of").expect("the server's first line");
+    assert!(
+        stdout
+            .find("heard: ack")
+            .is_some_and(|heard| listens < heard),
         "{stdout}"
     );
     assert!(stderr.contains("job shell-hello SUCCEEDED"), "{stderr}");

@@ -20,7 +20,7 @@ use pai_api::jobs::{Execution, JobSummary, Message};
 use pai_api::ssh::SshInfo;
 use pai_api::status::JobState;
 use pai_api::status::JobView;
-use pai_engine::backend::{BackendError, LogPart};
+use pai_engine::backend::{BackendError, LogPart, LogRequest};
 use pai_translate::spec::SpecFormat;
 use pai_translate::spec::schema::JobSpecDocument;
 
@@ -556,6 +556,13 @@ pub struct LogQuery {
     /// cluster the kubelet merges them (400 saying so).
     #[param(inline)]
     stream: Option<OutputStream>,
+    /// Each line begins with the time it was written (RFC 3339, UTC) and a space, as
+    /// `kubectl logs --timestamps` shows it: the logs of several tasks can be put in
+    /// the order they were written. Where a line's own time was not kept (a line the
+    /// container engine wrote itself; a cluster's copy of a log whose pod is gone), it
+    /// carries the time of the line before it.
+    #[serde(default)]
+    timestamps: bool,
 }
 
 /// One stream of the user command's output.
@@ -595,9 +602,9 @@ impl From<LogSource> for pai_contract::log_lines::Source {
     }
 }
 
-/// `GET …/logs?role=&index=&follow=&attempt=&source=`: one task's output, streamed
-/// while it runs when following; an earlier attempt's with `attempt`; the runtime's
-/// lines apart with `source`.
+/// `GET …/logs?role=&index=&follow=&attempt=&source=&timestamps=`: one task's output,
+/// streamed while it runs when following; an earlier attempt's with `attempt`; the
+/// runtime's lines apart with `source`; each line with its time with `timestamps`.
 #[utoipa::path(
     get,
     path = pai_api::routes::JOB_LOGS.template(),
@@ -644,34 +651,38 @@ pub async fn get_logs(
         Some(attempt) if attempt < current => Some(attempt),
         _ => None,
     };
-    let logs = match query.stream {
+    let part = match query.stream {
         Some(_) if !matches!(query.source, LogSource::User) => {
             return Err(ApiError::bad_request(
                 "stream splits the user command's output: it goes with source=user (the default), not with the runtime's lines".to_string(),
             ));
         }
-        Some(stream) => {
-            let part = LogPart::Stream(stream.into());
-            state.backend.log(&pod, part, query.follow, earlier).await
-        }
-        None => {
-            let part = LogPart::Lines(query.source.into());
-            state.backend.log(&pod, part, query.follow, earlier).await
-        }
-    }
-    .map_err(|e| match e {
-        BackendError::NotFound => ApiError::no_task(match earlier {
-            Some(attempt) => format!(
-                "task {task} of job {}~{} left no log in attempt {attempt}",
-                job.user, job.job
-            ),
-            None => format!(
-                "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
-                job.user, job.job
-            ),
-        }),
-        other => other.into(),
-    })?;
+        Some(stream) => LogPart::Stream(stream.into()),
+        None => LogPart::Lines(query.source.into()),
+    };
+    let request = LogRequest {
+        part,
+        follow: query.follow,
+        earlier,
+        timestamps: query.timestamps,
+    };
+    let logs = state
+        .backend
+        .log(&pod, request)
+        .await
+        .map_err(|e| match e {
+            BackendError::NotFound => ApiError::no_task(match earlier {
+                Some(attempt) => format!(
+                    "task {task} of job {}~{} left no log in attempt {attempt}",
+                    job.user, job.job
+                ),
+                None => format!(
+                    "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
+                    job.user, job.job
+                ),
+            }),
+            other => other.into(),
+        })?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
         axum::body::Body::from_stream(logs.take_until(tokio::time::sleep(MAX_FOLLOW))),

@@ -52,6 +52,62 @@ async fn logs_are_served_and_followed() {
     }
 }
 
+/// With `timestamps=true` each line begins with the kubelet's time for it, and the
+/// runtime's lines are still told apart by their mark after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logs_times_are_the_kubelets_and_its_lines_are_split_after_them() {
+    let s = start().await;
+    submit_base_job(&s).await;
+    let mark = pai_contract::log_lines::mark("INFO");
+    s.api.append_log(
+        NS,
+        &pod("worker", 0),
+        &format!("{mark}2026-11-27T10:00:00Z user command started\nepoch 1\n"),
+    );
+    let path = "/api/v1/user/alice/jobs/job/logs?role=worker&index=0";
+    let times = |body: &str| -> Vec<(jiff::Timestamp, String)> {
+        body.lines()
+            .map(|line| {
+                let (time, rest) = line.split_once(' ').expect("a time first");
+                (time.parse().expect("RFC 3339"), rest.to_string())
+            })
+            .collect()
+    };
+    let all = request(
+        s.addr,
+        "GET",
+        &format!("{path}&source=all&timestamps=true"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(all.status, 200, "{}", all.body);
+    let all = times(&all.body);
+    assert_eq!(
+        all.iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>(),
+        [
+            format!("{mark}2026-11-27T10:00:00Z user command started").as_str(),
+            "epoch 1"
+        ]
+    );
+    let user = request(s.addr, "GET", &format!("{path}&timestamps=true"), None, "").await;
+    let user = times(&user.body);
+    assert_eq!(user.len(), 1, "{user:?}");
+    assert_eq!(user[0], all[1]);
+    let runtime = request(
+        s.addr,
+        "GET",
+        &format!("{path}&source=runtime&timestamps=true"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(times(&runtime.body)[0], all[0]);
+    // Without it, the lines as written.
+    let plain = request(s.addr, "GET", path, None, "").await;
+    assert_eq!(plain.body, "epoch 1\n");
+}
+
 /// As a real cluster answers while a task starts (its pod not made yet: 404; made, its
 /// init container running: 400 `PodInitializing`), the API answers with what there is:
 /// no output yet, the runtime's lines, and a follow that waits for the main container.
@@ -217,6 +273,21 @@ async fn a_tasks_log_outlives_its_pod() {
         (earlier.status, earlier.body.as_str()),
         (200, read.body.as_str())
     );
+    // The kept copy has no times but the runtime's: its lines are given the time of
+    // the runtime's line before them, or the time it is read.
+    let stamped = format!("{path}&attempt=0&source=all&timestamps=true");
+    let stamped = request(s.addr, "GET", &stamped, None, "").await;
+    assert_eq!(stamped.status, 200, "{}", stamped.body);
+    for line in stamped.body.lines() {
+        let (time, _) = line.split_once(' ').expect("a time first");
+        assert!(time.parse::<jiff::Timestamp>().is_ok(), "{line}");
+    }
+    let rest: String = stamped
+        .body
+        .split_inclusive('\n')
+        .map(|l| l.split_once(' ').map_or(l, |(_, rest)| rest))
+        .collect();
+    assert_eq!(rest, read.body);
 }
 
 /// A task whose ConfigMap no server made (none ran as its pod appeared) is told so, and

@@ -152,6 +152,8 @@ struct Store {
     uid: u64,
     /// Container logs by pod and container.
     logs: HashMap<LogKey, String>,
+    /// The same logs, each line begun with the time it was appended (`timestamps=true`).
+    stamped_logs: HashMap<LogKey, String>,
     /// Containers that have ended: following their log returns what there is.
     ended_logs: std::collections::HashSet<LogKey>,
     requests: Vec<Request>,
@@ -412,12 +414,18 @@ impl ApiServer {
     /// Appends `text` to the log of `container` of pod `name` (creating the log).
     pub fn append_container_log(&self, namespace: &str, name: &str, container: &str, text: &str) {
         let key = (Key::new("pods", namespace, name), container.to_string());
-        self.shared
-            .lock()
-            .logs
+        let mut store = self.shared.lock();
+        let log = store.logs.entry(key.clone()).or_default();
+        let mut at_line_start = log.is_empty() || log.ends_with('\n');
+        log.push_str(text);
+        let now = jiff::Timestamp::now().to_string();
+        let stamped = stamp(text, &mut at_line_start, &now);
+        store
+            .stamped_logs
             .entry(key.clone())
             .or_default()
-            .push_str(text);
+            .push_str(&stamped);
+        drop(store);
         let _ = self.shared.log_appends.send((key, Some(text.to_string())));
     }
 
@@ -680,6 +688,7 @@ fn remove_one(store: &mut Store, events: &Channels, key: &Key) -> Option<Value> 
     }
     if key.resource == "pods" {
         store.logs.retain(|(pod, _), _| pod != key);
+        store.stamped_logs.retain(|(pod, _), _| pod != key);
         store.ended_logs.retain(|(pod, _)| pod != key);
     }
     let mut object = store.objects.remove(key)?;
@@ -1038,8 +1047,24 @@ fn line_response(lines: futures::stream::BoxStream<'static, Bytes>) -> Response 
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// `GET …/pods/{name}/log[?follow=true]`: the log so far, then (following) what is
-/// appended until the log ends or the stream is cut.
+/// `text`, each line begun with `time` and a space, as the kubelet's `timestamps=true`;
+/// `at_line_start`: whether `text` begins a line (and after it, whether the next does).
+fn stamp(text: &str, at_line_start: &mut bool, time: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 32);
+    for piece in text.split_inclusive('\n') {
+        if *at_line_start {
+            out.push_str(time);
+            out.push(' ');
+        }
+        out.push_str(piece);
+        *at_line_start = piece.ends_with('\n');
+    }
+    out
+}
+
+/// `GET …/pods/{name}/log[?follow=true][&timestamps=true]`: the log so far, then
+/// (following) what is appended until the log ends or the stream is cut; with
+/// `timestamps`, each line begun with the time it was appended.
 async fn pod_log(
     State(shared): State<Arc<Shared>>,
     Path(params): Path<Params>,
@@ -1063,12 +1088,20 @@ async fn pod_log(
     };
     let key = (pod, container);
     let follow = matches!(query.get("follow").map(String::as_str), Some("true" | "1"));
+    let timestamps = matches!(
+        query.get("timestamps").map(String::as_str),
+        Some("true" | "1")
+    );
     let appends = shared.log_appends.subscribe();
     let mut cut = shared.cut.subscribe();
     cut.mark_unchanged();
     let (so_far, ended) = {
         let store = shared.lock();
-        let Some(so_far) = store.logs.get(&key).cloned() else {
+        let logs = match timestamps {
+            true => &store.stamped_logs,
+            false => &store.logs,
+        };
+        let Some(so_far) = logs.get(&key).cloned() else {
             // As the kubelet answers: a pod that is not there is a 404; one whose
             // container has not started (its init container runs) a 400.
             if !store.objects.contains_key(&key.0) {
@@ -1085,24 +1118,36 @@ async fn pod_log(
         };
         (so_far, store.ended_logs.contains(&key))
     };
+    let at_line_start = so_far.is_empty() || so_far.ends_with('\n');
     let head = futures::stream::iter([Bytes::from(so_far)]);
     // Following an ended container's log gives what it wrote, then ends, as the kubelet.
     if !follow || ended {
         return line_response(head.boxed());
     }
     shared.watches.send_modify(|c| *c += 1);
-    let tail = futures::stream::unfold((appends, key), |(mut appends, key)| async move {
-        loop {
-            match appends.recv().await {
-                Ok((k, Some(text))) if k == key => {
-                    return Some((Bytes::from(text), (appends, key)));
+    let state = (appends, key, at_line_start);
+    let tail = futures::stream::unfold(
+        state,
+        move |(mut appends, key, mut at_line_start)| async move {
+            loop {
+                match appends.recv().await {
+                    Ok((k, Some(text))) if k == key => {
+                        let text = match timestamps {
+                            true => {
+                                let now = jiff::Timestamp::now().to_string();
+                                stamp(&text, &mut at_line_start, &now)
+                            }
+                            false => text,
+                        };
+                        return Some((Bytes::from(text), (appends, key, at_line_start)));
+                    }
+                    Ok((k, None)) if k == key => return None,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
                 }
-                Ok((k, None)) if k == key => return None,
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
             }
-        }
-    });
+        },
+    );
     let ends = async move {
         let _ = cut.changed().await;
     };

@@ -228,20 +228,28 @@ pub struct LogsArgs {
     /// written). Kept apart on this machine; a cluster's kubelet merges them.
     #[arg(long, value_parser = ["stdout", "stderr"], conflicts_with_all = ["runtime", "all"])]
     stream: Option<String>,
+    /// Each line begins with the time it was written (RFC 3339, UTC), as `kubectl logs
+    /// --timestamps` shows it.
+    #[arg(long)]
+    timestamps: bool,
     #[command(flatten)]
     connection: Connection,
 }
 
 impl LogsArgs {
-    fn lines(&self) -> pai_client::Lines {
-        if let Some(stream) = self.stream.as_deref().and_then(pai_client::Stream::parse) {
-            return pai_client::Lines::Stream(stream);
+    fn lines(&self) -> pai_client::Asked {
+        let lines = match self.stream.as_deref().and_then(pai_client::Stream::parse) {
+            Some(stream) => pai_client::Lines::Stream(stream),
+            None => pai_client::Lines::Source(match (self.runtime, self.all) {
+                (true, _) => pai_client::Source::Runtime,
+                (_, true) => pai_client::Source::All,
+                _ => pai_client::Source::User,
+            }),
+        };
+        pai_client::Asked {
+            lines,
+            timestamps: self.timestamps,
         }
-        pai_client::Lines::Source(match (self.runtime, self.all) {
-            (true, _) => pai_client::Source::Runtime,
-            (_, true) => pai_client::Source::All,
-            _ => pai_client::Source::User,
-        })
     }
 }
 

@@ -1,15 +1,17 @@
 //! Following a job from the command line (`rest-lite run`, `rest-lite submit --follow`):
 //! every task's output as it comes, then the job's outcome as the exit code.
 
-use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use axum::body::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+
+use super::in_order::Told;
 
 use pai_api::status::{JobState, JobView};
 use pai_client::{Client, ClientError};
@@ -51,21 +53,25 @@ pub async fn follow(
     let mut notes = super::human::Notes::default();
     notes.see(job, &first);
     let (views, latest) = watch::channel(first.clone());
+    let (tell, printer) = super::in_order::printer(std::io::stdout());
     let mut followers = Vec::new();
     for (role, detail) in &first.task_roles {
         for index in 0..detail.task_statuses.len() as u32 {
             followers.push(tokio::spawn(print_task(
                 client.clone(),
-                user.to_string(),
-                job.to_string(),
-                role.clone(),
-                index,
+                Task {
+                    user: user.to_string(),
+                    job: job.to_string(),
+                    role: role.clone(),
+                    index,
+                },
                 source,
                 latest.clone(),
+                tell.clone(),
             )));
         }
     }
-    drop(latest);
+    drop((latest, tell));
     let mut interrupted = false;
     let mut last = Some(first);
     loop {
@@ -101,9 +107,12 @@ pub async fn follow(
     drop(views);
     notes.summary(job);
     let view = last.ok_or_else(|| anyhow::anyhow!("job {job} was deleted while it ran"))?;
-    // The followers end with their tasks' logs.
-    let _ =
-        tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(followers)).await;
+    // The followers end with their tasks' logs; the printer once they all have.
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        futures::future::join_all(followers).await;
+        let _ = printer.await;
+    })
+    .await;
     let status = &view.job_status;
     let state = status.state;
     if !state.is_final() {
@@ -158,18 +167,32 @@ pub fn outcome(job: &str, view: &JobView, interrupted: bool, said_where: bool) -
     }
 }
 
-/// Prints one task's output, line by line with its name in front, attempt after
-/// attempt. `views` carries the job's latest view (from the one watch of the job); it
-/// closes when the job has reached its final state.
-async fn print_task(
-    client: Client,
+/// A task of the followed job.
+struct Task {
     user: String,
     job: String,
     role: String,
     index: u32,
+}
+
+/// Follows one task's output, line by line with its time, attempt after attempt, and
+/// tells the printer each line with the task's name in front. `views` carries the job's
+/// latest view (from the one watch of the job); it closes when the job has reached its
+/// final state.
+async fn print_task(
+    client: Client,
+    task: Task,
     source: pai_client::Source,
     mut views: watch::Receiver<JobView>,
+    tell: mpsc::Sender<Told>,
 ) {
+    let Task {
+        user,
+        job,
+        role,
+        index,
+    } = task;
+    let prefix: Arc<str> = Arc::from(format!("[{role}-{index}] "));
     let mut printed_attempt: Option<i32> = None;
     let mut closed = false;
     loop {
@@ -185,13 +208,16 @@ async fn print_task(
                 state.is_some_and(|s| s != JobState::Waiting),
             )
         };
-        if printed_attempt != Some(attempt)
-            && (started || closed)
-            && let Ok(stream) = client.logs(&user, &job, &role, index, true, source).await
-        {
-            printed_attempt = Some(attempt);
-            print_lines(stream, &format!("[{role}-{index}] ")).await;
-            continue;
+        if printed_attempt != Some(attempt) && (started || closed) {
+            let _ = tell.send(Told::Opening).await;
+            let asked = pai_client::Lines::Source(source).stamped();
+            let opened = client.logs(&user, &job, &role, index, true, asked).await;
+            let _ = tell.send(Told::Opened).await;
+            if let Ok(stream) = opened {
+                printed_attempt = Some(attempt);
+                tell_lines(stream, &prefix, &tell).await;
+                continue;
+            }
         }
         if closed {
             return;
@@ -201,12 +227,28 @@ async fn print_task(
     }
 }
 
-async fn print_lines(stream: BoxStream<'static, Result<Bytes, ClientError>>, prefix: &str) {
+/// Tells the printer each line of `stream` (whose lines begin with their time).
+async fn tell_lines(
+    stream: BoxStream<'static, Result<Bytes, ClientError>>,
+    prefix: &Arc<str>,
+    tell: &mpsc::Sender<Told>,
+) {
     let mut lines = pai_client::lines(stream);
+    let mut last = jiff::Timestamp::UNIX_EPOCH;
     while let Some(Ok(line)) = lines.next().await {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(prefix.as_bytes());
-        let _ = out.write_all(&line);
-        let _ = out.write_all(b"\n");
+        let (time, line) = match pai_client::stamp_of(&line) {
+            Some((time, rest)) => (time, rest.to_vec()),
+            // A line without a time: just after the one before.
+            None => (last, line.to_vec()),
+        };
+        last = time;
+        let told = Told::Line {
+            prefix: prefix.clone(),
+            time,
+            line,
+        };
+        if tell.send(told).await.is_err() {
+            return;
+        }
     }
 }

@@ -22,6 +22,7 @@ mod client;
 mod follow;
 mod hints;
 mod human;
+mod in_order;
 mod run;
 mod serve;
 mod spec_file;

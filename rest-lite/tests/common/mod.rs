@@ -112,7 +112,7 @@ pub async fn task_log(
     (user, job): (&str, &str),
     (role, index): (&str, u32),
     follow: bool,
-    lines: impl Into<pai_client::Lines>,
+    lines: impl Into<pai_client::Asked>,
 ) -> String {
     read_all(
         client

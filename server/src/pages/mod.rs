@@ -426,8 +426,13 @@ async fn task_log(
         (Some(r), Ok(i)) if i < r.tasks() => framework.pod_name(r, i),
         _ => return error_page(&no_task(), who(&state, &caller)),
     };
-    let part = pai_engine::backend::LogPart::Lines(source);
-    let main = state.backend.log(&pod, part, false, None).await;
+    let request = pai_engine::backend::LogRequest {
+        part: pai_engine::backend::LogPart::Lines(source),
+        follow: false,
+        earlier: None,
+        timestamps: false,
+    };
+    let main = state.backend.log(&pod, request).await;
     match main {
         Ok(stream) => with_headers(
             Body::from_stream(stream).into_response(),
