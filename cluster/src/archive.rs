@@ -22,7 +22,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::broadcast;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+
+use crate::pg_tls::{MakeRustls, TlsParameters};
 
 use pai_api::jobs::JobRow;
 use pai_contract::Framework;
@@ -70,6 +72,10 @@ pub enum ArchiveError {
     Unreachable { place: String, message: String },
     #[error("the job history database ({place}) failed: {message}")]
     Failed { place: String, message: String },
+    /// Reached, and refused: TLS, a certificate or the credentials do not fit. Trying
+    /// again does not help; the connection string has to change.
+    #[error("the job history database ({place}) refused this server: {message}")]
+    Refused { place: String, message: String },
     #[error("a record of the job history cannot be read: {0}")]
     Corrupt(String),
 }
@@ -92,6 +98,9 @@ pub struct Archived {
 /// The history of one namespace's jobs.
 pub struct Archive {
     config: tokio_postgres::Config,
+    /// What the connection string asks of TLS, and the connector that does it.
+    tls: TlsParameters,
+    connector: MakeRustls,
     /// Where it is, as messages say it (the host and database; never the password).
     place: String,
     namespace: String,
@@ -139,13 +148,30 @@ impl Archive {
     /// The history in the database `connection` names (a libpq connection string or URL)
     /// for `namespace`; nothing is read until [`Archive::load`].
     pub fn new(connection: &str, namespace: &str) -> Result<Self, ArchiveError> {
+        let unusable = |message: String| ArchiveError::Unreachable {
+            place: "history.database".to_string(),
+            message,
+        };
+        let (tls, rest) = crate::pg_tls::split(connection)
+            .map_err(|e| unusable(format!("its TLS parameters: {e}")))?;
         let mut config: tokio_postgres::Config =
-            connection
-                .parse()
-                .map_err(|e: tokio_postgres::Error| ArchiveError::Unreachable {
-                    place: "history.database".to_string(),
-                    message: format!("not a PostgreSQL connection string: {e}"),
-                })?;
+            rest.parse().map_err(|e: tokio_postgres::Error| {
+                unusable(format!("not a PostgreSQL connection string: {e}"))
+            })?;
+        let connector = tls
+            .connector()
+            .map_err(|e| unusable(format!("its TLS parameters: {e}")))?;
+        // As libpq: TLS is for TCP; a Unix socket is local, and the database offers no
+        // TLS on it.
+        let unix_only = !config.get_hosts().is_empty()
+            && config
+                .get_hosts()
+                .iter()
+                .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+        config.ssl_mode(match unix_only {
+            true => tokio_postgres::config::SslMode::Disable,
+            false => tls.negotiation(),
+        });
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -172,6 +198,8 @@ impl Archive {
         let (changes, _) = broadcast::channel(1024);
         Ok(Self {
             config,
+            tls,
+            connector,
             place,
             namespace: namespace.to_string(),
             client: tokio::sync::Mutex::new(None),
@@ -185,6 +213,17 @@ impl Archive {
     /// Where it is, for the start-up line and messages.
     pub fn place(&self) -> &str {
         &self.place
+    }
+
+    /// What the connection checks of the database, in words.
+    pub fn checks(&self) -> String {
+        self.tls.checks()
+    }
+
+    /// Connects once (a server's start): [`ArchiveError::Refused`] where the database
+    /// refuses this server as configured, which trying again will not change.
+    pub async fn connect(&self) -> Result<(), ArchiveError> {
+        self.client().await.map(drop)
     }
 
     /// Connects, makes the tables if missing and reads every job's row; tried again by
@@ -493,14 +532,11 @@ impl Archive {
     async fn client(&self) -> Result<tokio::sync::MappedMutexGuard<'_, Client>, ArchiveError> {
         let mut guard = self.client.lock().await;
         if guard.as_ref().is_none_or(|c| c.is_closed()) {
-            let (client, connection) =
-                self.config
-                    .connect(NoTls)
-                    .await
-                    .map_err(|e| ArchiveError::Unreachable {
-                        place: self.place.clone(),
-                        message: e.to_string(),
-                    })?;
+            let (client, connection) = self
+                .config
+                .connect(self.connector.clone())
+                .await
+                .map_err(|e| self.not_connected(&e))?;
             let place = self.place.clone();
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
@@ -527,6 +563,21 @@ impl Archive {
             .execute(statement, params)
             .await
             .map_err(|e| self.failed(e))
+    }
+
+    /// Why a connection could not be made, with the way out where it is the database
+    /// refusing this server as configured.
+    fn not_connected(&self, error: &tokio_postgres::Error) -> ArchiveError {
+        match crate::pg_tls::refusal(error, &self.tls) {
+            Some(message) => ArchiveError::Refused {
+                place: self.place.clone(),
+                message,
+            },
+            None => ArchiveError::Unreachable {
+                place: self.place.clone(),
+                message: error.to_string(),
+            },
+        }
     }
 
     fn failed(&self, error: tokio_postgres::Error) -> ArchiveError {

@@ -17,6 +17,7 @@ pub mod events;
 pub mod history;
 pub mod job_access;
 pub mod log_keeper;
+pub mod pg_tls;
 pub mod pod_log;
 pub mod publisher;
 pub mod retention;

@@ -411,3 +411,259 @@ mod cluster {
         assert_eq!(postgres.psql("SELECT count(*) FROM rest_lite_logs"), "0");
     }
 }
+
+mod tls {
+    //! TLS to the job history's PostgreSQL, against a real server with `ssl = on`: a CA,
+    //! the database's certificate and a client's, made here.
+
+    use pai_cluster::archive::{Archive, ArchiveError};
+    use pai_test_support::postgres::{OnTcp, Postgres, ServerTls};
+
+    use crate::common;
+
+    /// A CA, and what it signs.
+    struct Ca {
+        issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+        pem: String,
+    }
+
+    impl Ca {
+        fn new(name: &str) -> Self {
+            let key = rcgen::KeyPair::generate().expect("ca key");
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, name);
+            let pem = params.self_signed(&key).expect("ca").pem();
+            Self {
+                issuer: rcgen::Issuer::new(params, key),
+                pem,
+            }
+        }
+
+        /// A certificate for `names`, with `common_name`; its PEM and its key's.
+        fn sign(&self, names: &[&str], common_name: &str) -> (String, String) {
+            let key = rcgen::KeyPair::generate().expect("key");
+            let mut params = rcgen::CertificateParams::new(
+                names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            )
+            .expect("params");
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, common_name);
+            let cert = params.signed_by(&key, &self.issuer).expect("cert");
+            (cert.pem(), key.serialize_pem())
+        }
+    }
+
+    /// Connects as `connection` says: the reason it was refused, if it was.
+    async fn refusal(connection: &str) -> Option<String> {
+        let archive = Archive::new(connection, "ns").expect("a usable connection string");
+        match archive.connect().await {
+            Ok(()) => {
+                // Reads and writes work over it.
+                archive.load().await.expect("the history read");
+                None
+            }
+            Err(ArchiveError::Refused { message, .. }) => Some(message),
+            Err(other) => panic!("{connection}: not a refusal: {other}"),
+        }
+    }
+
+    // Long: one database, every mode against it, each with what it must say.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_history_connects_as_libpq_sslmode_says_and_refuses_with_the_way_out() {
+        let dir = common::scratch("history", "tls");
+        let ca = Ca::new("history CA");
+        let (cert, key) = ca.sign(&["db.test"], "db.test");
+        let (client_cert, client_key) = ca.sign(&[], "certuser");
+        let other = Ca::new("another CA");
+        let file = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).expect("file");
+            path.display().to_string()
+        };
+        let (ca_file, other_file) = (file("ca.pem", &ca.pem), file("other.pem", &other.pem));
+        let (client_cert, client_key) = (
+            file("client.pem", &client_cert),
+            file("client.key", &client_key),
+        );
+        let Some(postgres) = Postgres::start_tcp(&OnTcp {
+            tls: Some(ServerTls {
+                cert: &cert,
+                key: &key,
+                client_ca: Some(&ca.pem),
+            }),
+            hba: &[
+                "hostssl all postgres 127.0.0.1/32 trust",
+                "hostssl all certuser 127.0.0.1/32 cert",
+            ],
+        }) else {
+            return;
+        };
+        postgres.psql("CREATE ROLE certuser LOGIN SUPERUSER");
+        let at = |user: &str, host: &str, more: &str| postgres.tcp_connection(user, host, more);
+
+        // verify-full: the CA and the name.
+        let full = at(
+            "postgres",
+            "db.test",
+            &format!("sslmode=verify-full sslrootcert={ca_file}"),
+        );
+        assert_eq!(refusal(&full).await, None);
+        // The same as a URL.
+        let port = full
+            .split("port=")
+            .nth(1)
+            .and_then(|p| p.split(' ').next())
+            .expect("port");
+        let url = format!(
+            "postgresql://postgres@db.test:{port}/postgres?hostaddr=127.0.0.1&sslmode=verify-full&sslrootcert={}",
+            ca_file.replace('/', "%2F")
+        );
+        assert_eq!(refusal(&url).await, None);
+        // Another CA: refused, saying which to give.
+        let wrong_ca = at(
+            "postgres",
+            "db.test",
+            &format!("sslmode=verify-full sslrootcert={other_file}"),
+        );
+        let said = refusal(&wrong_ca).await.expect("refused");
+        assert!(
+            said.contains("not signed by a CA this server trusts") && said.contains("sslrootcert"),
+            "{said}"
+        );
+        // Another name: refused by verify-full, taken by verify-ca.
+        let wrong_name = at(
+            "postgres",
+            "other.test",
+            &format!("sslmode=verify-full sslrootcert={ca_file}"),
+        );
+        let said = refusal(&wrong_name).await.expect("refused");
+        assert!(
+            said.contains("not for the host") && said.contains("verify-ca"),
+            "{said}"
+        );
+        let ca_only = at(
+            "postgres",
+            "other.test",
+            &format!("sslmode=verify-ca sslrootcert={ca_file}"),
+        );
+        assert_eq!(refusal(&ca_only).await, None);
+        // require and prefer encrypt without checking; libpq's default is prefer.
+        for mode in ["sslmode=require", "sslmode=prefer", ""] {
+            assert_eq!(
+                refusal(&at("postgres", "other.test", mode)).await,
+                None,
+                "{mode}"
+            );
+        }
+        // This database takes TCP only over TLS: disable is refused, saying so.
+        let said = refusal(&at("postgres", "db.test", "sslmode=disable"))
+            .await
+            .expect("refused");
+        assert!(
+            said.contains("only over TLS") && said.contains("sslmode=require"),
+            "{said}"
+        );
+        // A client certificate: its user gets in with it, not without.
+        let with_cert = at(
+            "certuser",
+            "db.test",
+            &format!(
+                "sslmode=verify-full sslrootcert={ca_file} sslcert={client_cert} sslkey={client_key}"
+            ),
+        );
+        assert_eq!(refusal(&with_cert).await, None);
+        let without = at(
+            "certuser",
+            "db.test",
+            &format!("sslmode=verify-full sslrootcert={ca_file}"),
+        );
+        let said = refusal(&without).await.expect("refused");
+        assert!(
+            said.contains("client certificate") && said.contains("sslcert="),
+            "{said}"
+        );
+        // A connection made with TLS is over TLS, as the database sees it.
+        let archive = Archive::new(&with_cert, "ns").expect("archive");
+        archive.connect().await.expect("connected");
+        let encrypted = postgres.psql(
+            "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE usename = 'certuser' AND ssl",
+        );
+        assert_eq!(encrypted, "1");
+        drop(archive);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_without_tls_is_refused_where_tls_is_required_never_used_plain() {
+        let Some(postgres) = Postgres::start_tcp(&OnTcp {
+            tls: None,
+            hba: &["host all all 127.0.0.1/32 trust"],
+        }) else {
+            return;
+        };
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let connection =
+                postgres.tcp_connection("postgres", "db.test", &format!("sslmode={mode}"));
+            let said = refusal(&connection).await.expect("refused");
+            assert!(
+                said.contains("does not offer TLS") && said.contains("ssl = on"),
+                "{mode}: {said}"
+            );
+        }
+        // prefer goes on without it, as libpq's.
+        let prefer = postgres.tcp_connection("postgres", "db.test", "sslmode=prefer");
+        assert_eq!(refusal(&prefer).await, None);
+    }
+
+    /// A server whose history refuses it as configured does not start: it says why and
+    /// what to change.
+    #[test]
+    fn a_server_refused_by_its_history_says_why_and_does_not_start() {
+        let Some(postgres) = Postgres::start_tcp(&OnTcp {
+            tls: None,
+            hba: &["host all all 127.0.0.1/32 trust"],
+        }) else {
+            return;
+        };
+        let dir = common::scratch("history", "refused");
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let api = rt.block_on(pai_test_support::ApiServer::start());
+        let kubeconfig = dir.join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig, Some("history"));
+        let database = postgres.tcp_connection("postgres", "db.test", "sslmode=require");
+        let config = dir.join("config.yaml");
+        std::fs::write(&config, format!("history: {{database: \"{database}\"}}\n"))
+            .expect("config");
+        let tokens = common::token_file(&dir, &[("alice", "alice-token", false)]);
+        let output = common::rest_lite_command()
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--backend",
+                "kube",
+                "--namespace",
+                "history",
+            ])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--token-file")
+            .arg(&tokens)
+            .arg("--config")
+            .arg(&config)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("rest-lite serve");
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{said}");
+        assert!(
+            said.contains("refused this server") && said.contains("does not offer TLS"),
+            "{said}"
+        );
+        drop(api);
+    }
+}

@@ -10,3 +10,11 @@ pub mod validation;
 
 pub use apiserver::{ApiServer, Fault};
 pub use scratch::scratch;
+
+/// A TCP port on 127.0.0.1 that nothing listens on now (the system's pick).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

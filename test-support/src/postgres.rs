@@ -13,6 +13,23 @@ use crate::needs;
 pub struct Postgres {
     child: Child,
     dir: tempfile::TempDir,
+    /// Its TCP port on 127.0.0.1, where it listens on one.
+    port: Option<u16>,
+}
+
+/// A server on TCP (127.0.0.1) as well: with TLS where `tls` is given, its clients
+/// admitted as `hba`'s lines say (`pg_hba.conf`, replacing initdb's).
+pub struct OnTcp<'a> {
+    pub tls: Option<ServerTls<'a>>,
+    pub hba: &'a [&'a str],
+}
+
+/// The server's certificate and key (PEM), and the CA its clients' certificates are
+/// checked against, if any.
+pub struct ServerTls<'a> {
+    pub cert: &'a str,
+    pub key: &'a str,
+    pub client_ca: Option<&'a str>,
 }
 
 /// The directory of PostgreSQL's server programs, the newest installed.
@@ -58,6 +75,17 @@ impl Postgres {
     /// A new server; `None` (the test skips) where PostgreSQL is not installed, outside
     /// CI.
     pub fn start() -> Option<Self> {
+        Self::start_on(None)
+    }
+
+    /// A new server on TCP too, as `tcp` says; `None` as [`Postgres::start`].
+    pub fn start_tcp(tcp: &OnTcp<'_>) -> Option<Self> {
+        Self::start_on(Some(tcp))
+    }
+
+    // Long: a server from nothing (the programs, the user, initdb, the TCP and TLS
+    // settings, the start and its readiness), one step after the other.
+    fn start_on(tcp: Option<&OnTcp<'_>>) -> Option<Self> {
         let bin = server_programs();
         let user = !is_root()
             || Command::new("id")
@@ -85,6 +113,16 @@ impl Postgres {
             assert!(owned.success(), "chown of the scratch directory");
         }
         let data = dir.path().join("data");
+        let chown = |path: &Path| {
+            if is_root() {
+                let owned = Command::new("chown")
+                    .args(["postgres:postgres"])
+                    .arg(path)
+                    .status()
+                    .expect("chown");
+                assert!(owned.success(), "chown {}", path.display());
+            }
+        };
         let init = as_postgres(&bin.join("initdb"))
             .args([
                 "--auth=trust",
@@ -102,19 +140,47 @@ impl Postgres {
             "initdb: {}",
             String::from_utf8_lossy(&init.stderr)
         );
-        let mut child = as_postgres(&bin.join("postgres"))
-            .arg("-D")
-            .arg(&data)
-            .arg("-k")
-            .arg(dir.path())
-            .args([
-                "-c",
-                "listen_addresses=",
-                "-c",
-                "fsync=off",
-                "-c",
-                "full_page_writes=off",
-            ])
+        let mut settings = vec!["fsync=off".to_string(), "full_page_writes=off".to_string()];
+        let port = tcp.map(|_| crate::free_port());
+        match (tcp, port) {
+            (Some(tcp), Some(port)) => {
+                settings.push("listen_addresses=127.0.0.1".to_string());
+                settings.push(format!("port={port}"));
+                let hba = data.join("pg_hba.conf");
+                let mut lines = vec!["local all all trust".to_string()];
+                lines.extend(tcp.hba.iter().map(|l| l.to_string()));
+                std::fs::write(&hba, lines.join("\n") + "\n").expect("pg_hba.conf");
+                chown(&hba);
+                if let Some(tls) = &tcp.tls {
+                    let write = |name: &str, text: &str| {
+                        let path = dir.path().join(name);
+                        std::fs::write(&path, text).expect("a TLS file");
+                        use std::os::unix::fs::PermissionsExt;
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                            .expect("mode");
+                        chown(&path);
+                        path.display().to_string()
+                    };
+                    settings.push("ssl=on".to_string());
+                    settings.push(format!("ssl_cert_file={}", write("server.crt", tls.cert)));
+                    settings.push(format!("ssl_key_file={}", write("server.key", tls.key)));
+                    if let Some(ca) = tls.client_ca {
+                        settings.push(format!("ssl_ca_file={}", write("client-ca.crt", ca)));
+                    }
+                }
+            }
+            _ => settings.push("listen_addresses=".to_string()),
+        }
+        let mut command = as_postgres(&bin.join("postgres"));
+        command.arg("-D").arg(&data).arg("-k").arg(dir.path());
+        if let Some(port) = port {
+            // The Unix socket's name follows the port.
+            command.arg("-p").arg(port.to_string());
+        }
+        for setting in &settings {
+            command.arg("-c").arg(setting);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -142,15 +208,24 @@ impl Postgres {
             Ok(Err(log)) => panic!("postgres ended before it was ready:\n{log}"),
             Err(_) => panic!("postgres was not ready within 60 s"),
         }
-        Some(Self { child, dir })
+        Some(Self { child, dir, port })
     }
 
     /// The libpq connection string of its `postgres` database.
     pub fn connection(&self) -> String {
         format!(
-            "host={} port=5432 user=postgres dbname=postgres",
-            self.dir.path().display()
+            "host={} port={} user=postgres dbname=postgres",
+            self.dir.path().display(),
+            self.port.unwrap_or(5432)
         )
+    }
+
+    /// The libpq connection string of its `postgres` database over TCP, as `user`,
+    /// reaching 127.0.0.1 by the name `host` (`hostaddr`: a certificate's name is checked
+    /// against `host`), with `more` parameters.
+    pub fn tcp_connection(&self, user: &str, host: &str, more: &str) -> String {
+        let port = self.port.expect("a server started with start_tcp");
+        format!("host={host} hostaddr=127.0.0.1 port={port} user={user} dbname=postgres {more}")
     }
 
     /// Runs `sql` through `psql`, and returns what it printed (unaligned, tuples only).
@@ -158,6 +233,7 @@ impl Postgres {
         let out = Command::new("psql")
             .args(["-X", "-A", "-t", "-h"])
             .arg(self.dir.path())
+            .args(["-p", &self.port.unwrap_or(5432).to_string()])
             .args(["-U", "postgres", "-d", "postgres", "-c", sql])
             .output()
             .expect("psql");

@@ -447,10 +447,7 @@ async fn backend(
                 retention: pai_engine::retention::Bounds::of(&config.retention),
                 history: match config.history.connection()? {
                     Some(connection) => Some((
-                        std::sync::Arc::new(
-                            pai_cluster::archive::Archive::new(&connection, &config.namespace)
-                                .context("history.database")?,
-                        ),
+                        std::sync::Arc::new(history(&connection, &config.namespace).await?),
                         config.history.framework_kept(),
                     )),
                     None => None,
@@ -474,6 +471,27 @@ async fn backend(
                 .with_context(|| format!("opening the state directory {}", state_dir.display()))?
         }
     })
+}
+
+/// The job history in the database `connection` names, connected to once: a database
+/// that refuses this server as configured (TLS, its certificate, the credentials) stops
+/// the start with the reason and the way out; one not reachable yet is tried again
+/// while the server runs.
+async fn history(connection: &str, namespace: &str) -> Result<pai_cluster::archive::Archive> {
+    use pai_cluster::archive::{Archive, ArchiveError};
+    let archive = Archive::new(connection, namespace).context("history.database")?;
+    match archive.connect().await {
+        Ok(()) => {
+            tracing::info!(history = %archive.place(), tls = %archive.checks(), "job history connected");
+        }
+        Err(e @ ArchiveError::Refused { .. }) => {
+            return Err(e).context("history.database: change the connection string");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the job history cannot be reached yet; trying again while serving");
+        }
+    }
+    Ok(archive)
 }
 
 /// Reads the config file again whenever it changes (as the token file is) and takes its
