@@ -3,8 +3,11 @@
 //! the history kept within the operator's bounds ([`pai_engine::retention`]).
 //!
 //! - [`Recorder`]: a reconcile function on the controller runtime; a completed
-//!   Framework whose attempt history is written ([`crate::history`]) and that the
-//!   history does not hold as it is now is written (again after a change: its tags).
+//!   Framework that the history does not hold as it is now is written (again after a
+//!   change: its attempt history written by [`crate::history`], its tags), with its last
+//!   attempt's end whether its attempt history holds it yet or not; a write that fails
+//!   (the database down) is tried again with back-off, and at every start, until it is
+//!   written. A Framework is retired only once the history holds it.
 //! - [`Sweeper`]: at start, as Frameworks change (a second apart at most) and once a
 //!   minute:
 //!   1. with a history: a completed Framework that ended `history.frameworkKeptSec` ago,
@@ -68,12 +71,17 @@ impl Reconcile for Recorder {
         if !framework.is_completed()
             || framework.metadata.deletion_timestamp.is_some()
             || current.is_none_or(|c| c.metadata.deletion_timestamp.is_some())
-            || attempts::with_current(framework).is_some()
             || self.archive.holds(framework)
         {
             return Outcome::Done;
         }
-        match self.archive.write(framework).await {
+        // Its attempt history may not be written yet, or ever (a patch refused, no
+        // server running as the attempt ended): the record carries the last attempt's
+        // end all the same. Once the history is written, the Framework changed, and
+        // its record is written again as it is.
+        let mut record = (**framework).clone();
+        attempts::record(&mut record);
+        match self.archive.write(&record).await {
             Ok(()) => {
                 debug!(framework = %framework.name_any(), "job written into the history");
                 Outcome::Done

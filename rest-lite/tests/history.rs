@@ -410,6 +410,98 @@ mod cluster {
         );
         assert_eq!(postgres.psql("SELECT count(*) FROM rest_lite_logs"), "0");
     }
+
+    /// Polls the server's log until a line holds `text` (each look a read of what was
+    /// logged; no fixed pause decides anything).
+    async fn logged(server: &Server, text: &str) {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while !server.log().contains(text) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the server never logged {text:?}:\n{}",
+                server.log()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A job that ends while the history's database is down is written once it is back,
+    /// and its Framework stays in the cluster until then.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_ended_while_the_history_is_down_is_recorded_once_back_and_only_then_retired() {
+        let Some(mut postgres) = Postgres::start() else {
+            return;
+        };
+        let dir = common::scratch("history", "down");
+        let api = ApiServer::start().await;
+        api.write_kubeconfig(&dir.join("kubeconfig"), Some(NS));
+        write_config(&dir, &postgres.connection());
+        let place = Place { api, dir };
+        let server = place.serve();
+        let client = Client::new(&server.url, Some(TOKEN.to_string()));
+        client
+            .submit("alice", &spec("late"), SpecFormat::Json)
+            .await
+            .expect("submitted");
+        postgres.stop();
+        place.keep_log("late", 0, "output of late\n");
+        place.end_attempt("late", 0, 0, 5, true);
+        logged(&server, "cannot write a finished job into the history").await;
+        assert!(
+            place
+                .api
+                .get("frameworks", NS, &Place::framework("late"))
+                .is_some(),
+            "retired with nothing kept"
+        );
+        postgres.restart();
+        place.retired("late").await;
+        let held = postgres.psql(&format!(
+            "SELECT count(*) FROM rest_lite_jobs WHERE name = '{}'",
+            Place::framework("late")
+        ));
+        assert_eq!(held, "1");
+        let view = client
+            .job("alice", "late")
+            .await
+            .expect("read from the history");
+        assert_eq!(view.job_status.state.as_str(), "SUCCEEDED");
+        assert_eq!(
+            log_of(&client, "late").await.expect("log"),
+            "output of late\n"
+        );
+    }
+
+    /// A Framework whose attempt history cannot be written (an admission webhook refuses
+    /// the server's patches) is recorded with its last attempt all the same, and retired.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_whose_attempt_history_is_never_written_is_recorded_all_the_same() {
+        let Some(postgres) = Postgres::start() else {
+            return;
+        };
+        let dir = common::scratch("history", "unwritten");
+        let api = ApiServer::start().await;
+        api.write_kubeconfig(&dir.join("kubeconfig"), Some(NS));
+        write_config(&dir, &postgres.connection());
+        let place = Place { api, dir };
+        let server = place.serve();
+        let client = Client::new(&server.url, Some(TOKEN.to_string()));
+        client
+            .submit("alice", &spec("unwritten"), SpecFormat::Json)
+            .await
+            .expect("submitted");
+        place
+            .api
+            .reject_patches_of("frameworks", Some("denied by the cluster's policy"));
+        place.end_attempt("unwritten", 0, 3, 7, true);
+        logged(&server, "cannot write the attempt history").await;
+        place.retired("unwritten").await;
+        let view = client.job("alice", "unwritten").await.expect("read");
+        assert_eq!(view.job_status.state.as_str(), "FAILED");
+        let attempts = &view.job_status.attempts;
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        assert_eq!((attempts[0].attempt, attempts[0].exit_code), (0, 3));
+    }
 }
 
 mod tls {

@@ -149,6 +149,9 @@ struct Store {
     invalid: Option<String>,
     /// Creates of one resource refused as invalid (422) with a message.
     refused: HashMap<String, String>,
+    /// Patches of one resource refused as invalid (422) with a message, as an admission
+    /// webhook may.
+    refused_patches: HashMap<String, String>,
     uid: u64,
     /// Container logs by pod and container.
     logs: HashMap<LogKey, String>,
@@ -501,6 +504,22 @@ impl ApiServer {
             .lock()
             .refused
             .insert(resource.to_string(), message.to_string());
+    }
+
+    /// Refuses patches of `resource` as 422 Invalid with `message`, as an admission
+    /// webhook may (`None`: accepts them again).
+    pub fn reject_patches_of(&self, resource: &str, message: Option<&str>) {
+        let mut store = self.shared.lock();
+        match message {
+            Some(message) => {
+                store
+                    .refused_patches
+                    .insert(resource.to_string(), message.to_string());
+            }
+            None => {
+                store.refused_patches.remove(resource);
+            }
+        }
     }
 
     /// Every request so far, with the response bytes sent for each.
@@ -1317,6 +1336,9 @@ async fn patch(
     };
     let key = item_key(&params);
     let mut store = shared.lock();
+    if let Some(message) = store.refused_patches.get(&key.resource).cloned() {
+        return status(422, "Invalid", message);
+    }
     let Some(mut object) = store.objects.get(&key).cloned() else {
         return not_found(&key);
     };

@@ -11,10 +11,70 @@ use crate::needs;
 
 /// A running server.
 pub struct Postgres {
-    child: Child,
+    /// `None` while stopped.
+    child: Option<Child>,
     dir: tempfile::TempDir,
     /// Its TCP port on 127.0.0.1, where it listens on one.
     port: Option<u16>,
+    program: PathBuf,
+    data: PathBuf,
+    settings: Vec<String>,
+}
+
+/// Sends `signal` (its name) to process `pid`, with `kill(1)`.
+fn send_signal(pid: u32, signal: &str) -> std::io::Result<std::process::ExitStatus> {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+}
+
+/// Starts `postgres` on `data`, its socket in `sockets`; returns once it is ready.
+fn run_server(
+    program: &Path,
+    data: &Path,
+    sockets: &Path,
+    port: Option<u16>,
+    settings: &[String],
+) -> Child {
+    let mut command = as_postgres(program);
+    command.arg("-D").arg(data).arg("-k").arg(sockets);
+    if let Some(port) = port {
+        // The Unix socket's name follows the port.
+        command.arg("-p").arg(port.to_string());
+    }
+    for setting in settings {
+        command.arg("-c").arg(setting);
+    }
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("postgres");
+    // Ready once it says so; its log is read on (and dropped) so that it never blocks.
+    let stderr = child.stderr.take().expect("postgres' stderr");
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut said = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("ready to accept connections") {
+                let _ = ready_tx.send(Ok(()));
+            } else {
+                said.push(line);
+                if said.len() > 50 {
+                    said.remove(0);
+                }
+            }
+        }
+        let _ = ready_tx.send(Err(said.join("\n")));
+    });
+    match ready_rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(Ok(())) => {}
+        Ok(Err(log)) => panic!("postgres ended before it was ready:\n{log}"),
+        Err(_) => panic!("postgres was not ready within 60 s"),
+    }
+    child
 }
 
 /// A server on TCP (127.0.0.1) as well: with TLS where `tls` is given, its clients
@@ -171,44 +231,37 @@ impl Postgres {
             }
             _ => settings.push("listen_addresses=".to_string()),
         }
-        let mut command = as_postgres(&bin.join("postgres"));
-        command.arg("-D").arg(&data).arg("-k").arg(dir.path());
-        if let Some(port) = port {
-            // The Unix socket's name follows the port.
-            command.arg("-p").arg(port.to_string());
+        let program = bin.join("postgres");
+        let child = run_server(&program, &data, dir.path(), port, &settings);
+        Some(Self {
+            child: Some(child),
+            dir,
+            port,
+            program,
+            data,
+            settings,
+        })
+    }
+
+    /// Stops the server (fast shutdown), as a database that went away.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = send_signal(child.id(), "INT");
+            let _ = child.wait();
         }
-        for setting in &settings {
-            command.arg("-c").arg(setting);
+    }
+
+    /// Starts it again on the same data, where it was stopped.
+    pub fn restart(&mut self) {
+        if self.child.is_none() {
+            self.child = Some(run_server(
+                &self.program,
+                &self.data,
+                self.dir.path(),
+                self.port,
+                &self.settings,
+            ));
         }
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("postgres");
-        // Ready once it says so; its log is read on (and dropped) so that it never blocks.
-        let stderr = child.stderr.take().expect("postgres' stderr");
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut said = Vec::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("ready to accept connections") {
-                    let _ = ready_tx.send(Ok(()));
-                } else {
-                    said.push(line);
-                    if said.len() > 50 {
-                        said.remove(0);
-                    }
-                }
-            }
-            let _ = ready_tx.send(Err(said.join("\n")));
-        });
-        match ready_rx.recv_timeout(std::time::Duration::from_secs(60)) {
-            Ok(Ok(())) => {}
-            Ok(Err(log)) => panic!("postgres ended before it was ready:\n{log}"),
-            Err(_) => panic!("postgres was not ready within 60 s"),
-        }
-        Some(Self { child, dir, port })
     }
 
     /// The libpq connection string of its `postgres` database.
@@ -248,7 +301,9 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
