@@ -57,6 +57,8 @@ pub struct KubeBackend {
     tails: std::sync::Mutex<HashMap<String, (Instant, String)>>,
     /// The job history beyond the Frameworks ([`crate::archive`]), if configured.
     archive: Option<Arc<crate::archive::Archive>>,
+    /// The retention's bounds as the config says them now (read again when it changes).
+    retention: tokio::sync::watch::Sender<pai_engine::retention::Bounds>,
 }
 
 /// A kept log as a stream, followed by why it is incomplete when it is.
@@ -155,6 +157,10 @@ impl KubeBackend {
         }
         tokio::spawn(
             crate::retention::Sweeper {
+                bounds: {
+                    backend.retention.send_replace(settings.retention);
+                    backend.retention.subscribe()
+                },
                 api: Api::namespaced(client.clone(), namespace),
                 pods: Api::namespaced(client.clone(), namespace),
                 config_maps: Api::namespaced(client.clone(), namespace),
@@ -165,7 +171,6 @@ impl KubeBackend {
                     .as_ref()
                     .map_or(Duration::ZERO, |(_, kept)| *kept),
                 kept_attempts: settings.kept_attempts,
-                bounds: settings.retention,
             }
             .run(),
         );
@@ -229,6 +234,7 @@ impl KubeBackend {
             errors,
             tails: Default::default(),
             archive: None,
+            retention: tokio::sync::watch::channel(Default::default()).0,
         }
     }
 
@@ -1062,6 +1068,13 @@ impl Backend for KubeBackend {
             )))
         }
         .boxed()
+    }
+
+    /// The retention's bounds count from the next sweep, which they start.
+    fn reconfigure(&self, config: &pai_translate::config::ClusterConfig) -> Vec<&'static str> {
+        self.retention
+            .send_replace(pai_engine::retention::Bounds::of(&config.retention));
+        vec!["retention"]
     }
 
     /// The kubelet's log API gives a container's stdout and stderr merged (in the order

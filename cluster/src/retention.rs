@@ -106,7 +106,8 @@ pub struct Sweeper {
     pub framework_kept: Duration,
     /// The attempts whose logs are kept per task (`keptAttempts`).
     pub kept_attempts: u32,
-    pub bounds: Bounds,
+    /// The bounds as the config says them now: a change sweeps at once.
+    pub bounds: tokio::sync::watch::Receiver<Bounds>,
 }
 
 impl Sweeper {
@@ -117,6 +118,9 @@ impl Sweeper {
         let mut written = self.archive.as_ref().map(|a| a.subscribe());
         self.store.listed().await;
         let mut tick = tokio::time::interval(SWEEP_EVERY);
+        let mut bounds = self.bounds.clone();
+        // Closed once no one can change them (they stay as they are).
+        let mut bounds_open = true;
         loop {
             self.sweep().await;
             tokio::time::sleep(AT_MOST_EVERY).await;
@@ -132,6 +136,9 @@ impl Sweeper {
                 _ = tick.tick() => {}
                 _ = changes.recv() => {}
                 () = history => {}
+                changed = bounds.changed(), if bounds_open => {
+                    bounds_open = changed.is_ok();
+                }
             }
         }
     }
@@ -175,7 +182,8 @@ impl Sweeper {
             .into_iter()
             .map(|(name, ended)| (ended, name))
             .collect();
-        let past = past(self.bounds, finished, now);
+        let bounds = *self.bounds.borrow();
+        let past = past(bounds, finished, now);
         if !past.is_empty() {
             info!(
                 jobs = past.len(),

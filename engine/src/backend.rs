@@ -225,6 +225,11 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Watches Framework `name` (which exists when the watch starts).
     fn watch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<FrameworkStream, BackendError>>;
+    /// Takes from `config`, read again while the server runs, what this backend can
+    /// change without a restart; returns the names of the config's fields it took.
+    fn reconfigure(&self, _config: &pai_translate::config::ClusterConfig) -> Vec<&'static str> {
+        Vec::new()
+    }
     /// Deletes the Framework (and so its pods); `NotFound` when there is none.
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
 }

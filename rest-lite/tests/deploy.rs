@@ -127,31 +127,21 @@ fn the_server_renders_into_any_namespace_and_serves_that_one_on_kubernetes_only(
     let Some(kubectl) = kubectl() else { return };
     let objects = render(&kubectl, "rest-lite", "team-b");
     assert_all_in(&objects, "team-b");
-    // The config's ConfigMap is named by its content's hash, and the Deployment mounts
-    // that one: a change of config rolls the pods.
+    // The config's ConfigMap keeps its name, and the Deployment mounts that one: a
+    // change of config changes it in place, and the running replicas read it again.
     let config_map = objects
         .iter()
         .find(|o| o["kind"] == "ConfigMap")
         .and_then(|o| o["metadata"]["name"].as_str())
         .expect("the config's ConfigMap")
         .to_string();
-    let hash = config_map
-        .strip_prefix("rest-lite-config-")
-        .unwrap_or_default();
-    assert!(
-        hash.len() >= 8 && hash.chars().all(|c| c.is_ascii_alphanumeric()),
-        "{config_map}: named with a hash of the config"
-    );
-    let mut names: Vec<String> = objects
-        .iter()
-        .map(kind_and_name)
-        .map(|n| n.replace(&config_map, "rest-lite-config-HASH"))
-        .collect();
+    assert_eq!(config_map, "rest-lite-config");
+    let mut names: Vec<String> = objects.iter().map(kind_and_name).collect();
     names.sort();
     assert_eq!(
         names,
         [
-            "ConfigMap/rest-lite-config-HASH",
+            "ConfigMap/rest-lite-config",
             "Deployment/rest-lite",
             "PodDisruptionBudget/rest-lite",
             "Role/rest-lite",
@@ -324,11 +314,13 @@ async fn the_operators_overlay_renders_and_everything_its_pods_mount_has_a_step(
         api.create(&resource, &namespace, object.clone());
     }
 
-    // A change of config: a new ConfigMap, which the pod template names, so the pods roll.
+    // A change of config changes the same ConfigMap, which the pods mount as a
+    // directory (no subPath: the kubelet replaces its files) and read again while they
+    // run: no pod rolls.
     let changed = overlay(
         &kubectl,
         "example-cluster",
-        "configMapGenerator:\n  - {name: rest-lite-config, behavior: replace, files: [config.yaml]}\n",
+        "configMapGenerator:\n  - {name: rest-lite-config, behavior: replace, files: [config.yaml], options: {disableNameSuffixHash: true}}\n",
         &[(
             "config.yaml",
             "runtimeImage: registry.example.com/pai/kube-runtime:0.2.0\n",
@@ -340,21 +332,33 @@ async fn the_operators_overlay_renders_and_everything_its_pods_mount_has_a_step(
             .expect("name")
             .to_string()
     };
-    let mounted_by = |objects: &[Value]| {
-        of_kind(objects, "Deployment")[0]["spec"]["template"]["spec"]["volumes"]
-            .as_array()
-            .expect("volumes")
-            .iter()
-            .find_map(|v| v["configMap"]["name"].as_str().map(str::to_string))
-            .expect("the config's volume")
-    };
-    assert_ne!(name_of(&changed), name_of(&objects), "a new ConfigMap");
-    assert_eq!(
-        mounted_by(&changed),
-        name_of(&changed),
-        "the pod template names it"
+    let template =
+        |objects: &[Value]| of_kind(objects, "Deployment")[0]["spec"]["template"].clone();
+    assert_eq!(name_of(&changed), name_of(&objects), "the same ConfigMap");
+    assert_eq!(name_of(&objects), "rest-lite-config");
+    assert_eq!(template(&changed), template(&objects), "no pod rolls");
+    let container = &template(&objects)["spec"]["containers"][0];
+    let mount = container["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["name"] == "config")
+        .expect("the config mounted")
+        .clone();
+    assert!(
+        mount["subPath"].is_null(),
+        "a subPath is never updated: {mount}"
     );
-    assert_eq!(mounted_by(&objects), name_of(&objects));
+    let dir = mount["mountPath"].as_str().expect("mountPath");
+    let flag = format!("--config={dir}/config.yaml");
+    assert!(
+        container["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .any(|a| a.as_str() == Some(flag.as_str())),
+        "the server reads the mounted file: {container}"
+    );
 }
 
 /// Removing rest-lite from a cluster leaves no pod waiting for a server that will never

@@ -411,20 +411,6 @@ mod cluster {
         assert_eq!(postgres.psql("SELECT count(*) FROM rest_lite_logs"), "0");
     }
 
-    /// Polls the server's log until a line holds `text` (each look a read of what was
-    /// logged; no fixed pause decides anything).
-    async fn logged(server: &Server, text: &str) {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        while !server.log().contains(text) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the server never logged {text:?}:\n{}",
-                server.log()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    }
-
     /// A job that ends while the history's database is down is written once it is back,
     /// and its Framework stays in the cluster until then.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -446,7 +432,9 @@ mod cluster {
         postgres.stop();
         place.keep_log("late", 0, "output of late\n");
         place.end_attempt("late", 0, 0, 5, true);
-        logged(&server, "cannot write a finished job into the history").await;
+        server
+            .logged("cannot write a finished job into the history")
+            .await;
         assert!(
             place
                 .api
@@ -494,7 +482,7 @@ mod cluster {
             .api
             .reject_patches_of("frameworks", Some("denied by the cluster's policy"));
         place.end_attempt("unwritten", 0, 3, 7, true);
-        logged(&server, "cannot write the attempt history").await;
+        server.logged("cannot write the attempt history").await;
         place.retired("unwritten").await;
         let view = client.job("alice", "unwritten").await.expect("read");
         assert_eq!(view.job_status.state.as_str(), "FAILED");

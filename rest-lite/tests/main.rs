@@ -16,6 +16,7 @@ mod common;
 mod backends;
 mod cli;
 mod closed;
+mod config_reload;
 mod containers;
 mod deploy;
 mod gang;

@@ -88,7 +88,7 @@ pub async fn submit(
     let place_warnings = {
         let (spec, user) = (spec.clone(), user.clone());
         let here = state.backend.runs_here();
-        let transformer = state.transformer.clone();
+        let transformer = state.transformer.get();
         tokio::task::spawn_blocking(move || {
             let place = if here {
                 pai_translate::place::Place::ThisMachine {
@@ -111,6 +111,7 @@ pub async fn submit(
     };
     let mut framework = state
         .transformer
+        .get()
         .with_storages(storages.to_vec())
         .transform(submission, Seed::Random)
         .map_err(|e| ApiError::bad_spec(&e))?;

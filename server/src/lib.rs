@@ -7,6 +7,7 @@ pub mod extract;
 pub mod guard;
 pub mod index;
 pub mod jobs;
+pub mod live;
 pub mod machine_token;
 pub mod metrics;
 pub mod openapi;

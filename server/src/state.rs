@@ -17,7 +17,8 @@ const VIEWS_SWEPT_EVERY: std::time::Duration = std::time::Duration::from_secs(30
 #[derive(Clone)]
 pub struct AppState {
     pub backend: Arc<dyn pai_engine::backend::Backend>,
-    pub transformer: Arc<Transformer>,
+    /// What makes Frameworks of specs, by the config as it is now.
+    pub transformer: Arc<crate::live::Live<Transformer>>,
     pub body_limit: usize,
     /// Who may call.
     pub access: crate::auth::Access,
@@ -62,7 +63,7 @@ impl AppState {
             storages: Arc::new(pai_translate::storages::Registry::new(
                 config.storages.clone(),
             )),
-            transformer: Arc::new(Transformer::new(config)),
+            transformer: Arc::new(crate::live::Live::new(Transformer::new(config))),
             body_limit: DEFAULT_BODY_LIMIT,
             access,
             hosts: Default::default(),

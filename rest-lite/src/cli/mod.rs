@@ -19,6 +19,7 @@ macro_rules! tell {
 }
 
 mod client;
+mod config_reload;
 mod follow;
 mod hints;
 mod human;

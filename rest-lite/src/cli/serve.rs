@@ -316,9 +316,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let storages = Arc::new(pai_translate::storages::Registry::new(
             config.storages.clone(),
         ));
-        if let Some(path) = &args.config {
-            watch_storages(path.clone(), Arc::downgrade(&storages));
-        }
         let backend = backend(
             args.listen,
             args.backend,
@@ -329,6 +326,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         )
         .await?;
         let describe = backend.describe();
+        let started = config.clone();
         let state = AppState {
             body_limit: args.max_body_bytes,
             hosts: Arc::new(hosts),
@@ -338,6 +336,20 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             storages,
             ..AppState::new(backend, config, access)
         };
+        if let Some(path) = &args.config {
+            // As read, before the command line's flags: a reread compares like with like.
+            let read = load_config(Some(path))?;
+            super::config_reload::watch(
+                path.clone(),
+                read,
+                started,
+                super::config_reload::Running {
+                    storages: Arc::downgrade(&state.storages),
+                    transformer: Arc::downgrade(&state.transformer),
+                    backend: Arc::downgrade(&state.backend),
+                },
+            );
+        }
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
@@ -492,38 +504,6 @@ async fn history(connection: &str, namespace: &str) -> Result<pai_cluster::archi
         }
     }
     Ok(archive)
-}
-
-/// Reads the config file again whenever it changes (as the token file is) and takes its
-/// `storages`: a storage added, removed or granted to other users counts for the next
-/// submission, without a restart. A config that no longer reads keeps the storages as
-/// they were, and the log says why.
-fn watch_storages(path: PathBuf, storages: std::sync::Weak<pai_translate::storages::Registry>) {
-    let mut seen = pai_server::auth::file_stamp(&path);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(pai_server::auth::RELOAD_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(storages) = storages.upgrade() else {
-                return;
-            };
-            let stamp = pai_server::auth::file_stamp(&path);
-            if stamp == seen {
-                continue;
-            }
-            seen = stamp;
-            match ClusterConfig::load(&path) {
-                Ok(config) => {
-                    tracing::info!(file = %path.display(), storages = config.storages.len(), "config read again: its storages count from now on");
-                    storages.replace(config.storages);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "the config changed and does not read: the storages stay as they were");
-                }
-            }
-        }
-    });
 }
 
 /// `--kubeconfig`, else in-cluster, `$KUBECONFIG` or `~/.kube/config`.

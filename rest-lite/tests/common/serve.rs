@@ -249,6 +249,21 @@ impl Server {
             .join("\n")
     }
 
+    /// Returns once the server has logged a line holding `text` (each look a read of
+    /// what it logged; no fixed pause decides anything).
+    #[allow(dead_code)]
+    pub async fn logged(&self, text: &str) {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while !self.log().contains(text) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the server never logged {text:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// The server's process id.
     #[allow(dead_code)]
     pub fn pid(&self) -> u32 {

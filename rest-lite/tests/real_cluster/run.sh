@@ -63,6 +63,7 @@ configMapGenerator:
   - name: rest-lite-config
     behavior: replace
     files: [config.yaml]
+    options: {disableNameSuffixHash: true}
 patches:
   # The harness's node has no kube-proxy: the API server at the node's address.
   - target: {kind: Deployment, name: rest-lite}
