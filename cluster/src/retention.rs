@@ -21,8 +21,11 @@
 //!
 //! Every replica does the same; each write and delete is idempotent (a 404 is done).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, ListParams};
@@ -35,6 +38,21 @@ use pai_engine::retention::{AT_MOST_EVERY, Bounds, SWEEP_EVERY, past};
 
 use crate::archive::{self, Archive};
 use crate::store::{Change, KubeStore};
+
+/// Objects listed at a time.
+const PAGE: u32 = 500;
+
+/// Frameworks deleted at a time.
+const DELETING: usize = 16;
+
+/// rest-lite's objects (its task pods, their kept-log ConfigMaps).
+fn managed_by() -> String {
+    format!(
+        "{}={}",
+        pai_contract::meta::LABEL_MANAGED_BY,
+        pai_contract::meta::MANAGED_BY
+    )
+}
 
 /// Writes completed Frameworks into the history.
 pub struct Recorder {
@@ -157,11 +175,12 @@ impl Sweeper {
         {
             let until = now
                 .saturating_sub(i64::try_from(self.framework_kept.as_millis()).unwrap_or(i64::MAX));
-            for framework in &frameworks {
-                if archive::ended_ms(framework) <= until && archive.holds(framework) {
-                    self.retire(archive, framework).await;
-                }
-            }
+            let ready: Vec<Arc<Framework>> = frameworks
+                .iter()
+                .filter(|f| archive::ended_ms(f) <= until && archive.holds(f))
+                .cloned()
+                .collect();
+            self.retire(archive, ready).await;
         }
         // By name: a Framework deleted while this looks is in the history and may have
         // been in the copy a moment ago; it counts once.
@@ -195,66 +214,128 @@ impl Sweeper {
         }
     }
 
-    /// Copies `framework`'s kept logs into the history and deletes it from the cluster,
-    /// once none of its pods is left.
-    async fn retire(&self, archive: &Archive, framework: &Framework) {
-        let name = framework.name();
-        let selector = format!("{}={name}", pai_contract::framework::LABEL_FRAMEWORK_NAME);
-        match self
-            .pods
-            .list_metadata(&ListParams::default().labels(&selector).limit(1))
-            .await
-        {
-            Ok(pods) if pods.items.is_empty() => {}
-            Ok(_) => {
-                debug!(framework = %name, "its pods are still going; its Framework stays");
-                return;
-            }
-            Err(e) => {
-                warn!(framework = %name, error = %e, "cannot list a finished job's pods");
-                return;
-            }
-        }
-        let logs = self.kept_logs(framework).await;
-        if let Err(e) = archive.write_logs(name, &logs).await {
-            warn!(framework = %name, error = %e, "cannot copy a finished job's logs into the history; its Framework stays");
+    /// Retires `ready` (held by the history, ended long enough ago): those with no pod
+    /// left have their tasks' kept logs copied into the history, then are deleted from
+    /// the cluster. Paced by what it needs, however many retire: one list of the pods
+    /// (names only) and one of the kept-log ConfigMaps (a page at a time, each written
+    /// as it comes), then the deletions, [`DELETING`] at a time.
+    async fn retire(&self, archive: &Archive, ready: Vec<Arc<Framework>>) {
+        if ready.is_empty() {
             return;
         }
-        match self.api.delete(name, &DeleteParams::background()).await {
-            Ok(_) => {
-                info!(framework = %name, logs = logs.len(), "finished job's Framework deleted; its record stays in the history")
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+        let with_pods = match self.frameworks_with_pods().await {
+            Ok(names) => names,
             Err(e) => {
-                warn!(framework = %name, error = %e, "cannot delete a finished job's Framework")
+                warn!(error = %e, "cannot list the pods of finished jobs; their Frameworks stay");
+                return;
+            }
+        };
+        let ready: HashMap<&str, &Framework> = ready
+            .iter()
+            .filter(|f| !with_pods.contains(f.name()))
+            .map(|f| (f.name(), f.as_ref()))
+            .collect();
+        if ready.is_empty() {
+            debug!("finished jobs' pods are still going; their Frameworks stay");
+            return;
+        }
+        let logs = match self.copy_kept_logs(archive, &ready).await {
+            Ok(logs) => logs,
+            Err(e) => {
+                warn!(error = %e, "cannot copy finished jobs' logs into the history; their Frameworks stay");
+                return;
+            }
+        };
+        let names: Vec<String> = ready.keys().map(|name| name.to_string()).collect();
+        let api = &self.api;
+        let deleted = futures::stream::iter(names)
+            .map(|name| async move {
+                match api.delete(&name, &DeleteParams::background()).await {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(s)) if s.code == 404 => false,
+                    Err(e) => {
+                        warn!(framework = %name, error = %e, "cannot delete a finished job's Framework");
+                        false
+                    }
+                }
+            })
+            .buffer_unordered(DELETING)
+            .fold(0usize, |count, deleted| async move { count + usize::from(deleted) })
+            .await;
+        if deleted > 0 {
+            info!(
+                jobs = deleted,
+                logs, "finished jobs' Frameworks deleted; their records stay in the history"
+            );
+        }
+    }
+
+    /// The Frameworks that still have pods: one list of rest-lite's pods, names only.
+    async fn frameworks_with_pods(&self) -> Result<HashSet<String>, kube::Error> {
+        let mut names = HashSet::new();
+        let mut params = ListParams::default().labels(&managed_by()).limit(PAGE);
+        loop {
+            let page = self.pods.list_metadata(&params).await?;
+            names.extend(page.items.iter().filter_map(|pod| {
+                pod.labels()
+                    .get(pai_contract::framework::LABEL_FRAMEWORK_NAME)
+                    .cloned()
+            }));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(names),
             }
         }
     }
 
-    /// The kept logs of `framework`'s tasks, in the attempts whose logs are kept: one
-    /// read of each task's ConfigMap.
-    async fn kept_logs(&self, framework: &Framework) -> Vec<(String, crate::log_keeper::Kept)> {
-        let last = framework.attempt_id();
-        let first = last
-            .saturating_sub(i32::try_from(self.kept_attempts).unwrap_or(i32::MAX))
-            .saturating_add(1)
-            .max(0);
-        let mut logs = Vec::new();
-        for role in &framework.spec.task_roles {
-            for index in 0..u32::try_from(role.task_number).unwrap_or(0) {
-                let pod = framework.pod_name(role, index);
-                let Ok(Some(map)) = self.config_maps.get_opt(&kept_logs::config_map(&pod)).await
-                else {
+    /// Copies the kept logs of `ready`'s tasks, in the attempts whose logs are kept, into
+    /// the history: one list of the kept-log ConfigMaps, each page's written as it
+    /// comes (the logs of running jobs are passed over). Returns the logs copied.
+    async fn copy_kept_logs(
+        &self,
+        archive: &Archive,
+        ready: &HashMap<&str, &Framework>,
+    ) -> Result<usize, String> {
+        let mut copied = 0;
+        let mut params = ListParams::default().labels(&managed_by()).limit(PAGE);
+        loop {
+            let page = self
+                .config_maps
+                .list(&params)
+                .await
+                .map_err(|e| e.to_string())?;
+            for map in &page.items {
+                let Some(pod) = kept_logs::pod_of_config_map(&map.name_any()) else {
                     continue;
                 };
-                for attempt in first..=last {
-                    if let Some(kept) = crate::log_keeper::kept_in(&map, attempt) {
-                        logs.push((kept_logs::archive_key(&pod, attempt), kept));
-                    }
+                let name = kept_logs::framework_of(&pod);
+                let Some(framework) = ready.get(name) else {
+                    continue;
+                };
+                let last = framework.attempt_id();
+                let first = last
+                    .saturating_sub(i32::try_from(self.kept_attempts).unwrap_or(i32::MAX))
+                    .saturating_add(1)
+                    .max(0);
+                let logs: Vec<(String, crate::log_keeper::Kept)> = (first..=last)
+                    .filter_map(|attempt| {
+                        crate::log_keeper::kept_in(map, attempt)
+                            .map(|kept| (kept_logs::archive_key(&pod, attempt), kept))
+                    })
+                    .collect();
+                if !logs.is_empty() {
+                    archive
+                        .write_logs(name, &logs)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    copied += logs.len();
                 }
             }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(copied),
+            }
         }
-        logs
     }
 
     /// Deletes finished job `name` past the retention: its record, then its Framework.

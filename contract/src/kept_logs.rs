@@ -56,6 +56,19 @@ pub fn config_map(pod: &str) -> String {
     }
 }
 
+/// The task pod whose logs ConfigMap `name` keeps (the inverse of [`config_map`]);
+/// `None` for a name that is no kept-log ConfigMap's.
+pub fn pod_of_config_map(name: &str) -> Option<String> {
+    let (framework, rest) = name.split_once("-logs")?;
+    match rest {
+        "" => Some(framework.to_string()),
+        _ => rest
+            .strip_prefix('-')
+            .filter(|task| !task.is_empty())
+            .map(|task| format!("{framework}-{task}")),
+    }
+}
+
 /// The name the job history keeps task `pod`'s attempt `attempt`'s log under
 /// (`<framework>-log-<attempt>-<role>-<index>`: the ConfigMap of one attempt that earlier
 /// versions kept).
@@ -106,5 +119,8 @@ mod tests {
         assert_eq!(attempt_of_key(&main_key(12)), Some(12));
         assert_eq!(attempt_of_key(&init_key(0)), Some(0));
         assert_eq!(attempt_of_key("lost"), None);
+        assert_eq!(pod_of_config_map(&config_map(&pod)), Some(pod.clone()));
+        assert_eq!(pod_of_config_map("rest-lite-config"), None);
+        assert_eq!(pod_of_config_map("abc-peers"), None);
     }
 }

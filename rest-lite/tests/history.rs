@@ -235,9 +235,12 @@ mod cluster {
             self.api.create(
                 "configmaps",
                 NS,
+                // As the server's log keeper makes it (labelled as rest-lite's).
                 json!({
                     "apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": name},
+                    "metadata": {"name": name, "labels": {
+                        pai_contract::meta::LABEL_MANAGED_BY: pai_contract::meta::MANAGED_BY,
+                    }},
                     "binaryData": {main: b64(text), init: b64("")},
                 }),
             );
