@@ -397,31 +397,37 @@ impl Archive {
         Ok(Some(Ok(())))
     }
 
-    /// Copies the kept logs of job `name` (by their ConfigMaps' names) in.
-    pub async fn write_logs(
-        &self,
-        name: &str,
-        logs: &[(String, Kept)],
-    ) -> Result<(), ArchiveError> {
-        let client = self.client().await?;
-        for (config_map, kept) in logs {
-            self.execute(
-                &client,
+    /// Writes kept logs of several jobs (`(job, key, log)`) in one transaction, the
+    /// inserts sent together (pipelined): a page of a retirement's ConfigMaps at once.
+    pub async fn write_logs_of(&self, logs: &[(String, String, Kept)]) -> Result<(), ArchiveError> {
+        if logs.is_empty() {
+            return Ok(());
+        }
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.failed(e))?;
+        let statement = transaction
+            .prepare(
                 "INSERT INTO rest_lite_logs (namespace, name, config_map, main, init, lost)
                 VALUES ($1, $2, $3, $4, $5, $6)
                 ON CONFLICT (namespace, config_map) DO UPDATE SET main = $4, init = $5, lost = $6",
-                &[
-                    &self.namespace,
-                    &name,
-                    config_map,
-                    &kept.main,
-                    &kept.init,
-                    &kept.lost,
-                ],
             )
-            .await?;
-        }
-        Ok(())
+            .await
+            .map_err(|e| self.failed(e))?;
+        let inserts = logs.iter().map(|(name, config_map, kept)| {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+                &self.namespace,
+                name,
+                config_map,
+                &kept.main,
+                &kept.init,
+                &kept.lost,
+            ];
+            transaction.execute_raw(&statement, params)
+        });
+        futures::future::try_join_all(inserts)
+            .await
+            .map_err(|e| self.failed(e))?;
+        transaction.commit().await.map_err(|e| self.failed(e))
     }
 
     /// The Framework of job `name` as it ended, if the history has it.

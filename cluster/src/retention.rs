@@ -14,7 +14,9 @@
 //!      is held by the history as it is, and has no pod left (each pod's log is kept
 //!      when it goes) has its tasks' kept logs copied into the history, and is deleted
 //!      (its pods' objects, ConfigMaps and Secrets go with it). Its job stays listed
-//!      and readable from the history.
+//!      and readable from the history. However many retire, a sweep makes one list of
+//!      the pods (names only) and one of the kept-log ConfigMaps (a page at a time),
+//!      then the deletions, 16 at a time.
 //!   2. the finished jobs past `retention` (count, age), the history's and the
 //!      cluster's together, oldest end first: their records, then their Frameworks,
 //!      deleted as `delete` does.
@@ -42,8 +44,11 @@ use crate::store::{Change, KubeStore};
 /// Objects listed at a time.
 const PAGE: u32 = 500;
 
-/// Frameworks deleted at a time.
+/// Frameworks deleted (and ConfigMaps read) at a time.
 const DELETING: usize = 16;
+
+/// The most tasks whose kept logs a sweep reads one by one; past it, it lists them all.
+const READ_AT_MOST: usize = 64;
 
 /// rest-lite's objects (its task pods, their kept-log ConfigMaps).
 fn managed_by() -> String {
@@ -218,7 +223,8 @@ impl Sweeper {
     /// left have their tasks' kept logs copied into the history, then are deleted from
     /// the cluster. Paced by what it needs, however many retire: one list of the pods
     /// (names only) and one of the kept-log ConfigMaps (a page at a time, each written
-    /// as it comes), then the deletions, [`DELETING`] at a time.
+    /// as it comes; a few tasks' are read one by one), then the deletions, [`DELETING`]
+    /// at a time.
     async fn retire(&self, archive: &Archive, ready: Vec<Arc<Framework>>) {
         if ready.is_empty() {
             return;
@@ -291,12 +297,42 @@ impl Sweeper {
     /// Copies the kept logs of `ready`'s tasks, in the attempts whose logs are kept, into
     /// the history: one list of the kept-log ConfigMaps, each page's written as it
     /// comes (the logs of running jobs are passed over). Returns the logs copied.
+    /// A few tasks' ConfigMaps are read one by one ([`READ_AT_MOST`] at most, as many at
+    /// a time as deletions): a list of every kept log would cost more.
     async fn copy_kept_logs(
         &self,
         archive: &Archive,
         ready: &HashMap<&str, &Framework>,
     ) -> Result<usize, String> {
+        let tasks: Vec<String> = ready
+            .values()
+            .flat_map(|f| {
+                f.spec.task_roles.iter().flat_map(move |role| {
+                    (0..u32::try_from(role.task_number).unwrap_or(0))
+                        .map(move |index| f.pod_name(role, index))
+                })
+            })
+            .collect();
         let mut copied = 0;
+        if tasks.len() <= READ_AT_MOST {
+            let maps = &self.config_maps;
+            let read: Vec<Result<Option<ConfigMap>, kube::Error>> = futures::stream::iter(tasks)
+                .map(|pod| async move { maps.get_opt(&kept_logs::config_map(&pod)).await })
+                .buffer_unordered(DELETING)
+                .collect()
+                .await;
+            let mut logs = Vec::new();
+            for map in read {
+                if let Some(map) = map.map_err(|e| e.to_string())? {
+                    logs.extend(self.kept_of(ready, &map));
+                }
+            }
+            archive
+                .write_logs_of(&logs)
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(logs.len());
+        }
         let mut params = ListParams::default().labels(&managed_by()).limit(PAGE);
         loop {
             let page = self
@@ -304,38 +340,53 @@ impl Sweeper {
                 .list(&params)
                 .await
                 .map_err(|e| e.to_string())?;
-            for map in &page.items {
-                let Some(pod) = kept_logs::pod_of_config_map(&map.name_any()) else {
-                    continue;
-                };
-                let name = kept_logs::framework_of(&pod);
-                let Some(framework) = ready.get(name) else {
-                    continue;
-                };
-                let last = framework.attempt_id();
-                let first = last
-                    .saturating_sub(i32::try_from(self.kept_attempts).unwrap_or(i32::MAX))
-                    .saturating_add(1)
-                    .max(0);
-                let logs: Vec<(String, crate::log_keeper::Kept)> = (first..=last)
-                    .filter_map(|attempt| {
-                        crate::log_keeper::kept_in(map, attempt)
-                            .map(|kept| (kept_logs::archive_key(&pod, attempt), kept))
-                    })
-                    .collect();
-                if !logs.is_empty() {
-                    archive
-                        .write_logs(name, &logs)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    copied += logs.len();
-                }
-            }
+            let logs: Vec<_> = page
+                .items
+                .iter()
+                .flat_map(|map| self.kept_of(ready, map))
+                .collect();
+            archive
+                .write_logs_of(&logs)
+                .await
+                .map_err(|e| e.to_string())?;
+            copied += logs.len();
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => return Ok(copied),
             }
         }
+    }
+
+    /// What kept-log ConfigMap `map` holds of the attempts whose logs are kept, where
+    /// its Framework is one of `ready`: `(job, key, log)` each.
+    fn kept_of(
+        &self,
+        ready: &HashMap<&str, &Framework>,
+        map: &ConfigMap,
+    ) -> Vec<(String, String, crate::log_keeper::Kept)> {
+        let Some(pod) = kept_logs::pod_of_config_map(&map.name_any()) else {
+            return Vec::new();
+        };
+        let name = kept_logs::framework_of(&pod);
+        let Some(framework) = ready.get(name) else {
+            return Vec::new();
+        };
+        let last = framework.attempt_id();
+        let first = last
+            .saturating_sub(i32::try_from(self.kept_attempts).unwrap_or(i32::MAX))
+            .saturating_add(1)
+            .max(0);
+        (first..=last)
+            .filter_map(|attempt| {
+                crate::log_keeper::kept_in(map, attempt).map(|kept| {
+                    (
+                        name.to_string(),
+                        kept_logs::archive_key(&pod, attempt),
+                        kept,
+                    )
+                })
+            })
+            .collect()
     }
 
     /// Deletes finished job `name` past the retention: its record, then its Framework.

@@ -22,6 +22,8 @@
 //! throwaway PostgreSQL server with `frameworkKeptSec: 0`: the reads start once every
 //! Framework was written into it and deleted from the API server, so every job is
 //! read from the history; then the database's size and a restart to the first page.
+//! Finished jobs' tasks have their kept logs in their ConfigMaps, as their runtimes
+//! leave them: retiring a Framework copies them into the history.
 
 mod support;
 
@@ -417,11 +419,29 @@ fn populate(api: &ApiServer, jobs: usize, finished: bool) {
             let count = if role == "ps" { 2 } else { 6 };
             for index in 0..count {
                 let pod = pai_contract::framework::pod_name(&name, role, index);
-                api.append_log(
-                    NS,
-                    &pod,
-                    &format!("{role}-{index}: step 1\n{role}-{index}: step 2\n"),
-                );
+                let log = format!("{role}-{index}: step 1\n{role}-{index}: step 2\n");
+                api.append_log(NS, &pod, &log);
+                if finished {
+                    // The task's kept log, as its runtime wrote it when it ended into the
+                    // ConfigMap the server's log keeper made.
+                    use base64::Engine;
+                    let b64 = base64::engine::general_purpose::STANDARD.encode(&log);
+                    api.create(
+                        "configmaps",
+                        NS,
+                        json!({
+                            "apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {
+                                "name": pai_contract::kept_logs::config_map(&pod),
+                                "labels": {pai_contract::meta::LABEL_MANAGED_BY: pai_contract::meta::MANAGED_BY},
+                            },
+                            "binaryData": {
+                                pai_contract::kept_logs::main_key(0): b64,
+                                pai_contract::kept_logs::init_key(0): "",
+                            },
+                        }),
+                    );
+                }
             }
         }
         api.create("frameworks", NS, value);

@@ -18,6 +18,9 @@
 #              with a job running, then the namespace: gone within 60 s
 #   credentials  the server's ServiceAccount deleted while it runs: /readyz 503 with the
 #              reason, one line a minute at most; made again, the pods restarted, ready
+#   config     the overlay's config changed and applied while both replicas run (a storage
+#              added, the retention lowered to one finished job): both take it, no pod
+#              restarts, the older finished jobs go, the storage is listed by each
 set -euo pipefail
 H=${K8S_HARNESS:?K8S_HARNESS: the harness directory}
 S=${HARNESS_SCRIPTS:?HARNESS_SCRIPTS: the harness scripts directory}
@@ -27,7 +30,7 @@ export KUBECONFIG=$H/kubeconfig PATH=$H/bin:$PATH
 WORK=$ROOT/target/real-cluster
 rm -rf "$WORK" && mkdir -p "$WORK"
 TOKEN=real-cluster-token
-CASES=${*:-logs delete-k reversed killed credentials}
+CASES=${*:-logs delete-k reversed killed credentials config}
 
 say() { echo "=== $(date -u +%T) $*"; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
@@ -256,6 +259,45 @@ case_credentials() {
   kubectl -n "$ns" rollout restart deployment/rest-lite >/dev/null
   kubectl -n "$ns" rollout status deployment/rest-lite --timeout=180s >/dev/null
   say "ready again"
+  kubectl delete -k "$WORK/$ns" >/dev/null
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+  gone "$ns"
+}
+
+case_config() {
+  local ns=rl-config ip t0 pods pod left
+  install "$ns"
+  for job in one two three; do submit "$ns" "$job" "echo $job"; done
+  for job in one two three; do wait_state "$ns" "$job" SUCCEEDED; done
+  pods=$(kubectl -n "$ns" get pods -l app.kubernetes.io/name=rest-lite -o name | sort)
+  say "three jobs SUCCEEDED; the config changed: a storage added, one finished job kept"
+  printf 'retention: {finishedJobs: 1}\nstorages:\n  - {name: team, claimName: team-data}\n' \
+    >>"$WORK/$ns/config.yaml"
+  t0=$SECONDS
+  kubectl apply -k "$WORK/$ns" >/dev/null
+  for pod in $pods; do
+    for _ in $(seq 1 180); do
+      kubectl -n "$ns" logs "$pod" | grep -q "config read again" && break
+      sleep 1
+    done
+    kubectl -n "$ns" logs "$pod" | grep "config read again" | cut -c1-240 \
+      || fail "$pod never read the config again"
+    say "$pod took it $((SECONDS - t0)) s after the apply"
+  done
+  [ "$(kubectl -n "$ns" get pods -l app.kubernetes.io/name=rest-lite -o name | sort)" = "$pods" ] \
+    || fail "the pods rolled"
+  for _ in $(seq 1 60); do
+    left=$(kubectl -n "$ns" get frameworks -o name | wc -l)
+    [ "$left" = 1 ] && break
+    sleep 1
+  done
+  [ "$left" = 1 ] || fail "$left Frameworks left, not 1"
+  say "one finished job left, $((SECONDS - t0)) s after the apply"
+  for ip in $(servers "$ns"); do
+    api "$ns" "$ip" GET /api/v2/storages | jq -r '.storages[].name' | grep -qx team \
+      || fail "replica $ip does not list the storage"
+  done
+  say "both replicas list the storage team; the same pods serve (no restart)"
   kubectl delete -k "$WORK/$ns" >/dev/null
   kubectl delete namespace "$ns" --wait=false >/dev/null
   gone "$ns"
