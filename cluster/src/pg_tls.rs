@@ -145,10 +145,14 @@ impl TlsParameters {
     /// The connector that does what they ask.
     pub fn connector(&self) -> Result<MakeRustls, PgTlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let lenient = |ca| -> Arc<dyn ServerCertVerifier> {
+            Arc::new(Lenient {
+                provider: provider.clone(),
+                ca,
+            })
+        };
         let verifier: Arc<dyn ServerCertVerifier> = match self.effective_mode() {
-            SslMode::Disable | SslMode::Prefer | SslMode::Require => {
-                Arc::new(Unchecked(provider.clone()))
-            }
+            SslMode::Disable | SslMode::Prefer | SslMode::Require => lenient(None),
             mode => {
                 let roots = Arc::new(self.roots()?);
                 let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
@@ -159,7 +163,7 @@ impl TlsParameters {
                 .map_err(|e| PgTlsError::Parameter(format!("sslrootcert: {e}")))?;
                 match mode {
                     SslMode::VerifyFull => webpki,
-                    _ => Arc::new(AnyName(webpki)),
+                    _ => lenient(Some(webpki)),
                 }
             }
         };
@@ -443,61 +447,17 @@ fn causes(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// Accepts any certificate (`prefer`, `require`: encrypted, not authenticated, as
-/// libpq's); the handshake's signatures are still checked.
+/// The database's certificate checked only as far as the mode asks: not at all
+/// (`prefer`, `require`: encrypted, not authenticated, as libpq's), or its CA and not its
+/// host name (`verify-ca`). The handshake's signatures are always checked.
 #[derive(Debug)]
-struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Lenient {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    /// `verify-ca`'s check of the CA; `None`: no check.
+    ca: Option<Arc<rustls::client::WebPkiServerVerifier>>,
 }
 
-/// The CA checked, not the host name (`verify-ca`).
-#[derive(Debug)]
-struct AnyName(Arc<rustls::client::WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -506,10 +466,10 @@ impl ServerCertVerifier for AnyName {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(ca) = &self.ca else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match ca.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -523,7 +483,12 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -532,11 +497,18 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 

@@ -22,10 +22,10 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use pai_contract::Framework;
 use pai_translate::config::ClusterConfig;
-use pai_translate::ports::Seed;
-use pai_translate::spec::{JobSpec, SpecFormat, UserName};
-use pai_translate::transform::{Submission, Transformer};
+use pai_translate::transform::Transformer;
 use serde_json::json;
+
+mod support;
 
 const TOKEN: &str = "bench-token";
 const AT_ONCE: usize = 64;
@@ -33,25 +33,13 @@ const AT_ONCE: usize = 64;
 /// Completed Framework `i` of namespace `ns`, as FrameworkController leaves it and the
 /// server's attempt history annotated it.
 fn completed(transformer: &Transformer, i: usize) -> serde_json::Value {
-    let user = UserName::parse("bench").expect("user");
     let text = json!({
         "jobName": format!("job{i}"), "image": "busybox",
         "taskRoles": [{"name": "worker", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 128,
             "command": "echo done"}],
     })
     .to_string();
-    let spec = JobSpec::parse(&text, SpecFormat::Json).expect("spec");
-    let framework = transformer
-        .transform(
-            Submission {
-                user: &user,
-                spec: &spec,
-                spec_text: &text,
-                format: SpecFormat::Json,
-            },
-            Seed::Fixed(i as u64),
-        )
-        .expect("framework");
+    let framework = support::framework_of(transformer, "bench", &text, i as u64);
     let mut value = pai_test_support::frameworks::to_value(&framework);
     let code = if i.is_multiple_of(5) { 1 } else { 0 };
     // Ended a minute ago: FrameworkController deletes a Framework that reached its state

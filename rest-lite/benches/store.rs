@@ -35,9 +35,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use pai_test_support::ApiServer;
 use pai_translate::config::ClusterConfig;
-use pai_translate::ports::Seed;
-use pai_translate::spec::{JobSpec, SpecFormat, UserName};
-use pai_translate::transform::{Submission, Transformer};
+use pai_translate::transform::Transformer;
 use serde_json::json;
 
 const CONNECTIONS: usize = 64;
@@ -368,7 +366,7 @@ fn populate(api: &ApiServer, jobs: usize, finished: bool) {
         ..ClusterConfig::default()
     });
     for i in 0..jobs {
-        let user = UserName::parse(&format!("u{}", i % USERS)).expect("user");
+        let user = format!("u{}", i % USERS);
         let text = json!({
             "jobName": format!("job{i}"),
             "image": "busybox",
@@ -378,18 +376,7 @@ fn populate(api: &ApiServer, jobs: usize, finished: bool) {
             ]
         })
         .to_string();
-        let spec = JobSpec::parse(&text, SpecFormat::Json).expect("spec");
-        let framework = transformer
-            .transform(
-                Submission {
-                    user: &user,
-                    spec: &spec,
-                    spec_text: &text,
-                    format: SpecFormat::Json,
-                },
-                Seed::Fixed(i as u64),
-            )
-            .expect("framework");
+        let framework = support::framework_of(&transformer, &user, &text, i as u64);
         let mut value = pai_test_support::frameworks::to_value(&framework);
         let name = framework.name().to_string();
         value["status"] = json!({"state": "AttemptRunning", "startTime": "2026-01-01T00:00:00Z",

@@ -192,6 +192,23 @@ mod cluster {
             pai_contract::names::framework_name("alice", job)
         }
 
+        /// A server on the test API server with `postgres` as its history (scratch
+        /// directory `name`), and job `job` submitted to it.
+        async fn serving(postgres: &Postgres, name: &str, job: &str) -> (Self, Server, Client) {
+            let dir = common::scratch("history", name);
+            let api = ApiServer::start().await;
+            api.write_kubeconfig(&dir.join("kubeconfig"), Some(NS));
+            write_config(&dir, &postgres.connection());
+            let place = Place { api, dir };
+            let server = place.serve();
+            let client = Client::new(&server.url, Some(TOKEN.to_string()));
+            client
+                .submit("alice", &spec(job), SpecFormat::Json)
+                .await
+                .expect("submitted");
+            (place, server, client)
+        }
+
         /// Attempt `attempt` of `job` ends with `code` at `second` past the hour; the
         /// last ends the job.
         fn end_attempt(&self, job: &str, attempt: i32, code: i32, second: u32, last: bool) {
@@ -421,17 +438,7 @@ mod cluster {
         let Some(mut postgres) = Postgres::start() else {
             return;
         };
-        let dir = common::scratch("history", "down");
-        let api = ApiServer::start().await;
-        api.write_kubeconfig(&dir.join("kubeconfig"), Some(NS));
-        write_config(&dir, &postgres.connection());
-        let place = Place { api, dir };
-        let server = place.serve();
-        let client = Client::new(&server.url, Some(TOKEN.to_string()));
-        client
-            .submit("alice", &spec("late"), SpecFormat::Json)
-            .await
-            .expect("submitted");
+        let (place, server, client) = Place::serving(&postgres, "down", "late").await;
         postgres.stop();
         place.keep_log("late", 0, "output of late\n");
         place.end_attempt("late", 0, 0, 5, true);
@@ -470,17 +477,7 @@ mod cluster {
         let Some(postgres) = Postgres::start() else {
             return;
         };
-        let dir = common::scratch("history", "unwritten");
-        let api = ApiServer::start().await;
-        api.write_kubeconfig(&dir.join("kubeconfig"), Some(NS));
-        write_config(&dir, &postgres.connection());
-        let place = Place { api, dir };
-        let server = place.serve();
-        let client = Client::new(&server.url, Some(TOKEN.to_string()));
-        client
-            .submit("alice", &spec("unwritten"), SpecFormat::Json)
-            .await
-            .expect("submitted");
+        let (place, server, client) = Place::serving(&postgres, "unwritten", "unwritten").await;
         place
             .api
             .reject_patches_of("frameworks", Some("denied by the cluster's policy"));
@@ -554,6 +551,14 @@ mod tls {
         }
     }
 
+    /// Connects as `connection` says, and checks it is refused with each of `words`.
+    async fn refused_saying(connection: &str, words: &[&str]) {
+        let said = refusal(connection).await.expect("refused");
+        for word in words {
+            assert!(said.contains(word), "{connection}: {said}");
+        }
+    }
+
     // Long: one database, every mode against it, each with what it must say.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_history_connects_as_libpq_sslmode_says_and_refuses_with_the_way_out() {
@@ -612,22 +617,18 @@ mod tls {
             "db.test",
             &format!("sslmode=verify-full sslrootcert={other_file}"),
         );
-        let said = refusal(&wrong_ca).await.expect("refused");
-        assert!(
-            said.contains("not signed by a CA this server trusts") && said.contains("sslrootcert"),
-            "{said}"
-        );
+        refused_saying(
+            &wrong_ca,
+            &["not signed by a CA this server trusts", "sslrootcert"],
+        )
+        .await;
         // Another name: refused by verify-full, taken by verify-ca.
         let wrong_name = at(
             "postgres",
             "other.test",
             &format!("sslmode=verify-full sslrootcert={ca_file}"),
         );
-        let said = refusal(&wrong_name).await.expect("refused");
-        assert!(
-            said.contains("not for the host") && said.contains("verify-ca"),
-            "{said}"
-        );
+        refused_saying(&wrong_name, &["not for the host", "verify-ca"]).await;
         let ca_only = at(
             "postgres",
             "other.test",
@@ -643,13 +644,8 @@ mod tls {
             );
         }
         // This database takes TCP only over TLS: disable is refused, saying so.
-        let said = refusal(&at("postgres", "db.test", "sslmode=disable"))
-            .await
-            .expect("refused");
-        assert!(
-            said.contains("only over TLS") && said.contains("sslmode=require"),
-            "{said}"
-        );
+        let disable = at("postgres", "db.test", "sslmode=disable");
+        refused_saying(&disable, &["only over TLS", "sslmode=require"]).await;
         // A client certificate: its user gets in with it, not without.
         let with_cert = at(
             "certuser",
@@ -664,11 +660,7 @@ mod tls {
             "db.test",
             &format!("sslmode=verify-full sslrootcert={ca_file}"),
         );
-        let said = refusal(&without).await.expect("refused");
-        assert!(
-            said.contains("client certificate") && said.contains("sslcert="),
-            "{said}"
-        );
+        refused_saying(&without, &["client certificate", "sslcert="]).await;
         // A connection made with TLS is over TLS, as the database sees it.
         let archive = Archive::new(&with_cert, "ns").expect("archive");
         archive.connect().await.expect("connected");
@@ -690,11 +682,7 @@ mod tls {
         for mode in ["require", "verify-ca", "verify-full"] {
             let connection =
                 postgres.tcp_connection("postgres", "db.test", &format!("sslmode={mode}"));
-            let said = refusal(&connection).await.expect("refused");
-            assert!(
-                said.contains("does not offer TLS") && said.contains("ssl = on"),
-                "{mode}: {said}"
-            );
+            refused_saying(&connection, &["does not offer TLS", "ssl = on"]).await;
         }
         // prefer goes on without it, as libpq's.
         let prefer = postgres.tcp_connection("postgres", "db.test", "sslmode=prefer");

@@ -62,20 +62,26 @@ trap 'echo "term $me" >&3; exit 0' TERM
 echo "up $me" >&3
 while :; do sleep 1 & wait $!; done"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_shell_example_exchanges_messages_over_tcp_and_succeeds() {
-    let dir = scratch("example");
-    let server = Server::start(&dir.join("state"));
-    let client = server.client();
+/// The shell example submitted as alice and run to its end, which must be success: its
+/// final view.
+async fn the_example_run(client: &Client) -> Value {
     let spec = std::fs::read_to_string(common::repo_root().join("examples/shell-hello.yaml"))
         .expect("example");
     client
         .submit("alice", &spec, SpecFormat::detect(&spec))
         .await
         .expect("submitted");
-
-    let view = final_view(&client, "alice", "shell-hello").await;
+    let view = final_view(client, "alice", "shell-hello").await;
     assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    view
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shell_example_exchanges_messages_over_tcp_and_succeeds() {
+    let dir = scratch("example");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let view = the_example_run(&client).await;
     assert_eq!(view["jobStatus"]["appExitCode"], 0);
     let diagnostics = view["jobStatus"]["appExitDiagnostics"]
         .as_str()
@@ -144,14 +150,7 @@ async fn a_logs_times_put_the_lines_of_several_tasks_in_the_order_written() {
     let dir = scratch("times");
     let server = Server::start(&dir.join("state"));
     let client = server.client();
-    let spec = std::fs::read_to_string(common::repo_root().join("examples/shell-hello.yaml"))
-        .expect("example");
-    client
-        .submit("alice", &spec, SpecFormat::detect(&spec))
-        .await
-        .expect("submitted");
-    let view = final_view(&client, "alice", "shell-hello").await;
-    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    the_example_run(&client).await;
     let job = ("alice", "shell-hello");
     let all = pai_client::Lines::Source(pai_client::Source::All);
     let server_log = common::task_log(&client, job, ("server", 0), false, all.stamped()).await;

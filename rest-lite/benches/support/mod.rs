@@ -42,3 +42,27 @@ pub fn rss(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// The Framework the real transformer makes of the JSON spec `text` for `user`, its
+/// ports drawn from `seed`.
+pub fn framework_of(
+    transformer: &pai_translate::transform::Transformer,
+    user: &str,
+    text: &str,
+    seed: u64,
+) -> pai_contract::Framework {
+    use pai_translate::spec::{JobSpec, SpecFormat, UserName};
+    let user = UserName::parse(user).expect("user");
+    let spec = JobSpec::parse(text, SpecFormat::Json).expect("spec");
+    transformer
+        .transform(
+            pai_translate::transform::Submission {
+                user: &user,
+                spec: &spec,
+                spec_text: text,
+                format: SpecFormat::Json,
+            },
+            pai_translate::ports::Seed::Fixed(seed),
+        )
+        .expect("framework")
+}
