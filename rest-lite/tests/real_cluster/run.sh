@@ -11,7 +11,7 @@
 # this checkout (build-server-image.sh, build-runtime-image.sh after cargo build --release).
 # Cases (all by default):
 #   logs       a finished job's log after its pods are gone, on both replicas, before and
-#              after a rolling restart
+#              after a rolling restart; with its times (timestamps=true), kept and running
 #   delete-k   `kubectl delete -k` with a job running, then the namespace: gone within 60 s
 #   reversed   the namespace deleted first (server and job running), then `delete -k`
 #   killed     the servers killed (force-deleted, their ReplicaSet gone: never replaced)
@@ -185,11 +185,22 @@ case_logs() {
     fi
   done
   ip=$(servers "$ns" | head -1)
+  # With their times (the kept copy: the runtime's lines' own, the others' from the line
+  # before), the user's lines still told apart from the runtime's.
+  log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/hello/logs?role=worker&index=0&timestamps=true")
+  echo "$log" | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z hello from the task$' \
+    || fail "the log with its times: $log"
+  say "with its times: $(echo "$log" | tr '\n' '|')"
   log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/hello/logs?role=worker&index=0&source=runtime")
   echo "$log" | grep -q "barrier passed\|passed the barrier\|\[runtime" || fail "the runtime's lines: $log"
   say "the runtime's lines kept: $(echo "$log" | wc -l) lines"
   # A stopped task keeps its log too: TERM, its exit, then the runtime's write.
   running_job "$ns"
+  # A running task's log with the kubelet's times.
+  log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/long/logs?role=worker&index=0&timestamps=true")
+  echo "$log" | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z started$' \
+    || fail "the running task's log with the kubelet's times: $log"
+  say "a running task's log with the kubelet's times: $(echo "$log" | tr '\n' '|')"
   api "$ns" "$ip" PUT /api/v1/user/alice/jobs/long/executionType '{"value":"STOP"}' >/dev/null
   wait_state "$ns" long STOPPED
   for _ in $(seq 1 60); do [ -z "$(task_pods "$ns")" ] && break; sleep 1; done
