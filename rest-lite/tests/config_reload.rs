@@ -147,3 +147,55 @@ async fn two_replicas_take_a_changed_config_without_a_restart() {
     drop(replicas);
     drop(api);
 }
+
+/// In a pod that mounts its config from a ConfigMap, a change of the ConfigMap counts as
+/// soon as the API says it, before the kubelet replaces the file (here: never).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_takes_its_config_maps_change_before_the_kubelet_replaces_the_file() {
+    let dir = common::scratch("config", "map");
+    let api = ApiServer::start().await;
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, Some(NS));
+    let mounted = dir.join("etc");
+    std::fs::create_dir_all(&mounted).expect("dir");
+    let config = mounted.join("config.yaml");
+    write(&config, "retention: {finishedJobs: 10}\n");
+    api.create(
+        "configmaps",
+        NS,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "rest-lite-config"},
+            "data": {"config.yaml": "retention: {finishedJobs: 10}\n"}}),
+    );
+    // The server's pod, as the Deployment makes it: the ConfigMap mounted as the
+    // config's directory.
+    api.create(
+        "pods",
+        NS,
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "rest-lite-a"},
+        "spec": {
+            "containers": [{"name": "rest-lite", "image": "rest-lite",
+                "volumeMounts": [{"name": "config", "mountPath": mounted.display().to_string()}]}],
+            "volumes": [{"name": "config", "configMap": {"name": "rest-lite-config"}}],
+        }}),
+    );
+    let tokens = common::token_file(&dir, &[("alice", TOKEN, false)]);
+    let replica =
+        Server::start_kube_in(&kubeconfig, NS, &tokens, Some(&config), Some("rest-lite-a"));
+    replica.logged("the config's ConfigMap is followed").await;
+    api.modify("configmaps", NS, "rest-lite-config", |map| {
+        map["data"]["config.yaml"] = json!(
+            "retention: {finishedJobs: 10}\nstorages:\n  - {name: team, claimName: team-data}\n"
+        );
+    });
+    replica.logged("config read again").await;
+    assert_eq!(storages(&replica), ["team"]);
+    assert_eq!(
+        std::fs::read_to_string(&config).expect("file"),
+        "retention: {finishedJobs: 10}\n",
+        "the file was not what changed"
+    );
+    drop(replica);
+    drop(api);
+}

@@ -269,10 +269,15 @@ impl ClusterConfig {
             path: path.to_path_buf(),
             source,
         })?;
+        Self::read(&text, path)
+    }
+
+    /// Reads and checks the text of a config (`path`: where it is, as errors say it).
+    pub fn read(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let config: ClusterConfig = if text.trim().is_empty() {
             ClusterConfig::default()
         } else {
-            serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse {
+            serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
                 path: path.to_path_buf(),
                 message: e.to_string(),
             })?

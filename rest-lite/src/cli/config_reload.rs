@@ -1,7 +1,8 @@
 //! The config file read again while the server runs: every [`RELOAD_INTERVAL`] its file
-//! is looked at (a ConfigMap mounted as a directory is replaced whole by the kubelet,
-//! within about a minute of its change); when it changed, what changed is said and
-//! taken:
+//! is looked at, and where the server runs in a pod that mounts it from a ConfigMap, the
+//! ConfigMap is watched through the API (the kubelet replaces the mounted file only at
+//! its next sync of the pod, a minute by default); when it changed, what changed is said
+//! and taken:
 //!
 //! - the team storages, and everything a spec is made into a Framework by (images,
 //!   ports, GPU types, failure patterns, grace periods), from the next submission;
@@ -54,16 +55,55 @@ pub struct Taken {
     pub at_start: Vec<String>,
 }
 
-/// Watches `path`; `read` is the file as read at start, `running` the config the server
-/// started with (`read` and the command line's flags).
-pub fn watch(path: PathBuf, read: ClusterConfig, started: ClusterConfig, running: Running) {
+/// Where the server's pod can be read, to follow the ConfigMap its config file is
+/// mounted from.
+pub struct Mounted {
+    pub client: kube::Client,
+    pub namespace: String,
+    /// The server's pod (`POD_NAME`).
+    pub pod: String,
+}
+
+/// Watches `path`, and where it is mounted from a ConfigMap (`mounted`), that
+/// ConfigMap through the API: the kubelet replaces the file only at its next sync of
+/// the pod (a minute by default), the API says the change at once. `read` is the file as
+/// read at start, `started` the config the server started with (`read` and the command
+/// line's flags).
+pub fn watch(
+    path: PathBuf,
+    read: ClusterConfig,
+    started: ClusterConfig,
+    running: Running,
+    mounted: Option<Mounted>,
+) {
+    let (texts_tx, mut texts) = tokio::sync::mpsc::channel::<String>(4);
+    if let Some(mounted) = mounted {
+        tokio::spawn(follow_config_map(mounted, path.clone(), texts_tx));
+    }
     let mut seen = file_stamp(&path);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(RELOAD_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_read = read;
+        let mut last_refused: Option<String> = None;
         loop {
-            tick.tick().await;
+            let text = tokio::select! {
+                _ = tick.tick() => {
+                    let stamp = file_stamp(&path);
+                    if stamp == seen {
+                        continue;
+                    }
+                    seen = stamp;
+                    match std::fs::read_to_string(&path) {
+                        Ok(text) => text,
+                        Err(e) => {
+                            tracing::error!(file = %path.display(), error = %e, "the config changed and cannot be read: the last good one stays");
+                            continue;
+                        }
+                    }
+                }
+                Some(text) = texts.recv() => text,
+            };
             let (Some(storages), Some(transformer), Some(backend)) = (
                 running.storages.upgrade(),
                 running.transformer.upgrade(),
@@ -71,18 +111,19 @@ pub fn watch(path: PathBuf, read: ClusterConfig, started: ClusterConfig, running
             ) else {
                 return;
             };
-            let stamp = file_stamp(&path);
-            if stamp == seen {
-                continue;
-            }
-            seen = stamp;
-            let new = match ClusterConfig::load(&path) {
+            let new = match ClusterConfig::read(&text, &path) {
                 Ok(new) => new,
                 Err(e) => {
-                    tracing::error!(file = %path.display(), error = %e, "the config changed and does not read: the last good one stays");
+                    // Said once, whether the file or the ConfigMap said it first.
+                    let said = e.to_string();
+                    if last_refused.as_deref() != Some(said.as_str()) {
+                        tracing::error!(file = %path.display(), error = %said, "the config changed and does not read: the last good one stays");
+                        last_refused = Some(said);
+                    }
                     continue;
                 }
             };
+            last_refused = None;
             let taken = take(
                 &last_read,
                 &new,
@@ -100,6 +141,82 @@ pub fn watch(path: PathBuf, read: ClusterConfig, started: ClusterConfig, running
             last_read = new;
         }
     });
+}
+
+/// Sends the text of `path`'s key in the ConfigMap the server's pod mounts it from, at
+/// every change of it; nothing where the file is not mounted from a ConfigMap.
+async fn follow_config_map(
+    mounted: Mounted,
+    path: PathBuf,
+    texts: tokio::sync::mpsc::Sender<String>,
+) {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use kube::runtime::{WatchStreamExt, watcher};
+    let pods: kube::Api<Pod> = kube::Api::namespaced(mounted.client.clone(), &mounted.namespace);
+    let pod = match pods.get(&mounted.pod).await {
+        Ok(pod) => pod,
+        Err(e) => {
+            tracing::warn!(pod = %mounted.pod, error = %e, "cannot read this server's pod: its config is read again from the file alone, as the kubelet replaces it");
+            return;
+        }
+    };
+    let Some((name, key)) = mounted_from(&pod, &path) else {
+        tracing::debug!(file = %path.display(), "the config file is not mounted from a ConfigMap: read again from the file alone");
+        return;
+    };
+    tracing::info!(config_map = %name, key = %key, "the config's ConfigMap is followed: a change counts at once");
+    let maps: kube::Api<ConfigMap> = kube::Api::namespaced(mounted.client, &mounted.namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut changes = watcher::watcher(maps, config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(change) = changes.next().await {
+        let Ok(map) = change else {
+            continue;
+        };
+        if map.metadata.name.as_deref() != Some(name.as_str()) {
+            continue;
+        }
+        let text = map
+            .data
+            .and_then(|mut data| data.remove(&key))
+            .unwrap_or_default();
+        if texts.send(text).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The ConfigMap `path` is mounted from in `pod`, and its key: the volume mounted at
+/// `path`'s directory (no subPath), and the key its items name `path`'s file (itself,
+/// where no item names it).
+fn mounted_from(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    path: &std::path::Path,
+) -> Option<(String, String)> {
+    let dir = path.parent()?;
+    let file = path.file_name()?.to_str()?;
+    let spec = pod.spec.as_ref()?;
+    let volume = spec.containers.iter().find_map(|container| {
+        container.volume_mounts.as_ref()?.iter().find(|m| {
+            std::path::Path::new(&m.mount_path) == dir
+                && m.sub_path.as_deref().unwrap_or("").is_empty()
+        })
+    })?;
+    let map = spec
+        .volumes
+        .as_ref()?
+        .iter()
+        .find(|v| v.name == volume.name)?
+        .config_map
+        .as_ref()?;
+    let key = match &map.items {
+        Some(items) => items.iter().find(|i| i.path == file)?.key.clone(),
+        None => file.to_string(),
+    };
+    Some((map.name.clone(), key))
 }
 
 /// Takes `new` (the file as read now; `before`, as read last) into the running server

@@ -316,7 +316,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let storages = Arc::new(pai_translate::storages::Registry::new(
             config.storages.clone(),
         ));
-        let backend = backend(
+        let (backend, kube_client) = backend(
             args.listen,
             args.backend,
             args.kubeconfig.as_deref(),
@@ -327,6 +327,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .await?;
         let describe = backend.describe();
         let started = config.clone();
+        let namespace = config.namespace.clone();
         let state = AppState {
             body_limit: args.max_body_bytes,
             hosts: Arc::new(hosts),
@@ -348,6 +349,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     transformer: Arc::downgrade(&state.transformer),
                     backend: Arc::downgrade(&state.backend),
                 },
+                // In a pod (the Deployment names it): the ConfigMap the file comes from.
+                kube_client
+                    .zip(std::env::var("POD_NAME").ok().filter(|p| !p.is_empty()))
+                    .map(|(client, pod)| super::config_reload::Mounted {
+                        client,
+                        namespace: namespace.clone(),
+                        pod,
+                    }),
             );
         }
         let listener = tokio::net::TcpListener::bind(args.listen)
@@ -423,7 +432,7 @@ async fn backend(
     config: &ClusterConfig,
     local: &LocalArgs,
     storages: Arc<pai_translate::storages::Registry>,
-) -> Result<Arc<dyn Backend>> {
+) -> Result<(Arc<dyn Backend>, Option<kube::Client>)> {
     let kube = match kind {
         BackendKind::Local => None,
         BackendKind::Kube => Some(kube_config(kubeconfig).await?),
@@ -465,7 +474,7 @@ async fn backend(
                     None => None,
                 },
             };
-            KubeBackend::run(client, &settings)
+            (KubeBackend::run(client.clone(), &settings), Some(client))
         }
         None => {
             if !listen.ip().is_loopback() && !local.local_listen_anywhere {
@@ -478,9 +487,13 @@ async fn backend(
                 .state_dir
                 .clone()
                 .unwrap_or_else(pai_local::default_state_dir);
-            LocalBackend::open(local.settings(state_dir.clone(), true, config, storages)?)
-                .await
-                .with_context(|| format!("opening the state directory {}", state_dir.display()))?
+            let backend =
+                LocalBackend::open(local.settings(state_dir.clone(), true, config, storages)?)
+                    .await
+                    .with_context(|| {
+                        format!("opening the state directory {}", state_dir.display())
+                    })?;
+            (backend, None)
         }
     })
 }
