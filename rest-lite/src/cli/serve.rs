@@ -266,6 +266,9 @@ pub fn machine_access(state_dir: &Path) -> Result<(Access, String)> {
 // operator reads it.
 pub fn serve(args: ServeArgs) -> Result<()> {
     let mut config = load_config(args.config.as_deref())?;
+    // As the file says it, before the command line's flags: a reread compares like with
+    // like.
+    let as_read = config.clone();
     if let Some(namespace) = &args.namespace {
         config.namespace = namespace.clone();
         config.check()?;
@@ -338,11 +341,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             ..AppState::new(backend, config, access)
         };
         if let Some(path) = &args.config {
-            // As read, before the command line's flags: a reread compares like with like.
-            let read = load_config(Some(path))?;
             super::config_reload::watch(
                 path.clone(),
-                read,
+                as_read,
                 started,
                 super::config_reload::Running {
                     storages: Arc::downgrade(&state.storages),
