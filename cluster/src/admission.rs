@@ -89,7 +89,7 @@ impl Admission {
     /// Starts the watches of `namespace` for a cluster whose gang engine is `engine`;
     /// announces changed reasons through `store`.
     pub fn start(client: Client, namespace: &str, engine: Engine, store: KubeStore) -> Self {
-        let ours = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
+        let ours = meta::managed_by_selector();
         let (ready, started) = tokio::sync::watch::channel(None::<std::sync::Weak<Shared>>);
         let mut tasks = Vec::new();
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);

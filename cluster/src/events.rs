@@ -394,7 +394,7 @@ impl Recorder {
 
     /// What is recorded already (by another replica, or before a restart): one list.
     async fn list_recorded(&mut self) {
-        let selector = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
+        let selector = meta::managed_by_selector();
         match self
             .events
             .list(&ListParams::default().labels(&selector))

@@ -76,7 +76,7 @@ impl LogKeeper {
     /// Watches the pods with rest-lite's label until the end.
     pub async fn run(self) {
         self.seed().await;
-        let ours = ours();
+        let ours = meta::managed_by_selector();
         let mut pods =
             watcher::watcher(self.pods.clone(), watcher::Config::default().labels(&ours))
                 .backoff(WatchBackoff::new(backoff::SERVER))
@@ -110,7 +110,7 @@ impl LogKeeper {
     /// the server's copy holds: those of jobs gone wait for the garbage collector.
     async fn seed(&self) {
         self.store.listed().await;
-        let params = ListParams::default().labels(&ours());
+        let params = ListParams::default().labels(&meta::managed_by_selector());
         match self.config_maps.list_metadata(&params).await {
             Ok(list) => {
                 let store = &self.store;
@@ -205,11 +205,6 @@ impl LogKeeper {
             return;
         }
     }
-}
-
-/// The label selector of rest-lite's task pods.
-fn ours() -> String {
-    format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY)
 }
 
 fn lock(made: &Mutex<Made>) -> std::sync::MutexGuard<'_, Made> {

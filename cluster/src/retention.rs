@@ -50,15 +50,6 @@ const DELETING: usize = 16;
 /// The most tasks whose kept logs a sweep reads one by one; past it, it lists them all.
 const READ_AT_MOST: usize = 64;
 
-/// rest-lite's objects (its task pods, their kept-log ConfigMaps).
-fn managed_by() -> String {
-    format!(
-        "{}={}",
-        pai_contract::meta::LABEL_MANAGED_BY,
-        pai_contract::meta::MANAGED_BY
-    )
-}
-
 /// Writes completed Frameworks into the history.
 pub struct Recorder {
     pub archive: Arc<Archive>,
@@ -279,7 +270,9 @@ impl Sweeper {
     /// The Frameworks that still have pods: one list of rest-lite's pods, names only.
     async fn frameworks_with_pods(&self) -> Result<HashSet<String>, kube::Error> {
         let mut names = HashSet::new();
-        let mut params = ListParams::default().labels(&managed_by()).limit(PAGE);
+        let mut params = ListParams::default()
+            .labels(&pai_contract::meta::managed_by_selector())
+            .limit(PAGE);
         loop {
             let page = self.pods.list_metadata(&params).await?;
             names.extend(page.items.iter().filter_map(|pod| {
@@ -333,7 +326,9 @@ impl Sweeper {
                 .map_err(|e| e.to_string())?;
             return Ok(logs.len());
         }
-        let mut params = ListParams::default().labels(&managed_by()).limit(PAGE);
+        let mut params = ListParams::default()
+            .labels(&pai_contract::meta::managed_by_selector())
+            .limit(PAGE);
         loop {
             let page = self
                 .config_maps

@@ -296,7 +296,7 @@ enum Interrupted {
 
 impl Informer {
     async fn run(self) {
-        let selector = format!("{}={}", meta::LABEL_MANAGED_BY, meta::MANAGED_BY);
+        let selector = meta::managed_by_selector();
         // The version to resume watching from; `None`: list first.
         let mut version: Option<String> = None;
         loop {

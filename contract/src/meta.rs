@@ -8,6 +8,11 @@ pub const LABEL_JOB: &str = "rest-lite.openpai.io/job";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].
 pub const MANAGED_BY: &str = "rest-lite";
+
+/// The label selector of every object rest-lite creates (`LABEL_MANAGED_BY=MANAGED_BY`).
+pub fn managed_by_selector() -> String {
+    format!("{LABEL_MANAGED_BY}={MANAGED_BY}")
+}
 /// Annotation: the user name exactly as given.
 pub const ANNOTATION_USER: &str = "rest-lite.openpai.io/user-name";
 /// Annotation: the job name exactly as given.
