@@ -241,7 +241,6 @@ pub fn split_log(
     source: pai_contract::log_lines::Source,
     stamped: bool,
 ) -> LogStream {
-    use futures::StreamExt;
     use pai_contract::log_lines::{Source, Split};
     if source == Source::All {
         return stream;
@@ -251,24 +250,44 @@ pub fn split_log(
     } else {
         Split::new(source)
     };
-    let state = (stream, Some(split));
-    futures::stream::unfold(state, |(mut stream, mut split)| async move {
+    rewritten(stream, split)
+}
+
+/// What rewrites a log as it streams: the output of each chunk, and at the end what it
+/// still held (a line cut short).
+pub trait Rewrite: Send + 'static {
+    fn feed(&mut self, chunk: &[u8]) -> Vec<u8>;
+    fn finish(&mut self) -> Vec<u8>;
+}
+
+impl Rewrite for pai_contract::log_lines::Split {
+    fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        pai_contract::log_lines::Split::feed(self, chunk)
+    }
+
+    fn finish(&mut self) -> Vec<u8> {
+        pai_contract::log_lines::Split::finish(self)
+    }
+}
+
+/// `stream` as `rewrite` makes it, chunk by chunk as it comes; an error ends it.
+pub fn rewritten(stream: LogStream, rewrite: impl Rewrite) -> LogStream {
+    use futures::StreamExt;
+    let state = (stream, Some(rewrite));
+    futures::stream::unfold(state, |(mut stream, mut rewrite)| async move {
         loop {
-            let splitter = split.as_mut()?;
+            let rewriter = rewrite.as_mut()?;
             match stream.next().await {
                 Some(Ok(chunk)) => {
-                    let kept = splitter.feed(&chunk);
-                    if !kept.is_empty() {
-                        return Some((Ok(Bytes::from(kept)), (stream, split)));
+                    let out = rewriter.feed(&chunk);
+                    if !out.is_empty() {
+                        return Some((Ok(Bytes::from(out)), (stream, rewrite)));
                     }
                 }
                 Some(Err(e)) => return Some((Err(e), (stream, None))),
                 None => {
-                    let rest = splitter.finish();
-                    split = None;
-                    if !rest.is_empty() {
-                        return Some((Ok(Bytes::from(rest)), (stream, split)));
-                    }
+                    let rest = rewriter.finish();
+                    return (!rest.is_empty()).then(|| (Ok(Bytes::from(rest)), (stream, None)));
                 }
             }
         }

@@ -17,8 +17,6 @@ use std::fs::File;
 use std::io::Read;
 use std::path::PathBuf;
 
-use bytes::Bytes;
-use futures::StreamExt;
 use pai_contract::log_lines::runtime_time;
 use pai_contract::ordered_log::Record;
 use pai_engine::backend::LogStream;
@@ -35,26 +33,7 @@ const READ_SIZE: usize = 64 * 1024;
 
 /// The container log's lines, each begun with its time and a space.
 pub(crate) fn stamped(stream: LogStream, ordered: PathBuf) -> LogStream {
-    let state = (stream, Some(Stamper::new(ordered)));
-    futures::stream::unfold(state, |(mut stream, mut stamper)| async move {
-        loop {
-            let times = stamper.as_mut()?;
-            match stream.next().await {
-                Some(Ok(chunk)) => {
-                    let out = times.feed(&chunk);
-                    if !out.is_empty() {
-                        return Some((Ok(Bytes::from(out)), (stream, stamper)));
-                    }
-                }
-                Some(Err(e)) => return Some((Err(e), (stream, None))),
-                None => {
-                    let rest = times.finish();
-                    return (!rest.is_empty()).then(|| (Ok(Bytes::from(rest)), (stream, None)));
-                }
-            }
-        }
-    })
-    .boxed()
+    pai_engine::backend::rewritten(stream, Stamper::new(ordered))
 }
 
 /// Gives the lines of a container log their times, as they arrive.
@@ -64,6 +43,16 @@ struct Stamper {
     line: Vec<u8>,
     /// The time given to the line before.
     last: Option<String>,
+}
+
+impl pai_engine::backend::Rewrite for Stamper {
+    fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        Stamper::feed(self, chunk)
+    }
+
+    fn finish(&mut self) -> Vec<u8> {
+        Stamper::finish(self)
+    }
 }
 
 impl Stamper {
