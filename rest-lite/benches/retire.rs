@@ -169,24 +169,9 @@ async fn main() {
 
     let dir = std::env::temp_dir().join(format!("rest-lite-retire-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let tokens = dir.join("tokens.yaml");
-    std::fs::write(
-        &tokens,
-        format!(
-            "users:\n  - {{name: ops, tokenSha256: {}, admin: true}}\n",
-            pai_server::auth::hash(TOKEN)
-        ),
-    )
-    .expect("tokens");
+    let tokens = support::admin_tokens(&dir, TOKEN);
     let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "history: {{database: \"{}\", frameworkKeptSec: 0}}\nretention: {{finishedJobs: 0}}\n",
-            postgres.connection()
-        ),
-    )
-    .expect("config");
+    std::fs::write(&config, support::history_config(&postgres.connection())).expect("config");
     let binary = std::env::var("BENCH_REST_LITE")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rest-lite").to_string());
     let started = Instant::now();

@@ -80,15 +80,7 @@ async fn main() {
     std::fs::create_dir_all(&dir).expect("dir");
     let kubeconfig = dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, Some(NS));
-    let tokens = dir.join("tokens.yaml");
-    std::fs::write(
-        &tokens,
-        format!(
-            "users:\n  - {{name: ops, tokenSha256: {}, admin: true}}\n",
-            pai_server::auth::hash(TOKEN)
-        ),
-    )
-    .expect("tokens");
+    let tokens = support::admin_tokens(&dir, TOKEN);
     let postgres = if history {
         Some(pai_test_support::postgres::Postgres::start().expect("PostgreSQL"))
     } else {
@@ -98,10 +90,7 @@ async fn main() {
     std::fs::write(
         &config,
         match &postgres {
-            Some(pg) => format!(
-                "history: {{database: \"{}\", frameworkKeptSec: 0}}\nretention: {{finishedJobs: 0}}\n",
-                pg.connection()
-            ),
+            Some(pg) => support::history_config(&pg.connection()),
             None => String::new(),
         },
     )

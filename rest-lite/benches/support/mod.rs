@@ -66,3 +66,25 @@ pub fn framework_of(
         )
         .expect("framework")
 }
+
+/// A token file in `dir` with one admin, `ops`, whose token is `token`.
+pub fn admin_tokens(dir: &std::path::Path, token: &str) -> std::path::PathBuf {
+    let tokens = dir.join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "users:\n  - {{name: ops, tokenSha256: {}, admin: true}}\n",
+            pai_server::auth::hash(token)
+        ),
+    )
+    .expect("tokens");
+    tokens
+}
+
+/// The config of a server whose finished jobs go into the history in `database` (a
+/// libpq connection string) at once, with no bound on how many are kept.
+pub fn history_config(database: &str) -> String {
+    format!(
+        "history: {{database: \"{database}\", frameworkKeptSec: 0}}\nretention: {{finishedJobs: 0}}\n"
+    )
+}
