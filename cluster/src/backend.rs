@@ -1070,10 +1070,12 @@ impl Backend for KubeBackend {
         .boxed()
     }
 
-    /// The retention's bounds count from the next sweep, which they start.
+    /// The retention's bounds count from the next sweep, which a change of them starts
+    /// (bounds as they were wake nothing).
     fn reconfigure(&self, config: &pai_translate::config::ClusterConfig) -> Vec<&'static str> {
+        let bounds = pai_engine::retention::Bounds::of(&config.retention);
         self.retention
-            .send_replace(pai_engine::retention::Bounds::of(&config.retention));
+            .send_if_modified(|now| std::mem::replace(now, bounds) != bounds);
         vec!["retention"]
     }
 
