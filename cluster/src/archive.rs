@@ -95,6 +95,16 @@ pub struct Archived {
     pub attempt: i32,
 }
 
+/// A finished job's record as written: its entry and its two columns.
+struct Record {
+    name: String,
+    archived: Archived,
+    summary: String,
+    framework: String,
+    /// The history holds a record of another Framework of this name.
+    replaces_another: bool,
+}
+
 /// The history of one namespace's jobs.
 pub struct Archive {
     config: tokio_postgres::Config,
@@ -295,6 +305,79 @@ impl Archive {
 
     /// Writes finished `framework`'s record (replacing the one of its name).
     pub async fn write(&self, framework: &Framework) -> Result<(), ArchiveError> {
+        self.write_all(std::slice::from_ref(framework)).await
+    }
+
+    /// Writes the records of several finished Frameworks (each replacing the one of its
+    /// name) in one transaction, the statements sent together (pipelined): the jobs a
+    /// server finds completed at its start, a page at a time.
+    pub async fn write_all(&self, frameworks: &[Framework]) -> Result<(), ArchiveError> {
+        let records = frameworks
+            .iter()
+            .filter_map(|framework| self.record_of(framework).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(|e| self.failed(e))?;
+        let (insert, delete) = futures::try_join!(
+            transaction.prepare(
+                "INSERT INTO rest_lite_jobs
+                    (namespace, name, uid, version, ended_ms, attempt, summary, framework)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                ON CONFLICT (namespace, name) DO UPDATE SET uid = $3, version = $4,
+                    ended_ms = $5, attempt = $6, summary = $7, framework = $8"
+            ),
+            transaction.prepare("DELETE FROM rest_lite_jobs WHERE namespace = $1 AND name = $2"),
+        )
+        .map_err(|e| self.failed(e))?;
+        let writes = records.iter().map(|record| {
+            let (transaction, insert, delete) = (&transaction, &insert, &delete);
+            async move {
+                // A record of another Framework of this name (deleted, and submitted
+                // again) goes with its logs.
+                if record.replaces_another {
+                    transaction
+                        .execute(delete, &[&self.namespace, &record.name])
+                        .await?;
+                }
+                let archived = &record.archived;
+                transaction
+                    .execute(
+                        insert,
+                        &[
+                            &self.namespace,
+                            &record.name,
+                            &archived.uid,
+                            &archived.version,
+                            &archived.ended_ms,
+                            &archived.attempt,
+                            &record.summary,
+                            &record.framework,
+                        ],
+                    )
+                    .await
+            }
+        });
+        futures::future::try_join_all(writes)
+            .await
+            .map_err(|e| self.failed(e))?;
+        transaction.commit().await.map_err(|e| self.failed(e))?;
+        let mut rows = self.write_rows();
+        for record in &records {
+            rows.insert(record.name.clone(), record.archived.clone());
+        }
+        drop(rows);
+        for record in records {
+            let _ = self.changes.send(record.name);
+        }
+        Ok(())
+    }
+
+    /// What [`Archive::write_all`] writes of `framework`; `None`: its job was deleted
+    /// by this process, and is never written again.
+    fn record_of(&self, framework: &Framework) -> Result<Option<Record>, ArchiveError> {
         let mut kept = framework.clone();
         kept.metadata.managed_fields = None;
         let row = JobRow::unheld(&kept);
@@ -311,47 +394,20 @@ impl Archive {
             .unwrap_or_else(|p| p.into_inner())
             .contains(&archived.uid)
         {
-            return Ok(());
+            return Ok(None);
         }
-        let (summary, framework_json) = encode(&archived.row, &kept)?;
-        let client = self.client().await?;
-        let statement = "INSERT INTO rest_lite_jobs
-                (namespace, name, uid, version, ended_ms, attempt, summary, framework)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-            ON CONFLICT (namespace, name) DO UPDATE SET uid = $3, version = $4,
-                ended_ms = $5, attempt = $6, summary = $7, framework = $8";
+        let (summary, framework) = encode(&archived.row, &kept)?;
         let name = kept.name().to_string();
-        // A record of another Framework of this name (deleted, and submitted again) goes
-        // with its logs.
-        let other = self
+        let replaces_another = self
             .get(&name)
             .is_some_and(|before| before.uid != archived.uid);
-        if other {
-            self.execute(
-                &client,
-                "DELETE FROM rest_lite_jobs WHERE namespace = $1 AND name = $2",
-                &[&self.namespace, &name],
-            )
-            .await?;
-        }
-        self.execute(
-            &client,
-            statement,
-            &[
-                &self.namespace,
-                &name,
-                &archived.uid,
-                &archived.version,
-                &archived.ended_ms,
-                &archived.attempt,
-                &summary,
-                &framework_json,
-            ],
-        )
-        .await?;
-        self.write_rows().insert(name.clone(), archived);
-        let _ = self.changes.send(name);
-        Ok(())
+        Ok(Some(Record {
+            name,
+            archived,
+            summary,
+            framework,
+            replaces_another,
+        }))
     }
 
     /// Changes job `name`'s Framework in its record by `change` (whether it changed), read

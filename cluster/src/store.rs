@@ -364,6 +364,9 @@ impl Informer {
             let mut objects = shared.objects.write().unwrap_or_else(|p| p.into_inner());
             std::mem::replace(&mut *objects, listed.clone())
         };
+        // Serving before the changes go out: a subscriber that falls behind on them
+        // (more than the channel holds) reads the copy, which is whole already.
+        current(&shared, listed.len());
         // What the list changed, as if it had been watched.
         for (name, framework) in &listed {
             let same = previous
@@ -378,7 +381,6 @@ impl Informer {
                 let _ = shared.changes.send(Change::Deleted(framework));
             }
         }
-        current(&shared, listed.len());
         Ok(version)
     }
 
@@ -554,4 +556,58 @@ pub fn follow(
             *ended = state.is_none();
             futures::future::ready(Some(state))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pai_test_support::ApiServer;
+    use pai_test_support::frameworks::{framework, to_value};
+
+    struct Plain;
+
+    impl ApiVoice for Plain {
+        fn answered(&self) {}
+        fn explain(&self, error: kube::Error) -> String {
+            error.to_string()
+        }
+    }
+
+    /// The first list's changes go out once the copy is whole and served: a subscriber
+    /// that falls behind on them (more than the channel holds), and reads the copy as
+    /// every controller then does, finds every Framework, never "not listed yet".
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_first_lists_changes_come_once_the_copy_is_whole_and_served() {
+        let api = ApiServer::start().await;
+        // Enough that sending their changes takes a while (and more than the channel
+        // holds).
+        let jobs = 4_200;
+        for i in 0..jobs {
+            let mut value = to_value(&framework(&format!("fw{i}"), &[("worker", 1)]));
+            value["metadata"]["labels"][meta::LABEL_MANAGED_BY] = meta::MANAGED_BY.into();
+            api.create("frameworks", "ns", value);
+        }
+        let client = kube::Client::try_from(kube::Config::new(api.url().parse().expect("url")))
+            .expect("client");
+        let store = KubeStore::start(
+            Api::namespaced(client, "ns"),
+            Duration::from_secs(30),
+            Arc::new(Plain),
+        );
+        // Woken by the first change on a thread of its own, while the rest are sent.
+        let mut changes = store.subscribe();
+        let watching = store.clone();
+        let first = std::thread::spawn(move || {
+            let first = changes.blocking_recv().expect("a change");
+            (first, watching.serving().is_ok(), watching.all().len())
+        });
+        let (first, serving, copied) = tokio::task::spawn_blocking(move || first.join())
+            .await
+            .expect("joined")
+            .expect("the first change");
+        assert!(matches!(first, Change::Applied(_)));
+        assert!(serving, "a change came while the copy was not served");
+        assert_eq!(copied, jobs);
+        assert_eq!(store.all().len(), jobs);
+    }
 }

@@ -12,7 +12,8 @@
 //! reads an earlier run's state directory (copied first: a build may change it) instead
 //! of making one. Before the reads, the first build's resident memory a minute after the
 //! jobs ended, in the server that ran them and in the same build restarted on their
-//! state (#60: what a long-running server holds against what the jobs' data needs).
+//! state (#60: what a long-running server holds against what the jobs' data needs);
+//! `HISTORY_SMAPS=FILE` keeps the first server's `/proc/PID/smaps` as it is read.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -117,6 +118,11 @@ async fn main() {
     settle(server.0.id()).await;
     tokio::time::sleep(minute).await;
     let ran = support::rss(server.0.id());
+    // Where that memory is, mapping by mapping, for a reader who asks.
+    if let Some(path) = std::env::var_os("HISTORY_SMAPS") {
+        let smaps = std::fs::read(format!("/proc/{}/smaps", server.0.id())).expect("smaps");
+        std::fs::write(path, smaps).expect("smaps written");
+    }
     drop(server);
     // The same build restarted on that state, settled: what the jobs' data needs.
     let restarted = {

@@ -257,7 +257,7 @@ fn floor(dir: &Path, tasks: u32) -> Option<f64> {
     Some(elapsed)
 }
 
-/// Every 100 ms until told to stop: the time `/healthz` and `GET` of the job take, in
+/// Every 100 ms (`BENCH_SAMPLE_MS`) until told to stop: the time `/healthz` and `GET` of the job take, in
 /// ms. A request still open at the next tick delays it (the samples are sequential), so
 /// a slow answer shows as itself, never hidden by overlap.
 async fn sample(
@@ -266,7 +266,16 @@ async fn sample(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> (Vec<f64>, Vec<f64>) {
     let (mut health, mut gets) = (Vec::new(), Vec::new());
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    // `BENCH_SAMPLE_MS`: another period; 0 samples nothing (the job's start alone).
+    let period: u64 = std::env::var("BENCH_SAMPLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    if period == 0 {
+        let _ = stop.changed().await;
+        return (health, gets);
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(period));
     loop {
         tokio::select! {
             _ = tick.tick() => {}

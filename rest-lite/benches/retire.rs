@@ -11,7 +11,8 @@
 //! copies its log and deletes its Framework. The result: the time from the server's
 //! start to the first Framework gone, to every job written, to the last Framework gone,
 //! and what the history holds; beside it, the floor: the API server's own deletion of
-//! as many Frameworks (made again) in one DeleteCollection.
+//! as many Frameworks (made again) in one DeleteCollection. The server's log goes to
+//! `BENCH_SERVER_LOG` where set, at `BENCH_SERVER_RUST_LOG` (`warn`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -184,9 +185,15 @@ async fn main() {
         .arg(&tokens)
         .arg("--config")
         .arg(&config)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_SERVER_RUST_LOG").unwrap_or_else(|_| "warn".to_string()),
+        )
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(match std::env::var_os("BENCH_SERVER_LOG") {
+            Some(path) => std::fs::File::create(path).expect("server log").into(),
+            None => std::process::Stdio::null(),
+        })
         .spawn()
         .expect("rest-lite serve");
     let mut first_gone = None;

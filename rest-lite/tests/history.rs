@@ -470,6 +470,43 @@ mod cluster {
         );
     }
 
+    /// Jobs that ended while no server ran are found at the next server's start,
+    /// written into the history together, and retired with their logs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn jobs_that_ended_while_no_server_ran_are_recorded_at_the_next_start() {
+        let Some(postgres) = Postgres::start() else {
+            return;
+        };
+        let (place, server, client) = Place::serving(&postgres, "unwatched", "first").await;
+        // Two: the config's retention keeps two finished jobs.
+        let jobs = ["first", "second"];
+        for job in &jobs[1..] {
+            client
+                .submit("alice", &spec(job), SpecFormat::Json)
+                .await
+                .expect("submitted");
+        }
+        server.kill();
+        for (second, job) in jobs.iter().enumerate() {
+            place.keep_log(job, 0, &format!("output of {job}\n"));
+            place.end_attempt(job, 0, second as i32, second as u32, true);
+        }
+        let server = place.serve();
+        let client = Client::new(&server.url, Some(TOKEN.to_string()));
+        for job in jobs {
+            place.retired(job).await;
+        }
+        assert_eq!(postgres.psql("SELECT count(*) FROM rest_lite_jobs"), "2");
+        assert_eq!(names(&client).await, ["first", "second"]);
+        let view = client.job("alice", "second").await.expect("read");
+        assert_eq!(view.job_status.state.as_str(), "FAILED");
+        assert_eq!(view.job_status.app_exit_code, Some(1));
+        assert_eq!(
+            log_of(&client, "second").await.expect("log"),
+            "output of second\n"
+        );
+    }
+
     /// A Framework whose attempt history cannot be written (an admission webhook refuses
     /// the server's patches) is recorded with its last attempt all the same, and retired.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
