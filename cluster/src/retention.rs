@@ -63,9 +63,7 @@ impl Recorder {
         let store = self.store.clone();
         store.control(self).await;
     }
-}
 
-impl Recorder {
     /// What the history should hold of `framework` and does not: a completed Framework
     /// the history does not hold as it is now, with its last attempt's end.
     fn unwritten(&self, framework: &Framework) -> Option<Framework> {
@@ -102,22 +100,38 @@ impl Reconcile for Recorder {
     /// again on its own.
     async fn all(&mut self) -> Vec<Change> {
         let changes = self.store.all_changes();
-        let unwritten: Vec<Framework> = changes
-            .iter()
-            .filter_map(|change| match change {
-                Change::Applied(framework) => self.unwritten(framework),
-                Change::Deleted(_) => None,
-            })
-            .collect();
-        for page in unwritten.chunks(PAGE as usize) {
-            if let Err(e) = self.archive.write_all(page).await {
-                warn!(error = %e, jobs = unwritten.len(), "cannot write the finished jobs into the history; trying each again with back-off");
-                break;
+        // A page of copies at a time, not a copy of every Framework at once.
+        let mut page = Vec::new();
+        let mut written = 0;
+        let unwritten = changes.iter().filter_map(|change| match change {
+            Change::Applied(framework) => self.unwritten(framework),
+            Change::Deleted(_) => None,
+        });
+        for record in unwritten {
+            page.push(record);
+            if page.len() < PAGE as usize {
+                continue;
+            }
+            match self.archive.write_all(&page).await {
+                Ok(()) => written += std::mem::take(&mut page).len(),
+                Err(e) => {
+                    warn!(error = %e, "cannot write the finished jobs into the history; trying each again with back-off");
+                    page.clear();
+                    break;
+                }
             }
         }
-        if !unwritten.is_empty() {
+        if !page.is_empty() {
+            match self.archive.write_all(&page).await {
+                Ok(()) => written += page.len(),
+                Err(e) => {
+                    warn!(error = %e, "cannot write the finished jobs into the history; trying each again with back-off")
+                }
+            }
+        }
+        if written > 0 {
             info!(
-                jobs = unwritten.len(),
+                jobs = written,
                 "finished jobs found unwritten, written into the history"
             );
         }
