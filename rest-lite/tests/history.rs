@@ -193,8 +193,8 @@ mod cluster {
         }
 
         /// A server on the test API server with `postgres` as its history (scratch
-        /// directory `name`), and job `job` submitted to it.
-        async fn serving(postgres: &Postgres, name: &str, job: &str) -> (Self, Server, Client) {
+        /// directory `name`), and alice's client of it.
+        async fn open(postgres: &Postgres, name: &str) -> (Self, Server, Client) {
             let dir = common::scratch("history", name);
             let api = ApiServer::start().await;
             api.write_kubeconfig(&dir.join("kubeconfig"), Some(NS));
@@ -202,6 +202,12 @@ mod cluster {
             let place = Place { api, dir };
             let server = place.serve();
             let client = Client::new(&server.url, Some(TOKEN.to_string()));
+            (place, server, client)
+        }
+
+        /// [`Place::open`], and job `job` submitted to it.
+        async fn serving(postgres: &Postgres, name: &str, job: &str) -> (Self, Server, Client) {
+            let (place, server, client) = Self::open(postgres, name).await;
             client
                 .submit("alice", &spec(job), SpecFormat::Json)
                 .await
@@ -305,13 +311,7 @@ mod cluster {
         let Some(postgres) = Postgres::start() else {
             return;
         };
-        let dir = common::scratch("history", "cluster");
-        let api = ApiServer::start().await;
-        api.write_kubeconfig(&dir.join("kubeconfig"), Some(NS));
-        write_config(&dir, &postgres.connection());
-        let place = Place { api, dir };
-        let server = place.serve();
-        let client = Client::new(&server.url, Some(TOKEN.to_string()));
+        let (place, server, client) = Place::open(&postgres, "cluster").await;
 
         // "old" ends first; "flaky" fails attempt 0 (its end written into the Framework's
         // history), then succeeds in attempt 1.
