@@ -105,6 +105,13 @@ pub mod runtime {
     /// one write, however fast the command writes. Removed from the environment before
     /// anything else sees it.
     pub const LOG_ROTATION: &str = "PAI_RUNTIME_LOG_ROTATION";
+    /// Set by the embedded default in a container whose engine's daemon, not a process of
+    /// the server's, holds its standard streams (Docker): the task's container log, as a
+    /// path in the container. The runtime makes it its standard output and error (opened
+    /// to append) before anything is written, so the task's output is one ordered file as
+    /// where the server hands the file over (host mode, Podman), and the engine keeps no
+    /// copy of its own. Removed from the environment before anything else sees it.
+    pub const LOG_FILE: &str = "PAI_RUNTIME_LOG_FILE";
     /// Where the user command may write its result (JSON, [`crate::results`]); set by
     /// the runtime for the user command.
     pub const RESULT_FILE: &str = "PAI_RESULT_FILE";

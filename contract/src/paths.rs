@@ -37,6 +37,10 @@ pub mod commands {
     pub const ENTRY: &str = "entry";
     /// The main container's, PID 1: the daemons and the user command.
     pub const RUN: &str = run!();
+    /// `uid:gid` of the user it runs as, printed: what the embedded default asks a
+    /// throwaway container of an image whose user is a name (its own `/etc/passwd` says
+    /// which), so that the task's files the image's user must own are given to it.
+    pub const WHOAMI: &str = "whoami";
 }
 
 /// File names under the runtime root.

@@ -57,6 +57,33 @@ fn join_cpu_group() {
     let _ = std::fs::write(procs, "0");
 }
 
+/// With [`LOG_FILE`](pai_contract::env::runtime::LOG_FILE) set (the embedded default's
+/// Docker containers): that file, opened to append, becomes this process's standard
+/// output and error, before anything is written. Runs before any thread exists.
+fn log_to_file() -> Result<(), String> {
+    use pai_contract::env::runtime::LOG_FILE;
+    let Some(path) = std::env::var_os(LOG_FILE) else {
+        return Ok(());
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: called first thing in main, before any thread exists: nothing reads the
+    // environment concurrently.
+    unsafe {
+        std::env::remove_var(LOG_FILE)
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {LOG_FILE}={}: {e}", path.to_string_lossy()))?;
+    let err = file
+        .try_clone()
+        .map_err(|e| format!("cannot open {LOG_FILE}: {e}"))?;
+    nix::unistd::dup2_stdout(file).map_err(|e| format!("cannot write to {LOG_FILE}: {e}"))?;
+    nix::unistd::dup2_stderr(err).map_err(|e| format!("cannot write to {LOG_FILE}: {e}"))?;
+    Ok(())
+}
+
 /// [`LOG_ROTATION`](pai_contract::env::runtime::LOG_ROTATION), taken out of the
 /// environment (the embedded default sets it): the bound of the container log where it
 /// is this process's standard output. Runs before any thread exists.
@@ -143,16 +170,25 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         root: Option<PathBuf>,
     },
+    /// Prints `uid:gid` of the user this runs as (the embedded default asks an image's).
+    #[command(name = commands::WHOAMI, hide = true)]
+    Whoami,
 }
 
 /// Runs the runtime with `args` (`args[0]` is the program name; `run` as its file name
 /// means the `run` command). Call before any thread starts: `run` blocks signals for
 /// every thread it will have.
+// Long: the steps before any thread exists, in their order, then one arm per command.
 pub fn main(mut args: Vec<String>) -> ExitCode {
+    // Where the engine holds no log of its own, nothing may be written before this.
+    let logged = log_to_file();
     join_cpu_group();
     let log_rotation = take_log_rotation();
     // Failures before a command's own start are logged as its are.
-    if let Err(message) = environment_from_file().and_then(|()| die_with_parent()) {
+    if let Err(message) = logged
+        .and_then(|()| environment_from_file())
+        .and_then(|()| die_with_parent())
+    {
         pai_barrier::logging::init();
         return fail(1, &message);
     }
@@ -162,7 +198,9 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
         .is_some_and(|n| n == commands::RUN)
-        && args.get(1).is_none_or(|a| a != commands::ENTRY);
+        && args
+            .get(1)
+            .is_none_or(|a| a != commands::ENTRY && a != commands::WHOAMI);
     if invoked_as_run {
         args.insert(1, commands::RUN.to_string());
     }
@@ -175,6 +213,14 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
         }
     };
     match command {
+        Command::Whoami => {
+            use std::io::Write;
+            let line = format!("{}:{}\n", nix::unistd::getuid(), nix::unistd::getgid());
+            match std::io::stdout().write_all(line.as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
         Command::Run { root } => {
             // Before any thread exists, so that every thread inherits the blocked mask.
             let signals = match Signals::block() {

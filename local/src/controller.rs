@@ -697,7 +697,7 @@ impl Driver<'_> {
                 };
                 tell("");
                 tracing::info!(job = %job.name(), %image, "pulling image");
-                engine.pull(&image, authfile.as_deref(), tell).await.map_err(|why| {
+                engine.pull(&image, authfile.as_deref(), &tell).await.map_err(|why| {
                     format!(
                         "{}: image {image} is not on this machine and cannot be pulled: {why}. {}",
                         crate::containers::IMAGE_PULL_FAILED,
@@ -712,6 +712,16 @@ impl Driver<'_> {
 
     /// Places the current attempt's tasks (its slots are held): the event that says so.
     async fn place_now(&mut self) -> Event {
+        // The users the images run as, for the task's files that user must own (asked
+        // once per image, the images being here now).
+        if let Some(engine) = self.inner.isolation.engine() {
+            let images = images_of(&self.job.framework());
+            for image in images {
+                if let Err(why) = engine.user_of(&image).await {
+                    tracing::warn!(job = %self.job.name(), %image, %why, "cannot tell which user the image runs as; its tasks' ssh files stay root's");
+                }
+            }
+        }
         // Off the async workers: a large job's placement binds a port per task, and the
         // server's other requests must not wait behind it.
         let (inner, job) = (self.inner.clone(), self.job.clone());
@@ -1054,9 +1064,10 @@ fn in_containers(
     pod: &k8s_openapi::api::core::v1::PodSpec,
     main: &k8s_openapi::api::core::v1::Container,
 ) {
-    use crate::containers::{LABEL_JOB, LABEL_POD_UID, Step};
+    use crate::containers::{LABEL_JOB, LABEL_POD_UID, LABEL_SERVER, Step};
     use pai_contract::paths::RUNTIME_ROOT;
     launch.runtime = task::Runtime::binary(&engine.runtime_binary);
+    let image = crate::containers::normalize_image(main.image.as_deref().unwrap_or_default());
     launch.init_env.push((
         pai_contract::env::runtime::MAIN_ROOT.to_string(),
         RUNTIME_ROOT.to_string(),
@@ -1066,9 +1077,10 @@ fn in_containers(
         engine: engine.clone(),
         main: Step {
             name: crate::containers::main_name(&identity.pod_uid),
-            image: crate::containers::normalize_image(main.image.as_deref().unwrap_or_default()),
+            image: image.clone(),
             hostname: identity.pod_name.clone(),
             labels: vec![
+                (LABEL_SERVER.to_string(), engine.server_label.clone()),
                 (LABEL_JOB.to_string(), identity.framework.clone()),
                 (LABEL_POD_UID.to_string(), identity.pod_uid.clone()),
             ],
@@ -1084,8 +1096,13 @@ fn in_containers(
                 root.join(crate::containers::ENV_FILE),
                 format!("{RUNTIME_ROOT}/{}", crate::containers::ENV_FILE),
             ),
+            env: vec![(
+                pai_contract::env::runtime::ENV_FROM.to_string(),
+                format!("{RUNTIME_ROOT}/{}", crate::containers::ENV_FILE),
+            )],
             limits: container_limits(pod, main),
             gpus: launch.gpus.iter().map(|d| d.index).collect(),
+            user: engine.known_user(&image).filter(|(uid, _)| *uid != 0),
         },
     });
 }

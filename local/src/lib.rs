@@ -316,23 +316,15 @@ async fn isolation(settings: &Settings) -> Result<containers::Isolation, Error> 
         }
         _ => None,
     };
-    let (choice, oci_runtime, state_dir, outlive_server) = (
-        containers.choice,
-        containers.oci_runtime.clone(),
-        settings.state_dir.clone(),
-        containers.outlive_server,
-    );
-    tokio::task::spawn_blocking(move || {
-        containers::detect(containers::Detect {
-            choice,
-            oci_runtime,
-            runtime_binary,
-            state_dir: &state_dir,
-            outlive_server,
-        })
+    containers::detect(containers::Detect {
+        choice: containers.choice,
+        oci_runtime: containers.oci_runtime.clone(),
+        docker_host: std::env::var("DOCKER_HOST").ok(),
+        runtime_binary,
+        state_dir: &settings.state_dir,
+        outlive_server: containers.outlive_server,
     })
     .await
-    .map_err(|e| Error::Other(e.to_string()))?
     .map_err(Error::Other)
 }
 

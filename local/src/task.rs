@@ -146,8 +146,11 @@ impl Launch {
 }
 
 pub fn container_log(root: &Path) -> PathBuf {
-    root.join("container.log")
+    root.join(CONTAINER_LOG)
 }
+
+/// The task's container log's name, in its directory.
+pub const CONTAINER_LOG: &str = "container.log";
 
 /// What a task reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,9 +218,15 @@ pub async fn run(
         ));
     }
     // The main container: the runtime takes the ssh port over as it is held (on its
-    // standard input, never free in between); its processes bind the others from now on.
+    // standard input, never free in between) where the engine's client hands it over;
+    // its processes bind the others from now on.
+    let hands_over = launch
+        .containers
+        .as_ref()
+        .is_none_or(|c| c.engine.hands_over());
     let ssh_listener = launch
         .ssh_port
+        .filter(|_| hands_over)
         .and_then(|port| launch.ports.hand_over(port));
     launch.ports.release();
     let mut main_env = launch.main_env.clone();
@@ -227,19 +236,49 @@ pub async fn run(
             pai_contract::env::runtime::SSH_LISTENER_STDIN.to_string(),
         ));
     }
-    let run = match &launch.containers {
+    let mut run = match &launch.containers {
         Some(containers) => {
-            container_command(&launch, &containers.engine, &containers.main, &main_env)
+            let step = main_step(&launch, containers, hands_over);
+            let started = match prepare_container(&launch, &step, &main_env) {
+                Ok(()) if stop.borrow().is_some() => Ok(None),
+                Ok(()) => containers.engine.start(&step).await.map(Some),
+                Err(message) => Err(message),
+            };
+            match started {
+                Ok(Some(crate::containers::Start::Attached(mut command))) => {
+                    command
+                        .env_clear()
+                        .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
+                        .current_dir(&launch.root);
+                    *command
+                }
+                Ok(Some(crate::containers::Start::Detached)) => {
+                    report(Progress::Running);
+                    let ended = until_container_ends(
+                        &containers.engine,
+                        &step.name,
+                        &launch.root,
+                        launch.grace,
+                        &mut stop,
+                    )
+                    .await;
+                    return report(ended);
+                }
+                Ok(None) => {
+                    let request = stop.borrow().clone().unwrap_or_else(|| StopRequest {
+                        code: 1,
+                        reason: "stopped".to_string(),
+                    });
+                    return report(completed(request.code, request.reason));
+                }
+                Err(message) => return report(completed(1, message)),
+            }
         }
-        None => Ok(host_command(
+        None => host_command(
             &launch,
             &launch.root.join(pai_contract::paths::files::RUN),
             &main_env,
-        )),
-    };
-    let mut run = match run {
-        Ok(run) => run,
-        Err(message) => return report(completed(1, message)),
+        ),
     };
     match ssh_listener {
         Some(listener) => {
@@ -277,6 +316,29 @@ pub async fn run(
         }),
         Outcome::CannotStart(message) => report(completed(1, message)),
     }
+}
+
+/// The main container's step as its engine starts it: where the engine's daemon, not a
+/// process of the server's, holds its streams, the runtime is told where the task's log
+/// is in the container and its bound, and opens and rotates it itself.
+fn main_step(
+    launch: &Launch,
+    containers: &Containers,
+    hands_over: bool,
+) -> crate::containers::Step {
+    use pai_contract::env::runtime;
+    let mut step = containers.main.clone();
+    if !hands_over {
+        step.env.push((
+            runtime::LOG_FILE.to_string(),
+            format!("{}/{}", pai_contract::paths::RUNTIME_ROOT, CONTAINER_LOG),
+        ));
+        step.env.push((
+            runtime::LOG_ROTATION.to_string(),
+            launch.logs.rotation().to_env(),
+        ));
+    }
+    step
 }
 
 /// What the runtime left as the main container's termination message (a result); at
@@ -334,21 +396,34 @@ pub async fn follow(
     mut stop: watch::Receiver<Option<StopRequest>>,
 ) {
     report(Progress::Running);
+    report(until_container_ends(&engine, &name, &root, grace, &mut stop).await);
+}
+
+/// Follows the running container `name` of the task whose directory is `root` to its
+/// end, which is read, then the container removed: how it ended. A stop request ends it
+/// through the engine with TERM, then KILL after `grace`.
+async fn until_container_ends(
+    engine: &crate::containers::Engine,
+    name: &str,
+    root: &Path,
+    grace: Duration,
+    stop: &mut watch::Receiver<Option<StopRequest>>,
+) -> Progress {
     let ended = tokio::select! {
-        code = engine.wait(&name) => Ok(code),
-        request = wait_for_stop(&mut stop) => {
-            engine.kill(&name, "TERM").await;
-            if tokio::time::timeout(grace, engine.wait(&name)).await.is_err() {
+        code = engine.wait(name) => Ok(code),
+        request = wait_for_stop(stop) => {
+            engine.kill(name, "TERM").await;
+            if tokio::time::timeout(grace, engine.wait(name)).await.is_err() {
                 tracing::warn!(container = %name, grace_s = grace.as_secs(), "task outlived its grace period; killing its container");
-                engine.kill(&name, "KILL").await;
-                engine.wait(&name).await;
+                engine.kill(name, "KILL").await;
+                engine.wait(name).await;
             }
             Err(request)
         }
     };
-    engine.remove(std::slice::from_ref(&name)).await;
-    report(match ended {
-        Ok(Some(code)) => main_ended(&root, code),
+    engine.remove(&[name.to_string()]).await;
+    match ended {
+        Ok(Some(code)) => main_ended(root, code),
         Ok(None) => Progress::Completed {
             code: pai_contract::exit::codes::POD_EXTERNAL_DELETED,
             diagnostics: format!("the main container {name} is gone, and how it ended with it"),
@@ -358,10 +433,10 @@ pub async fn follow(
         Err(request) => Progress::Completed {
             code: request.code,
             diagnostics: request.reason,
-            message: termination_message(&root),
+            message: termination_message(root),
             reason: None,
         },
-    });
+    }
 }
 
 enum Outcome {
@@ -387,14 +462,13 @@ fn host_command(
     command
 }
 
-/// `step` as a container of `engine`: its environment `env` in its file, the engine run
-/// with the server's variables alone.
-fn container_command(
+/// What the main container `step` needs in the task's directory before its engine starts
+/// it: the directory itself, its environment `env` in its file, the termination log.
+fn prepare_container(
     launch: &Launch,
-    engine: &crate::containers::Engine,
     step: &crate::containers::Step,
     env: &[(String, String)],
-) -> Result<tokio::process::Command, String> {
+) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     // The pod's volume: writable by the image's user, whoever that is (an emptyDir is
     // 0777); no other user of this machine reaches it, `jobs/` above it being 0700.
@@ -405,23 +479,50 @@ fn container_command(
         .map_err(|e| format!("cannot create {}: {e}", launch.root.display()))?;
     crate::containers::write_env_file(&step.env_file.0, env)
         .map_err(|e| format!("cannot write {}: {e}", step.env_file.0.display()))?;
+    // The ssh files `entry` wrote (root's, private), given to the image's user where it is
+    // not root: its sshd reads the host key and writes the authorized keys, its ssh client
+    // reads the job's key.
+    if let Some((uid, gid)) = step.user {
+        let ssh = launch.root.join("ssh");
+        give_to(&ssh, uid, gid)
+            .map_err(|e| format!("cannot give {} to uid {uid}: {e}", ssh.display()))?;
+    }
+    // Files the container writes as the image's user, whoever that is: the termination
+    // log (mounted in, so it must exist first, as the kubelet's does) and the task's log
+    // where the runtime opens it itself.
+    let log = launch.container_log();
+    let mut writable: Vec<&Path> = vec![&log];
     for (host, inside, _) in &step.mounts {
-        // A file mounted in (the termination log) must exist first, writable by the
-        // image's user, as the kubelet's is.
-        if inside == pai_contract::results::KUBELET_TERMINATION_LOG && !host.exists() {
-            std::fs::write(host, b"")
-                .and_then(|()| {
-                    std::fs::set_permissions(host, std::fs::Permissions::from_mode(0o666))
-                })
-                .map_err(|e| format!("cannot create {}: {e}", host.display()))?;
+        if inside == pai_contract::results::KUBELET_TERMINATION_LOG {
+            writable.push(host);
         }
     }
-    let mut command = engine.run(step);
-    command
-        .env_clear()
-        .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&launch.root);
-    Ok(command)
+    for path in writable {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|_| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)))
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `path` and everything under it (links themselves, never what they name) owned by
+/// `uid`:`gid`; nothing when it is not there.
+fn give_to(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            give_to(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
 }
 
 /// Starts `command` as one container of the task, calls `started` once it runs (the

@@ -1,14 +1,18 @@
-//! `cargo bench -p rest-lite --bench containers`: a job of N tasks (10 and 100 unless
+//! `cargo bench -p rest-lite --bench containers`: a job of N tasks (10, 50 and 100 unless
 //! `BENCH_SIZES` says otherwise) on the embedded default, in host mode and in container
-//! mode (Podman) in the same run: submission → every task RUNNING (on the job's watch: in
-//! container mode a task is RUNNING once its main container runs), and the machine's
-//! memory in use then, per task (`MemAvailable` before the job against while every task
-//! runs: the task processes, and in container mode Podman's clients, conmon and the
-//! runtime's containers). Each job's command waits for TERM; the job is deleted after.
+//! mode with each engine (`BENCH_ENGINES`, default `host,podman,docker`) in the same run:
+//! submission → every task RUNNING (on the job's watch: in container mode a task is
+//! RUNNING once its main container runs), and the machine's memory in use then, per task
+//! (`MemAvailable` before the job against while every task runs: the task processes, and
+//! in container mode the engine's clients, shims and the containers). Each job's command
+//! waits for TERM; the job is deleted after. Beside each engine's job, its **floor** in the
+//! same run: the same N containers (the image, the host's network, the memory limit)
+//! started directly, all at once, with the engine's own `run -d`, until the last `run`
+//! returned (each returns once its container runs).
 //!
-//! Needs the test image `localhost/rest-lite-test-busybox:1` (the container tests import
-//! it; `BENCH_IMAGE` names another) and root; `BENCH_ENGINE_RUNTIME` names Podman's OCI
-//! runtime (runc by default where it is installed).
+//! Needs the test image `localhost/rest-lite-test-busybox:1` in each engine (the
+//! container tests import it; `BENCH_IMAGE` names another) and root;
+//! `BENCH_ENGINE_RUNTIME` names Podman's OCI runtime (runc by default).
 
 mod support;
 
@@ -59,8 +63,7 @@ fn start(state: &Path, engine: &str) -> (Child, String, String) {
 
 /// Seconds from submission until every task of the job runs.
 async fn until_running(client: &Client, job: &str, tasks: usize) -> f64 {
-    let image = std::env::var("BENCH_IMAGE")
-        .unwrap_or_else(|_| "localhost/rest-lite-test-busybox:1".to_string());
+    let image = image();
     let spec = json!({
         "jobName": job,
         "image": image,
@@ -93,21 +96,103 @@ async fn until_running(client: &Client, job: &str, tasks: usize) -> f64 {
     panic!("the watch ended before every task ran");
 }
 
+fn image() -> String {
+    std::env::var("BENCH_IMAGE")
+        .unwrap_or_else(|_| "localhost/rest-lite-test-busybox:1".to_string())
+}
+
+/// Seconds until `tasks` containers of the bench's image, started at once with `engine`'s
+/// `run -d` (the host's network, 128 MiB, a command that waits), all run; removed after.
+fn floor(engine: &str, tasks: usize) -> f64 {
+    let names: Vec<String> = (0..tasks)
+        .map(|i| format!("rest-lite-bench-floor-{}-{i}", std::process::id()))
+        .collect();
+    // The limits the server gives its containers: its own (Podman's `nproc` at most its
+    // 32,768); Podman's defaults exceed what this machine allows.
+    let own = |resource, most: u64| {
+        let (soft, hard) = nix::sys::resource::getrlimit(resource).expect("getrlimit");
+        let show = |n: u64| {
+            if n == nix::sys::resource::RLIM_INFINITY {
+                "-1".to_string()
+            } else {
+                n.min(most).to_string()
+            }
+        };
+        format!("{}:{}", show(soft), show(hard))
+    };
+    let limits = [
+        format!(
+            "nofile={}",
+            own(nix::sys::resource::Resource::RLIMIT_NOFILE, u64::MAX)
+        ),
+        format!(
+            "nproc={}",
+            own(nix::sys::resource::Resource::RLIMIT_NPROC, 32_768)
+        ),
+    ];
+    let began = Instant::now();
+    let runs: Vec<Child> = names
+        .iter()
+        .map(|name| {
+            let mut command = Command::new(engine);
+            if engine == "podman" {
+                let runtime =
+                    std::env::var("BENCH_ENGINE_RUNTIME").unwrap_or_else(|_| "runc".to_string());
+                command.args(["--runtime", &runtime]);
+            }
+            command.args(["run", "-d", "--network", "host", "--memory", "128m"]);
+            for limit in &limits {
+                command.args(["--ulimit", limit]);
+            }
+            command
+                .arg("--name")
+                .arg(name)
+                .arg(image())
+                .args(["sleep", "600"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("run -d")
+        })
+        .collect();
+    for mut run in runs {
+        assert!(
+            run.wait().expect("run -d").success(),
+            "{engine} run -d failed"
+        );
+    }
+    let seconds = began.elapsed().as_secs_f64();
+    let mut rm = Command::new(engine);
+    rm.args(["rm", "--force"]);
+    if engine == "podman" {
+        rm.args(["--time", "0"]);
+    }
+    let _ = rm.args(&names).stdout(Stdio::null()).status();
+    seconds
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
-        .unwrap_or_else(|_| "10,100".to_string())
+        .unwrap_or_else(|_| "10,50,100".to_string())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let dir =
         std::env::temp_dir().join(format!("rest-lite-bench-containers-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    println!("| tasks | mode | submit → every task RUNNING (s) | memory per task (MiB) |");
-    println!("|---|---|---|---|");
+    let engines: Vec<String> = std::env::var("BENCH_ENGINES")
+        .unwrap_or_else(|_| "host,podman,docker".to_string())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    println!(
+        "| tasks | mode | submit → every task RUNNING (s) | floor: {{engine}} run -d ×N (s) | job / floor | memory per task (MiB) |"
+    );
+    println!("|---|---|---|---|---|---|");
     for &tasks in &sizes {
         let mut host_seconds = None;
-        for engine in ["host", "podman"] {
+        for engine in engines.iter().map(String::as_str) {
+            let floor = (engine != "host").then(|| floor(engine, tasks));
             let state = dir.join(format!("{engine}-{tasks}"));
             let before = mem_available_kib();
             let (mut server, url, token) = start(&state, engine);
@@ -122,7 +207,13 @@ async fn main() {
                     String::new()
                 }
             };
-            println!("| {tasks} | {engine} | {seconds:.2}{ratio} | {used:.1} |");
+            let (floor, of_floor) = match floor {
+                Some(f) => (format!("{f:.2}"), format!("{:.2}", seconds / f)),
+                None => ("–".to_string(), "–".to_string()),
+            };
+            println!(
+                "| {tasks} | {engine} | {seconds:.2}{ratio} | {floor} | {of_floor} | {used:.1} |"
+            );
             client.delete("bench", &job).await.expect("deleted");
             // Containers outlive a killed server: wait until the deletion removed them all.
             let label = format!(
@@ -130,8 +221,8 @@ async fn main() {
                 pai_local::containers::LABEL_JOB,
                 pai_contract::names::framework_name("bench", &job)
             );
-            while engine == "podman"
-                && Command::new("podman")
+            while engine != "host"
+                && Command::new(engine)
                     .args(["ps", "--all", "--quiet", "--filter", &label])
                     .output()
                     .is_ok_and(|o| !o.stdout.is_empty())

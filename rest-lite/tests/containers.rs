@@ -1,8 +1,11 @@
-//! Container mode: the real `rest-lite serve --engine podman` runs each task in its image
-//! through Podman (its `entry`, then `run` as PID 1, both the static runtime this build
-//! carries), with the pod's limits. The image is made here from the static busybox and
-//! imported (no registry can be reached). Needs root, Podman and busybox-static
-//! (`.ci/run` installs them, and runc: crun refuses a machine whose cgroups are hybrid).
+//! Container mode, against both engines: the real `rest-lite serve --engine podman` and
+//! `--engine docker` run each task in its image (its `entry`, then `run` as PID 1, both
+//! the static runtime this build carries), with the pod's limits. Every test runs once per
+//! engine (`…::podman`, `…::docker`). The image is made here from the static busybox and
+//! imported into each engine (no registry can be reached). Needs root, busybox-static,
+//! Podman (and runc: crun refuses a machine whose cgroups are hybrid) and a Docker Engine
+//! answering at `DOCKER_HOST` or `/var/run/docker.sock` (`.ci/run` installs them and
+//! starts `dockerd` with `.ci/start-dockerd`).
 
 use crate::common;
 
@@ -20,49 +23,169 @@ use common::serve::{DEADLINE, Server};
 /// The test image: busybox alone, every applet linked.
 const IMAGE: &str = "localhost/rest-lite-test-busybox:1";
 
+/// The engine a test's tasks run in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Engine {
+    Podman,
+    Docker,
+}
+
+/// Runs the test `$name(engine)` once per engine, as `$name::podman` and `$name::docker`.
+macro_rules! for_each_engine {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn podman() {
+                super::$name(super::Engine::Podman).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn docker() {
+                super::$name(super::Engine::Docker).await
+            }
+        }
+    )*};
+}
+
+for_each_engine!(
+    a_multi_role_job_runs_in_its_image_with_the_platforms_environment,
+    a_task_over_its_memory_limit_is_oom_killed_and_says_so,
+    an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words,
+    stop_and_delete_leave_no_container,
+    a_restarted_server_follows_the_containers_the_killed_one_started,
+    a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits,
+    tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_containers,
+    a_task_runs_as_its_images_user_and_may_write_its_volume,
+    tasks_of_an_image_whose_user_is_a_name_reach_each_other_over_ssh_as_that_user,
+    a_job_writes_into_its_team_storages_where_the_config_keeps_them,
+);
+
+impl Engine {
+    /// Its command line's program, and its `--engine`.
+    fn name(self) -> &'static str {
+        match self {
+            Engine::Podman => "podman",
+            Engine::Docker => "docker",
+        }
+    }
+
+    /// How the server says it started with it.
+    fn says(self) -> &'static str {
+        match self {
+            Engine::Podman => "Podman",
+            Engine::Docker => "Docker",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn cli(self) -> Command {
+        Command::new(self.name())
+    }
+
+    /// Whether it answers: Podman's client, or Docker's daemon.
+    fn answers(self) -> bool {
+        let mut command = self.cli();
+        match self {
+            Engine::Podman => command.arg("--version"),
+            Engine::Docker => command.args(["version", "--format", "{{.Server.Version}}"]),
+        };
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// The names of the containers that `filter` (`label=…`) selects: running ones, or
+    /// `all`.
+    fn ps(self, filter: &str, all: bool) -> Vec<String> {
+        let mut command = self.cli();
+        command.arg("ps");
+        if all {
+            command.arg("--all");
+        }
+        let out = command
+            .args(["--format", "{{.Names}}", "--filter", filter])
+            .output()
+            .expect("ps");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Removes containers, running or not.
+    fn rm(self, names: &[String]) {
+        let mut command = self.cli();
+        command.args(["rm", "--force"]);
+        if self == Engine::Podman {
+            command.args(["--time", "0"]);
+        }
+        let _ = command
+            .args(names)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// Removes an image, if it is there.
+    fn rmi(self, image: &str) {
+        let _ = self
+            .cli()
+            .args(["rmi", "--force", image])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 fn scratch(name: &str) -> common::Scratch {
     common::scratch("containers", name)
 }
 
-/// Whether this machine can run the tests (root, Podman, busybox); imports the image once.
-fn ready() -> bool {
+/// Whether this machine can run the tests with `engine` (root, the engine, busybox);
+/// imports the image into it once.
+fn ready(engine: Engine) -> bool {
     if !nix::unistd::geteuid().is_root() {
         return pai_test_support::needs::present(
-            "root (Podman's rootful containers)",
+            "root (rootful containers)",
             false,
             "run the tests as root",
         );
     }
     let busybox = Path::new("/bin/busybox");
-    if !pai_test_support::needs::present(
-        "podman",
-        Command::new("podman")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success()),
-        "apt-get install podman runc",
-    ) || !pai_test_support::needs::present(
-        "a static busybox at /bin/busybox",
-        busybox.is_file(),
-        "apt-get install busybox-static",
-    ) {
+    let engine_there = match engine {
+        Engine::Podman => pai_test_support::needs::present(
+            "podman",
+            engine.answers(),
+            "apt-get install podman runc",
+        ),
+        Engine::Docker => pai_test_support::needs::present(
+            "a Docker Engine answering at DOCKER_HOST or /var/run/docker.sock",
+            engine.answers(),
+            "apt-get install docker.io, then .ci/start-dockerd",
+        ),
+    };
+    if !engine_there
+        || !pai_test_support::needs::present(
+            "a static busybox at /bin/busybox",
+            busybox.is_file(),
+            "apt-get install busybox-static",
+        )
+    {
         return false;
     }
-    static IMPORTED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    static IMPORTED: std::sync::Mutex<[bool; 2]> = std::sync::Mutex::new([false; 2]);
     let mut imported = IMPORTED.lock().unwrap_or_else(|e| e.into_inner());
-    if !*imported {
-        import_image(busybox);
-        *imported = true;
+    if !imported[engine.index()] {
+        let dir = scratch(&format!("image-{}", engine.name()));
+        let root = busybox_root(&dir, busybox);
+        import(engine, &dir, &root, IMAGE, &[]);
+        imported[engine.index()] = true;
     }
     true
-}
-
-/// A root file system of busybox and its applets, imported as [`IMAGE`].
-fn import_image(busybox: &Path) {
-    let dir = scratch("image");
-    let root = busybox_root(&dir, busybox);
-    import(&dir, &root, IMAGE);
 }
 
 /// busybox and its applets in `dir/rootfs`, with the users sshd needs.
@@ -90,8 +213,9 @@ fn busybox_root(dir: &Path, busybox: &Path) -> std::path::PathBuf {
     root
 }
 
-/// `root` as the image `name`.
-fn import(dir: &Path, root: &Path, name: &str) {
+/// `root` as the image `name` of `engine`, with Dockerfile instructions `changes`
+/// (`USER 1000:1000`).
+fn import(engine: Engine, dir: &Path, root: &Path, name: &str, changes: &[&str]) {
     let tar = dir.join("rootfs.tar");
     let status = Command::new("tar")
         .arg("-C")
@@ -102,52 +226,64 @@ fn import(dir: &Path, root: &Path, name: &str) {
         .status()
         .expect("tar");
     assert!(status.success());
-    let out = Command::new("podman")
-        .args(["import", "--quiet"])
-        .arg(&tar)
-        .arg(name)
-        .output()
-        .expect("podman import");
+    let mut command = engine.cli();
+    command.arg("import");
+    for change in changes {
+        command.args(["--change", change]);
+    }
+    let out = command.arg(&tar).arg(name).output().expect("import");
     assert!(
         out.status.success(),
-        "podman import: {}",
+        "{} import: {}",
+        engine.name(),
         String::from_utf8_lossy(&out.stderr)
     );
 }
 
-/// `rest-lite serve` with tasks in Podman containers (runc where it is installed), and
-/// the guard that removes its containers at the end of the test (declared first, dropped
-/// after the server).
-fn start(state: &Path) -> (Leftovers, Server) {
-    start_with(state, &[])
+/// `rest-lite serve` with tasks in `engine`'s containers (Podman with runc where it is
+/// installed), and the guard that removes its containers at the end of the test (declared
+/// first, dropped after the server).
+fn start(engine: Engine, state: &Path) -> (Leftovers, Server) {
+    start_with(engine, state, &[])
 }
 
 /// [`start`] with variables of the server's environment.
-fn start_with(state: &Path, env: &[(&str, &std::ffi::OsStr)]) -> (Leftovers, Server) {
-    start_configured(state, env, None)
+fn start_with(
+    engine: Engine,
+    state: &Path,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (Leftovers, Server) {
+    start_configured(engine, state, env, None)
+}
+
+/// The server's command with tasks in `engine`'s containers.
+fn serve_command(engine: Engine, state: &Path) -> Command {
+    let mut command = Server::command(state);
+    command.args(["--backend", "local", "--engine", engine.name()]);
+    if engine == Engine::Podman && which("runc") {
+        command.args(["--engine-runtime", "runc"]);
+    }
+    command
 }
 
 /// [`start_with`] and the config file `config`.
 fn start_configured(
+    engine: Engine,
     state: &Path,
     env: &[(&str, &std::ffi::OsStr)],
     config: Option<&Path>,
 ) -> (Leftovers, Server) {
     std::fs::create_dir_all(state).expect("state");
-    let leftovers = Leftovers::of(state);
-    let mut command = Server::command(state);
-    command.args(["--backend", "local", "--engine", "podman"]);
+    let leftovers = Leftovers::of(engine, state);
+    let mut command = serve_command(engine, state);
     if let Some(config) = config {
         command.arg("--config").arg(config);
-    }
-    if which("runc") {
-        command.args(["--engine-runtime", "runc"]);
     }
     for (name, value) in env {
         command.env(name, value);
     }
     let server =
-        Server::spawn(&mut command, &["in their images", "Podman"]).with_machine_token(state);
+        Server::spawn(&mut command, &["in their images", engine.says()]).with_machine_token(state);
     (leftovers, server)
 }
 
@@ -157,38 +293,26 @@ fn which(program: &str) -> bool {
 }
 
 /// The containers of job `framework` (running or not).
-fn containers_of(framework: &str) -> Vec<String> {
-    podman_ps(framework, true)
+fn containers_of(engine: Engine, framework: &str) -> Vec<String> {
+    engine.ps(&job_filter(framework), true)
+}
+
+fn job_filter(framework: &str) -> String {
+    format!("label=io.openpai.rest-lite.job={framework}")
 }
 
 /// After a deletion (answered once it is saved, before its tasks have ended): waits, with
 /// the engine, for each of `names` to exit; returns the job's containers still running.
-fn running_after_deletion(framework: &str, names: &[String]) -> Vec<String> {
+fn running_after_deletion(engine: Engine, framework: &str, names: &[String]) -> Vec<String> {
     // A container removed already is an error of `wait`'s, and is no longer running.
-    let _ = Command::new("podman")
+    let _ = engine
+        .cli()
         .arg("wait")
         .args(names)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
-    podman_ps(framework, false)
-}
-
-fn podman_ps(framework: &str, all: bool) -> Vec<String> {
-    let mut command = Command::new("podman");
-    command.arg("ps");
-    if all {
-        command.arg("--all");
-    }
-    let out = command
-        .args(["--format", "{{.Names}}", "--filter"])
-        .arg(format!("label=io.openpai.rest-lite.job={framework}"))
-        .output()
-        .expect("podman ps");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
+    engine.ps(&job_filter(framework), false)
 }
 
 fn spec(name: &str, image: &str, roles: Value, extra: Value) -> String {
@@ -275,22 +399,17 @@ done
 echo "client $me heard: $reply"
 [ "$reply" = "ack" ]"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_role_job_runs_in_its_image_with_the_platforms_environment() {
-    if !ready() {
+async fn a_multi_role_job_runs_in_its_image_with_the_platforms_environment(engine: Engine) {
+    if !ready(engine) {
         return;
     }
-    let dir = scratch("multi-role");
+    let dir = scratch(&format!("multi-role-{}", engine.name()));
     // A variable of the server's environment must not reach a container.
-    let mut command = Server::command(&dir.join("state"));
-    command
-        .args(["--backend", "local", "--engine", "podman"])
-        .env("REST_LITE_TEST_LEAK", "leaked");
-    if which("runc") {
-        command.args(["--engine-runtime", "runc"]);
-    }
-    let server =
-        Server::spawn(&mut command, &["in their images"]).with_machine_token(&dir.join("state"));
+    let (_leftovers, server) = start_with(
+        engine,
+        &dir.join("state"),
+        &[("REST_LITE_TEST_LEAK", "leaked".as_ref())],
+    );
     let client = server.client();
     let greeting = "hello $(not run) `not run` 'quoted'\nsecond line";
     let job = spec(
@@ -417,13 +536,12 @@ async fn a_multi_role_job_runs_in_its_image_with_the_platforms_environment() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_over_its_memory_limit_is_oom_killed_and_says_so() {
-    if !ready() {
+async fn a_task_over_its_memory_limit_is_oom_killed_and_says_so(engine: Engine) {
+    if !ready(engine) {
         return;
     }
-    let dir = scratch("oom");
-    let (_leftovers, server) = start(&dir.join("state"));
+    let dir = scratch(&format!("oom-{}", engine.name()));
+    let (_leftovers, server) = start(engine, &dir.join("state"));
     let client = server.client();
     // 200 MiB in a task of 64 MiB: dd's buffer is one allocation, all of it written.
     let job = spec(
@@ -445,13 +563,12 @@ async fn a_task_over_its_memory_limit_is_oom_killed_and_says_so() {
     assert!(text.contains("64 MiB"), "the limit is named: {view:#}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words() {
-    if !ready() {
+async fn an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words(engine: Engine) {
+    if !ready(engine) {
         return;
     }
-    let dir = scratch("no-image");
-    let (_leftovers, server) = start(&dir.join("state"));
+    let dir = scratch(&format!("no-image-{}", engine.name()));
+    let (_leftovers, server) = start(engine, &dir.join("state"));
     let client = server.client();
     let job = spec(
         "no-image",
@@ -473,13 +590,12 @@ async fn an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words() 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stop_and_delete_leave_no_container() {
-    if !ready() {
+async fn stop_and_delete_leave_no_container(engine: Engine) {
+    if !ready(engine) {
         return;
     }
-    let dir = scratch("lifecycle");
-    let (_leftovers, server) = start(&dir.join("state"));
+    let dir = scratch(&format!("lifecycle-{}", engine.name()));
+    let (_leftovers, server) = start(engine, &dir.join("state"));
     let client = server.client();
     let sleeper = role(
         "worker",
@@ -498,7 +614,11 @@ async fn stop_and_delete_leave_no_container() {
         .expect("submitted");
     every_task_running(&client, "stopped").await;
     let name = framework_name(&client, "stopped").await;
-    assert_eq!(containers_of(&name).len(), 2, "a container per task");
+    assert_eq!(
+        containers_of(engine, &name).len(),
+        2,
+        "a container per task"
+    );
     client.stop("alice", "stopped").await.expect("stopped");
     let view = final_view(&client, "alice", "stopped").await;
     assert_eq!(view["jobStatus"]["state"], "STOPPED", "{view:#}");
@@ -507,7 +627,7 @@ async fn stop_and_delete_leave_no_container() {
             .await
             .contains("term")
     );
-    assert_eq!(containers_of(&name), Vec::<String>::new());
+    assert_eq!(containers_of(engine, &name), Vec::<String>::new());
 
     // Delete while running.
     client
@@ -520,37 +640,36 @@ async fn stop_and_delete_leave_no_container() {
         .expect("submitted");
     every_task_running(&client, "deleted").await;
     let name = framework_name(&client, "deleted").await;
-    let running = containers_of(&name);
+    let running = containers_of(engine, &name);
     assert_eq!(running.len(), 2);
     client.delete("alice", "deleted").await.expect("deleted");
     assert_eq!(
-        running_after_deletion(&name, &running),
+        running_after_deletion(engine, &name, &running),
         Vec::<String>::new()
     );
 }
 
 /// Removes every container of the server whose state directory is `state` when dropped:
 /// a failed test leaves none running (a server's containers outlive it).
-struct Leftovers(String);
+struct Leftovers {
+    engine: Engine,
+    filter: String,
+}
 
 impl Leftovers {
-    fn of(state: &Path) -> Self {
-        Self(format!(
-            "label={}={}",
-            pai_local::containers::LABEL_SERVER,
-            pai_local::containers::server_label(state)
-        ))
+    fn of(engine: Engine, state: &Path) -> Self {
+        Self {
+            engine,
+            filter: format!(
+                "label={}={}",
+                pai_local::containers::LABEL_SERVER,
+                pai_local::containers::server_label(state)
+            ),
+        }
     }
 
     fn names(&self) -> Vec<String> {
-        let out = Command::new("podman")
-            .args(["ps", "--all", "--format", "{{.Names}}", "--filter", &self.0])
-            .output()
-            .expect("podman ps");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect()
+        self.engine.ps(&self.filter, true)
     }
 }
 
@@ -558,24 +677,18 @@ impl Drop for Leftovers {
     fn drop(&mut self) {
         let names = self.names();
         if !names.is_empty() {
-            let _ = Command::new("podman")
-                .args(["rm", "--force", "--time", "0"])
-                .args(&names)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            self.engine.rm(&names);
         }
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_server_follows_the_containers_the_killed_one_started() {
-    if !ready() {
+async fn a_restarted_server_follows_the_containers_the_killed_one_started(engine: Engine) {
+    if !ready(engine) {
         return;
     }
-    let dir = scratch("restart");
+    let dir = scratch(&format!("restart-{}", engine.name()));
     let state = dir.join("state");
-    let (leftovers, server) = start(&state);
+    let (leftovers, server) = start(engine, &state);
     let client = server.client();
     let sleeper = role(
         "worker",
@@ -593,18 +706,18 @@ async fn a_restarted_server_follows_the_containers_the_killed_one_started() {
         .expect("submitted");
     every_task_running(&client, "followed").await;
     let name = framework_name(&client, "followed").await;
-    let mut running = containers_of(&name);
+    let mut running = containers_of(engine, &name);
     running.sort();
     assert_eq!(running.len(), 2);
     // A container of this server's that no job names.
     let stray = format!("rest-lite-stray-{}", std::process::id());
-    let mut podman = Command::new("podman");
-    if which("runc") {
-        podman.args(["--runtime", "runc"]);
+    let mut run = engine.cli();
+    if engine == Engine::Podman && which("runc") {
+        run.args(["--runtime", "runc"]);
     }
-    let made = podman
+    let made = run
         .args(["run", "--detach", "--name", &stray, "--label"])
-        .arg(&leftovers.0["label=".len()..])
+        .arg(&leftovers.filter["label=".len()..])
         .args([
             "--ulimit",
             "nofile=1024:1024",
@@ -613,7 +726,7 @@ async fn a_restarted_server_follows_the_containers_the_killed_one_started() {
         ])
         .args([IMAGE, "sleep", "600"])
         .output()
-        .expect("podman run");
+        .expect("run");
     assert!(
         made.status.success(),
         "{}",
@@ -622,14 +735,14 @@ async fn a_restarted_server_follows_the_containers_the_killed_one_started() {
 
     server.kill();
     // The tasks outlived the server, as pods outlive a kubelet.
-    let mut after_kill = podman_ps(&name, false);
+    let mut after_kill = engine.ps(&job_filter(&name), false);
     after_kill.sort();
     assert_eq!(
         after_kill, running,
         "the containers run on without their server"
     );
 
-    let (_again, server) = start(&state);
+    let (_again, server) = start(engine, &state);
     let client = server.client();
     let view =
         serde_json::to_value(client.job("alice", "followed").await.expect("job")).expect("JSON");
@@ -638,7 +751,7 @@ async fn a_restarted_server_follows_the_containers_the_killed_one_started() {
         view["jobStatus"]["retries"], 0,
         "the attempt is kept: {view:#}"
     );
-    let mut now = containers_of(&name);
+    let mut now = containers_of(engine, &name);
     now.sort();
     assert_eq!(now, running, "the same containers, followed");
     assert!(
@@ -658,7 +771,7 @@ async fn a_restarted_server_follows_the_containers_the_killed_one_started() {
         );
         assert!(log.contains("term"), "TERM reached the command: {log}");
     }
-    assert_eq!(containers_of(&name), Vec::<String>::new());
+    assert_eq!(containers_of(engine, &name), Vec::<String>::new());
     drop(server);
     drop(leftovers);
 }
@@ -692,11 +805,14 @@ async fn framework_name(_client: &Client, job: &str) -> String {
 /// A registry of this machine (Debian's `docker-registry`) that asks for a password, with
 /// the test image pushed to it; its address. Ends with the returned process.
 fn private_registry(dir: &Path) -> Option<(std::process::Child, String)> {
-    if !pai_test_support::needs::present(
-        "docker-registry and htpasswd",
-        which("docker-registry") && which("htpasswd"),
-        "apt-get install docker-registry apache2-utils",
-    ) {
+    // The image is pushed from Podman's store, whichever engine then pulls it.
+    if !ready(Engine::Podman)
+        || !pai_test_support::needs::present(
+            "docker-registry and htpasswd",
+            which("docker-registry") && which("htpasswd"),
+            "apt-get install docker-registry apache2-utils",
+        )
+    {
         return None;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -767,23 +883,19 @@ fn private_registry(dir: &Path) -> Option<(std::process::Child, String)> {
 
 const REGISTRY_PASSWORD: &str = "registry-s3cret";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits() {
-    if !ready() {
+async fn a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits(engine: Engine) {
+    if !ready(engine) {
         return;
     }
-    let dir = scratch("registry");
+    let dir = scratch(&format!("registry-{}", engine.name()));
     let Some((mut registry, address)) = private_registry(&dir) else {
         return;
     };
     let image = format!("{address}/team/busybox:1");
     // Not on this machine: the job's pull is the first.
-    let _ = Command::new("podman")
-        .args(["rmi", "--force", &image])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    // The test's registry speaks plain HTTP: the engine is told so for this address only.
+    engine.rmi(&image);
+    // The test's registry speaks plain HTTP: Podman is told so for this address only;
+    // Docker Engine speaks it to any registry on 127.0.0.0/8 unasked.
     let registries = dir.join("registries.conf");
     std::fs::write(
         &registries,
@@ -792,6 +904,7 @@ async fn a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits
     .expect("registries.conf");
     let state = dir.join("state");
     let (_leftovers, server) = start_with(
+        engine,
         &state,
         &[("CONTAINERS_REGISTRIES_CONF", registries.as_os_str())],
     );
@@ -819,7 +932,9 @@ async fn a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits
     let text = view.to_string();
     assert!(text.contains("ErrImagePull"), "{view:#}");
     assert!(
-        text.contains("unauthorized") || text.contains("authentication required"),
+        text.contains("unauthorized")
+            || text.contains("authentication required")
+            || text.contains("no basic auth credentials"),
         "the registry's words: {view:#}"
     );
 
@@ -882,8 +997,40 @@ async fn a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits
 /// they load) beside busybox: what a training image with openssh-server has.
 const SSH_IMAGE: &str = "localhost/rest-lite-test-openssh:1";
 
-/// Imports [`SSH_IMAGE`] once; false (skipped, or failed under CI) without OpenSSH here.
-fn ssh_image() -> bool {
+/// Imports [`SSH_IMAGE`] into `engine` once; false (skipped, or failed under CI) without
+/// OpenSSH here.
+fn ssh_image(engine: Engine) -> bool {
+    imported_once(engine, SSH_IMAGE, |dir| (ssh_root(dir), Vec::new()))
+}
+
+/// [`SSH_IMAGE`] as a user's image: its user is `trainer` (uid 1000), a name that only
+/// the image's own `/etc/passwd` resolves.
+const NAMED_USER_SSH_IMAGE: &str = "localhost/rest-lite-test-openssh-trainer:1";
+
+/// Imports [`NAMED_USER_SSH_IMAGE`] into `engine` once, as [`ssh_image`].
+fn named_user_ssh_image(engine: Engine) -> bool {
+    imported_once(engine, NAMED_USER_SSH_IMAGE, |dir| {
+        let root = ssh_root(dir);
+        let mut passwd = std::fs::read_to_string(root.join("etc/passwd")).expect("passwd");
+        passwd.push_str("trainer:x:1000:1000::/home/trainer:/bin/sh\n");
+        std::fs::write(root.join("etc/passwd"), passwd).expect("passwd");
+        let mut group = std::fs::read_to_string(root.join("etc/group")).expect("group");
+        group.push_str("trainer:x:1000:\n");
+        std::fs::write(root.join("etc/group"), group).expect("group");
+        let home = root.join("home/trainer");
+        std::fs::create_dir_all(&home).expect("home");
+        std::os::unix::fs::chown(&home, Some(1000), Some(1000)).expect("chown");
+        (root, vec!["USER trainer"])
+    })
+}
+
+/// Imports the image `name` into `engine` once, its root file system and Dockerfile
+/// changes made by `make` in a scratch directory; false without OpenSSH here.
+fn imported_once(
+    engine: Engine,
+    name: &str,
+    make: impl FnOnce(&Path) -> (std::path::PathBuf, Vec<&'static str>),
+) -> bool {
     let programs = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen"];
     if !pai_test_support::needs::present(
         "sshd, ssh and ssh-keygen",
@@ -892,13 +1039,27 @@ fn ssh_image() -> bool {
     ) {
         return false;
     }
-    static IMPORTED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    static IMPORTED: std::sync::Mutex<Vec<(Engine, String)>> = std::sync::Mutex::new(Vec::new());
     let mut imported = IMPORTED.lock().unwrap_or_else(|e| e.into_inner());
-    if *imported {
+    if imported.iter().any(|(e, n)| *e == engine && n == name) {
         return true;
     }
-    let dir = scratch("ssh-image");
-    let root = busybox_root(&dir, Path::new("/bin/busybox"));
+    let dir = scratch(&format!(
+        "image-{}-{}",
+        name.replace(['/', ':'], "-"),
+        engine.name()
+    ));
+    let (root, changes) = make(&dir);
+    import(engine, &dir, &root, name, &changes);
+    imported.push((engine, name.to_string()));
+    true
+}
+
+/// busybox with this machine's OpenSSH (sshd, ssh, ssh-keygen and the libraries they
+/// load) in `dir/rootfs`.
+fn ssh_root(dir: &Path) -> std::path::PathBuf {
+    let programs = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen"];
+    let root = busybox_root(dir, Path::new("/bin/busybox"));
     let mut files: Vec<std::path::PathBuf> =
         programs.iter().map(std::path::PathBuf::from).collect();
     for program in programs {
@@ -924,12 +1085,10 @@ fn ssh_image() -> bool {
         std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
         std::fs::copy(file, &to).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     }
-    for dir in ["run/sshd", "var/empty"] {
-        std::fs::create_dir_all(root.join(dir)).expect("dir");
+    for sub in ["run/sshd", "var/empty"] {
+        std::fs::create_dir_all(root.join(sub)).expect("dir");
     }
-    import(&dir, &root, SSH_IMAGE);
-    *imported = true;
-    true
+    root
 }
 
 /// Every task prints its `TF_CONFIG`; chief-0 reaches worker-1 over ssh by its alias,
@@ -949,13 +1108,14 @@ else
     while :; do sleep 1 & wait $!; done
 fi"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_containers() {
-    if !ready() || !ssh_image() {
+async fn tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_containers(
+    engine: Engine,
+) {
+    if !ready(engine) || !ssh_image(engine) {
         return;
     }
-    let dir = scratch("training");
-    let (_leftovers, server) = start(&dir.join("state"));
+    let dir = scratch(&format!("training-{}", engine.name()));
+    let (_leftovers, server) = start(engine, &dir.join("state"));
     let client = server.client();
     let role = |name: &str, tasks: u32| json!({"name": name, "taskNumber": tasks, "cpuNumber": 1, "memoryMB": 256, "command": TRAINING});
     let job = spec(
@@ -1043,28 +1203,15 @@ async fn tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_contai
 /// user of their own).
 const NON_ROOT_IMAGE: &str = "localhost/rest-lite-test-nonroot:1";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_runs_as_its_images_user_and_may_write_its_volume() {
-    if !ready() {
+async fn a_task_runs_as_its_images_user_and_may_write_its_volume(engine: Engine) {
+    if !ready(engine) {
         return;
     }
-    let dir = scratch("non-root");
-    std::fs::write(
-        dir.join("Containerfile"),
-        format!("FROM {IMAGE}\nUSER 1000:1000\n"),
-    )
-    .expect("Containerfile");
-    let built = Command::new("podman")
-        .args(["build", "--quiet", "--tag", NON_ROOT_IMAGE])
-        .arg(dir.join(""))
-        .output()
-        .expect("podman build");
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let (_leftovers, server) = start(&dir.join("state"));
+    let dir = scratch(&format!("non-root-{}", engine.name()));
+    // The test image as a user's: its user is not root.
+    let root = busybox_root(&dir, Path::new("/bin/busybox"));
+    import(engine, &dir, &root, NON_ROOT_IMAGE, &["USER 1000:1000"]);
+    let (_leftovers, server) = start(engine, &dir.join("state"));
     let client = server.client();
     let job = spec(
         "non-root",
@@ -1099,14 +1246,62 @@ async fn a_task_runs_as_its_images_user_and_may_write_its_volume() {
     assert!(stdout.contains("wrote"), "{stdout}");
 }
 
-/// A protocol v2 job mounting three team storages: shared, each user's own, read-only.
-/// The files it writes are in the directories the config gives them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_writes_into_its_team_storages_where_the_config_keeps_them() {
-    if !ready() {
+/// chief-0 logs in to worker-0 with the job's key, in the image's sshd, which runs as the
+/// image's user as everything of the task does.
+const AS_TRAINER: &str = r#"set -e
+me="$PAI_CURRENT_TASK_ROLE_NAME-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
+echo "me=$(id -un):$(id -u)"
+if [ "$me" = chief-0 ]; then
+    for try in $(seq 1 50); do
+        reached=$(ssh -o ConnectTimeout=5 worker-0 'echo "$(id -un):$(id -u) on $(hostname)"' 2>&1) && break
+        sleep 0.2
+    done
+    echo "reached ${reached:-nothing}"
+    case "$reached" in trainer:1000\ on\ *) ;; *) exit 1 ;; esac
+else
+    trap 'exit 0' TERM
+    while :; do sleep 1 & wait $!; done
+fi"#;
+
+async fn tasks_of_an_image_whose_user_is_a_name_reach_each_other_over_ssh_as_that_user(
+    engine: Engine,
+) {
+    if !ready(engine) || !named_user_ssh_image(engine) {
         return;
     }
-    let dir = scratch("storages");
+    let dir = scratch(&format!("ssh-trainer-{}", engine.name()));
+    let (_leftovers, server) = start(engine, &dir.join("state"));
+    let client = server.client();
+    let job = spec(
+        "trainer",
+        NAMED_USER_SSH_IMAGE,
+        json!([
+            {"name": "chief", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 256, "command": AS_TRAINER, "minSucceededTaskCount": 1},
+            {"name": "worker", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 256, "command": AS_TRAINER}
+        ]),
+        json!({}),
+    );
+    let view = run_to_end(&client, "trainer", &job).await;
+    let chief = log_of(&client, "trainer", "chief", 0).await;
+    let worker = log_of(&client, "trainer", "worker", 0).await;
+    assert_eq!(
+        view["jobStatus"]["state"], "SUCCEEDED",
+        "{view:#}\n{chief}\n{worker}"
+    );
+    assert!(chief.contains("me=trainer:1000"), "{chief}");
+    assert!(
+        chief.contains("reached trainer:1000 on ") && chief.contains("-worker-0"),
+        "an ssh session as trainer in worker-0's container:\n{chief}"
+    );
+}
+
+/// A protocol v2 job mounting three team storages: shared, each user's own, read-only.
+/// The files it writes are in the directories the config gives them.
+async fn a_job_writes_into_its_team_storages_where_the_config_keeps_them(engine: Engine) {
+    if !ready(engine) {
+        return;
+    }
+    let dir = scratch(&format!("storages-{}", engine.name()));
     let (team, home, data) = (dir.join("team"), dir.join("home"), dir.join("data"));
     for d in [&team, &home, &data] {
         std::fs::create_dir_all(d).expect("dir");
@@ -1123,7 +1318,7 @@ async fn a_job_writes_into_its_team_storages_where_the_config_keeps_them() {
         ),
     )
     .expect("config");
-    let (_leftovers, server) = start_configured(&dir.join("state"), &[], Some(&config));
+    let (_leftovers, server) = start_configured(engine, &dir.join("state"), &[], Some(&config));
     let client = server.client();
     let job = format!(
         r#"protocolVersion: 2

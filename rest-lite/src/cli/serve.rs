@@ -104,9 +104,10 @@ pub struct LocalArgs {
     /// runs commands on this machine as this server's OS user.
     #[arg(long)]
     pub local_listen_anywhere: bool,
-    /// How tasks run on this machine: in their images as Podman containers (`podman`),
-    /// as processes of this machine in no image (`host`), or Podman when it is installed
-    /// and answers, else the host (`auto`).
+    /// How tasks run on this machine: in their images as Podman containers (`podman`) or
+    /// Docker Engine's (`docker`, at `DOCKER_HOST` or /var/run/docker.sock), as processes
+    /// of this machine in no image (`host`), or the first of Podman and Docker that
+    /// answers, else the host (`auto`).
     #[arg(long, env = "REST_LITE_ENGINE", default_value = "auto", value_parser = ["auto", "podman", "docker", "host"])]
     pub engine: String,
     /// The OCI runtime the engine uses (`runc`, `crun`) [default: the engine's own].

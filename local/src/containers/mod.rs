@@ -1,0 +1,686 @@
+//! Tasks in their images: each task's main container (the runtime's `run` as PID 1) as a
+//! container of this machine's engine, in the task's image, with the task's directory as
+//! the pod's volume and the pod's resources as limits. Its init step (`entry`) runs on
+//! this machine, as a pod's runs the runtime's image, whose contents rest-lite carries.
+//!
+//! The choices, and why:
+//! - **Two engines behind one seam** ([`Driver`]): the task's life (its init step, its
+//!   stop with TERM, grace and KILL, its end, a restarted server following it) is the same
+//!   code for both; only how a container starts and is asked about differs.
+//! - **Podman** ([`podman`]), run attached with `--log-driver passthrough`: the
+//!   container's standard output and error are the task's log file itself and its standard
+//!   input the ssh port's listener, handed over while bound.
+//! - **Docker Engine** ([`docker`]), through its API: its daemon holds the container's
+//!   streams, so the runtime opens the task's log itself and binds its ssh port itself.
+//! - **`--engine auto` asks Podman first**, then Docker: where both answer, Podman's start
+//!   hands the ssh port over without a moment in which it is free, and its containers are
+//!   not a daemon's that every other user of the `docker` group may also reach.
+//! - **The host's network**, ports held by the server as in host mode and bound on
+//!   127.0.0.1 only: the peer table, the barrier, ssh between tasks and the port hand-over
+//!   stay the same code; a network per job would need the engine's bridge, a published
+//!   port per task port (thousands for a large job) and addresses that differ from the
+//!   ones the peer table was built with. What a task can reach is what a process of the
+//!   server's machine on loopback can; its files, processes and limits are its own.
+//! - **The runtime comes from rest-lite**, a static build mounted read-only as
+//!   `/usr/local/pai/run` (the cluster's init image holds the same binary), so it runs in
+//!   any image, one without glibc too.
+//! - **The environment travels in a file** of the task's directory
+//!   ([`pai_contract::env::runtime::ENV_FROM`]), never on the engine's command line (other
+//!   users see it in `ps`) or in the engine's own environment (a job's `LD_PRELOAD` would
+//!   reach the engine, a program of the host).
+
+mod docker;
+mod podman;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+/// The main container's environment file, in the task's directory.
+pub const ENV_FILE: &str = ".env-main";
+/// The label every container of a rest-lite server carries: the server's state directory
+/// (a digest of its path), so that a server finds its own containers and no other's.
+pub const LABEL_SERVER: &str = "io.openpai.rest-lite.server";
+/// The job a container belongs to.
+pub const LABEL_JOB: &str = "io.openpai.rest-lite.job";
+/// The pod UID of the task a container runs.
+pub const LABEL_POD_UID: &str = "io.openpai.rest-lite.pod-uid";
+
+/// Which engine runs tasks, as asked (`--engine`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineChoice {
+    /// Podman when it is installed and answers, else the host.
+    Auto,
+    Podman,
+    Docker,
+    /// Every task a process tree of this machine, in no image.
+    Host,
+}
+
+impl std::str::FromStr for EngineChoice {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(Self::Auto),
+            "podman" => Ok(Self::Podman),
+            "docker" => Ok(Self::Docker),
+            "host" => Ok(Self::Host),
+            other => Err(format!(
+                "{other:?} is not an engine: auto, podman, docker or host"
+            )),
+        }
+    }
+}
+
+/// One container engine, as the server uses it: the seam between a task's life, which
+/// is the same in every engine, and how an engine starts, follows and ends a container. A
+/// new engine is a new implementation of this trait.
+pub trait Driver: Send + Sync + std::fmt::Debug {
+    /// Starts the container of `step` (the static runtime at `runtime_binary` mounted as
+    /// its entry point): how the server then follows it.
+    fn start<'a>(
+        &'a self,
+        step: &'a Step,
+        runtime_binary: &'a Path,
+    ) -> BoxFuture<'a, Result<Start, String>>;
+    /// Returns once the container `name` runs (or has run).
+    fn running<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()>;
+    /// Whether `image` is on this machine.
+    fn has_image<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<bool, String>>;
+    /// Pulls `image`, telling `progress` each line of progress; the engine's last words
+    /// on failure. Dropped (the job stopped meanwhile), the pull ends. `authfile`: the
+    /// job's registry credentials (a `.dockerconfigjson`), for this pull only.
+    fn pull<'a>(
+        &'a self,
+        image: &'a str,
+        authfile: Option<&'a Path>,
+        progress: &'a (dyn Fn(&str) + Send + Sync),
+    ) -> BoxFuture<'a, Result<(), String>>;
+    /// Waits for the container `name` to end: its exit code (`None`: no such container,
+    /// or the engine cannot say).
+    fn wait<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Option<i32>>;
+    /// Sends `signal` (`TERM`, `KILL`) to the container `name`'s PID 1; false when the
+    /// engine could not (no such container, or not running).
+    fn kill<'a>(&'a self, name: &'a str, signal: &'a str) -> BoxFuture<'a, bool>;
+    /// Removes containers by name, running or not; those that are not there are no error.
+    fn remove<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, ()>;
+    /// The user `image`'s configuration runs as (`""`, `1000`, `1000:100`, `jovyan`).
+    fn image_user<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<String, String>>;
+    /// What the runtime's `whoami` prints in a throwaway container of `image` (the static
+    /// runtime at `runtime_binary` as its entry point, no network).
+    fn whoami<'a>(
+        &'a self,
+        image: &'a str,
+        runtime_binary: &'a Path,
+    ) -> BoxFuture<'a, Result<String, String>>;
+    /// The names of this server's containers (by [`LABEL_SERVER`]): running ones, or
+    /// `all` of them.
+    fn names(&self, all: bool) -> BoxFuture<'_, Result<Vec<String>, String>>;
+}
+
+/// How a started container is followed.
+pub enum Start {
+    /// By a client process of this server's, still to be spawned, whose standard streams
+    /// are the container's (the task's log file, the ssh port's listener on its input)
+    /// and whose end is the container's (Podman's attached `run`).
+    Attached(Box<tokio::process::Command>),
+    /// By the engine alone: started already, followed with [`Driver::wait`] (Docker's
+    /// daemon holds its streams; the runtime opens its log and binds its port itself).
+    Detached,
+}
+
+/// A container engine that answered, and what every container of this server gets.
+#[derive(Debug)]
+pub struct Engine {
+    /// Its name and version, as the server's start and each job's diagnostics say them.
+    pub version: String,
+    /// The static runtime binary mounted into every container.
+    pub runtime_binary: PathBuf,
+    /// The value of [`LABEL_SERVER`] for this server.
+    pub server_label: String,
+    /// Containers outlive the server: main containers are kept until the server has read
+    /// their end, and a restarted server follows them.
+    pub outlive_server: bool,
+    /// [`Engine::hands_over`].
+    hands_over: bool,
+    /// Images found on this machine already: asked once, not once per task (one removed
+    /// since fails its task's start with the engine's words).
+    present: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The users images run as ([`Engine::user_of`]).
+    users: std::sync::Mutex<std::collections::HashMap<String, (u32, u32)>>,
+    driver: Box<dyn Driver>,
+}
+
+/// `uid`, `uid:gid` or nothing (root) as numbers; `None` for a name.
+fn numeric_user(user: &str) -> Option<(u32, u32)> {
+    if user.is_empty() {
+        return Some((0, 0));
+    }
+    let (uid, gid) = match user.split_once(':') {
+        Some((uid, gid)) => (uid.parse().ok()?, gid.parse().ok()?),
+        // A uid alone: its primary group is the image's to say; the files given to it
+        // need only its uid.
+        None => {
+            let uid = user.parse().ok()?;
+            (uid, uid)
+        }
+    };
+    Some((uid, gid))
+}
+
+impl Engine {
+    /// Whether the engine's client hands the task's log file and ssh listener to the
+    /// container ([`Start::Attached`]); else the runtime opens and binds them itself.
+    pub fn hands_over(&self) -> bool {
+        self.hands_over
+    }
+
+    /// Starts the container of `step`.
+    pub async fn start(&self, step: &Step) -> Result<Start, String> {
+        self.driver.start(step, &self.runtime_binary).await
+    }
+
+    /// Returns once the container `name` runs (or has run): a task is RUNNING then, as a
+    /// pod whose container started.
+    pub async fn running(&self, name: &str) {
+        self.driver.running(name).await
+    }
+
+    /// Whether `image` is on this machine.
+    pub async fn has_image(&self, image: &str) -> Result<bool, String> {
+        if self.present().contains(image) {
+            return Ok(true);
+        }
+        let found = self.driver.has_image(image).await?;
+        if found {
+            self.present().insert(image.to_string());
+        }
+        Ok(found)
+    }
+
+    /// The images known to be here.
+    fn present(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.present.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pulls `image` ([`Driver::pull`]).
+    pub async fn pull(
+        &self,
+        image: &str,
+        authfile: Option<&Path>,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<(), String> {
+        self.driver.pull(image, authfile, progress).await?;
+        self.present().insert(image.to_string());
+        Ok(())
+    }
+
+    /// The user (`uid`, `gid`) a container of `image` runs as, once the image is here: its
+    /// configuration's when that is numbers, else (a name, which only the image's own
+    /// `/etc/passwd` resolves) what the runtime says in a throwaway container of it. Asked
+    /// once per image.
+    pub async fn user_of(&self, image: &str) -> Result<(u32, u32), String> {
+        if let Some(user) = self.known_user(image) {
+            return Ok(user);
+        }
+        let configured = self.driver.image_user(image).await?;
+        let user = match numeric_user(&configured) {
+            Some(user) => user,
+            None => {
+                let said = self.driver.whoami(image, &self.runtime_binary).await?;
+                numeric_user(said.trim()).ok_or_else(|| {
+                    format!("the user {configured:?} of image {image} is not known to it: {said}")
+                })?
+            }
+        };
+        self.users
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(image.to_string(), user);
+        Ok(user)
+    }
+
+    /// The user of `image` if [`Engine::user_of`] found it already.
+    pub fn known_user(&self, image: &str) -> Option<(u32, u32)> {
+        self.users
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(image)
+            .copied()
+    }
+
+    /// [`Driver::wait`].
+    pub async fn wait(&self, name: &str) -> Option<i32> {
+        self.driver.wait(name).await
+    }
+
+    /// [`Driver::kill`].
+    pub async fn kill(&self, name: &str, signal: &str) -> bool {
+        self.driver.kill(name, signal).await
+    }
+
+    /// [`Driver::remove`].
+    pub async fn remove(&self, names: &[String]) {
+        if !names.is_empty() {
+            self.driver.remove(names).await
+        }
+    }
+
+    /// [`Driver::names`].
+    pub async fn names(&self, all: bool) -> Result<Vec<String>, String> {
+        self.driver.names(all).await
+    }
+}
+
+/// How tasks run, as decided at start.
+#[derive(Clone, Debug)]
+pub enum Isolation {
+    /// Process trees of this machine (no engine, or `--engine host`), with why.
+    Host { why: String },
+    /// Containers of an engine.
+    Containers(Arc<Engine>),
+}
+
+impl Isolation {
+    /// One line for the server's start and each job's diagnostics.
+    pub fn describe(&self) -> String {
+        match self {
+            Isolation::Host { why } => {
+                format!("tasks run as processes of this machine, not in their images ({why})")
+            }
+            Isolation::Containers(engine) => format!(
+                "tasks run in their images, as containers of {}",
+                engine.version
+            ),
+        }
+    }
+
+    pub fn engine(&self) -> Option<&Arc<Engine>> {
+        match self {
+            Isolation::Containers(engine) => Some(engine),
+            Isolation::Host { .. } => None,
+        }
+    }
+}
+
+/// What finding an engine needs besides the choice.
+pub struct Detect<'a> {
+    pub choice: EngineChoice,
+    /// The OCI runtime Podman is told to use (`--engine-runtime`).
+    pub oci_runtime: Option<String>,
+    /// Docker's socket (`DOCKER_HOST`, a `unix://` address); unset: the default one.
+    pub docker_host: Option<String>,
+    /// The static runtime binary, if this build carries one.
+    pub runtime_binary: Option<PathBuf>,
+    pub state_dir: &'a Path,
+    /// Containers outlive the server ([`Engine::outlive_server`]).
+    pub outlive_server: bool,
+}
+
+/// Finds the engine `detect.choice` names. `Auto` asks Podman, then Docker, and falls back
+/// to the host, saying why; an engine named but not usable is an error with the reason.
+pub async fn detect(detect: Detect<'_>) -> Result<Isolation, String> {
+    let fallback = |why: String| -> Result<Isolation, String> {
+        if detect.choice == EngineChoice::Auto {
+            Ok(Isolation::Host { why })
+        } else {
+            Err(why)
+        }
+    };
+    if detect.choice == EngineChoice::Host {
+        return Ok(Isolation::Host {
+            why: "--engine host".to_string(),
+        });
+    }
+    let Some(runtime_binary) = detect.runtime_binary.clone() else {
+        return fallback(
+            "this rest-lite was built without the static runtime containers need (REST_LITE_STATIC_RUNTIME=none, or a machine without libc6-dev: its build warned)"
+                .to_string(),
+        );
+    };
+    let label = server_label(detect.state_dir);
+    let mut reasons = Vec::new();
+    if matches!(detect.choice, EngineChoice::Auto | EngineChoice::Podman) {
+        let found = match find_program("podman") {
+            None => Err("no podman on PATH (apt-get install podman)".to_string()),
+            Some(program) => {
+                podman::Podman::find(
+                    program,
+                    detect.oci_runtime.clone(),
+                    &label,
+                    detect.outlive_server,
+                    own_ulimits(podman::MAX_PROCESSES),
+                )
+                .await
+            }
+        };
+        match found {
+            Ok((podman, version)) => {
+                return Ok(Isolation::Containers(Arc::new(Engine::new(
+                    version,
+                    Box::new(podman),
+                    true,
+                    runtime_binary,
+                    label,
+                    detect.outlive_server,
+                ))));
+            }
+            Err(why) => reasons.push(why),
+        }
+    }
+    if matches!(detect.choice, EngineChoice::Auto | EngineChoice::Docker) {
+        match docker::Docker::find(detect.docker_host.as_deref(), &label, own_ulimits(u64::MAX))
+            .await
+        {
+            Ok((docker, version)) => {
+                return Ok(Isolation::Containers(Arc::new(Engine::new(
+                    version,
+                    Box::new(docker),
+                    false,
+                    runtime_binary,
+                    label,
+                    detect.outlive_server,
+                ))));
+            }
+            Err(why) => reasons.push(format!("{why} (apt-get install docker.io)")),
+        }
+    }
+    fallback(reasons.join("; "))
+}
+
+impl Engine {
+    fn new(
+        version: String,
+        driver: Box<dyn Driver>,
+        hands_over: bool,
+        runtime_binary: PathBuf,
+        server_label: String,
+        outlive_server: bool,
+    ) -> Self {
+        Self {
+            version,
+            runtime_binary,
+            server_label,
+            outlive_server,
+            hands_over,
+            present: Default::default(),
+            users: Default::default(),
+            driver,
+        }
+    }
+}
+
+pub(super) fn find_program(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// A short digest of the state directory's path: the label of this server's containers.
+pub fn server_label(state_dir: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+    let digest = ring::digest::digest(&ring::digest::SHA256, path.as_os_str().as_bytes());
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A limit every container gets: this server's own, which the engine can set without
+/// `CAP_SYS_RESOURCE` (its defaults may exceed what the machine allows). -1: none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ulimit {
+    pub name: &'static str,
+    pub soft: i64,
+    pub hard: i64,
+}
+
+impl std::fmt::Display for Ulimit {
+    /// As `--ulimit` takes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}:{}", self.name, self.soft, self.hard)
+    }
+}
+
+/// `nofile` and `nproc` as this process has them, `nproc` at most `most_processes`.
+fn own_ulimits(most_processes: u64) -> Vec<Ulimit> {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit};
+    let show = |n: u64| {
+        if n == RLIM_INFINITY {
+            -1
+        } else {
+            i64::try_from(n).unwrap_or(-1)
+        }
+    };
+    [
+        ("nofile", Resource::RLIMIT_NOFILE, u64::MAX),
+        ("nproc", Resource::RLIMIT_NPROC, most_processes),
+    ]
+    .into_iter()
+    .filter_map(|(name, resource, most)| {
+        let (soft, hard) = getrlimit(resource).ok()?;
+        let (soft, hard) = (soft.min(most), hard.min(most));
+        Some(Ulimit {
+            name,
+            soft: show(soft),
+            hard: show(hard),
+        })
+    })
+    .collect()
+}
+
+/// A role's resources as a pod's limits say them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Limits {
+    /// CPUs (`--cpus`).
+    pub cpus: Option<f64>,
+    /// Memory in bytes (`--memory`, and as much with swap: none beyond it).
+    pub memory: Option<u64>,
+    /// `/dev/shm`'s size in bytes.
+    pub shm: Option<u64>,
+}
+
+/// A Kubernetes quantity (`4`, `500m`, `1.5`, `8192Mi`, `2Gi`, `1G`) as a number of units.
+pub fn quantity(text: &str) -> Option<f64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let factor = match suffix {
+        "" => 1.0,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "Ki" => 1024.0,
+        "Mi" => 1024.0 * 1024.0,
+        "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "Ti" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some(number * factor).filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+/// An image reference as a kubelet reads it: a first component that names no registry
+/// (no `.` or `:`, not `localhost`) means Docker Hub, and a single name there is under
+/// `library/` (`perl:5.40-slim` is `docker.io/library/perl:5.40-slim`). Podman would
+/// otherwise ask its own search list, which is empty on many machines.
+pub fn normalize_image(image: &str) -> String {
+    let first = image.split('/').next().unwrap_or_default();
+    let names_registry =
+        image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    if names_registry {
+        image.to_string()
+    } else if image.contains('/') {
+        format!("docker.io/{image}")
+    } else {
+        format!("docker.io/library/{image}")
+    }
+}
+
+/// The name of the main container of the task whose pod has UID `pod_uid`.
+pub fn main_name(pod_uid: &str) -> String {
+    format!("rest-lite-{pod_uid}")
+}
+
+/// What a kubelet calls an image it could not pull.
+pub const IMAGE_PULL_FAILED: &str = "ErrImagePull";
+
+/// The ways out of a pull that failed, on this machine: the image put here by hand, or
+/// the tasks on the host.
+pub const PULL_WAY_OUT: &str = "Pull it by hand where a registry answers (`podman pull` or `docker pull`, or `podman load` / `docker load` of a saved image), or run the job's tasks on this machine's host without their image: `--engine host` (of `rest-lite run` or `rest-lite serve`)";
+
+/// One step of a task as a container.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// The container's name (unique: the pod's UID is in it).
+    pub name: String,
+    pub image: String,
+    pub hostname: String,
+    pub labels: Vec<(String, String)>,
+    /// (host path, container path, read-only).
+    pub mounts: Vec<(PathBuf, String, bool)>,
+    /// Where in the task's directory its environment file is written (host path), and
+    /// that path in the container.
+    pub env_file: (PathBuf, String),
+    /// The variables the engine itself sets: the runtime's own settings (where its
+    /// environment file is), never the job's.
+    pub env: Vec<(String, String)>,
+    pub limits: Limits,
+    /// The GPUs it holds, by their indices: Podman is given them through the Container
+    /// Device Interface (`nvidia.com/gpu=0`, the names `nvidia-ctk cdi generate` gives
+    /// them), Docker as a device request (what `--gpus` sends).
+    pub gpus: Vec<u32>,
+    /// The image's user (`uid`, `gid`) where it is not root: the task's files that user
+    /// must own (its ssh directory) are given to it before the container starts.
+    pub user: Option<(u32, u32)>,
+}
+
+/// The CDI kind of NVIDIA's GPUs.
+pub const CDI_GPU: &str = "nvidia.com/gpu";
+
+/// Writes a container's environment file: `NAME=VALUE\0` records in the task's own
+/// directory, read and removed by the runtime, PID 1, before anything else runs there.
+/// 0644, for an image whose user is not root (the server's user owns it): no other user of
+/// this machine reaches it, as the state directory's `jobs/` above it is 0700.
+pub fn write_env_file(path: &Path, env: &[(String, String)]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut bytes = Vec::new();
+    for (name, value) in env {
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.push(b'=');
+        bytes.extend_from_slice(value.as_bytes());
+        bytes.push(0);
+    }
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    file.write_all(&bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_as_kubernetes_writes_them() {
+        assert_eq!(quantity("4"), Some(4.0));
+        assert_eq!(quantity("500m"), Some(0.5));
+        assert_eq!(quantity("1.5"), Some(1.5));
+        assert_eq!(quantity("8192Mi"), Some(8192.0 * 1024.0 * 1024.0));
+        assert_eq!(quantity("2Gi"), Some(2.0 * 1024.0 * 1024.0 * 1024.0));
+        assert_eq!(quantity("1G"), Some(1e9));
+        assert_eq!(quantity("lots"), None);
+        assert_eq!(quantity("3Xi"), None);
+    }
+
+    #[test]
+    fn short_image_names_mean_docker_hub_as_on_a_cluster() {
+        assert_eq!(
+            normalize_image("perl:5.40-slim"),
+            "docker.io/library/perl:5.40-slim"
+        );
+        assert_eq!(
+            normalize_image("openpai/standard:python_3.6"),
+            "docker.io/openpai/standard:python_3.6"
+        );
+        assert_eq!(normalize_image("localhost/test:1"), "localhost/test:1");
+        assert_eq!(normalize_image("registry:5000/a/b"), "registry:5000/a/b");
+        assert_eq!(
+            normalize_image("nvcr.io/nvidia/pytorch:24.01-py3"),
+            "nvcr.io/nvidia/pytorch:24.01-py3"
+        );
+    }
+
+    #[test]
+    fn an_images_user_is_numbers_or_a_name_to_ask_the_image_about() {
+        assert_eq!(numeric_user(""), Some((0, 0)));
+        assert_eq!(numeric_user("1000"), Some((1000, 1000)));
+        assert_eq!(numeric_user("1000:100"), Some((1000, 100)));
+        assert_eq!(numeric_user("jovyan"), None);
+        assert_eq!(numeric_user("1000:users"), None);
+    }
+
+    #[test]
+    fn engines_are_named_as_the_flag_takes_them() {
+        assert_eq!("auto".parse(), Ok(EngineChoice::Auto));
+        assert_eq!("podman".parse(), Ok(EngineChoice::Podman));
+        assert_eq!("docker".parse(), Ok(EngineChoice::Docker));
+        assert_eq!("host".parse(), Ok(EngineChoice::Host));
+        assert!("containerd".parse::<EngineChoice>().is_err());
+    }
+
+    #[tokio::test]
+    async fn an_engine_named_but_not_there_is_refused_with_the_reason() {
+        let dir = pai_test_support::scratch("engine");
+        // A socket nobody listens on.
+        let socket = dir.path().join("docker.sock");
+        let refused = detect(Detect {
+            choice: EngineChoice::Docker,
+            oci_runtime: None,
+            docker_host: Some(format!("unix://{}", socket.display())),
+            runtime_binary: Some(dir.path().join("runtime")),
+            state_dir: dir.path(),
+            outlive_server: true,
+        })
+        .await
+        .expect_err("refused");
+        assert!(refused.contains("docker.sock"), "{refused}");
+        assert!(refused.contains("apt-get install docker.io"), "{refused}");
+    }
+
+    #[test]
+    fn the_environment_file_keeps_any_bytes_of_a_value_for_any_user_of_the_image() {
+        let dir = pai_test_support::scratch("env-file");
+        let path = dir.path().join("env");
+        write_env_file(
+            &path,
+            &[
+                ("USER_CMD".into(), "echo 'a\nb' \"$X\" =".into()),
+                ("EMPTY".into(), String::new()),
+            ],
+        )
+        .expect("write");
+        assert_eq!(
+            std::fs::read(&path).expect("read"),
+            b"USER_CMD=echo 'a\nb' \"$X\" =\0EMPTY=\0"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777,
+            0o644
+        );
+    }
+}
