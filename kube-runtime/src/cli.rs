@@ -10,20 +10,28 @@ use crate::supervisor::signals::Signals;
 use crate::{entry, kept_log, run};
 use pai_contract::paths::commands;
 
+/// The variable `name`, taken out of this process's environment: the runtime's own
+/// settings, which neither the scripts nor the user command see. Runs before any thread
+/// exists.
+fn take_var(name: &str) -> Option<std::ffi::OsString> {
+    let value = std::env::var_os(name)?;
+    #[allow(unsafe_code)]
+    // SAFETY: called first thing in main, before any thread exists: nothing reads the
+    // environment concurrently.
+    unsafe {
+        std::env::remove_var(name)
+    };
+    Some(value)
+}
+
 /// With [`PARENT_PID`](pai_contract::env::runtime::PARENT_PID) set (the embedded default
 /// sets it): SIGTERM when that parent dies, and an error if it is gone already. The
 /// variable is removed first: neither the scripts nor the user command see it. Runs
 /// before any thread exists.
 fn die_with_parent() -> Result<(), String> {
     use pai_contract::env::runtime::PARENT_PID;
-    let Some(value) = std::env::var_os(PARENT_PID) else {
+    let Some(value) = take_var(PARENT_PID) else {
         return Ok(());
-    };
-    #[allow(unsafe_code)]
-    // SAFETY: called first thing in main, before any thread exists: nothing reads the
-    // environment concurrently.
-    unsafe {
-        std::env::remove_var(PARENT_PID)
     };
     let parent: i32 = value
         .to_str()
@@ -44,14 +52,8 @@ fn die_with_parent() -> Result<(), String> {
 /// exists.
 fn join_cpu_group() {
     use pai_contract::env::runtime::CPU_GROUP;
-    let Some(procs) = std::env::var_os(CPU_GROUP) else {
+    let Some(procs) = take_var(CPU_GROUP) else {
         return;
-    };
-    #[allow(unsafe_code)]
-    // SAFETY: called first thing in main, before any thread exists: nothing reads the
-    // environment concurrently.
-    unsafe {
-        std::env::remove_var(CPU_GROUP)
     };
     // "0": the writing process itself.
     let _ = std::fs::write(procs, "0");
@@ -62,14 +64,8 @@ fn join_cpu_group() {
 /// output and error, before anything is written. Runs before any thread exists.
 fn log_to_file() -> Result<(), String> {
     use pai_contract::env::runtime::LOG_FILE;
-    let Some(path) = std::env::var_os(LOG_FILE) else {
+    let Some(path) = take_var(LOG_FILE) else {
         return Ok(());
-    };
-    #[allow(unsafe_code)]
-    // SAFETY: called first thing in main, before any thread exists: nothing reads the
-    // environment concurrently.
-    unsafe {
-        std::env::remove_var(LOG_FILE)
     };
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -89,13 +85,7 @@ fn log_to_file() -> Result<(), String> {
 /// is this process's standard output. Runs before any thread exists.
 fn take_log_rotation() -> Option<pai_contract::log_rotation::Rotation> {
     use pai_contract::env::runtime::LOG_ROTATION;
-    let value = std::env::var_os(LOG_ROTATION)?;
-    #[allow(unsafe_code)]
-    // SAFETY: called first thing in main, before any thread exists: nothing reads the
-    // environment concurrently.
-    unsafe {
-        std::env::remove_var(LOG_ROTATION)
-    };
+    let value = take_var(LOG_ROTATION)?;
     value
         .to_str()
         .and_then(pai_contract::log_rotation::Rotation::from_env)

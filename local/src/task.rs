@@ -239,20 +239,22 @@ pub async fn run(
     let mut run = match &launch.containers {
         Some(containers) => {
             let step = main_step(&launch, containers, hands_over);
-            let started = match prepare_container(&launch, &step, &main_env) {
-                Ok(()) if stop.borrow().is_some() => Ok(None),
-                Ok(()) => containers.engine.start(&step).await.map(Some),
-                Err(message) => Err(message),
-            };
-            match started {
-                Ok(Some(crate::containers::Start::Attached(mut command))) => {
+            if let Err(message) = prepare_container(&launch, &step, &main_env) {
+                return report(completed(1, message));
+            }
+            let stopped = stop.borrow().clone();
+            if let Some(request) = stopped {
+                return report(completed(request.code, request.reason));
+            }
+            match containers.engine.start(&step).await {
+                Ok(crate::containers::Start::Attached(mut command)) => {
                     command
                         .env_clear()
                         .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
                         .current_dir(&launch.root);
                     *command
                 }
-                Ok(Some(crate::containers::Start::Detached)) => {
+                Ok(crate::containers::Start::Detached) => {
                     report(Progress::Running);
                     let ended = until_container_ends(
                         &containers.engine,
@@ -263,13 +265,6 @@ pub async fn run(
                     )
                     .await;
                     return report(ended);
-                }
-                Ok(None) => {
-                    let request = stop.borrow().clone().unwrap_or_else(|| StopRequest {
-                        code: 1,
-                        reason: "stopped".to_string(),
-                    });
-                    return report(completed(request.code, request.reason));
                 }
                 Err(message) => return report(completed(1, message)),
             }

@@ -35,8 +35,8 @@ pub struct Docker {
     client: Client,
     /// For `wait` and pulls.
     patient: Client,
-    /// `io.openpai.rest-lite.server=<this server>`.
-    label: String,
+    /// The value of [`LABEL_SERVER`] for this server.
+    server_label: String,
     ulimits: Vec<Ulimit>,
 }
 
@@ -71,7 +71,7 @@ impl Docker {
         let docker = Self {
             patient: client.clone().with_timeout(LONG),
             client,
-            label: format!("{LABEL_SERVER}={server_label}"),
+            server_label: server_label.to_string(),
             ulimits,
         };
         Ok((
@@ -229,6 +229,10 @@ fn credentials(
 }
 
 impl Driver for Docker {
+    fn hands_over(&self) -> bool {
+        false
+    }
+
     fn start<'a>(
         &'a self,
         step: &'a Step,
@@ -365,7 +369,8 @@ impl Driver for Docker {
 
     fn names(&self, all: bool) -> BoxFuture<'_, Result<Vec<String>, String>> {
         Box::pin(async move {
-            let filters = HashMap::from([("label", vec![self.label.as_str()])]);
+            let label = format!("{LABEL_SERVER}={}", self.server_label);
+            let filters = HashMap::from([("label", vec![label.as_str()])]);
             let options = ListContainersOptionsBuilder::new()
                 .all(all)
                 .filters(&filters)
@@ -398,7 +403,7 @@ impl Docker {
             ]),
             labels: Some(HashMap::from([(
                 LABEL_SERVER.to_string(),
-                self.label[LABEL_SERVER.len() + 1..].to_string(),
+                self.server_label.clone(),
             )])),
             host_config: Some(HostConfig {
                 network_mode: Some("none".to_string()),

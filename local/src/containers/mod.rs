@@ -77,6 +77,9 @@ impl std::str::FromStr for EngineChoice {
 /// is the same in every engine, and how an engine starts, follows and ends a container. A
 /// new engine is a new implementation of this trait.
 pub trait Driver: Send + Sync + std::fmt::Debug {
+    /// Whether its client hands the task's log file and ssh listener to the container
+    /// ([`Start::Attached`]); else the runtime opens and binds them itself.
+    fn hands_over(&self) -> bool;
     /// Starts the container of `step` (the static runtime at `runtime_binary` mounted as
     /// its entry point): how the server then follows it.
     fn start<'a>(
@@ -142,8 +145,6 @@ pub struct Engine {
     /// Containers outlive the server: main containers are kept until the server has read
     /// their end, and a restarted server follows them.
     pub outlive_server: bool,
-    /// [`Engine::hands_over`].
-    hands_over: bool,
     /// Images found on this machine already: asked once, not once per task (one removed
     /// since fails its task's start with the engine's words).
     present: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -173,7 +174,7 @@ impl Engine {
     /// Whether the engine's client hands the task's log file and ssh listener to the
     /// container ([`Start::Attached`]); else the runtime opens and binds them itself.
     pub fn hands_over(&self) -> bool {
-        self.hands_over
+        self.driver.hands_over()
     }
 
     /// Starts the container of `step`.
@@ -340,9 +341,18 @@ pub async fn detect(detect: Detect<'_>) -> Result<Isolation, String> {
         );
     };
     let label = server_label(detect.state_dir);
+    let found = |version: String, driver: Box<dyn Driver>| {
+        Ok(Isolation::Containers(Arc::new(Engine::new(
+            version,
+            driver,
+            runtime_binary.clone(),
+            label.clone(),
+            detect.outlive_server,
+        ))))
+    };
     let mut reasons = Vec::new();
     if matches!(detect.choice, EngineChoice::Auto | EngineChoice::Podman) {
-        let found = match find_program("podman") {
+        let podman = match find_program("podman") {
             None => Err("no podman on PATH (apt-get install podman)".to_string()),
             Some(program) => {
                 podman::Podman::find(
@@ -355,17 +365,8 @@ pub async fn detect(detect: Detect<'_>) -> Result<Isolation, String> {
                 .await
             }
         };
-        match found {
-            Ok((podman, version)) => {
-                return Ok(Isolation::Containers(Arc::new(Engine::new(
-                    version,
-                    Box::new(podman),
-                    true,
-                    runtime_binary,
-                    label,
-                    detect.outlive_server,
-                ))));
-            }
+        match podman {
+            Ok((podman, version)) => return found(version, Box::new(podman)),
             Err(why) => reasons.push(why),
         }
     }
@@ -373,16 +374,7 @@ pub async fn detect(detect: Detect<'_>) -> Result<Isolation, String> {
         match docker::Docker::find(detect.docker_host.as_deref(), &label, own_ulimits(u64::MAX))
             .await
         {
-            Ok((docker, version)) => {
-                return Ok(Isolation::Containers(Arc::new(Engine::new(
-                    version,
-                    Box::new(docker),
-                    false,
-                    runtime_binary,
-                    label,
-                    detect.outlive_server,
-                ))));
-            }
+            Ok((docker, version)) => return found(version, Box::new(docker)),
             Err(why) => reasons.push(format!("{why} (apt-get install docker.io)")),
         }
     }
@@ -393,7 +385,6 @@ impl Engine {
     fn new(
         version: String,
         driver: Box<dyn Driver>,
-        hands_over: bool,
         runtime_binary: PathBuf,
         server_label: String,
         outlive_server: bool,
@@ -403,7 +394,6 @@ impl Engine {
             runtime_binary,
             server_label,
             outlive_server,
-            hands_over,
             present: Default::default(),
             users: Default::default(),
             driver,

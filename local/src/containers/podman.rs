@@ -277,6 +277,10 @@ impl Cli {
 }
 
 impl Driver for Podman {
+    fn hands_over(&self) -> bool {
+        true
+    }
+
     fn start<'a>(
         &'a self,
         step: &'a Step,
