@@ -22,7 +22,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use pai_contract::paths;
 
-use super::{Driver, LABEL_SERVER, Start, Step, Ulimit};
+use super::driver::{Driver, LABEL_SERVER, Start, Step, Ulimit};
 
 /// How long a request that waits for the container or the registry may take: a task runs
 /// for days, a pull of a large image for many minutes.

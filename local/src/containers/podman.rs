@@ -12,7 +12,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use pai_contract::paths;
 
-use super::{CDI_GPU, Driver, LABEL_SERVER, Start, Step, Ulimit};
+use super::driver::{CDI_GPU, Driver, LABEL_SERVER, Start, Step, Ulimit};
 
 /// Podman lowers its own `nproc` to this (so runc, started under it, cannot set more).
 pub(super) const MAX_PROCESSES: u64 = 32_768;
@@ -95,7 +95,7 @@ impl Podman {
             }),
             starts: Arc::default(),
             setpriv: (!outlive_server)
-                .then(|| super::find_program("setpriv"))
+                .then(|| super::driver::find_program("setpriv"))
                 .flatten(),
             outlive_server,
             ulimits,
