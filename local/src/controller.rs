@@ -75,31 +75,57 @@ fn images_of(framework: &Framework) -> Vec<String> {
     images
 }
 
-/// After a restart, in container mode: the main containers of the open attempt's
-/// unfinished tasks, when every one of them is among `existing` (a previous server started
-/// them and they outlived it); the attempt is then followed instead of failed and retried.
+/// How a restarted server takes up an open attempt whose containers outlived the previous
+/// server, instead of failing and retrying it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Adoption {
+    /// Tasks whose main container runs (or ran, its end kept by the engine): followed.
+    /// Role, index, container.
+    pub follow: Vec<(String, u32, String)>,
+    /// Tasks the previous server left in their init step (on this machine, ended with
+    /// it): the init step runs again, then the main container, with the same pod, ports
+    /// and GPUs, as a kubelet restarts an init container. Role, index, pod UID.
+    pub again: Vec<(String, u32, String)>,
+}
+
+/// After a restart, in container mode: how the open attempt's unfinished tasks are taken
+/// up ([`Adoption`]), when each of them either has its main container among `existing`
+/// (a previous server started it and it outlived it) or had not reached its main step
+/// (`task_root`'s [`task::MAIN_STARTED`] missing). A task whose container is gone after it
+/// started has an end nobody can read: the attempt is then failed and retried.
 pub(super) fn adoptable(
     framework: &Framework,
     existing: &std::collections::HashSet<String>,
-) -> Option<Vec<String>> {
+    task_root: impl Fn(&str, u32) -> std::path::PathBuf,
+) -> Option<Adoption> {
     if framework.metadata.deletion_timestamp.is_some() || !lifecycle::tasks_started(framework) {
         return None;
     }
-    let names: Vec<String> = unfinished_tasks(framework)
-        .map(|(_, _, pod_uid)| pod_uid.map(|uid| crate::containers::main_name(&uid)))
-        .collect::<Option<_>>()?;
-    (!names.is_empty() && names.iter().all(|n| existing.contains(n))).then_some(names)
+    let mut adoption = Adoption::default();
+    for (role, index, pod_uid) in unfinished_tasks(framework) {
+        let pod_uid = pod_uid?;
+        let name = crate::containers::main_name(&pod_uid);
+        if existing.contains(&name) {
+            adoption.follow.push((role, index, name));
+        } else if !task_root(&role, index).join(task::MAIN_STARTED).exists() {
+            adoption.again.push((role, index, pod_uid));
+        } else {
+            return None;
+        }
+    }
+    (!adoption.follow.is_empty() || !adoption.again.is_empty()).then_some(adoption)
 }
 
 /// At start, the containers a previous server left: where containers outlive servers,
-/// the jobs whose open attempt can be followed ([`adoptable`]) keep theirs and are
-/// returned; every other container of this server goes (its attempt is then failed and
-/// retried, as host processes' are).
+/// the jobs whose open attempt can be taken up ([`adoptable`]) keep theirs and are
+/// returned with how; every other container of this server goes (its attempt is then
+/// failed and retried, as host processes' are).
 pub(super) async fn follow_or_remove(
+    inner: &Inner,
     engine: &crate::containers::Engine,
     frameworks: &[Framework],
-) -> std::collections::HashSet<String> {
-    let mut adopted = std::collections::HashSet::new();
+) -> HashMap<String, Adoption> {
+    let mut adopted = HashMap::new();
     let existing: std::collections::HashSet<String> = match engine.names(true).await {
         Ok(names) => names.into_iter().collect(),
         Err(e) => {
@@ -110,9 +136,12 @@ pub(super) async fn follow_or_remove(
     let mut kept = std::collections::HashSet::new();
     if engine.outlive_server {
         for framework in frameworks {
-            if let Some(names) = adoptable(framework, &existing) {
-                kept.extend(names);
-                adopted.insert(framework.metadata.name.clone().unwrap_or_default());
+            let name = framework.metadata.name.clone().unwrap_or_default();
+            let attempt = framework.attempt_id();
+            let root = |role: &str, index| inner.store.task_root(&name, attempt, role, index);
+            if let Some(adoption) = adoptable(framework, &existing, root) {
+                kept.extend(adoption.follow.iter().map(|(_, _, c)| c.clone()));
+                adopted.insert(name, adoption);
             }
         }
     }
@@ -162,8 +191,13 @@ fn unfinished_tasks(
 /// server left running of the open attempt (the state machine then completes that
 /// attempt as failed and retries it by the retry policy).
 pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
-    let framework = job.current();
-    if !lifecycle::tasks_started(&framework) {
+    end_leftovers_of(inner, &job.current(), |_, _| true).await;
+}
+
+/// Ends what the previous server left running of the open attempt's tasks that `which`
+/// takes (role, index).
+async fn end_leftovers_of(inner: &Inner, framework: &Framework, which: impl Fn(&str, u32) -> bool) {
+    if !lifecycle::tasks_started(framework) {
         return;
     }
     let name = framework.metadata.name.clone().unwrap_or_default();
@@ -180,6 +214,9 @@ pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
             let Ok(index) = u32::try_from(task.index) else {
                 continue;
             };
+            if !which(&role.name, index) {
+                continue;
+            }
             let pod_uid = task.attempt_status.pod_uid.clone().unwrap_or_default();
             let record = inner.store.pid_file(&name, attempt, &role.name, index);
             let Some(process) = std::fs::read_to_string(&record)
@@ -191,7 +228,12 @@ pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
             match process.leftover_task(&pod_uid) {
                 Ok(()) => left.push(process),
                 Err(why) => {
-                    tracing::warn!(record = %record.display(), %process, why, "process record not believed; nothing signalled");
+                    // Its leader gone, what it started may be left in its group.
+                    let orphans = process.orphans(&pod_uid);
+                    if orphans.is_empty() {
+                        tracing::warn!(record = %record.display(), %process, why, "process record not believed; nothing signalled");
+                    }
+                    left.extend(orphans);
                 }
             }
         }
@@ -237,10 +279,10 @@ type Report = (i32, String, u32, Progress);
 pub(crate) enum Resume {
     /// Submitted now, or nothing of its attempt runs or is held.
     Fresh,
-    /// Its attempt's containers outlived the previous server and are followed
-    /// ([`adoptable`]) with what they hold, instead of the attempt being failed and
-    /// retried.
-    Follow(crate::slots::Held),
+    /// Its attempt's containers outlived the previous server and are followed, and its
+    /// tasks still in their init step start again ([`adoptable`]), with what they hold,
+    /// instead of the attempt being failed and retried.
+    Follow(crate::slots::Held, Adoption),
     /// Its attempt ended with the previous server, holding these slots and GPUs: the
     /// attempt that replaces it takes them, before any other job may.
     Carry(crate::slots::Held),
@@ -275,8 +317,8 @@ pub(super) async fn drive(
         pulling: None,
     };
     let mut events = match resume {
-        Resume::Follow(held) => {
-            driver.adopt(held).await;
+        Resume::Follow(held, adoption) => {
+            driver.adopt(held, adoption).await;
             Vec::new()
         }
         Resume::Carry(held) => {
@@ -595,20 +637,21 @@ impl Driver<'_> {
         Next::Events(events)
     }
 
-    /// Follows the open attempt's tasks, whose main containers a previous server started:
-    /// their slots are taken again, and each reports as a started task does.
-    async fn adopt(&mut self, held: crate::slots::Held) {
+    /// Takes up the open attempt's tasks as `adoption` says: those whose main containers
+    /// a previous server started are followed; those it left in their init step start
+    /// again. Their slots are taken again, and each reports as a started task does.
+    async fn adopt(&mut self, held: crate::slots::Held, adoption: Adoption) {
         let Some(engine) = self.inner.isolation.engine().cloned() else {
             return;
         };
         let framework = self.job.framework().clone();
         let name = framework.metadata.name.clone().unwrap_or_default();
         let attempt = framework.attempt_id();
+        let gpus = (!self.inner.slots.gpus().devices.is_empty()).then(|| held.by_task());
         self.held = Some(held);
         self.started = Some((attempt, std::time::Instant::now()));
-        let mut followed = 0;
-        for (role, index, pod_uid) in unfinished_tasks(&framework) {
-            let Some(pod_uid) = pod_uid else { continue };
+        let followed = adoption.follow.len();
+        for (role, index, container) in adoption.follow {
             let grace = framework
                 .spec
                 .task_roles
@@ -618,22 +661,77 @@ impl Driver<'_> {
                 .and_then(|p| p.termination_grace_period_seconds)
                 .and_then(|s| u64::try_from(s).ok())
                 .map_or(self.inner.settings.default_grace, Duration::from_secs);
-            let (stop, stop_rx) = watch::channel(None);
-            self.running.insert((role.clone(), index), stop);
-            let reports = self.reports.clone();
+            let root = self.inner.store.task_root(&name, attempt, &role, index);
+            let progress = self.reporter(attempt, &role, index);
             tokio::spawn(task::follow(
                 engine.clone(),
-                crate::containers::main_name(&pod_uid),
-                self.inner.store.task_root(&name, attempt, &role, index),
+                container,
+                root,
                 grace,
-                move |progress| {
-                    let _ = reports.send((attempt, role.clone(), index, progress));
-                },
-                stop_rx,
+                progress,
+                self.stop_channel(&role, index),
             ));
-            followed += 1;
         }
-        tracing::info!(job = %name, attempt, tasks = followed, "following the containers a previous server started");
+        let again = adoption.again.len();
+        if again > 0 {
+            let tasks: std::collections::HashSet<(String, u32)> = adoption
+                .again
+                .iter()
+                .map(|(role, index, _)| (role.clone(), *index))
+                .collect();
+            end_leftovers_of(self.inner, &framework, |role, index| {
+                tasks.contains(&(role.to_string(), index))
+            })
+            .await;
+            let inner = self.inner.clone();
+            let relaunched = tokio::task::spawn_blocking(move || {
+                launch_again(&inner, &framework, adoption.again, &gpus)
+            })
+            .await
+            .unwrap_or_else(|e| {
+                let message = format!("starting the task again failed: {e}");
+                tasks
+                    .iter()
+                    .map(|(role, index)| Err((role.clone(), *index, message.clone())))
+                    .collect()
+            });
+            for launched in relaunched {
+                let (role, index, launch) = match launched {
+                    Ok(launched) => launched,
+                    Err((role, index, message)) => {
+                        tracing::warn!(job = %name, %role, index, %message, "cannot start the task again");
+                        let progress = self.reporter(attempt, &role, index);
+                        progress(Progress::Completed {
+                            code: 1,
+                            diagnostics: message,
+                            message: None,
+                            reason: None,
+                        });
+                        continue;
+                    }
+                };
+                let progress = self.reporter(attempt, &role, index);
+                tokio::spawn(task::run(launch, progress, self.stop_channel(&role, index)));
+            }
+        }
+        tracing::info!(job = %name, attempt, followed, again, "took up the tasks a previous server started");
+    }
+
+    /// How task `index` of `role` of `attempt` reports to this driver.
+    fn reporter(&self, attempt: i32, role: &str, index: u32) -> impl Fn(Progress) + Send + 'static {
+        let reports = self.reports.clone();
+        let role = role.to_string();
+        move |progress| {
+            let _ = reports.send((attempt, role.clone(), index, progress));
+        }
+    }
+
+    /// A new stop channel for task `index` of `role`, kept to stop it with: its receiving
+    /// end, for the task.
+    fn stop_channel(&mut self, role: &str, index: u32) -> watch::Receiver<Option<StopRequest>> {
+        let (stop, stop_rx) = watch::channel(None);
+        self.running.insert((role.to_string(), index), stop);
+        stop_rx
     }
 
     /// Takes this machine's task slots for the attempt (queued when they are taken) and
@@ -828,16 +926,8 @@ impl Driver<'_> {
         let launches = std::mem::take(&mut self.placed);
         let count = launches.len();
         for (role, index, launch) in launches {
-            let (stop, stop_rx) = watch::channel(None);
-            self.running.insert((role.clone(), index), stop);
-            let reports = self.reports.clone();
-            tokio::spawn(task::run(
-                launch,
-                move |progress| {
-                    let _ = reports.send((attempt, role.clone(), index, progress));
-                },
-                stop_rx,
-            ));
+            let progress = self.reporter(attempt, &role, index);
+            tokio::spawn(task::run(launch, progress, self.stop_channel(&role, index)));
         }
         tracing::info!(job = %name, attempt, tasks = count, "attempt started");
         Ok(())
@@ -885,8 +975,6 @@ pub(crate) fn need_of(framework: &Framework) -> crate::slots::Need {
     }
 }
 
-// Long: the steps of placing one attempt, in order (ports, pods, addresses, the peer
-// table), which share the attempt's locals.
 fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, String> {
     // A copy: binding a port per task takes a while for a large job, and the job's
     // readers (its status, the job list) must not wait for it. Only this driver changes
@@ -913,20 +1001,93 @@ fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, St
             own_ports.to_annotation(),
         );
 
-    let name = framework.metadata.name.clone().unwrap_or_default();
-    let namespace = framework.metadata.namespace.clone().unwrap_or_default();
-    let framework_uid = framework.metadata.uid.clone().unwrap_or_default();
-    let no_attempt = FrameworkAttemptStatus::default();
-    let attempt_status = framework
-        .status
-        .as_ref()
-        .map_or(&no_attempt, |s| &s.attempt_status);
-    let attempt = attempt_status.id;
-    let attempt_uid = attempt_status.instance_uid.clone().unwrap_or_default();
     // Each task's pod: how to start it, and the UIDs its status shows.
     let mut launches = Vec::new();
     let mut pods = Vec::new();
     for role in &framework.spec.task_roles {
+        let role_of = RoleOf::new(inner, &framework, role);
+        for index in 0..role.tasks() {
+            let pod_uid = uid();
+            let held = allocation.held(&role.name, index);
+            let launch = role_of.launch(inner, index, &pod_uid, held, own_ports, gpus)?;
+            pods.push(Placement {
+                role: role.name.clone(),
+                index,
+                pod_uid,
+                address: LOCAL_ADDRESS.to_string(),
+                node: "localhost".to_string(),
+            });
+            launches.push((role.name.clone(), index, launch));
+        }
+    }
+    Ok((pods, launches))
+}
+
+/// A task started again: its role, index and launch, or why it cannot be.
+type Relaunched = Result<(String, u32, Launch), (String, u32, String)>;
+
+/// The launches of the open attempt's tasks `again` (role, index, pod UID), which a
+/// previous server left in their init step: the same pod, ports (held again) and GPUs
+/// as their peers were told. A task that cannot have them again is returned with why.
+fn launch_again(
+    inner: &Inner,
+    framework: &Framework,
+    again: Vec<(String, u32, String)>,
+    gpus: &Option<TaskGpus>,
+) -> Vec<Relaunched> {
+    let own_ports = framework.task_ports();
+    let mut launches = Vec::with_capacity(again.len());
+    for (role_name, index, pod_uid) in again {
+        let Some(role) = framework
+            .spec
+            .task_roles
+            .iter()
+            .find(|r| r.name == role_name)
+        else {
+            launches.push(Err((role_name, index, "its task role is gone".to_string())));
+            continue;
+        };
+        let launch = inner
+            .ports
+            .hold(own_ports.of(role, index).all_ports())
+            .map_err(|e| format!("cannot hold its ports again: {e}"))
+            .and_then(|held| {
+                RoleOf::new(inner, framework, role)
+                    .launch(inner, index, &pod_uid, held, &own_ports, gpus)
+            });
+        launches.push(match launch {
+            Ok(launch) => Ok((role_name, index, launch)),
+            Err(message) => Err((role_name, index, message)),
+        });
+    }
+    launches
+}
+
+/// What every task of one role of the open attempt shares: its pod, its init and main
+/// containers, its grace, and the UIDs its tasks' environment names.
+struct RoleOf<'a> {
+    framework: &'a Framework,
+    role: &'a pai_contract::framework::TaskRoleSpec,
+    attempt: i32,
+    attempt_uid: String,
+    role_uid: String,
+    pod: k8s_openapi::api::core::v1::PodSpec,
+    init: k8s_openapi::api::core::v1::Container,
+    main: k8s_openapi::api::core::v1::Container,
+    grace: Duration,
+}
+
+impl<'a> RoleOf<'a> {
+    fn new(
+        inner: &Inner,
+        framework: &'a Framework,
+        role: &'a pai_contract::framework::TaskRoleSpec,
+    ) -> Self {
+        let no_attempt = FrameworkAttemptStatus::default();
+        let attempt_status = framework
+            .status
+            .as_ref()
+            .map_or(&no_attempt, |s| &s.attempt_status);
         let role_uid = attempt_status
             .task_role_statuses
             .iter()
@@ -947,110 +1108,128 @@ fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, St
             .termination_grace_period_seconds
             .and_then(|s| u64::try_from(s).ok())
             .map_or(inner.settings.default_grace, Duration::from_secs);
-        for index in 0..role.task_number.max(0) as u32 {
-            let pod_uid = uid();
-            let identity = Identity {
-                namespace: namespace.clone(),
-                framework: name.clone(),
-                framework_uid: framework_uid.clone(),
-                attempt,
-                attempt_uid: attempt_uid.clone(),
-                role: role.name.clone(),
-                role_uid: role_uid.clone(),
-                index,
-                task_uid: uid(),
-                task_attempt_uid: pai_contract::framework::instance_uid(0, &pod_uid),
-                pod_name: pai_contract::framework::pod_name(&name, &role.name, index),
-                pod_uid: pod_uid.clone(),
-            };
-            let fc = identity.fc_env();
-            let root = inner.store.task_root(&name, attempt, &role.name, index);
-            let held = allocation.held(&role.name, index);
-            let ssh_port = own_ports
-                .role(&role.name)
-                .get(index as usize)
-                .and_then(|plan| plan.first(pai_contract::ports::SSH_LABEL));
-            let mut launch = Launch {
-                runtime: inner.settings.runtime.clone(),
-                root: root.clone(),
-                assets: inner.assets.clone(),
-                peers_file: inner.store.peers_file(&name, attempt),
-                pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
-                host_env: inner.host_env.clone(),
-                init_env: {
-                    let mut env = init_env(inner, &name, task::container_env(fc.clone(), &init));
-                    env.push((
-                        pai_contract::env::runtime::SHARED_DIR.to_string(),
-                        inner.store.shared_dir(&name, attempt).display().to_string(),
-                    ));
-                    // Bound by this server until the main container starts.
-                    env.push((
-                        pai_contract::env::runtime::PORTS_HELD.to_string(),
-                        "1".to_string(),
-                    ));
-                    env
-                },
-                main_env: {
-                    let mut env = task::container_env(fc, &main);
-                    // Its ports on its own address; the ssh port handed over on stdin.
-                    env.push((
-                        pai_contract::env::runtime::BIND_ADDRESS.to_string(),
-                        LOCAL_ADDRESS.to_string(),
-                    ));
-                    env
-                },
-                grace,
-                spawner: inner.spawner.clone(),
-                cpu_group: inner.cpu_group.clone(),
-                gpus: Vec::new(),
-                logs: inner.logs.clone(),
-                ports: held,
-                ssh_port,
-                containers: None,
-            };
-            if let Some(gpus) = gpus {
-                let devices = gpus
-                    .get(&(role.name.clone(), index))
-                    .map_or(&[][..], Vec::as_slice);
-                launch.main_env.extend(crate::gpus::task_env(
-                    devices,
-                    inner.isolation.engine().is_some(),
-                ));
-                launch.gpus = devices.to_vec();
-            }
-            match inner.isolation.engine() {
-                Some(engine) => {
-                    let storages = crate::storages::bind_mounts(
-                        &pod,
-                        &main,
-                        &inner.settings.storages.current(),
-                    )?;
-                    in_containers(&mut launch, engine, &identity, &pod, &main);
-                    if let Some(containers) = launch.containers.as_mut() {
-                        containers.main.mounts.extend(storages);
-                    }
-                }
-                None => {
-                    // The runtime writes the task's result here, as the kubelet's file.
-                    launch.main_env.push((
-                        pai_contract::env::runtime::TERMINATION_LOG.to_string(),
-                        root.join(pai_contract::results::TERMINATION_LOG_NAME)
-                            .display()
-                            .to_string(),
-                    ));
-                }
-            }
-            pods.push(Placement {
-                role: role.name.clone(),
-                index,
-                pod_uid,
-                address: LOCAL_ADDRESS.to_string(),
-                node: "localhost".to_string(),
-            });
-            launches.push((role.name.clone(), index, launch));
+        Self {
+            framework,
+            role,
+            attempt: attempt_status.id,
+            attempt_uid: attempt_status.instance_uid.clone().unwrap_or_default(),
+            role_uid,
+            pod,
+            init,
+            main,
+            grace,
         }
     }
-    Ok((pods, launches))
+
+    /// How to start task `index`, whose pod is `pod_uid`, holding `held` of its ports
+    /// (`own_ports`, every task's) and its GPUs of `gpus`.
+    // Long: a task's two steps and environment in order, as the kubelet would build them
+    // from the pod; container mode's additions at the end.
+    fn launch(
+        &self,
+        inner: &Inner,
+        index: u32,
+        pod_uid: &str,
+        held: ports::HeldPorts,
+        own_ports: &pai_contract::TaskPorts,
+        gpus: &Option<TaskGpus>,
+    ) -> Result<Launch, String> {
+        let framework = self.framework;
+        let role = self.role;
+        let name = framework.metadata.name.clone().unwrap_or_default();
+        let attempt = self.attempt;
+        let identity = Identity {
+            namespace: framework.metadata.namespace.clone().unwrap_or_default(),
+            framework: name.clone(),
+            framework_uid: framework.metadata.uid.clone().unwrap_or_default(),
+            attempt,
+            attempt_uid: self.attempt_uid.clone(),
+            role: role.name.clone(),
+            role_uid: self.role_uid.clone(),
+            index,
+            task_uid: uid(),
+            task_attempt_uid: pai_contract::framework::instance_uid(0, pod_uid),
+            pod_name: pai_contract::framework::pod_name(&name, &role.name, index),
+            pod_uid: pod_uid.to_string(),
+        };
+        let fc = identity.fc_env();
+        let root = inner.store.task_root(&name, attempt, &role.name, index);
+        let ssh_port = own_ports
+            .role(&role.name)
+            .get(index as usize)
+            .and_then(|plan| plan.first(pai_contract::ports::SSH_LABEL));
+        let mut launch = Launch {
+            runtime: inner.settings.runtime.clone(),
+            root: root.clone(),
+            assets: inner.assets.clone(),
+            peers_file: inner.store.peers_file(&name, attempt),
+            pid_record: inner.store.pid_file(&name, attempt, &role.name, index),
+            host_env: inner.host_env.clone(),
+            init_env: {
+                let mut env = init_env(inner, &name, task::container_env(fc.clone(), &self.init));
+                env.push((
+                    pai_contract::env::runtime::SHARED_DIR.to_string(),
+                    inner.store.shared_dir(&name, attempt).display().to_string(),
+                ));
+                // Bound by this server until the main container starts.
+                env.push((
+                    pai_contract::env::runtime::PORTS_HELD.to_string(),
+                    "1".to_string(),
+                ));
+                env
+            },
+            main_env: {
+                let mut env = task::container_env(fc, &self.main);
+                // Its ports on its own address; the ssh port handed over on stdin.
+                env.push((
+                    pai_contract::env::runtime::BIND_ADDRESS.to_string(),
+                    LOCAL_ADDRESS.to_string(),
+                ));
+                env
+            },
+            grace: self.grace,
+            spawner: inner.spawner.clone(),
+            cpu_group: inner.cpu_group.clone(),
+            gpus: Vec::new(),
+            logs: inner.logs.clone(),
+            ports: held,
+            ssh_port,
+            containers: None,
+        };
+        if let Some(gpus) = gpus {
+            let devices = gpus
+                .get(&(role.name.clone(), index))
+                .map_or(&[][..], Vec::as_slice);
+            launch.main_env.extend(crate::gpus::task_env(
+                devices,
+                inner.isolation.engine().is_some(),
+            ));
+            launch.gpus = devices.to_vec();
+        }
+        match inner.isolation.engine() {
+            Some(engine) => {
+                let storages = crate::storages::bind_mounts(
+                    &self.pod,
+                    &self.main,
+                    &inner.settings.storages.current(),
+                )?;
+                in_containers(&mut launch, engine, &identity, &self.pod, &self.main);
+                if let Some(containers) = launch.containers.as_mut() {
+                    containers.main.mounts.extend(storages);
+                }
+            }
+            None => {
+                // The runtime writes the task's result here, as the kubelet's file.
+                launch.main_env.push((
+                    pai_contract::env::runtime::TERMINATION_LOG.to_string(),
+                    root.join(pai_contract::results::TERMINATION_LOG_NAME)
+                        .display()
+                        .to_string(),
+                ));
+            }
+        }
+        Ok(launch)
+    }
 }
 
 /// A task of container mode: its init step as in host mode but with the static runtime
@@ -1133,5 +1312,90 @@ fn container_limits(
         cpus: limit("cpu").filter(|c| *c > 0.0),
         memory: limit("memory").map(|m| m as u64).filter(|m| *m > 0),
         shm: shm.map(|s| s as u64).filter(|s| *s > 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fw`'s three workers placed (pods `pod-0`…`pod-2`), task 2 completed when `ended`.
+    fn placed(ended: bool) -> Framework {
+        let mut framework = pai_test_support::frameworks::framework("fw", &[("worker", 3)]);
+        let mut n = 0;
+        let mut uid = || {
+            n += 1;
+            format!("uid-{n}")
+        };
+        let mut cx = lifecycle::Context {
+            now: "2026-11-28T10:00:00Z".to_string(),
+            conflict_delay: Duration::ZERO,
+            restart: Default::default(),
+            uid: &mut uid,
+            note: "",
+        };
+        lifecycle::step(&mut framework, Event::Resumed, &mut cx);
+        let placements = (0..3)
+            .map(|index| Placement {
+                role: "worker".into(),
+                index,
+                pod_uid: format!("pod-{index}"),
+                address: LOCAL_ADDRESS.to_string(),
+                node: "localhost".into(),
+            })
+            .collect();
+        lifecycle::step(&mut framework, Event::Placed(placements), &mut cx);
+        if ended {
+            let completed = Event::TaskCompleted {
+                attempt: framework.attempt_id(),
+                role: "worker".into(),
+                index: 2,
+                code: 0,
+                diagnostics: String::new(),
+                message: None,
+                reason: None,
+            };
+            lifecycle::step(&mut framework, completed, &mut cx);
+        }
+        framework
+    }
+
+    /// Whether each unfinished task's container is there or its main step was reached
+    /// decides whether a restarted server takes the attempt up, and how.
+    #[test]
+    fn an_attempt_is_taken_up_when_each_task_is_followed_or_still_in_its_init_step() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let root = |_: &str, index: u32| dir.path().join(index.to_string());
+        for index in 0..3 {
+            std::fs::create_dir(root("worker", index)).expect("task directory");
+        }
+        let existing = |pods: &[u32]| -> std::collections::HashSet<String> {
+            pods.iter()
+                .map(|i| crate::containers::main_name(&format!("pod-{i}")))
+                .collect()
+        };
+        let name = |i: u32| crate::containers::main_name(&format!("pod-{i}"));
+        let worker = |i: u32, third: String| ("worker".to_string(), i, third);
+
+        // Task 0 runs; tasks 1 and 2 never reached their main step: they start again.
+        let adoption = adoptable(&placed(false), &existing(&[0]), root).expect("taken up");
+        assert_eq!(adoption.follow, [worker(0, name(0))]);
+        assert_eq!(
+            adoption.again,
+            [worker(1, "pod-1".into()), worker(2, "pod-2".into())]
+        );
+        // A completed task is neither followed nor started again.
+        let adoption = adoptable(&placed(true), &existing(&[0]), root).expect("taken up");
+        assert_eq!(adoption.again, [worker(1, "pod-1".into())]);
+        // Task 1's container started and is gone: its end cannot be known.
+        std::fs::write(root("worker", 1).join(task::MAIN_STARTED), "").expect("mark");
+        assert_eq!(adoptable(&placed(false), &existing(&[0]), root), None);
+        assert!(adoptable(&placed(false), &existing(&[0, 1]), root).is_some());
+        // Deleted: nothing is taken up.
+        let mut deleted = placed(false);
+        deleted.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        assert_eq!(adoptable(&deleted, &existing(&[0, 1, 2]), root), None);
     }
 }

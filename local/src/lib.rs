@@ -167,22 +167,24 @@ impl Machine {
         for (name, kept) in cold {
             register(&inner, &name, Job::new_cold(name.clone(), kept))?;
         }
-        let adopted = match inner.isolation.engine() {
-            Some(engine) => controller::follow_or_remove(engine, &frameworks).await,
+        let mut adopted = match inner.isolation.engine() {
+            Some(engine) => controller::follow_or_remove(&inner, engine, &frameworks).await,
             None => Default::default(),
         };
         let mut resumed = Vec::new();
         for framework in frameworks {
             let deleted = framework.metadata.deletion_timestamp.is_some();
-            let adopt = adopted.contains(framework.metadata.name.as_deref().unwrap_or_default());
+            let adoption = adopted.remove(framework.metadata.name.as_deref().unwrap_or_default());
+            let adopt = adoption.is_some();
             // A followed attempt's tasks hold their slots and GPUs still, and an attempt
             // the restart ends held GPUs its replacement takes again: both taken here,
             // before any other job may ask for them.
             let resume = if deleted {
                 controller::Resume::Fresh
-            } else if adopt {
+            } else if let Some(adoption) = adoption {
                 controller::Resume::Follow(
                     inner.slots.hold_exactly(controller::need_of(&framework)),
+                    adoption,
                 )
             } else if held_gpus(&framework) {
                 match inner.slots.ask(controller::need_of(&framework)).await {

@@ -40,6 +40,20 @@ impl Ports {
         }
     }
 
+    /// Holds `ports` again, as given before (a restarted server's task that starts
+    /// again with the ports its peers were told): an error names the first one that is
+    /// taken now.
+    pub fn hold(&self, ports: impl IntoIterator<Item = u16>) -> std::io::Result<HeldPorts> {
+        let mut bound = Vec::new();
+        for port in ports {
+            let listener = TcpListener::bind((self.address, port)).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("port {port} is taken now: {e}"))
+            })?;
+            bound.push((port, listener));
+        }
+        Ok(HeldPorts(std::sync::Arc::new(Mutex::new(bound))))
+    }
+
     /// The next free port of the range, held by the listener returned with it.
     fn take(&self, next: &mut u16, tried: &mut usize) -> std::io::Result<(u16, TcpListener)> {
         let size = usize::from(*self.range.end() - *self.range.start()) + 1;

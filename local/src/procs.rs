@@ -49,14 +49,43 @@ impl ProcessId {
         if stat.pgrp != self.pid {
             return Err("that process does not lead its own process group, as a task does");
         }
-        let environ = std::fs::read(format!("/proc/{}/environ", self.pid))
-            .map_err(|_| "that process's environment cannot be read")?;
-        let wanted = format!("{}={pod_uid}", pai_contract::env::fc::POD_UID);
-        if pod_uid.is_empty() || !environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()) {
-            return Err("that process was not started as this task (another FC_POD_UID)");
+        match started_as(self.pid, pod_uid) {
+            None => Err("that process's environment cannot be read"),
+            Some(false) => Err("that process was not started as this task (another FC_POD_UID)"),
+            Some(true) => Ok(()),
         }
-        Ok(())
     }
+
+    /// What is left of the task of pod `pod_uid` whose recorded process (the leader of
+    /// its process group) has ended: the processes still in that group that were
+    /// started as that task (its `FC_POD_UID`), such as a script its init step ran. A
+    /// group's id is not given to a new process while any member is left, and the UID
+    /// is random per task attempt: nothing else is named.
+    pub fn orphans(&self, pod_uid: &str) -> Vec<ProcessId> {
+        if pod_uid.is_empty() || self.pid <= 1 {
+            return Vec::new();
+        }
+        procfs::pids()
+            .into_iter()
+            .filter(|&pid| may_signal(pid))
+            .filter_map(|pid| {
+                let stat = procfs::stat(pid)?;
+                (stat.pgrp == self.pid && !stat.is_zombie()).then_some(Self {
+                    pid,
+                    start: stat.start,
+                })
+            })
+            .filter(|process| started_as(process.pid, pod_uid) == Some(true))
+            .collect()
+    }
+}
+
+/// Whether process `pid` was started as the task of pod `pod_uid` (its environment
+/// holds that `FC_POD_UID`); `None` when its environment cannot be read.
+fn started_as(pid: i32, pod_uid: &str) -> Option<bool> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let wanted = format!("{}={pod_uid}", pai_contract::env::fc::POD_UID);
+    Some(!pod_uid.is_empty() && environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()))
 }
 
 /// Never pid 0 or 1 (or a group through a negative pid), this server, or a member of
@@ -273,6 +302,40 @@ mod tests {
     fn end(mut child: std::process::Child) {
         child.kill().expect("kill");
         child.wait().expect("wait");
+    }
+
+    /// A task's leader that ended and left a process in its group: that process, and
+    /// only for the pod UID it was started with.
+    #[test]
+    fn the_processes_a_gone_leader_left_in_its_group_are_its_orphans() {
+        use std::io::BufRead;
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 600 & echo $!"])
+            .env("FC_POD_UID", "pod-orphans")
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        let mut line = String::new();
+        std::io::BufReader::new(leader.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("read");
+        let left: i32 = line.trim().parse().expect("a pid");
+        let group = leader.id() as i32;
+        assert!(leader.wait().expect("wait").success());
+        let gone = ProcessId {
+            pid: group,
+            start: 0,
+        };
+        let orphans = gone.orphans("pod-orphans");
+        let pids: Vec<i32> = orphans.iter().map(|p| p.pid).collect();
+        let other = gone.orphans("another-pod");
+        for orphan in &orphans {
+            kill_tree(*orphan);
+        }
+        let _ = kill(Pid::from_raw(left), Signal::SIGKILL);
+        assert_eq!(pids, vec![left]);
+        assert!(other.is_empty(), "{other:?}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Container;
 use tokio::sync::watch;
 
@@ -143,6 +144,14 @@ impl Launch {
     pub fn container_log(&self) -> PathBuf {
         container_log(&self.root)
     }
+
+    /// Where its main step runs ([`MainPlace`]).
+    fn main_place(&self) -> &dyn MainPlace {
+        match &self.containers {
+            Some(containers) => containers,
+            None => &Host,
+        }
+    }
 }
 
 pub fn container_log(root: &Path) -> PathBuf {
@@ -151,6 +160,12 @@ pub fn container_log(root: &Path) -> PathBuf {
 
 /// The task's container log's name, in its directory.
 pub const CONTAINER_LOG: &str = "container.log";
+
+/// Written in the task's directory just before its main container is started: a
+/// restarted server that finds no container of the task can tell a task that was still in
+/// its init step (which then runs again) from one whose container is gone (whose end
+/// cannot be known).
+pub const MAIN_STARTED: &str = ".main-started";
 
 /// What a task reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -220,10 +235,8 @@ pub async fn run(
     // The main container: the runtime takes the ssh port over as it is held (on its
     // standard input, never free in between) where the engine's client hands it over;
     // its processes bind the others from now on.
-    let hands_over = launch
-        .containers
-        .as_ref()
-        .is_none_or(|c| c.engine.hands_over());
+    let place = launch.main_place();
+    let hands_over = place.hands_over();
     let ssh_listener = launch
         .ssh_port
         .filter(|_| hands_over)
@@ -236,44 +249,18 @@ pub async fn run(
             pai_contract::env::runtime::SSH_LISTENER_STDIN.to_string(),
         ));
     }
-    let mut run = match &launch.containers {
-        Some(containers) => {
-            let step = main_step(&launch, containers, hands_over);
-            if let Err(message) = prepare_container(&launch, &step, &main_env) {
-                return report(completed(1, message));
-            }
-            let stopped = stop.borrow().clone();
-            if let Some(request) = stopped {
-                return report(completed(request.code, request.reason));
-            }
-            match containers.engine.start(&step).await {
-                Ok(crate::containers::Start::Attached(mut command)) => {
-                    command
-                        .env_clear()
-                        .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
-                        .current_dir(&launch.root);
-                    *command
-                }
-                Ok(crate::containers::Start::Detached) => {
-                    report(Progress::Running);
-                    let ended = until_container_ends(
-                        &containers.engine,
-                        &step.name,
-                        &launch.root,
-                        launch.grace,
-                        &mut stop,
-                    )
-                    .await;
-                    return report(ended);
-                }
-                Err(message) => return report(completed(1, message)),
-            }
+    let stopped = stop.borrow().clone();
+    if let Some(request) = stopped {
+        return report(completed(request.code, request.reason));
+    }
+    let (mut run, main_container) = match place.start(&launch, &main_env).await {
+        Ok(MainStarted::Process(command, container)) => (*command, container),
+        Ok(MainStarted::Followed { engine, name }) => {
+            report(Progress::Running);
+            let ended = until_container_ends(engine, name, &launch.root, launch.grace, &mut stop);
+            return report(ended.await);
         }
-        None => host_command(
-            &launch,
-            &launch.root.join(pai_contract::paths::files::RUN),
-            &main_env,
-        ),
+        Err(message) => return report(completed(1, message)),
     };
     match ssh_listener {
         Some(listener) => {
@@ -287,20 +274,8 @@ pub async fn run(
         let report = &report;
         move || report(Progress::Running)
     };
-    let main_container = launch.containers.as_ref().map(|c| StepContainer {
-        engine: &c.engine,
-        name: &c.main.name,
-    });
     let outcome = start_and_wait(&launch, run, &mut stop, started, main_container).await;
-    if let Some(containers) = &launch.containers
-        && containers.engine.outlive_server
-    {
-        // Its end is read: the container goes.
-        containers
-            .engine
-            .remove(std::slice::from_ref(&containers.main.name))
-            .await;
-    }
+    place.ended().await;
     match outcome {
         Outcome::Exited(status) => report(main_ended(&launch.root, exit_code(status))),
         Outcome::Stopped(request) => report(Progress::Completed {
@@ -310,6 +285,114 @@ pub async fn run(
             reason: None,
         }),
         Outcome::CannotStart(message) => report(completed(1, message)),
+    }
+}
+
+/// Where a task's main step runs on this machine: the seam between the task's life (its
+/// init step, its stop with TERM, grace, then KILL, its end and result), which is the
+/// same wherever it runs, and how its main step starts and is followed. Two
+/// implementations: a process of the host ([`Host`]) and an engine's container
+/// ([`Containers`], each engine behind [`crate::containers::Driver`]). A new way to run
+/// tasks is a new implementation, not a branch through [`run`].
+trait MainPlace: Send + Sync {
+    /// Whether the ssh port's listener goes to the main step on its standard input, as
+    /// held (else the runtime binds it itself once the server has released it).
+    fn hands_over(&self) -> bool;
+    /// Starts the main step of `launch` with the environment `env`: how it is followed.
+    fn start<'a>(
+        &'a self,
+        launch: &'a Launch,
+        env: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<MainStarted<'a>, String>>;
+    /// After the main step's end was read.
+    fn ended(&self) -> BoxFuture<'_, ()>;
+}
+
+/// How a started main step is followed.
+enum MainStarted<'a> {
+    /// Through a process of the server's, still to be spawned, whose end is the step's
+    /// (on the host, the runtime itself; else the engine's attached client, the
+    /// container's start being the engine saying it runs).
+    Process(Box<tokio::process::Command>, Option<StepContainer<'a>>),
+    /// Through the engine alone: its container `name` runs already.
+    Followed {
+        engine: &'a crate::containers::Engine,
+        name: &'a str,
+    },
+}
+
+/// The main step as a process of this machine's host, the runtime's `run` of the task's
+/// directory.
+struct Host;
+
+impl MainPlace for Host {
+    fn hands_over(&self) -> bool {
+        true
+    }
+
+    fn start<'a>(
+        &'a self,
+        launch: &'a Launch,
+        env: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<MainStarted<'a>, String>> {
+        let run = launch.root.join(pai_contract::paths::files::RUN);
+        let command = host_command(launch, &run, env);
+        Box::pin(std::future::ready(Ok(MainStarted::Process(
+            Box::new(command),
+            None,
+        ))))
+    }
+
+    fn ended(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+impl MainPlace for Containers {
+    fn hands_over(&self) -> bool {
+        self.engine.hands_over()
+    }
+
+    fn start<'a>(
+        &'a self,
+        launch: &'a Launch,
+        env: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<MainStarted<'a>, String>> {
+        Box::pin(async move {
+            let step = main_step(launch, self, self.hands_over());
+            prepare_container(launch, &step, env)?;
+            let mark = launch.root.join(MAIN_STARTED);
+            std::fs::write(&mark, b"")
+                .map_err(|e| format!("cannot write {}: {e}", mark.display()))?;
+            match self.engine.start(&step).await? {
+                crate::containers::Start::Attached(mut command) => {
+                    command
+                        .env_clear()
+                        .envs(launch.host_env.iter().map(|(k, v)| (k, v)))
+                        .current_dir(&launch.root);
+                    let container = StepContainer {
+                        engine: &self.engine,
+                        name: &self.main.name,
+                    };
+                    Ok(MainStarted::Process(command, Some(container)))
+                }
+                crate::containers::Start::Detached => Ok(MainStarted::Followed {
+                    engine: &self.engine,
+                    name: &self.main.name,
+                }),
+            }
+        })
+    }
+
+    fn ended(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // Its end is read: a container that outlives its client goes.
+            if self.engine.outlive_server {
+                self.engine
+                    .remove(std::slice::from_ref(&self.main.name))
+                    .await;
+            }
+        })
     }
 }
 

@@ -52,6 +52,7 @@ for_each_engine!(
     an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words,
     stop_and_delete_leave_no_container,
     a_restarted_server_follows_the_containers_the_killed_one_started,
+    a_task_in_its_init_step_at_a_restart_starts_again_beside_its_followed_peer,
     a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits,
     tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_containers,
     a_task_runs_as_its_images_user_and_may_write_its_volume,
@@ -349,26 +350,32 @@ async fn run_to_end(client: &Client, name: &str, job: &str) -> Value {
 
 /// Waits (on the job's watch) until every task of the job runs.
 async fn every_task_running(client: &Client, job: &str) {
+    until_tasks(client, job, |states| states.iter().all(|s| *s == "RUNNING")).await
+}
+
+/// Waits (on the job's watch) until its tasks' states (every role's, in order) are as
+/// `wanted` says.
+async fn until_tasks(client: &Client, job: &str, wanted: impl Fn(&[&Value]) -> bool) {
     let mut changes = client.watch("alice", job).await.expect("watch");
     let running = async {
         while let Some(view) = changes.next().await {
             let view = serde_json::to_value(view.expect("a view")).expect("JSON");
             let roles = view["taskRoles"].as_object().cloned().unwrap_or_default();
-            let all = !roles.is_empty()
-                && roles.values().all(|r| {
-                    r["taskStatuses"]
-                        .as_array()
-                        .is_some_and(|t| t.iter().all(|t| t["taskState"] == "RUNNING"))
-                });
-            if all {
+            let states: Vec<&Value> = roles
+                .values()
+                .filter_map(|r| r["taskStatuses"].as_array())
+                .flatten()
+                .map(|t| &t["taskState"])
+                .collect();
+            if !states.is_empty() && wanted(&states) {
                 return;
             }
         }
-        panic!("the job ended before every task ran");
+        panic!("the job ended before its tasks got there");
     };
     tokio::time::timeout(DEADLINE, running)
         .await
-        .expect("every task runs");
+        .expect("the tasks got there");
 }
 
 /// What the server answers, and what each client sends; the image's `nc` in both.
@@ -770,6 +777,107 @@ async fn a_restarted_server_follows_the_containers_the_killed_one_started(engine
             "run once, not again: {log}"
         );
         assert!(log.contains("term"), "TERM reached the command: {log}");
+    }
+    assert_eq!(containers_of(engine, &name), Vec::<String>::new());
+    drop(server);
+    drop(leftovers);
+}
+
+/// A task still in its init step when its server is killed -9 (here an operator's prep
+/// script that takes a while, as a runtime image may carry) runs that step again under
+/// the restarted server, with the same pod and ports, while its peer's container is
+/// followed: the attempt is kept, no command runs twice, and nothing of the first init
+/// step is left.
+async fn a_task_in_its_init_step_at_a_restart_starts_again_beside_its_followed_peer(
+    engine: Engine,
+) {
+    if !ready(engine) {
+        return;
+    }
+    let dir = scratch(&format!("restart-init-{}", engine.name()));
+    let state = dir.join("state");
+    let (leftovers, server) = start(engine, &state);
+    let client = server.client();
+    // Task 1's init step says where it is on a FIFO, which the test reads, and stays. A
+    // restarted server's assets are its binary's own: the script is gone then.
+    let reached = dir.join("reached");
+    let made = Command::new("mkfifo")
+        .arg(&reached)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let hold = state.join("assets/prep/05-hold.sh");
+    std::fs::write(
+        &hold,
+        format!(
+            "#!/bin/sh\n[ \"$FC_TASK_INDEX\" = 1 ] || exit 0\necho $$ > {0}\nexec sleep 600\n",
+            reached.display()
+        ),
+    )
+    .expect("prep script");
+    std::fs::set_permissions(&hold, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("executable");
+    let sleeper = role(
+        "worker",
+        2,
+        128,
+        "echo started; trap 'echo term; exit 0' TERM; while :; do sleep 1 & wait $!; done",
+    );
+    client
+        .submit(
+            "alice",
+            &spec("halfway", IMAGE, json!([sleeper]), json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    let fifo = reached.clone();
+    let holder: u32 = tokio::time::timeout(
+        DEADLINE,
+        tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo).expect("read FIFO")),
+    )
+    .await
+    .expect("task 1 reaches its prep script")
+    .expect("joined")
+    .trim()
+    .parse()
+    .expect("a PID");
+    until_tasks(&client, "halfway", |states| {
+        states.iter().filter(|s| **s == "RUNNING").count() == 1
+    })
+    .await;
+    let name = framework_name(&client, "halfway").await;
+    let first = containers_of(engine, &name);
+    assert_eq!(first.len(), 1, "task 0's container only: {first:?}");
+    server.kill();
+
+    let (_again, server) = start(engine, &state);
+    let client = server.client();
+    every_task_running(&client, "halfway").await;
+    let view =
+        serde_json::to_value(client.job("alice", "halfway").await.expect("job")).expect("JSON");
+    assert_eq!(
+        view["jobStatus"]["retries"], 0,
+        "the attempt is kept: {view:#}"
+    );
+    let now = containers_of(engine, &name);
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(
+        now.contains(&first[0]),
+        "task 0's container is followed: {now:?}"
+    );
+    let stat = std::fs::read_to_string(format!("/proc/{holder}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.rsplit(')').next().is_some_and(|s| s.starts_with(" Z")),
+        "the first init step's process is ended: {stat}"
+    );
+
+    client.stop("alice", "halfway").await.expect("stopped");
+    let view = final_view(&client, "alice", "halfway").await;
+    assert_eq!(view["jobStatus"]["state"], "STOPPED", "{view:#}");
+    for index in 0..2 {
+        let log = log_of(&client, "halfway", "worker", index).await;
+        assert_eq!(log.matches("started").count(), 1, "run once: {log}");
     }
     assert_eq!(containers_of(engine, &name), Vec::<String>::new());
     drop(server);
