@@ -239,13 +239,20 @@ impl KubeBackend {
     }
 
     /// Keeps why waiting jobs wait, from the pods' scheduling verdicts and `engine`'s
-    /// groups (see [`crate::admission`]): two watches of `namespace`.
+    /// groups (see [`crate::admission`]): two watches of `namespace`. Under Kueue, also
+    /// gives the quota of the jobs that are over back ([`crate::queue_release`]).
     pub fn admitting(
         mut self,
         client: Client,
         namespace: &str,
         engine: pai_translate::gang::Engine,
     ) -> Self {
+        if engine == pai_translate::gang::Engine::Kueue {
+            tokio::spawn(
+                crate::queue_release::QueueRelease::new(client.clone(), namespace)
+                    .run(self.store.clone()),
+            );
+        }
         self.admission = Some(crate::admission::Admission::start(
             client,
             namespace,

@@ -6,7 +6,8 @@
 //! ([`publisher`]), the attempts' history ([`history`]), Events ([`events`]), jobs that
 //! wait for jobs ([`pai_engine::depends`]); beside them, kube's own watchers read the
 //! admission verdicts ([`admission`], [`waiting`]) and keep finished tasks' logs
-//! ([`log_keeper`]).
+//! ([`log_keeper`]); under Kueue, the quota of jobs that ended is given back
+//! ([`queue_release`]).
 
 pub mod admission;
 pub mod archive;
@@ -20,6 +21,7 @@ pub mod log_keeper;
 pub mod pg_tls;
 pub mod pod_log;
 pub mod publisher;
+pub mod queue_release;
 pub mod retention;
 pub mod store;
 pub mod waiting;

@@ -164,47 +164,53 @@ impl LogKeeper {
         }
     }
 
-    /// Takes the finalizer of earlier versions off `pod`, under the version it reads.
+    /// Takes the finalizer of earlier versions off `pod`.
     async fn let_go(&self, pod: &str) {
-        for _ in 0..5 {
-            let current = match self.pods.get_opt(pod).await {
-                Ok(Some(current)) => current,
-                Ok(None) => return,
-                Err(e) => {
-                    warn!(pod, error = %e, "cannot read the pod to let it go; tried again at its next change");
-                    return;
-                }
-            };
-            let rest: Vec<String> = current
-                .finalizers()
-                .iter()
-                .filter(|f| f.as_str() != LEGACY_FINALIZER)
-                .cloned()
-                .collect();
-            if rest.len() == current.finalizers().len() {
-                return;
+        match take_finalizer(&self.pods, pod, LEGACY_FINALIZER).await {
+            Ok(true) => info!(
+                pod,
+                "an earlier version's finalizer taken off: nothing waits for a server"
+            ),
+            Ok(false) => {}
+            Err(e) => {
+                warn!(pod, error = %e, "cannot let the pod go; tried again at its next change")
             }
-            let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": current.resource_version()}});
-            match self
-                .pods
-                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    info!(
-                        pod,
-                        "an earlier version's finalizer taken off: nothing waits for a server"
-                    )
-                }
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(kube::Error::Api(s)) if s.code == 404 => return,
-                Err(e) => {
-                    warn!(pod, error = %e, "cannot let the pod go; tried again at its next change");
-                }
-            }
-            return;
         }
     }
+}
+
+/// Takes `finalizer` off `pod`, under the version it reads (read again after a conflict,
+/// five times at most): whether it was taken off (false: not there, or the pod is gone).
+pub(crate) async fn take_finalizer(
+    pods: &Api<Pod>,
+    pod: &str,
+    finalizer: &str,
+) -> Result<bool, kube::Error> {
+    for _ in 0..5 {
+        let Some(current) = pods.get_opt(pod).await? else {
+            return Ok(false);
+        };
+        let rest: Vec<String> = current
+            .finalizers()
+            .iter()
+            .filter(|f| f.as_str() != finalizer)
+            .cloned()
+            .collect();
+        if rest.len() == current.finalizers().len() {
+            return Ok(false);
+        }
+        let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": current.resource_version()}});
+        match pods
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
 }
 
 fn lock(made: &Mutex<Made>) -> std::sync::MutexGuard<'_, Made> {

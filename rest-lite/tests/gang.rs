@@ -13,7 +13,7 @@ use crate::common;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use pai_api::status::JobView;
+use pai_api::status::{JobState, JobView};
 use pai_client::Client;
 use pai_cluster::backend::KubeBackend;
 use pai_server::AppState;
@@ -535,5 +535,116 @@ async fn kueue_a_waiting_job_says_what_its_workload_says_and_local_queues_are_ch
     })
     .await;
     assert_eq!(waiting_of(&view).0, "Submitted");
+    assert_rbac_allows_everything(&api);
+}
+
+/// A Workload as Kueue v0.19 makes it for the pod group `name` whose pods belong to
+/// attempt `attempt` of Framework `framework` (their spec copied, their labels not),
+/// admitted and holding its quota.
+fn admitted_workload(name: &str, framework: &str, attempt: i32) -> Value {
+    json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+        "metadata": {"name": name, "annotations": {"kueue.x-k8s.io/is-group-workload": "true"}},
+        "spec": {"queueName": "research", "podSets": [{"name": "90e0dcb3", "count": 6,
+            "template": {"metadata": {}, "spec": {"containers": [{"name": "main",
+                "env": [{"name": "FC_FRAMEWORK_NAME", "value": framework},
+                    {"name": "FC_FRAMEWORK_ATTEMPT_ID", "value": attempt.to_string()}]}]}}}]},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": "True"},
+            {"type": "Admitted", "status": "True"}]}})
+}
+
+/// Under Kueue, the pods of an attempt that ends let go of their quota: the Workload of
+/// its pods is deleted once FrameworkController deletes them (a stop, a failure, a retry
+/// coming) or the job is gone, never while the attempt runs; a Workload of pods that are
+/// not a job's stays; a pod being deleted loses Kueue's finalizer. What the real Kueue then does (the pods let go, the next job or
+/// attempt admitted) is run on a real control plane (rest-lite/tests/real_cluster/queues.sh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueue_the_workload_of_an_attempt_that_ends_is_deleted() {
+    let api = ApiServer::start().await;
+    let config = GangConfig {
+        default_queue: Some("research".into()),
+        ..engine(Engine::Kueue)
+    };
+    let client = serve(&api, config).await;
+    api.create("localqueues", NS, local_queue("research"));
+    let framework = submit(&api, &client, None).await;
+    let name = framework["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    let state = |state: &'static str, attempt: i32| {
+        move |f: &mut Value| {
+            f["status"]["state"] = json!(state);
+            f["status"]["attemptStatus"]["id"] = json!(attempt);
+            f["status"]["retryPolicyStatus"]["totalRetriedCount"] = json!(attempt);
+        }
+    };
+    let gone_soon = |workload: &str| {
+        let (api, workload) = (&api, workload.to_string());
+        async move {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(60),
+                api.wait_gone("workloads", NS, &workload),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("Workload {workload} deleted"))
+        }
+    };
+    let mut changes = client.watch("alice", "train").await.expect("watch");
+    api.modify("frameworks", NS, &name, state("AttemptRunning", 0));
+    until(&mut changes, |v| v.job_status.state == JobState::Running).await;
+    api.create("workloads", NS, admitted_workload(&name, &name, 0));
+    // Another's pod group, whose pods are not a Framework's of its name.
+    api.create("workloads", NS, admitted_workload("theirs", "another", 0));
+    // A job that is gone (deleted while no server ran: found at the first list, or now):
+    // its Workload goes, after the ones above were looked at.
+    let gone = pai_contract::names::framework_name("alice", "gone");
+    api.create("workloads", NS, admitted_workload(&gone, &gone, 0));
+    gone_soon(&gone).await;
+    assert!(
+        api.get("workloads", NS, &name).is_some(),
+        "its attempt runs"
+    );
+
+    // A task's pod fails and FrameworkController deletes it: Kueue's finalizer comes off
+    // (the pod goes), the Workload stays for the pods that go on.
+    let mut ended = pending_pod(&name, 0, "Scheduled", "");
+    ended["metadata"]["finalizers"] = json!(["kueue.x-k8s.io/managed"]);
+    ended["status"] = json!({"phase": "Failed"});
+    api.create("pods", NS, ended);
+    api.delete("pods", NS, &format!("{name}-worker-0"));
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        api.wait_gone("pods", NS, &format!("{name}-worker-0")),
+    )
+    .await
+    .expect("the deleted pod is let go of");
+    assert!(
+        api.get("workloads", NS, &name).is_some(),
+        "its attempt runs"
+    );
+
+    // Attempt 0 fails and is deleted, to be retried: its pods' Workload goes.
+    api.modify("frameworks", NS, &name, state("AttemptDeleting", 0));
+    gone_soon(&name).await;
+    // Attempt 1's pods make a new one, kept while it runs.
+    api.modify("frameworks", NS, &name, state("AttemptRunning", 1));
+    until(&mut changes, |v| v.job_status.retries == 1).await;
+    api.create("workloads", NS, admitted_workload(&name, &name, 1));
+    let later = pai_contract::names::framework_name("alice", "later");
+    api.create("workloads", NS, admitted_workload(&later, &later, 0));
+    gone_soon(&later).await;
+    assert!(api.get("workloads", NS, &name).is_some(), "attempt 1 runs");
+
+    // Stopped for good: completed, its Workload goes.
+    client.stop("alice", "train").await.expect("stopped");
+    api.modify("frameworks", NS, &name, state("Completed", 1));
+    gone_soon(&name).await;
+    assert!(api.get("workloads", NS, "theirs").is_some(), "not a job's");
+    let deletions = api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "DELETE" && r.uri.contains("/workloads/"))
+        .count();
+    assert_eq!(deletions, 4, "one per Workload");
     assert_rbac_allows_everything(&api);
 }

@@ -5,7 +5,7 @@
 //! 400 on others), watch (from a resourceVersion, with history, 410 Gone once compacted,
 //! server-side timeouts; a selecting watch sees objects enter and leave its selection as
 //! ADDED and DELETED), create (409), replace (409 on a stale resourceVersion), JSON
-//! merge patch, and delete (404).
+//! merge patch, and delete (404; 409 when its preconditions' UID or resourceVersion differ).
 //!
 //! Tests steer it: change objects as a controller would, cut every open watch, compact
 //! the history, inject faults ([`Fault`]: 401/403 for a while, 429 with Retry-After,
@@ -1365,9 +1365,30 @@ async fn patch(
     axum::Json(updated).into_response()
 }
 
-async fn delete(State(shared): State<Arc<Shared>>, Path(params): Path<Params>) -> Response {
+async fn delete(
+    State(shared): State<Arc<Shared>>,
+    Path(params): Path<Params>,
+    body: axum::body::Bytes,
+) -> Response {
     let key = item_key(&params);
     let mut store = shared.lock();
+    // DeleteOptions' preconditions: the object's UID and resourceVersion must be these.
+    let options: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Some(object) = store.objects.get(&key) {
+        for field in ["uid", "resourceVersion"] {
+            let wanted = &options["preconditions"][field];
+            if wanted.is_string() && *wanted != object["metadata"][field] {
+                return status(
+                    409,
+                    "Conflict",
+                    format!(
+                        "Precondition failed: {field} in precondition: {wanted}, {field} in object meta: {}",
+                        object["metadata"][field]
+                    ),
+                );
+            }
+        }
+    }
     match remove(&mut store, &shared.events, &key) {
         Some(object) => axum::Json(object).into_response(),
         None => not_found(&key),

@@ -17,8 +17,9 @@ use super::driver::{CDI_GPU, Driver, LABEL_SERVER, Start, Step, Ulimit};
 /// Podman lowers its own `nproc` to this (so runc, started under it, cannot set more).
 pub(super) const MAX_PROCESSES: u64 = 32_768;
 
-/// Between two looks at the running containers.
-const START_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+/// Between two looks at the running containers, beside the events that say a container
+/// started.
+const START_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Podman's command line, as this server calls it.
 #[derive(Debug)]
@@ -46,13 +47,13 @@ struct Cli {
     filter: String,
 }
 
-/// Tasks waiting for their main container to run, and the one poller that tells them: as
-/// a kubelet's PLEG relists its containers, one `ps` of this server's running containers
-/// answers every task that waits (a `wait` per container would be a process per task,
-/// and fails for a container not created yet).
+/// Tasks waiting for their main container to run, and the one follower that tells them:
+/// one `podman events` stream of this server's containers' starts answers every task that
+/// waits (a `wait` per container would be a process per task, and fails for a container
+/// not created yet; a `ps` every 100 ms took a core's share from the starts it watched).
 #[derive(Default)]
 struct Starts {
-    /// Who waits for which container, and whether the poller runs.
+    /// Who waits for which container, and whether the follower runs.
     waiters: std::sync::Mutex<(Waiters, bool)>,
 }
 
@@ -250,29 +251,75 @@ impl Cli {
             .collect())
     }
 
-    /// Lists this server's running containers until nobody waits.
-    async fn poll_starts(self: Arc<Self>, starts: Arc<Starts>) {
+    /// Tells the waiting tasks their container runs, until nobody waits: from one
+    /// `podman events` stream of this server's containers' starts, and a look at the
+    /// running ones at its beginning and then each [`START_LOOK`] (a start the stream
+    /// had not subscribed to yet, or an engine whose events cannot be read).
+    async fn follow_starts(self: Arc<Self>, starts: Arc<Starts>) {
+        use tokio::io::AsyncBufReadExt;
+        let events = self
+            .command()
+            .args(["events", "--filter", "event=start", "--filter"])
+            .arg(&self.filter)
+            .args(["--format", "{{.Name}}"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn();
+        let (_events, mut lines) = match events {
+            Ok(mut child) => {
+                let lines = child
+                    .stdout
+                    .take()
+                    .map(|out| tokio::io::BufReader::new(out).lines());
+                (Some(child), lines)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot follow Podman's events; looking at the running containers instead");
+                (None, None)
+            }
+        };
+        let mut look = tokio::time::interval(START_LOOK);
         loop {
-            // None when the engine cannot say: asked again at the next look.
-            let running = self.names(false).await.unwrap_or_default();
-            {
-                let mut waiters = starts.waiters.lock().unwrap_or_else(|e| e.into_inner());
-                for name in running {
-                    for tx in waiters.0.remove(&name).into_iter().flatten() {
-                        let _ = tx.send(());
+            let started: Vec<String> = tokio::select! {
+                line = async { lines.as_mut()?.next_line().await.ok().flatten() }, if lines.is_some() => {
+                    match line {
+                        Some(name) => vec![name],
+                        None => {
+                            // The stream ended: the looks go on alone.
+                            lines = None;
+                            Vec::new()
+                        }
                     }
                 }
-                waiters.0.retain(|_, senders| {
-                    senders.retain(|tx| !tx.is_closed());
-                    !senders.is_empty()
-                });
-                if waiters.0.is_empty() {
-                    waiters.1 = false;
-                    return;
-                }
+                _ = look.tick() => self.names(false).await.unwrap_or_default(),
+            };
+            if starts.tell(started) {
+                return;
             }
-            tokio::time::sleep(START_POLL).await;
         }
+    }
+}
+
+impl Starts {
+    /// Tells the waiters of the containers `started`, and forgets those no longer
+    /// waiting: true when nobody waits any more (the follower then ends).
+    fn tell(&self, started: Vec<String>) -> bool {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        for name in started {
+            for tx in waiters.0.remove(&name).into_iter().flatten() {
+                let _ = tx.send(());
+            }
+        }
+        waiters.0.retain(|_, senders| {
+            senders.retain(|tx| !tx.is_closed());
+            !senders.is_empty()
+        });
+        if waiters.0.is_empty() {
+            waiters.1 = false;
+        }
+        waiters.0.is_empty()
     }
 }
 
@@ -304,7 +351,7 @@ impl Driver for Podman {
                 !std::mem::replace(&mut waiters.1, true)
             };
             if start_poller {
-                tokio::spawn(self.cli.clone().poll_starts(self.starts.clone()));
+                tokio::spawn(self.cli.clone().follow_starts(self.starts.clone()));
             }
             let _ = rx.await;
         })
