@@ -39,7 +39,6 @@ use tracing::{info, warn};
 
 use pai_barrier::retry::WatchBackoff;
 use pai_contract::env::fc;
-use pai_contract::framework::FrameworkState;
 use pai_contract::{Framework, backoff, meta};
 use pai_engine::controller::{Event, Outcome, Reconcile};
 
@@ -239,14 +238,7 @@ pub(crate) fn attempt_over(framework: Option<&Framework>, attempt: Option<i32>) 
     match attempt {
         Some(attempt) if attempt < current => true,
         Some(attempt) if attempt > current => false,
-        _ => matches!(
-            status.state,
-            FrameworkState::AttemptDeletionPending
-                | FrameworkState::AttemptDeletionRequested
-                | FrameworkState::AttemptDeleting
-                | FrameworkState::AttemptCompleted
-                | FrameworkState::Completed
-        ),
+        _ => status.state.attempt_ending(),
     }
 }
 

@@ -7,7 +7,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Framework;
-use crate::framework::FrameworkState;
 
 /// The annotation holding the history (JSON, oldest first).
 pub const ANNOTATION: &str = "rest-lite.openpai.io/attempts";
@@ -69,14 +68,7 @@ pub fn recorded(framework: &Framework) -> Vec<AttemptEnd> {
 /// How the current attempt ended, once its outcome is decided.
 pub fn current_end(framework: &Framework) -> Option<AttemptEnd> {
     let status = framework.status.as_ref()?;
-    let ending = matches!(
-        status.state,
-        FrameworkState::AttemptDeletionPending
-            | FrameworkState::AttemptDeletionRequested
-            | FrameworkState::AttemptDeleting
-            | FrameworkState::AttemptCompleted
-            | FrameworkState::Completed
-    );
+    let ending = status.state.attempt_ending();
     let attempt = &status.attempt_status;
     let completion = attempt.completion_status.as_ref().filter(|_| ending)?;
     let trigger = completion.trigger.as_ref();
@@ -152,7 +144,7 @@ fn cut(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::{CompletionStatus, CompletionTrigger, FrameworkStatus};
+    use crate::framework::{CompletionStatus, CompletionTrigger, FrameworkState, FrameworkStatus};
 
     fn ended_attempt(id: i32, code: i32) -> Framework {
         let mut framework = Framework::new(

@@ -167,6 +167,20 @@ pub enum FrameworkState {
     Completed,
 }
 
+impl FrameworkState {
+    /// Whether the attempt's outcome is decided: it is being deleted, or has completed.
+    pub fn attempt_ending(self) -> bool {
+        matches!(
+            self,
+            Self::AttemptDeletionPending
+                | Self::AttemptDeletionRequested
+                | Self::AttemptDeleting
+                | Self::AttemptCompleted
+                | Self::Completed
+        )
+    }
+}
+
 /// Alias: tasks go through the same states as Frameworks.
 pub type TaskState = FrameworkState;
 

@@ -689,14 +689,8 @@ impl Drop for Leftovers {
     }
 }
 
-async fn a_restarted_server_follows_the_containers_the_killed_one_started(engine: Engine) {
-    if !ready(engine) {
-        return;
-    }
-    let dir = scratch(&format!("restart-{}", engine.name()));
-    let state = dir.join("state");
-    let (leftovers, server) = start(engine, &state);
-    let client = server.client();
+/// Submits `job`: two workers that say `started`, then wait, and say `term` at a TERM.
+async fn submit_sleepers(client: &Client, job: &str) {
     let sleeper = role(
         "worker",
         2,
@@ -706,11 +700,22 @@ async fn a_restarted_server_follows_the_containers_the_killed_one_started(engine
     client
         .submit(
             "alice",
-            &spec("followed", IMAGE, json!([sleeper]), json!({})),
+            &spec(job, IMAGE, json!([sleeper]), json!({})),
             SpecFormat::Json,
         )
         .await
         .expect("submitted");
+}
+
+async fn a_restarted_server_follows_the_containers_the_killed_one_started(engine: Engine) {
+    if !ready(engine) {
+        return;
+    }
+    let dir = scratch(&format!("restart-{}", engine.name()));
+    let state = dir.join("state");
+    let (leftovers, server) = start(engine, &state);
+    let client = server.client();
+    submit_sleepers(&client, "followed").await;
     every_task_running(&client, "followed").await;
     let name = framework_name(&client, "followed").await;
     let mut running = containers_of(engine, &name);
@@ -817,20 +822,7 @@ async fn a_task_in_its_init_step_at_a_restart_starts_again_beside_its_followed_p
     .expect("prep script");
     std::fs::set_permissions(&hold, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("executable");
-    let sleeper = role(
-        "worker",
-        2,
-        128,
-        "echo started; trap 'echo term; exit 0' TERM; while :; do sleep 1 & wait $!; done",
-    );
-    client
-        .submit(
-            "alice",
-            &spec("halfway", IMAGE, json!([sleeper]), json!({})),
-            SpecFormat::Json,
-        )
-        .await
-        .expect("submitted");
+    submit_sleepers(&client, "halfway").await;
     let fifo = reached.clone();
     let holder: u32 = tokio::time::timeout(
         DEADLINE,
