@@ -19,12 +19,14 @@
 #                    quota is free and goes to the first's next attempt or to the second, as
 #                    the engine orders them; the other waits in the engine's words and is
 #                    placed whole once that one is stopped
+#   kueue-fail       a task of the first fails with no retry left: FAILED, its pods gone,
+#                    the second placed whole
 #   kueue-down       the first stopped (through kubectl) while no server runs: the server
 #                    that starts lets its pods go and the second is placed
 #   kueue-namespace  a team's namespace (its own server running) deleted with its job
 #                    placed: a job of another namespace waiting on the same ClusterQueue is
 #                    placed whole, and the namespace goes
-#   volcano-stop, volcano-delete, volcano-retry   as for Kueue
+#   volcano-stop, volcano-delete, volcano-retry, volcano-fail   as for Kueue
 #   volcano-closed   a job naming a Closed Volcano queue is refused (400)
 # "placed" is bounded by 60 s after the event that frees the quota.
 set -euo pipefail
@@ -35,7 +37,7 @@ R=${REST_LITE:-$ROOT/target/debug/rest-lite}
 export KUBECONFIG=$H/kubeconfig PATH=$H/bin:$PATH K8S_HARNESS=$H
 WORK=$ROOT/target/real-cluster-queues
 rm -rf "$WORK" && mkdir -p "$WORK"
-CASES=${*:-kueue-stop kueue-delete kueue-retry kueue-down kueue-namespace volcano-stop volcano-delete volcano-retry volcano-closed}
+CASES=${*:-kueue-stop kueue-delete kueue-retry kueue-fail kueue-down kueue-namespace volcano-stop volcano-delete volcano-retry volcano-fail volcano-closed}
 PORT=19471
 SERVER=http://127.0.0.1:$PORT
 
@@ -177,6 +179,16 @@ for case in $CASES; do
       echo "  ${case}-$other: $(waiting_says "${case}-$other")"
       rl stop "${case}-$first" >/dev/null
       until_true 60 "${case}-$other placed whole" placed "$F_OTHER" default
+      finish "${case}-a" "${case}-b"
+      stop_server
+      ;;
+    kueue-fail|volcano-fail)
+      start_server default
+      two_jobs default "${case}-a" "${case}-b"
+      "$S/fake-kubelet.sh" terminate "$F1-worker-0" 1 -n default >/dev/null
+      until_true 60 "${case}-a FAILED" is_state "${case}-a" FAILED
+      until_true 60 "${case}-a's pods gone" no_pods "$F1" default
+      until_true 60 "${case}-b placed whole" placed "$F2" default
       finish "${case}-a" "${case}-b"
       stop_server
       ;;
