@@ -264,14 +264,18 @@ async fn volcano_a_pod_group_in_the_queue_the_spec_names() {
     assert_rbac_allows_everything(&api);
 }
 
+/// Kueue, the jobs' default queue the LocalQueue `research`.
+fn kueue_research() -> GangConfig {
+    GangConfig {
+        default_queue: Some("research".into()),
+        ..engine(Engine::Kueue)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_labels_the_pods_of_one_group_in_a_local_queue_and_makes_no_object() {
     let api = ApiServer::start().await;
-    let config = GangConfig {
-        default_queue: Some("research".into()),
-        ..engine(Engine::Kueue)
-    };
-    let client = serve(&api, config).await;
+    let client = serve(&api, kueue_research()).await;
     api.create("localqueues", NS, local_queue("research"));
     let framework = submit(&api, &client, None).await;
     let name = framework["metadata"]["name"].as_str().expect("name");
@@ -475,11 +479,7 @@ async fn volcano_a_waiting_job_says_what_its_groups_condition_says_and_queues_ar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_a_waiting_job_says_what_its_workload_says_and_local_queues_are_checked() {
     let api = ApiServer::start().await;
-    let config = GangConfig {
-        default_queue: Some("research".into()),
-        ..engine(Engine::Kueue)
-    };
-    let client = serve(&api, config).await;
+    let client = serve(&api, kueue_research()).await;
     let text = refused(&client, "nobody").await;
     assert!(
         text.contains("virtualCluster") && text.contains("no Kueue LocalQueue named nobody"),
@@ -560,11 +560,7 @@ fn admitted_workload(name: &str, framework: &str, attempt: i32) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_the_workload_of_an_attempt_that_ends_is_deleted() {
     let api = ApiServer::start().await;
-    let config = GangConfig {
-        default_queue: Some("research".into()),
-        ..engine(Engine::Kueue)
-    };
-    let client = serve(&api, config).await;
+    let client = serve(&api, kueue_research()).await;
     api.create("localqueues", NS, local_queue("research"));
     let framework = submit(&api, &client, None).await;
     let name = framework["metadata"]["name"]
