@@ -123,11 +123,11 @@ async fn let_deleted_pods_go(pods: Api<Pod>) {
         let name = pod.name_any();
         match take_finalizer(&pods, &name, KUEUE_FINALIZER).await {
             Ok(true) => {
-                info!(pod = %name, "an ended pod that is deleted let go of: Kueue's finalizer taken off")
+                info!(pod = %name, "a pod being deleted let go of: Kueue's finalizer taken off")
             }
             Ok(false) => {}
             Err(e) => {
-                warn!(pod = %name, error = %e, "cannot take Kueue's finalizer off an ended pod; tried again at its next change")
+                warn!(pod = %name, error = %e, "cannot take Kueue's finalizer off a pod being deleted; tried again at its next change")
             }
         }
     }
