@@ -50,7 +50,7 @@ struct Cli {
 /// Tasks waiting for their main container to run, and the one follower that tells them:
 /// one `podman events` stream of this server's containers' starts answers every task that
 /// waits (a `wait` per container would be a process per task, and fails for a container
-/// not created yet; a `ps` every 100 ms took a core's share from the starts it watched).
+/// not created yet; a `ps` every 100 ms started a process that often while any task waited).
 #[derive(Default)]
 struct Starts {
     /// Who waits for which container, and whether the follower runs.
