@@ -67,7 +67,6 @@ impl ProcessId {
         }
         procfs::pids()
             .into_iter()
-            .filter(|&pid| may_signal(pid))
             .filter_map(|pid| {
                 let stat = procfs::stat(pid)?;
                 (stat.pgrp == self.pid && !stat.is_zombie()).then_some(Self {
@@ -75,7 +74,9 @@ impl ProcessId {
                     start: stat.start,
                 })
             })
-            .filter(|process| started_as(process.pid, pod_uid) == Some(true))
+            .filter(|process| {
+                may_signal(process.pid) && started_as(process.pid, pod_uid) == Some(true)
+            })
             .collect()
     }
 }
@@ -309,13 +310,19 @@ mod tests {
     #[test]
     fn the_processes_a_gone_leader_left_in_its_group_are_its_orphans() {
         use std::io::BufRead;
+        let _forking = crate::FORKING.lock().unwrap_or_else(|e| e.into_inner());
+        // The process left says its pid from its own code (its environment is in
+        // `/proc` by then, see `sleeper`), then waits on the test's pipe.
         let mut leader = std::process::Command::new("sh")
-            .args(["-c", "sleep 600 & echo $!"])
+            // (A background job's standard input is /dev/null: the pipe goes as fd 3.)
+            .args(["-c", "exec 3<&0; sh -c 'echo $$; read -r _ <&3' &"])
             .env("FC_POD_UID", "pod-orphans")
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .process_group(0)
             .spawn()
             .expect("sh");
+        let _held_open = leader.stdin.take();
         let mut line = String::new();
         std::io::BufReader::new(leader.stdout.take().expect("piped"))
             .read_line(&mut line)
