@@ -652,15 +652,13 @@ impl Driver<'_> {
         self.started = Some((attempt, std::time::Instant::now()));
         let followed = adoption.follow.len();
         for (role, index, container) in adoption.follow {
-            let grace = framework
+            let pod = framework
                 .spec
                 .task_roles
                 .iter()
                 .find(|r| r.name == role)
-                .and_then(|r| r.task.pod.spec.as_ref())
-                .and_then(|p| p.termination_grace_period_seconds)
-                .and_then(|s| u64::try_from(s).ok())
-                .map_or(self.inner.settings.default_grace, Duration::from_secs);
+                .and_then(|r| r.task.pod.spec.as_ref());
+            let grace = grace_of(self.inner, pod);
             let root = self.inner.store.task_root(&name, attempt, &role, index);
             let progress = self.reporter(attempt, &role, index);
             tokio::spawn(task::follow(
@@ -1023,6 +1021,14 @@ fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, St
     Ok((pods, launches))
 }
 
+/// Between TERM and KILL for a task of `pod`: its `terminationGracePeriodSeconds`, else
+/// the server's default.
+fn grace_of(inner: &Inner, pod: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Duration {
+    pod.and_then(|p| p.termination_grace_period_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(inner.settings.default_grace, Duration::from_secs)
+}
+
 /// A task started again: its role, index and launch, or why it cannot be.
 type Relaunched = Result<(String, u32, Launch), (String, u32, String)>;
 
@@ -1104,10 +1110,7 @@ impl<'a> RoleOf<'a> {
             .cloned()
             .unwrap_or_default();
         let main = role.main_container().cloned().unwrap_or_default();
-        let grace = pod
-            .termination_grace_period_seconds
-            .and_then(|s| u64::try_from(s).ok())
-            .map_or(inner.settings.default_grace, Duration::from_secs);
+        let grace = grace_of(inner, Some(&pod));
         Self {
             framework,
             role,

@@ -359,7 +359,7 @@ impl MainPlace for Containers {
         env: &'a [(String, String)],
     ) -> BoxFuture<'a, Result<MainStarted<'a>, String>> {
         Box::pin(async move {
-            let step = main_step(launch, self, self.hands_over());
+            let step = main_step(launch, self);
             prepare_container(launch, &step, env)?;
             let mark = launch.root.join(MAIN_STARTED);
             std::fs::write(&mark, b"")
@@ -399,14 +399,10 @@ impl MainPlace for Containers {
 /// The main container's step as its engine starts it: where the engine's daemon, not a
 /// process of the server's, holds its streams, the runtime is told where the task's log
 /// is in the container and its bound, and opens and rotates it itself.
-fn main_step(
-    launch: &Launch,
-    containers: &Containers,
-    hands_over: bool,
-) -> crate::containers::Step {
+fn main_step(launch: &Launch, containers: &Containers) -> crate::containers::Step {
     use pai_contract::env::runtime;
     let mut step = containers.main.clone();
-    if !hands_over {
+    if !containers.engine.hands_over() {
         step.env.push((
             runtime::LOG_FILE.to_string(),
             format!("{}/{}", pai_contract::paths::RUNTIME_ROOT, CONTAINER_LOG),

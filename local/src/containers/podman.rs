@@ -147,9 +147,6 @@ impl Podman {
         for (key, value) in &step.labels {
             command.arg("--label").arg(format!("{key}={value}"));
         }
-        for limit in &self.ulimits {
-            command.arg("--ulimit").arg(limit.to_string());
-        }
         if let Some(cpus) = step.limits.cpus {
             command.arg("--cpus").arg(format!("{cpus}"));
         }
@@ -166,24 +163,46 @@ impl Podman {
         for index in &step.gpus {
             command.arg("--device").arg(format!("{CDI_GPU}={index}"));
         }
-        let mut volume = |host: &Path, inside: &str, read_only: bool| {
-            let mut spec = std::ffi::OsString::from(host.as_os_str());
-            spec.push(format!(":{inside}"));
-            if read_only {
-                spec.push(":ro");
-            }
-            command.arg("--volume").arg(spec);
-        };
         for (host, inside, read_only) in &step.mounts {
-            volume(host, inside, *read_only);
+            command
+                .arg("--volume")
+                .arg(volume(host, inside, *read_only));
         }
-        volume(runtime_binary, paths::RUN, true);
         for (name, value) in &step.env {
             command.arg("--env").arg(format!("{name}={value}"));
         }
-        command.arg("--entrypoint").arg(paths::RUN).arg(&step.image);
+        self.runtime_in(&mut command, runtime_binary, &step.image);
         command
     }
+
+    /// What every container of this server gets, its image last: the server's limits,
+    /// and the static runtime at `runtime_binary` mounted read-only as its entry point.
+    fn runtime_in(
+        &self,
+        command: &mut tokio::process::Command,
+        runtime_binary: &Path,
+        image: &str,
+    ) {
+        for limit in &self.ulimits {
+            command.arg("--ulimit").arg(limit.to_string());
+        }
+        command
+            .arg("--volume")
+            .arg(volume(runtime_binary, paths::RUN, true))
+            .arg("--entrypoint")
+            .arg(paths::RUN)
+            .arg(image);
+    }
+}
+
+/// `--volume`'s `host:inside[:ro]`, the host path as it is (not UTF-8 too).
+fn volume(host: &Path, inside: &str, read_only: bool) -> std::ffi::OsString {
+    let mut spec = std::ffi::OsString::from(host.as_os_str());
+    spec.push(format!(":{inside}"));
+    if read_only {
+        spec.push(":ro");
+    }
+    spec
 }
 
 impl Cli {
@@ -474,17 +493,8 @@ impl Driver for Podman {
         Box::pin(async move {
             let mut command = self.cli.command();
             command.args(["run", "--rm", "--network", "none", "--pull", "never"]);
-            for limit in &self.ulimits {
-                command.arg("--ulimit").arg(limit.to_string());
-            }
-            let mut volume = std::ffi::OsString::from(runtime_binary.as_os_str());
-            volume.push(format!(":{}:ro", paths::RUN));
-            command.arg("--volume").arg(volume).args([
-                "--entrypoint",
-                paths::RUN,
-                image,
-                paths::commands::WHOAMI,
-            ]);
+            self.runtime_in(&mut command, runtime_binary, image);
+            command.arg(paths::commands::WHOAMI);
             self.cli.output(command).await
         })
     }
