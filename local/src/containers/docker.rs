@@ -22,7 +22,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use pai_contract::paths;
 
-use super::driver::{Driver, LABEL_SERVER, Start, Step, Ulimit};
+use super::driver::{Driver, LABEL_SERVER, Start, Step, Ulimit, registry_named};
 
 /// How long a request that waits for the container or the registry may take: a task runs
 /// for days, a pull of a large image for many minutes.
@@ -181,12 +181,7 @@ fn from_image(image: &str) -> (&str, &str) {
 
 /// The registry `image` is pulled from, as a `.dockerconfigjson` names it.
 fn registry_of(image: &str) -> &str {
-    match image.split_once('/') {
-        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            first
-        }
-        _ => "docker.io",
-    }
+    registry_named(image).unwrap_or("docker.io")
 }
 
 /// The job's credentials (a `.dockerconfigjson`) for `image`'s registry, if it has some.

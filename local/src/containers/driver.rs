@@ -134,3 +134,10 @@ pub struct Step {
 
 /// The CDI kind of NVIDIA's GPUs.
 pub const CDI_GPU: &str = "nvidia.com/gpu";
+
+/// The registry `image`'s reference names, if it names one: a first component with a `.`
+/// or `:`, or `localhost`, before a `/` (else the image is Docker Hub's).
+pub(crate) fn registry_named(image: &str) -> Option<&str> {
+    let (first, _) = image.split_once('/')?;
+    (first.contains('.') || first.contains(':') || first == "localhost").then_some(first)
+}

@@ -407,10 +407,7 @@ pub fn quantity(text: &str) -> Option<f64> {
 /// `library/` (`perl:5.40-slim` is `docker.io/library/perl:5.40-slim`). Podman would
 /// otherwise ask its own search list, which is empty on many machines.
 pub fn normalize_image(image: &str) -> String {
-    let first = image.split('/').next().unwrap_or_default();
-    let names_registry =
-        image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
-    if names_registry {
+    if driver::registry_named(image).is_some() {
         image.to_string()
     } else if image.contains('/') {
         format!("docker.io/{image}")
