@@ -186,7 +186,7 @@ async fn main() {
         .map(|s| s.trim().to_string())
         .collect();
     println!(
-        "| tasks | mode | submit → every task RUNNING (s) | floor: {{engine}} run -d ×N (s) | job / floor | memory per task (MiB) |"
+        "| tasks | mode | submit → every task RUNNING (s) | floor: the engine's run -d ×N (s) | job / floor | memory per task (MiB) |"
     );
     println!("|---|---|---|---|---|---|");
     for &tasks in &sizes {
