@@ -181,7 +181,7 @@ impl Backend for LocalBackend {
 
     fn changes(&self) -> futures::stream::BoxStream<'static, Event<Changed>> {
         pai_engine::controller::from_broadcast(self.0.changes(), |(name, waits)| Changed {
-            name,
+            name: name.to_string(),
             waits,
         })
     }

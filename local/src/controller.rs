@@ -378,7 +378,15 @@ pub(super) async fn drive(
             if ended {
                 tracing::debug!(job = %name, "finished; its controller ends until a command comes");
                 drop(driver);
-                job.freeze();
+                // What it keeps cold is made on the keeper's thread, beside the other
+                // finished jobs' (see `pai_engine::keeper`); what it held is dropped
+                // here, where it was made.
+                let job = job.clone();
+                if let Some(held) = pai_engine::keeper::make(move || job.freeze()).await {
+                    drop(held);
+                    // Its memory is free now: the next look gives it back.
+                    inner.trimmer.jobs_ended();
+                }
                 return;
             }
         }
@@ -476,7 +484,7 @@ pub(super) async fn remove(inner: &Arc<Inner>, job: &Job) {
     inner.jobs().remove(&name);
     job.gone.store(true, std::sync::atomic::Ordering::SeqCst);
     job.changed.send_modify(|v| *v += 1);
-    let _ = inner.changes.send((name.clone(), false));
+    let _ = inner.changes.send((job.shared_name(), false));
     tracing::info!(job = %name, "job deleted");
 }
 

@@ -32,8 +32,9 @@ pub(crate) struct Job {
     is_cold: std::sync::atomic::AtomicBool,
     /// A cold job's end (ms since the epoch).
     ended: std::sync::atomic::AtomicI64,
-    /// Its Framework's name (which never changes), known without its Framework.
-    name: String,
+    /// Its Framework's name (which never changes), known without its Framework; shared
+    /// by the changes said of it ([`Inner::changes`]), which so make nothing.
+    name: Arc<str>,
     /// Held while a snapshot is written, so saves land in order.
     pub(crate) save: tokio::sync::Mutex<()>,
     /// Bumped after every save.
@@ -57,7 +58,12 @@ impl Job {
     /// A job of `framework`, its command channel `commands`.
     pub(crate) fn new(framework: Framework, commands: mpsc::UnboundedSender<Command>) -> Self {
         Self {
-            name: framework.metadata.name.clone().unwrap_or_default(),
+            name: framework
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or_default()
+                .into(),
             framework: Mutex::new(Arc::new(framework)),
             cold: Mutex::new(None),
             is_cold: false.into(),
@@ -76,7 +82,7 @@ impl Job {
     pub(crate) fn new_cold(name: String, cold: Cold) -> Self {
         let ended = cold.ended_ms();
         Self {
-            name,
+            name: name.into(),
             framework: Mutex::new(placeholder()),
             cold: Mutex::new(Some(cold)),
             is_cold: true.into(),
@@ -144,6 +150,11 @@ impl Job {
     }
 
     pub(crate) fn name(&self) -> String {
+        self.name.to_string()
+    }
+
+    /// Its name, shared: what a change said of it carries.
+    pub(crate) fn shared_name(&self) -> Arc<str> {
         self.name.clone()
     }
 
@@ -160,25 +171,27 @@ impl Job {
     }
 
     /// Keeps a finished job's Framework deflated while nothing uses it: once its
-    /// controller ended, and not while it is being deleted. Whether it froze it.
-    pub(crate) fn freeze(&self) -> bool {
+    /// controller ended, and not while it is being deleted. When it froze it, the
+    /// Framework it held, for the caller to drop where it was made: run on the keeper's
+    /// thread ([`pai_engine::keeper`]), whose freed blocks it would take back one by one
+    /// (glibc's per-thread cache) and make what it keeps in them, in the workers' arenas.
+    #[must_use]
+    pub(crate) fn freeze(&self) -> Option<Arc<Framework>> {
         if self.commands().is_some() {
-            return false;
+            return None;
         }
         let mut guard = self.framework.lock().unwrap_or_else(|e| e.into_inner());
         if self.is_cold() || !guard.is_completed() || guard.metadata.deletion_timestamp.is_some() {
-            return false;
+            return None;
         }
-        let Some(cold) = Cold::of(&guard) else {
-            return false;
-        };
+        let cold = Cold::of(&guard)?;
         self.ended
             .store(cold.ended_ms(), std::sync::atomic::Ordering::Release);
         *self.cold.lock().unwrap_or_else(|e| e.into_inner()) = Some(cold);
-        *guard = placeholder();
+        let held = std::mem::replace(&mut *guard, placeholder());
         self.is_cold
             .store(true, std::sync::atomic::Ordering::Release);
-        true
+        Some(held)
     }
 
     /// Makes the Framework whole again (under its lock, held as `guard`).
@@ -238,8 +251,10 @@ pub(crate) struct Inner {
     /// This machine's task slots, held by running attempts.
     pub(crate) slots: crate::slots::Slots,
     /// The name of each job as it is saved or removed, and whether it names jobs it
-    /// waits for (for whoever watches them all).
-    pub(crate) changes: tokio::sync::broadcast::Sender<(String, bool)>,
+    /// waits for (for whoever watches them all). A change waits in the channel until
+    /// every receiver read it: its name is the job's own, so that waiting makes no block
+    /// among a burst's (see [`pai_engine::keeper`]).
+    pub(crate) changes: tokio::sync::broadcast::Sender<(Arc<str>, bool)>,
     /// Where tasks' ports come from.
     pub(crate) ports: crate::ports::Ports,
     /// Job directories that could not be read at start, by name, with the reason: their
@@ -300,7 +315,7 @@ impl Inner {
         job.changed.send_modify(|v| *v += 1);
         if self.changes.receiver_count() > 0 {
             let waits = pai_contract::depends::waits(&job.framework());
-            let _ = self.changes.send((job.name(), waits));
+            let _ = self.changes.send((job.shared_name(), waits));
         }
         Ok(())
     }
@@ -354,9 +369,13 @@ mod tests {
         let (commands, _receiver) = mpsc::unbounded_channel();
         let job = Job::new(finished("f"), commands);
         let before = job.current();
-        assert!(!job.freeze(), "not while its controller may run");
+        assert!(job.freeze().is_none(), "not while its controller may run");
         *job.commands() = None;
-        assert!(job.freeze());
+        assert_eq!(
+            job.freeze().as_deref(),
+            Some(&*before),
+            "it gives back what it held"
+        );
         assert!(job.is_cold() && !job.is_deleting());
         assert_eq!(job.name(), "f");
         assert_eq!(job.ended_ms(), Some(1_767_225_609_000));
@@ -385,7 +404,7 @@ mod tests {
         let (commands, _receiver) = mpsc::unbounded_channel();
         let job = Job::new(running, commands);
         *job.commands() = None;
-        assert!(!job.freeze());
+        assert!(job.freeze().is_none());
         assert!(!job.is_cold());
     }
 }

@@ -75,6 +75,8 @@ impl Machine {
     /// as the server (tasks die with the thread that started them).
     pub async fn open(settings: Settings) -> Result<Self, Error> {
         raise_open_files_limit();
+        // Before the jobs' threads: the keeper's gets an arena of its own.
+        pai_engine::keeper::start();
         let store = Store::open(&settings.state_dir).map_err(|e| Error::Other(e.to_string()))?;
         // Only now, with the state directory's lock held: a second server refused above
         // must not rewrite the scripts of the first one's tasks.
@@ -217,21 +219,29 @@ impl Machine {
             let weak = Arc::downgrade(&local.inner);
             let mut changes = local.inner.changes.subscribe();
             tokio::spawn(async move {
+                use tokio::sync::broadcast::error::RecvError;
                 let mut tick = tokio::time::interval(retention::SWEEP_EVERY);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut changed_meanwhile = false;
                 loop {
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        changed = changes.recv() => {
-                            if matches!(changed, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
-                                return;
+                    if !changed_meanwhile {
+                        tokio::select! {
+                            _ = tick.tick() => {}
+                            changed = changes.recv() => {
+                                if matches!(changed, Err(RecvError::Closed)) {
+                                    return;
+                                }
                             }
                         }
                     }
                     let Some(inner) = weak.upgrade() else { return };
                     Self { inner }.enforce_retention().await;
-                    // Changes meanwhile stay queued: the next look comes after this.
                     tokio::time::sleep(retention::AT_MOST_EVERY).await;
+                    // Every change said meanwhile asks for one more look, at once.
+                    match retention::drain(&mut changes) {
+                        Some(any) => changed_meanwhile = any,
+                        None => return,
+                    }
                 }
             });
         }
@@ -248,19 +258,36 @@ impl Machine {
             i64::try_from(settings.task_files_kept.as_millis()).unwrap_or(i64::MAX),
         );
         let mut settle = Vec::new();
-        let finished: Vec<(i64, String)> = self
-            .inner
-            .visible_jobs()
+        let visible = self.inner.visible_jobs();
+        // Finished jobs go cold (a finished one a reader made whole again too), on the
+        // keeper's thread: what a cold job keeps is made there, beside the others', not
+        // among the running jobs' blocks (see `pai_engine::keeper`).
+        let thawed: Vec<Arc<Job>> = visible
+            .iter()
+            .filter(|job| !job.is_cold() && job.ended_ms().is_some())
+            .cloned()
+            .collect();
+        if !thawed.is_empty() {
+            // What the jobs held, and the list, are dropped here, where they were made.
+            let (frozen, _held, _thawed) = pai_engine::keeper::make(move || {
+                let (frozen, held): (Vec<_>, Vec<_>) = thawed
+                    .iter()
+                    .filter_map(|job| Some((job.shared_name(), job.freeze()?)))
+                    .unzip();
+                (frozen, held, thawed)
+            })
+            .await;
+            for name in frozen {
+                let _ = self.inner.changes.send((name, false));
+                self.inner.trimmer.jobs_ended();
+            }
+        }
+        let finished: Vec<(i64, String)> = visible
             .iter()
             .filter_map(|job| {
-                // A cold job answers without being made whole; a finished one a reader
-                // made whole again goes cold again.
+                // A cold job answers without being made whole.
                 let ended = job.ended_ms()?;
                 let name = job.name();
-                if job.freeze() {
-                    let _ = self.inner.changes.send((name.clone(), false));
-                    self.inner.trimmer.jobs_ended();
-                }
                 if ended <= files_until
                     && !job.settled.swap(true, std::sync::atomic::Ordering::SeqCst)
                 {
@@ -492,7 +519,11 @@ impl Machine {
             );
             framework.status = None;
             self.admit(&framework)?;
-            let (job, commands) = insert(&self.inner, framework)?;
+            // Its entry in the registry, kept as long as the job, made on the keeper's
+            // thread (see `pai_engine::keeper`).
+            let inner = self.inner.clone();
+            let (job, commands) =
+                pai_engine::keeper::make(move || insert(&inner, framework)).await?;
             // On disk before the caller is told.
             let store = self.inner.store.clone();
             let name = job.name();
@@ -576,7 +607,7 @@ impl Machine {
     /// The name of each job as it changes (saved, deleted, removed), and whether it
     /// names jobs it waits for; a receiver that falls 4,096 changes behind is told it
     /// lagged.
-    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<(String, bool)> {
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<(Arc<str>, bool)> {
         self.inner.changes.subscribe()
     }
 

@@ -1,16 +1,18 @@
 //! Memory the server freed, given back to the system once a burst of jobs is over.
 //!
 //! A job's controller, its tasks' launches and their copies of the Framework take some
-//! 50 KB per running one-task job; a finished job keeps about 6 KB (BENCHMARKS.md, "A
-//! server that runs for months"). glibc's allocator, which the server (and every task's
-//! runtime, the same binary) uses, gives memory back to the system only from the top of
-//! each heap: what a thousand finished tasks freed in the middle stayed resident, and a
-//! server that had run 2,000 jobs at once held 7 times what the same server held once
-//! restarted (10 times at 10,000). `malloc_trim` gives back every free page of every
-//! arena: that halved it in the runs where the trim came (three runs of four at 2,000
-//! jobs did not show it, for a reason not yet found: BENCHMARKS.md). Other allocators
-//! were measured in its place (the same section): jemalloc gives pages back by itself
-//! but costs every task's runtime three threads and 2.7 MB; mimalloc held more.
+//! 50–150 KB per running one-task job; a finished job keeps about 6 KB (BENCHMARKS.md,
+//! "A server that runs for months"). glibc's allocator, which the server (and every
+//! task's runtime, the same binary) uses, gives memory back to the system only from the
+//! top of each heap: what a thousand finished tasks freed in the middle stayed resident.
+//! `malloc_trim` gives back every free page of every arena, once jobs ended: a job that
+//! goes cold says so ([`Trimmer::jobs_ended`]), by its controller as it ends or by the
+//! retention's look. (Until #60 only the look said so, and most jobs go cold by their
+//! controller: whether a burst's memory was given back depended on the look freezing one
+//! job of it.) A page stays while one block on it is in use: what finished jobs keep is
+//! made on a thread of its own for that ([`pai_engine::keeper`]). Other allocators were
+//! measured in glibc's place (BENCHMARKS.md): jemalloc gives pages back by itself but
+//! costs every task's runtime three threads and 2.7 MB; mimalloc held more.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

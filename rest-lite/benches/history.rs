@@ -118,6 +118,7 @@ async fn main() {
     settle(server.0.id()).await;
     tokio::time::sleep(minute).await;
     let ran = support::rss(server.0.id());
+    let ran_anon = support::rss_anon(server.0.id());
     // Where that memory is, mapping by mapping, for a reader who asks.
     if let Some(path) = std::env::var_os("HISTORY_SMAPS") {
         let smaps = std::fs::read(format!("/proc/{}/smaps", server.0.id())).expect("smaps");
@@ -125,12 +126,15 @@ async fn main() {
     }
     drop(server);
     // The same build restarted on that state, settled: what the jobs' data needs.
-    let restarted = {
+    let (restarted, restarted_anon) = {
         let (server, _, _) = start(&builds[0].1, &state);
         let server = Running(server);
         settle(server.0.id()).await;
         tokio::time::sleep(minute).await;
-        support::rss(server.0.id())
+        (
+            support::rss(server.0.id()),
+            support::rss_anon(server.0.id()),
+        )
     };
     println!(
         "\n{jobs} finished jobs, {}: RSS {} MiB in the server that ran them ({:.1} KiB per job), {} MiB restarted on their state ({:.1} KiB per job): {:.2}x",
@@ -140,6 +144,12 @@ async fn main() {
         restarted / 1024,
         restarted as f64 / jobs as f64,
         ran as f64 / restarted.max(1) as f64,
+    );
+    println!(
+        "anonymous (heap, stacks; no code pages): {:.1} MiB against {:.1} MiB restarted: {:.2}x",
+        ran_anon as f64 / 1024.0,
+        restarted_anon as f64 / 1024.0,
+        ran_anon as f64 / restarted_anon.max(1) as f64,
     );
     run_reads(&builds, &state, jobs).await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -245,6 +245,38 @@ async fn a_failed_task_fails_the_job_with_its_code_and_name() {
     drop(server);
 }
 
+/// A burst's memory goes back to the system once its jobs ended (#60): a job its
+/// controller froze as it ended says so, and the next look gives it back. Before, only
+/// the retention's look said so, for the few jobs it froze itself, and a server that had
+/// run 2,000 jobs held 200 MiB where a restarted one held 26.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_of_a_job_that_ended_is_given_back() {
+    let dir = scratch("given-back");
+    let state = dir.join("state");
+    let server = Server::spawn(
+        Server::command(&state)
+            .args(["--backend", "local"])
+            .env("RUST_LOG", "info,pai_local::memory=debug"),
+        &[
+            "this machine (embedded default)",
+            &state.display().to_string(),
+        ],
+    )
+    .with_machine_token(&state);
+    let client = server.client();
+    let spec = job("ends", json!([role("worker", 1, "true")]), json!({}));
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", "ends").await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    server
+        .logged("the memory of ended jobs given back to the system")
+        .await;
+    drop(server);
+}
+
 /// Roles are shown in the order the spec gives them (`worker` before `ps` here), in the
 /// API's view as OpenPAI's answered, and in `status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

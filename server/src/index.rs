@@ -72,6 +72,7 @@ pub struct JobIndex {
 
 impl JobIndex {
     pub fn new(backend: Arc<dyn Backend>, views: Arc<Views>) -> Self {
+        pai_engine::keeper::start();
         Self {
             backend,
             views,
@@ -85,14 +86,26 @@ impl JobIndex {
         self.backend.ready()?;
         let mut guard = self.kept.lock().await;
         loop {
-            if guard.is_none() {
-                *guard = Some(self.read_all().await?);
-            }
-            if guard.as_mut().is_none_or(|kept| self.catch_up(kept)) {
+            let kept = match guard.take() {
+                Some(kept) => kept,
+                None => self.read_all().await?,
+            };
+            // The entries are made on the keeper's thread: a job's is kept as long as
+            // the job (see `pai_engine::keeper`). Were this list dropped meanwhile, the
+            // index goes with it, and the next list reads everything again.
+            let backend = self.backend.clone();
+            let (kept, whole, _seen) = pai_engine::keeper::make(move || {
+                let mut kept = kept;
+                let mut seen = Vec::new();
+                let whole = catch_up(backend.as_ref(), &mut kept, &mut seen);
+                (kept, whole, seen)
+            })
+            .await;
+            if whole {
+                *guard = Some(kept);
                 break;
             }
             // Changes were missed: everything is read again.
-            *guard = None;
         }
         let Some(kept) = guard.as_ref() else {
             return Ok(Vec::new());
@@ -125,46 +138,60 @@ impl JobIndex {
         Some(Arc::new(JobRow::of_view(&self.views.of(&framework).view)))
     }
 
-    /// Every job the backend has: subscribed first, so that no change is missed.
+    /// Every job the backend has: subscribed first, so that no change is missed. Its
+    /// entries are made on the keeper's thread, as [`catch_up`]'s are.
     async fn read_all(&self) -> Result<Kept, BackendError> {
         let changes = self.backend.changes();
         let frameworks = self.backend.list(None).await?;
-        let mut kept = Kept {
-            changes,
-            order: BTreeMap::new(),
-            by_name: HashMap::new(),
-        };
-        for (name, row) in self.backend.archive() {
-            kept.put(&name, row.summary.status.username.clone(), row);
-        }
-        for framework in frameworks {
-            kept.framework(&framework);
-        }
+        let backend = self.backend.clone();
+        // The Frameworks are dropped here, where they were made: the keeper would take
+        // their blocks back for what it keeps (see `pai_engine::keeper`).
+        let (kept, _frameworks) = pai_engine::keeper::make(move || {
+            let mut kept = Kept {
+                changes,
+                order: BTreeMap::new(),
+                by_name: HashMap::new(),
+            };
+            for (name, row) in backend.archive() {
+                kept.put(&name, row.summary.status.username.clone(), row);
+            }
+            for framework in &frameworks {
+                kept.framework(framework);
+            }
+            (kept, frameworks)
+        })
+        .await;
         Ok(kept)
     }
+}
 
-    /// Reads every change up to now; `false` when some were missed.
-    fn catch_up(&self, kept: &mut Kept) -> bool {
-        while let Some(Some(event)) = kept.changes.next().now_or_never() {
-            match event {
-                // The backend's own row first: made once, and from the job as it was
-                // (this machine's cold job is kept as its saved form, whose times are
-                // whole seconds).
-                Event::Changed(changed) => match self.backend.archived(&changed.name) {
-                    Some(row) => {
-                        let user = row.summary.status.username.clone();
-                        kept.put(&changed.name, user, row);
+/// Reads every change of `backend` up to now into `kept`; `false` when some were missed.
+/// The Frameworks it read go into `seen`, for the caller to drop: run on the keeper's
+/// thread, it must not be the one that frees a running job's Framework (see
+/// `pai_engine::keeper`).
+fn catch_up(backend: &dyn Backend, kept: &mut Kept, seen: &mut Vec<Arc<Framework>>) -> bool {
+    while let Some(Some(event)) = kept.changes.next().now_or_never() {
+        match event {
+            // The backend's own row first: made once, and from the job as it was (this
+            // machine's cold job is kept as its saved form, whose times are whole
+            // seconds).
+            Event::Changed(changed) => match backend.archived(&changed.name) {
+                Some(row) => {
+                    let user = row.summary.status.username.clone();
+                    kept.put(&changed.name, user, row);
+                }
+                None => match backend.peek(&changed.name) {
+                    Some(framework) => {
+                        kept.framework(&framework);
+                        seen.push(framework);
                     }
-                    None => match self.backend.peek(&changed.name) {
-                        Some(framework) => kept.framework(&framework),
-                        None => kept.remove(&changed.name),
-                    },
+                    None => kept.remove(&changed.name),
                 },
-                Event::Missed => return false,
-            }
+            },
+            Event::Missed => return false,
         }
-        true
     }
+    true
 }
 
 impl Kept {

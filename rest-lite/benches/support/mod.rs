@@ -33,11 +33,21 @@ pub fn url_of(server: &mut Child, within: Duration) -> String {
 
 /// VmRSS of `pid` in KiB (0 when it cannot be read).
 pub fn rss(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// The anonymous part of [`rss`] (KiB): the heap and stacks, without the binary's and the
+/// libraries' pages, which a process holds by the code it ran, not by its data.
+pub fn rss_anon(pid: u32) -> u64 {
+    status_kib(pid, "RssAnon:")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
