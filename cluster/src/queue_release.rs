@@ -300,7 +300,21 @@ impl Reconcile for Releasing {
             }),
             ..DeleteParams::background()
         };
-        match self.workloads.delete(&name, &params).await {
+        let outcome = self.workloads.delete(&name, &params).await;
+        let settled = match &outcome {
+            Ok(_) => true,
+            Err(kube::Error::Api(e)) => e.code == 404 || e.code == 409,
+            Err(_) => false,
+        };
+        if settled {
+            // Done with this Workload: the job's next change, before the watch says it
+            // went, deletes it no second time. A newer one of the name stays.
+            let mut known = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if known.get(&name).is_some_and(|s| s.uid == seen.uid) {
+                known.remove(&name);
+            }
+        }
+        match outcome {
             Ok(_) => {
                 info!(job = %name, attempt = ?seen.attempt, "the attempt is over: its Kueue Workload deleted, its pods let go and its quota given back");
                 Outcome::Done
