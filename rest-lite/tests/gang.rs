@@ -265,6 +265,15 @@ async fn volcano_a_pod_group_in_the_queue_the_spec_names() {
 }
 
 /// Kueue, the jobs' default queue the LocalQueue `research`.
+/// A server under Kueue with the `research` LocalQueue, and the Framework of one job
+/// submitted to it (the default queue).
+async fn kueue_job_in_research(api: &ApiServer) -> (Client, Value) {
+    let client = serve(api, kueue_research()).await;
+    api.create("localqueues", NS, local_queue("research"));
+    let framework = submit(api, &client, None).await;
+    (client, framework)
+}
+
 fn kueue_research() -> GangConfig {
     GangConfig {
         default_queue: Some("research".into()),
@@ -275,9 +284,7 @@ fn kueue_research() -> GangConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_labels_the_pods_of_one_group_in_a_local_queue_and_makes_no_object() {
     let api = ApiServer::start().await;
-    let client = serve(&api, kueue_research()).await;
-    api.create("localqueues", NS, local_queue("research"));
-    let framework = submit(&api, &client, None).await;
+    let (_client, framework) = kueue_job_in_research(&api).await;
     let name = framework["metadata"]["name"].as_str().expect("name");
     for (meta, pod) in pods(&framework) {
         assert_eq!(meta["labels"]["kueue.x-k8s.io/pod-group-name"], name);
@@ -560,9 +567,7 @@ fn admitted_workload(name: &str, framework: &str, attempt: i32) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_the_workload_of_an_attempt_that_ends_is_deleted() {
     let api = ApiServer::start().await;
-    let client = serve(&api, kueue_research()).await;
-    api.create("localqueues", NS, local_queue("research"));
-    let framework = submit(&api, &client, None).await;
+    let (client, framework) = kueue_job_in_research(&api).await;
     let name = framework["metadata"]["name"]
         .as_str()
         .expect("name")
