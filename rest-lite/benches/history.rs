@@ -12,7 +12,9 @@
 //! reads an earlier run's state directory (copied first: a build may change it) instead
 //! of making one. Before the reads, the first build's resident memory a minute after the
 //! jobs ended, in the server that ran them and in the same build restarted on their
-//! state (#60: what a long-running server holds against what the jobs' data needs);
+//! state, then again once that restarted server has run one job more (#60: what a
+//! long-running server holds against what the jobs' data needs; the growth per job is
+//! over the server's own before its first job);
 //! `HISTORY_SMAPS=FILE` keeps the first server's `/proc/PID/smaps` as it is read.
 
 use std::path::{Path, PathBuf};
@@ -80,10 +82,96 @@ async fn main() {
     // The jobs, run by the first build.
     let (server, url, token) = start(&builds[0].1, &state);
     let server = Running(server);
+    // The server before any job: the growth per job below is over this.
+    settle(server.0.id()).await;
+    let empty = Memory::of(server.0.id());
     let made = Instant::now();
-    submit_all(&url, &token, jobs).await;
+    submit_all(&url, &token, 0..jobs).await;
     let submitted = made.elapsed();
-    let http = reqwest_like::Http::new(&url, &token);
+    wait_ended(&reqwest_like::Http::new(&url, &token), made).await;
+    eprintln!(
+        "{jobs} jobs submitted in {:.1} s, all ended {:.1} s after the first",
+        submitted.as_secs_f64(),
+        made.elapsed().as_secs_f64()
+    );
+    // The memory of the server that ran them, once settled and a minute on (its
+    // once-a-minute look has come): what a long-running server holds for them. Without
+    // `--bench` (the test suite's run) no minute is waited.
+    let minute = Duration::from_secs(if quick { 0 } else { 65 });
+    settle(server.0.id()).await;
+    tokio::time::sleep(minute).await;
+    let ran = Memory::of(server.0.id());
+    // Where that memory is, mapping by mapping, for a reader who asks.
+    if let Some(path) = std::env::var_os("HISTORY_SMAPS") {
+        let smaps = std::fs::read(format!("/proc/{}/smaps", server.0.id())).expect("smaps");
+        std::fs::write(path, smaps).expect("smaps written");
+    }
+    drop(server);
+    // The same build restarted on that state, settled: what the jobs' data needs. Then
+    // one job more, run to its end: a server that has run a job has the code of a job's
+    // path resident (file pages of the binary, which one that read its state only has
+    // not), so this second figure tells the per-job leftovers from that fixed cost.
+    let (restarted, one_more) = {
+        let (server, url, token) = start(&builds[0].1, &state);
+        let server = Running(server);
+        settle(server.0.id()).await;
+        tokio::time::sleep(minute).await;
+        let restarted = Memory::of(server.0.id());
+        let since = Instant::now();
+        submit_all(&url, &token, jobs..jobs + 1).await;
+        wait_ended(&reqwest_like::Http::new(&url, &token), since).await;
+        settle(server.0.id()).await;
+        tokio::time::sleep(minute).await;
+        (restarted, Memory::of(server.0.id()))
+    };
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let per_job = |m: &Memory| m.rss.saturating_sub(empty.rss) as f64 / jobs as f64;
+    println!(
+        "\n{jobs} finished jobs, {}: RSS {:.1} MiB in the server that ran them, {:.1} MiB restarted on their state: {:.2}x; {:.1} MiB restarted and then one job run: {:.2}x",
+        builds[0].0,
+        mib(ran.rss),
+        mib(restarted.rss),
+        ran.rss as f64 / restarted.rss.max(1) as f64,
+        mib(one_more.rss),
+        ran.rss as f64 / one_more.rss.max(1) as f64,
+    );
+    println!(
+        "growth over the server before any job ({:.1} MiB): {:.1} KiB per finished job in the server that ran them, {:.1} restarted",
+        mib(empty.rss),
+        per_job(&ran),
+        per_job(&restarted),
+    );
+    println!(
+        "anonymous (heap, stacks; no code pages): {:.1} MiB against {:.1} MiB restarted ({:.2}x), {:.1} MiB restarted and then one job run ({:.2}x); {:.1} MiB before any job",
+        mib(ran.anon),
+        mib(restarted.anon),
+        ran.anon as f64 / restarted.anon.max(1) as f64,
+        mib(one_more.anon),
+        ran.anon as f64 / one_more.anon.max(1) as f64,
+        mib(empty.anon),
+    );
+    run_reads(&builds, &state, jobs + 1).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server's resident memory, in KiB: all of it, and its anonymous part.
+struct Memory {
+    rss: u64,
+    anon: u64,
+}
+
+impl Memory {
+    fn of(pid: u32) -> Self {
+        Self {
+            rss: support::rss(pid),
+            anon: support::rss_anon(pid),
+        }
+    }
+}
+
+/// Returns once no job is running or waiting (polled every 2 s; an hour at most from
+/// `since`).
+async fn wait_ended(http: &reqwest_like::Http, since: Instant) {
     loop {
         let (status, body) = http
             .get("/api/v2/jobs?withTotalCount=true&limit=1&state=RUNNING")
@@ -98,61 +186,14 @@ async fn main() {
                 .unwrap_or(u64::MAX)
         };
         if status == 200 && count(&body) == 0 && count(&waiting) == 0 {
-            break;
+            return;
         }
         assert!(
-            made.elapsed() < Duration::from_secs(3600),
+            since.elapsed() < Duration::from_secs(3600),
             "the jobs never ended"
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    eprintln!(
-        "{jobs} jobs submitted in {:.1} s, all ended {:.1} s after the first",
-        submitted.as_secs_f64(),
-        made.elapsed().as_secs_f64()
-    );
-    // The memory of the server that ran them, once settled and a minute on (its
-    // once-a-minute look has come): what a long-running server holds for them. Without
-    // `--bench` (the test suite's run) no minute is waited.
-    let minute = Duration::from_secs(if quick { 0 } else { 65 });
-    settle(server.0.id()).await;
-    tokio::time::sleep(minute).await;
-    let ran = support::rss(server.0.id());
-    let ran_anon = support::rss_anon(server.0.id());
-    // Where that memory is, mapping by mapping, for a reader who asks.
-    if let Some(path) = std::env::var_os("HISTORY_SMAPS") {
-        let smaps = std::fs::read(format!("/proc/{}/smaps", server.0.id())).expect("smaps");
-        std::fs::write(path, smaps).expect("smaps written");
-    }
-    drop(server);
-    // The same build restarted on that state, settled: what the jobs' data needs.
-    let (restarted, restarted_anon) = {
-        let (server, _, _) = start(&builds[0].1, &state);
-        let server = Running(server);
-        settle(server.0.id()).await;
-        tokio::time::sleep(minute).await;
-        (
-            support::rss(server.0.id()),
-            support::rss_anon(server.0.id()),
-        )
-    };
-    println!(
-        "\n{jobs} finished jobs, {}: RSS {} MiB in the server that ran them ({:.1} KiB per job), {} MiB restarted on their state ({:.1} KiB per job): {:.2}x",
-        builds[0].0,
-        ran / 1024,
-        ran as f64 / jobs as f64,
-        restarted / 1024,
-        restarted as f64 / jobs as f64,
-        ran as f64 / restarted.max(1) as f64,
-    );
-    println!(
-        "anonymous (heap, stacks; no code pages): {:.1} MiB against {:.1} MiB restarted: {:.2}x",
-        ran_anon as f64 / 1024.0,
-        restarted_anon as f64 / 1024.0,
-        ran_anon as f64 / restarted_anon.max(1) as f64,
-    );
-    run_reads(&builds, &state, jobs).await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Each build on `state` in turn: its restart, the reads, its memory and the disk.
@@ -304,12 +345,13 @@ fn nix_term(pid: u32) -> std::io::Result<()> {
 
 /// `jobs` one-task jobs from [`SUBMITTERS`] concurrent clients: job i of user `u{i % 7}`,
 /// failing when i is a multiple of 5.
-async fn submit_all(url: &str, token: &str, jobs: usize) {
+async fn submit_all(url: &str, token: &str, jobs: std::ops::Range<usize>) {
     let mut handles = Vec::new();
     for s in 0..SUBMITTERS {
         let http = reqwest_like::Http::new(url, token);
+        let range = jobs.clone();
         handles.push(tokio::spawn(async move {
-            for i in (s..jobs).step_by(SUBMITTERS) {
+            for i in range.skip(s).step_by(SUBMITTERS) {
                 let user = format!("u{}", i % 7);
                 let command = if i % 5 == 0 { "exit 1" } else { "true" };
                 let spec = json!({

@@ -15,6 +15,12 @@
 //! over the floor is what the platform adds. `BENCH_REST_LITE` runs another build of the
 //! server (an earlier commit's, say) under the same harness; `BENCH_CODE_KIB` gives the
 //! job a `codeDir` of that size, which every task copies.
+//!
+//! Where the CPU went, for the job's first round and for the floor, from submission (or the
+//! floor's first start) to the last user command running: the machine's busy and idle
+//! seconds (`/proc/stat`) and the server process's own (`/proc/PID/stat`: its threads, not
+//! its tasks; the rest is the tasks' and this clock's). So a start slower than its floor
+//! says whether it did more work or waited.
 
 mod support;
 
@@ -91,6 +97,7 @@ async fn main() {
         });
     let (mut running, mut done) = (Vec::new(), Vec::new());
     let (mut health, mut gets) = (Vec::new(), Vec::new());
+    let mut job_cpu = None;
     for round in 0..rounds {
         let fifo = dir.join(format!("up-{round}"));
         assert!(
@@ -117,6 +124,7 @@ async fn main() {
             spec["codeDir"] = json!(code);
         }
         let spec = spec.to_string();
+        let cpu_before = CpuUse::now(Some(server.id()));
         let started = Instant::now();
         client
             .submit("bench", &spec, pai_translate::spec::SpecFormat::Json)
@@ -138,6 +146,11 @@ async fn main() {
         });
         waited.await.expect("join");
         running.push(started.elapsed().as_secs_f64() * 1000.0);
+        if job_cpu.is_none() {
+            job_cpu = CpuUse::now(Some(server.id()))
+                .zip(cpu_before)
+                .map(|(after, before)| after.since(&before));
+        }
         let mut last = None;
         while let Some(view) = changes.next().await {
             last = Some(view.expect("view"));
@@ -153,7 +166,11 @@ async fn main() {
     }
     let _ = server.kill();
     let _ = server.wait();
+    let floor_cpu_before = CpuUse::now(None);
     let floor = floor(&dir, tasks);
+    let floor_cpu = CpuUse::now(None)
+        .zip(floor_cpu_before)
+        .map(|(after, before)| after.since(&before));
     let _ = std::fs::remove_dir_all(&dir);
 
     running.sort_by(f64::total_cmp);
@@ -184,6 +201,22 @@ async fn main() {
             running[running.len() - 1] / floor
         );
     }
+    println!();
+    println!(
+        "| CPU seconds, start to every user command running | busy | the server's | the rest (tasks, this clock) | idle |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for (what, cpu) in [("job, first round", &job_cpu), ("floor", &floor_cpu)] {
+        if let Some(cpu) = cpu {
+            let server = cpu.server.unwrap_or(0.0);
+            println!(
+                "| {what} | {:.1} | {server:.1} | {:.1} | {:.1} |",
+                cpu.busy,
+                cpu.busy - server,
+                cpu.idle
+            );
+        }
+    }
     health.sort_by(f64::total_cmp);
     gets.sort_by(f64::total_cmp);
     println!();
@@ -200,6 +233,53 @@ async fn main() {
             percentile(times, 0.99),
             times[times.len() - 1]
         );
+    }
+}
+
+/// CPU seconds spent so far (or, after [`CpuUse::since`], in a span): the machine's busy
+/// and idle time, and the server process's.
+#[derive(Clone, Copy)]
+struct CpuUse {
+    busy: f64,
+    idle: f64,
+    server: Option<f64>,
+}
+
+impl CpuUse {
+    /// Now; `None` where `/proc/stat` cannot be read.
+    fn now(server: Option<u32>) -> Option<Self> {
+        // Clock ticks are USER_HZ, 100 a second on Linux.
+        const TICK: f64 = 0.01;
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let ticks: Vec<f64> = stat
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal …
+        let at = |i: usize| ticks.get(i).copied().unwrap_or(0.0);
+        let busy = (at(0) + at(1) + at(2) + at(5) + at(6)) * TICK;
+        let idle = (at(3) + at(4)) * TICK;
+        let server = server.and_then(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command's name: state is field 3, utime 14 and stime 15.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let utime: f64 = fields.get(11)?.parse().ok()?;
+            let stime: f64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) * TICK)
+        });
+        Some(Self { busy, idle, server })
+    }
+
+    fn since(&self, before: &Self) -> Self {
+        let minus = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a - b);
+        Self {
+            busy: self.busy - before.busy,
+            idle: self.idle - before.idle,
+            server: minus(self.server, before.server),
+        }
     }
 }
 

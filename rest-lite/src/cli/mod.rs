@@ -27,6 +27,7 @@ mod in_order;
 mod run;
 mod serve;
 mod spec_file;
+mod thread_caches;
 mod token;
 mod wait;
 
@@ -128,11 +129,16 @@ fn quiet_on_closed_pipe() {
 
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
+    // The server, before any thread: without the allocator's per-thread caches.
+    let caches = matches!(cli.command, Command::Serve(_)).then(thread_caches::off_then_serve);
     // The server tells what it does; the other commands speak only of trouble.
     init_tracing(match cli.command {
         Command::Serve(_) => "info",
         _ => "warn",
     });
+    if let Some(caches) = caches {
+        caches.log();
+    }
     // A command whose output is cut short (`rest-lite status JOB | head -1`) ends quietly,
     // as other Unix tools do, killed by SIGPIPE; not the server, nor `run` with the job it
     // carries, which must outlive a reader that went away.
