@@ -39,7 +39,8 @@ const NAME_AS_STARTED: &str = "REST_LITE_NAME_AS_STARTED";
 pub enum Caches {
     /// This process started without them, its environment as it was given.
     Off,
-    /// The operator's `GLIBC_TUNABLES` sets the count itself.
+    /// The operator's `GLIBC_TUNABLES` sets the count itself (or is not text), and is
+    /// left as it is.
     AsSet,
     /// Not glibc: no such cache.
     NotGlibc,
@@ -55,7 +56,9 @@ impl Caches {
             Caches::Off => tracing::debug!(
                 "glibc's per-thread caches are off in this server (ended jobs' memory goes back)"
             ),
-            Caches::AsSet => tracing::debug!("{TUNABLES} sets {CACHE_COUNT}: kept as it is"),
+            Caches::AsSet => {
+                tracing::debug!("{TUNABLES} sets {CACHE_COUNT} (or is not text): kept as it is")
+            }
             Caches::NotGlibc => {}
             Caches::Kept(why) => tracing::warn!(
                 "cannot start the server without glibc's per-thread caches ({why}); it keeps some memory of ended jobs"
@@ -75,7 +78,12 @@ pub fn off_then_serve() -> Caches {
         restore(as_started);
         return Caches::Off;
     }
-    let current = std::env::var(TUNABLES).unwrap_or_default();
+    let current = match std::env::var(TUNABLES) {
+        Ok(current) => current,
+        Err(std::env::VarError::NotPresent) => String::new(),
+        // Not text: glibc's to read as it is, not ours to rewrite.
+        Err(std::env::VarError::NotUnicode(_)) => return Caches::AsSet,
+    };
     match with_no_cache(&current) {
         None => Caches::AsSet,
         Some(tunables) => Caches::Kept(start_again(&tunables, &current)),
