@@ -372,28 +372,15 @@ async fn submit_all(url: &str, token: &str, jobs: std::ops::Range<usize>) {
 
 /// Returns once the CPU time of `pid` was still for a second.
 async fn settle(pid: u32) {
-    let mut cpu = cpu_ticks(pid);
+    let mut cpu = support::cpu_ticks(pid);
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = cpu_ticks(pid);
+        let now = support::cpu_ticks(pid);
         if now == cpu {
             return;
         }
         cpu = now;
     }
-}
-
-/// User and system CPU time of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            // After the command's name in parentheses: fields 14 and 15 (utime, stime).
-            let rest = s.rsplit_once(')')?.1;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0)
 }
 
 fn du(path: &Path) -> u64 {

@@ -262,14 +262,9 @@ impl CpuUse {
         let at = |i: usize| ticks.get(i).copied().unwrap_or(0.0);
         let busy = (at(0) + at(1) + at(2) + at(5) + at(6)) * TICK;
         let idle = (at(3) + at(4)) * TICK;
-        let server = server.and_then(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // After the command's name: state is field 3, utime 14 and stime 15.
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            let utime: f64 = fields.get(11)?.parse().ok()?;
-            let stime: f64 = fields.get(12)?.parse().ok()?;
-            Some((utime + stime) * TICK)
-        });
+        let server = server
+            .and_then(support::cpu_ticks)
+            .map(|ticks| ticks as f64 * TICK);
         Some(Self { busy, idle, server })
     }
 

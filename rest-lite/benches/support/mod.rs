@@ -1,5 +1,5 @@
 //! What the benchmarks that run the real server share: its URL as its start-up line
-//! says it, and its resident memory. Each bench uses what it needs of it.
+//! says it, its resident memory and its CPU time. Each bench uses what it needs of it.
 
 #![allow(dead_code)]
 
@@ -97,4 +97,13 @@ pub fn history_config(database: &str) -> String {
     format!(
         "history: {{database: \"{database}\", frameworkKeptSec: 0}}\nretention: {{finishedJobs: 0}}\n"
     )
+}
+
+/// User and system CPU time of `pid`, in clock ticks (`USER_HZ`, 100 a second on Linux);
+/// `None` when it cannot be read.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name in parentheses: fields 14 and 15 (utime, stime).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
