@@ -169,6 +169,7 @@ async fn watch_published(
                     return Ok(Passed {
                         framework: None,
                         peers,
+                        table_bytes: None,
                     });
                 }
                 Err(unusable) => {
@@ -224,6 +225,7 @@ async fn watch_framework(
                 return Ok(Passed {
                     framework: Some(Box::new(framework)),
                     peers,
+                    table_bytes: None,
                 });
             }
             Ok(Readiness::Waiting(p)) => {

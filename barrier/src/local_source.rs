@@ -31,6 +31,7 @@ pub fn wait(path: &Path, timeout: Duration) -> Result<Passed, BarrierError> {
             Readiness::Ready(peers) => Ok(Ok(Passed {
                 framework: Some(Box::new(framework)),
                 peers,
+                table_bytes: None,
             })),
             Readiness::Waiting(p) => Ok(Err(p.to_string())),
         }
@@ -56,6 +57,7 @@ pub fn wait_table(
             _ => Ok(Ok(Passed {
                 framework: None,
                 peers,
+                table_bytes: Some(bytes.to_vec()),
             })),
         }
     })

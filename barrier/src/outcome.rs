@@ -12,6 +12,9 @@ use crate::peers::PeerTable;
 pub struct Passed {
     pub framework: Option<Box<Framework>>,
     pub peers: PeerTable,
+    /// The bytes of the file the table was read from (the embedded default's peer table):
+    /// what the tasks of a host compute from the table once is named by them.
+    pub table_bytes: Option<Vec<u8>>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -91,7 +91,7 @@ fn main() {
             .map(|v| format!("{} {} B", v.name, variable_bytes(&v.name, &v.value)))
             .expect("one");
         let count = all.len();
-        let fitted = budget::fit(all, MAX_DYNAMIC_ENV_BYTES);
+        let fitted = budget::fit(all, &budget::PeerSizes::default(), MAX_DYNAMIC_ENV_BYTES);
         let derive = started.elapsed();
         let execve = std::process::Command::new("/bin/true")
             .envs(fitted.exported.iter().map(|v| (&v.name, &v.value)))

@@ -23,29 +23,65 @@ pub enum Why {
 pub struct Fitted {
     pub exported: Vec<Variable>,
     pub held: Vec<(Variable, Why)>,
+    /// The peer table's variables, counted rather than held here ([`PeerSizes`]).
+    pub peers: PeerSizes,
+    /// Their classes left out whole for the budget.
+    pub peer_classes_held: Vec<Class>,
 }
 
 impl Fitted {
     /// Bytes the exported variables take in the environment.
     pub fn bytes(&self) -> usize {
-        self.exported
+        let own: usize = self
+            .exported
             .iter()
             .map(|v| variable_bytes(&v.name, &v.value))
-            .sum()
+            .sum();
+        own + self
+            .peer_classes_exported()
+            .map(|(_, s)| s.bytes)
+            .sum::<usize>()
+    }
+
+    /// How many variables are exported.
+    pub fn exported_count(&self) -> usize {
+        self.exported.len()
+            + self
+                .peer_classes_exported()
+                .map(|(_, s)| s.count)
+                .sum::<usize>()
+    }
+
+    /// Whether the peer table's variables of `class` are exported.
+    pub fn exports_peers(&self, class: Class) -> bool {
+        !self.peer_classes_held.contains(&class)
+    }
+
+    fn peer_classes_exported(&self) -> impl Iterator<Item = (Class, &ClassSize)> {
+        self.peers
+            .classes()
+            .filter(|(class, _)| self.exports_peers(*class))
     }
 
     /// One line for the log: how much is left out, by reason.
     pub fn summary(&self) -> Option<String> {
-        if self.held.is_empty() {
-            return None;
-        }
-        let count = |why| self.held.iter().filter(|(_, w)| *w == why).count();
         let large: Vec<&str> = self
             .held
             .iter()
             .filter(|(_, w)| *w == Why::TooLarge)
             .map(|(v, _)| v.name.as_str())
+            .chain(self.peers.too_large.iter().map(String::as_str))
             .collect();
+        let budget = self.held.iter().filter(|(_, w)| *w == Why::Budget).count()
+            + self
+                .peers
+                .classes()
+                .filter(|(class, _)| !self.exports_peers(*class))
+                .map(|(_, s)| s.count)
+                .sum::<usize>();
+        if large.is_empty() && budget == 0 {
+            return None;
+        }
         let mut parts = Vec::new();
         if !large.is_empty() {
             parts.push(format!(
@@ -55,7 +91,6 @@ impl Fitted {
                 large.join(", ")
             ));
         }
-        let budget = count(Why::Budget);
         if budget > 0 {
             parts.push(format!(
                 "{budget} per-task or list variables, which would take the environment over {} KiB",
@@ -69,9 +104,97 @@ impl Fitted {
     }
 }
 
-/// Splits `vars` into what is exported and what is held back, within `budget` bytes.
-pub fn fit(vars: Vec<Variable>, budget: usize) -> Fitted {
-    let mut fitted = Fitted::default();
+/// How many of one class's variables fit alone, and the bytes they take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassSize {
+    pub count: usize,
+    pub bytes: usize,
+}
+
+/// The peer table's variables as the budget sees them, without holding them: what each
+/// class of them takes, and the names of those over the per-variable limit. The same in
+/// every task of an attempt, so computed once per host ([`crate::peer_files`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerSizes {
+    pub per_peer: ClassSize,
+    pub list: ClassSize,
+    /// Never exported: each alone over Linux's limit.
+    pub too_large: Vec<String>,
+}
+
+impl PeerSizes {
+    pub fn of<'a>(vars: impl IntoIterator<Item = &'a Variable>) -> Self {
+        let mut sizes = PeerSizes::default();
+        for v in vars {
+            let bytes = variable_bytes(&v.name, &v.value);
+            if bytes > MAX_VARIABLE_BYTES {
+                sizes.too_large.push(v.name.clone());
+                continue;
+            }
+            let class = match v.class {
+                Class::PerPeer => &mut sizes.per_peer,
+                Class::List => &mut sizes.list,
+                Class::Own => continue,
+            };
+            class.count += 1;
+            class.bytes += bytes;
+        }
+        sizes
+    }
+
+    /// How many variables the table gives.
+    pub fn count(&self) -> usize {
+        self.per_peer.count + self.list.count + self.too_large.len()
+    }
+
+    fn classes(&self) -> impl Iterator<Item = (Class, &ClassSize)> {
+        [(Class::PerPeer, &self.per_peer), (Class::List, &self.list)].into_iter()
+    }
+
+    /// As a few lines of text (a file of the shared copies), read back by [`Self::parse`].
+    pub fn to_text(&self) -> String {
+        let mut text = format!(
+            "per-peer {} {}\nlist {} {}\n",
+            self.per_peer.count, self.per_peer.bytes, self.list.count, self.list.bytes
+        );
+        for name in &self.too_large {
+            text.push_str("too-large ");
+            text.push_str(name);
+            text.push('\n');
+        }
+        text
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut sizes = PeerSizes::default();
+        let size = |count: Option<&str>, bytes: Option<&str>| {
+            Some(ClassSize {
+                count: count?.parse().ok()?,
+                bytes: bytes?.parse().ok()?,
+            })
+        };
+        for line in text.lines() {
+            let mut words = line.splitn(3, ' ');
+            match words.next()? {
+                "per-peer" => sizes.per_peer = size(words.next(), words.next())?,
+                "list" => sizes.list = size(words.next(), words.next())?,
+                "too-large" => sizes.too_large.push(line["too-large ".len()..].to_string()),
+                _ => return None,
+            }
+        }
+        Some(sizes)
+    }
+}
+
+/// Splits `vars` into what is exported and what is held back, within `budget` bytes
+/// together with the peer table's variables (`peers`, counted apart): any variable over
+/// the per-variable limit is held; then, while over the budget, every per-task variable,
+/// then every list, of `vars` and of the peers alike.
+pub fn fit(vars: Vec<Variable>, peers: &PeerSizes, budget: usize) -> Fitted {
+    let mut fitted = Fitted {
+        peers: peers.clone(),
+        ..Fitted::default()
+    };
     for v in vars {
         if variable_bytes(&v.name, &v.value) > MAX_VARIABLE_BYTES {
             fitted.held.push((v, Why::TooLarge));
@@ -90,6 +213,7 @@ pub fn fit(vars: Vec<Variable>, budget: usize) -> Fitted {
         fitted
             .held
             .extend(held.into_iter().map(|v| (v, Why::Budget)));
+        fitted.peer_classes_held.push(class);
     }
     fitted
 }
@@ -134,6 +258,7 @@ mod tests {
                 var("BIG", limit + 1, Class::List),
                 var("FIT", limit, Class::List),
             ],
+            &PeerSizes::default(),
             usize::MAX,
         );
         assert_eq!(fitted.exported.len(), 1);
@@ -151,17 +276,65 @@ mod tests {
             var("P2", 100, Class::PerPeer),
             var("L", 100, Class::List),
         ];
+        let none = PeerSizes::default();
         let names = |f: &Fitted| {
             f.exported
                 .iter()
                 .map(|v| v.name.clone())
                 .collect::<Vec<_>>()
         };
-        assert_eq!(names(&fit(vars.clone(), 1000)), ["OWN", "P1", "P2", "L"]);
-        let fitted = fit(vars.clone(), 200);
+        assert_eq!(
+            names(&fit(vars.clone(), &none, 1000)),
+            ["OWN", "P1", "P2", "L"]
+        );
+        let fitted = fit(vars.clone(), &none, 200);
         assert_eq!(names(&fitted), ["OWN", "L"], "never half a class");
         assert!(fitted.bytes() <= 200);
-        assert_eq!(names(&fit(vars, 50)), ["OWN"]);
+        assert_eq!(names(&fit(vars, &none, 50)), ["OWN"]);
+    }
+
+    #[test]
+    fn the_peers_counted_fit_as_the_peers_held() {
+        let limit = MAX_VARIABLE_BYTES - "BIG".len() - 2;
+        let own = vec![
+            var("OWN", 10, Class::Own),
+            var("TF_CONFIG", 150, Class::List),
+        ];
+        let peers = vec![
+            var("P1", 100, Class::PerPeer),
+            var("BIG", limit + 1, Class::List),
+            var("P2", 100, Class::PerPeer),
+            var("L", 100, Class::List),
+        ];
+        let sizes = PeerSizes::of(&peers);
+        assert_eq!(PeerSizes::parse(&sizes.to_text()), Some(sizes.clone()));
+        for budget in [10_000, 500, 300, 200, 50] {
+            let held = fit(
+                own.iter().chain(&peers).cloned().collect(),
+                &PeerSizes::default(),
+                budget,
+            );
+            let counted = fit(own.clone(), &sizes, budget);
+            assert_eq!(counted.bytes(), held.bytes(), "budget {budget}");
+            assert_eq!(
+                counted.exported_count(),
+                held.exported.len(),
+                "budget {budget}"
+            );
+            assert_eq!(counted.summary(), held.summary(), "budget {budget}");
+            let peers_exported: Vec<&str> = held
+                .exported
+                .iter()
+                .filter(|v| peers.contains(v))
+                .map(|v| v.name.as_str())
+                .collect();
+            let counted_peers: Vec<&str> = peers
+                .iter()
+                .filter(|v| counted.exports_peers(v.class) && !sizes.too_large.contains(&v.name))
+                .map(|v| v.name.as_str())
+                .collect();
+            assert_eq!(counted_peers, peers_exported, "budget {budget}");
+        }
     }
 
     #[test]

@@ -55,11 +55,25 @@ impl Variable {
     }
 }
 
-/// Every dynamic variable for task `me`, in a stable order: the variables of the peer
-/// table, then every role's family.
-// Long: every variable family in the order the contract lists them; the order is part of
-// what tasks see.
+/// Every dynamic variable for task `me`, in a stable order: this task's own, the
+/// variables of the peer table, then every role's family.
 pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicEnvError> {
+    let mut env = own_head(peers, me)?;
+    env.extend(peer_vars(peers));
+    env.extend(role_env(peers));
+    Ok(env)
+}
+
+/// Of [`dynamic_env`], the variables of this task alone ([`Class::Own`]), in the same
+/// order; the rest ([`peer_vars`]) is the same in every task of the attempt.
+pub fn own_env(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicEnvError> {
+    let mut env = own_head(peers, me)?;
+    env.extend(role_env(peers));
+    Ok(env)
+}
+
+/// This task's index, address and ports.
+fn own_head(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicEnvError> {
     let role_index = peers
         .roles
         .iter()
@@ -109,6 +123,14 @@ pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicE
             env.push(own_var(var, port.to_string()));
         }
     }
+    Ok(env)
+}
+
+/// The peer table's variables: one family per task ([`Class::PerPeer`]) and every role's
+/// host lists ([`Class::List`]). The same in every task of the attempt: a function of the
+/// table alone.
+pub fn peer_vars(peers: &PeerTable) -> Vec<Variable> {
+    let mut env = Vec::new();
     for (role_index, role) in peers.roles.iter().enumerate() {
         let name = role.name.as_str();
         let mut hosts = String::new();
@@ -152,14 +174,16 @@ pub fn dynamic_env(peers: &PeerTable, me: &Me) -> Result<Vec<Variable>, DynamicE
             Class::List,
         ));
     }
-    for role in &peers.roles {
-        env.extend(
-            role.env
-                .iter()
-                .map(|(k, v)| Variable::new(k.clone(), v.clone(), Class::Own)),
-        );
-    }
-    Ok(env)
+    env
+}
+
+/// Every role's own variables from the table (the same in every task, a few per role).
+fn role_env(peers: &PeerTable) -> impl Iterator<Item = Variable> + '_ {
+    peers.roles.iter().flat_map(|role| {
+        role.env
+            .iter()
+            .map(|(k, v)| Variable::new(k.clone(), v.clone(), Class::Own))
+    })
 }
 
 #[cfg(test)]
@@ -179,6 +203,33 @@ mod tests {
             Readiness::Ready(table) => table,
             Readiness::Waiting(p) => panic!("not ready: {p}"),
         }
+    }
+
+    #[test]
+    fn a_task_own_variables_and_its_peers_are_all_of_them() {
+        let table = table();
+        let me = Me {
+            kube_role: "ps".into(),
+            index: 1,
+        };
+        let all = dynamic_env(&table, &me).expect("env");
+        let own = own_env(&table, &me).expect("own");
+        let peers = peer_vars(&table);
+        assert!(own.iter().all(|v| v.class == Class::Own));
+        assert!(peers.iter().all(|v| v.class != Class::Own));
+        let in_order = |class_own: bool| -> Vec<&Variable> {
+            all.iter()
+                .filter(|v| (v.class == Class::Own) == class_own)
+                .collect()
+        };
+        assert_eq!(in_order(true), own.iter().collect::<Vec<_>>());
+        assert_eq!(in_order(false), peers.iter().collect::<Vec<_>>());
+        // The peers' variables are the table's alone: another task's are the same.
+        let other = Me {
+            kube_role: "workera".into(),
+            index: 0,
+        };
+        assert_ne!(own_env(&table, &other).expect("own"), own);
     }
 
     #[test]

@@ -16,8 +16,9 @@ use pai_contract::exit::ExitCode;
 use pai_contract::training::{self, Selection, files as training_files};
 
 use crate::budget;
-use crate::dynamic_env::{Class, DynamicEnvError, Me, Variable, dynamic_env};
+use crate::dynamic_env::{Class, DynamicEnvError, Me, Variable, own_env};
 use crate::layout::{self, Layout, Task};
+use crate::peer_files::PeerFiles;
 use crate::shell;
 use crate::training_env;
 
@@ -129,8 +130,8 @@ pub fn entry(layout: &Layout, assets: &Path) -> Result<(), EntryError> {
     info!(
         role = %task.kube_role,
         index = task.index,
-        variables = dynamic_count,
-        exported = fitted.exported.len(),
+        variables = dynamic_count + fitted.peers.count(),
+        exported = fitted.exported_count(),
         bytes = fitted.bytes(),
         "entry done: env files, peers and main.sh written"
     );
@@ -151,13 +152,14 @@ fn identity() -> Result<(Task, std::ffi::OsString, Selection), EntryError> {
     Ok((task, user_cmd, selection))
 }
 
-/// This task's dynamic variables, from the peer table the barrier passed with.
+/// This task's own dynamic variables, from the peer table the barrier passed with (the
+/// peers' are the same in every task: [`PeerFiles`]).
 fn task_vars(
     passed: &Passed,
     me: &Me,
     secrets: Option<&serde_json::Value>,
 ) -> Result<Vec<Variable>, EntryError> {
-    let mut vars = dynamic_env(&passed.peers, me)?;
+    let mut vars = own_env(&passed.peers, me)?;
     if let Ok(pod) = std::env::var(pai_contract::env::fc::POD_NAME) {
         vars.push(Variable::new(names::CONTAINER_ID, pod, Class::Own));
     }
@@ -198,23 +200,19 @@ fn write_environment(
         )
         .map_err(|e| setup("cannot write the Framework into", root, e))?;
     }
-    let peers_json = serde_json::to_vec_pretty(&passed.peers)
-        .map_err(|e| EntryError::Setup(format!("cannot write the peer table: {e}")))?;
-    put(
-        &root.join(pai_contract::paths::files::PEERS_JSON),
-        &peers_json,
-        0o644,
-    )?;
-    let all: Vec<Variable> = vars
-        .into_iter()
-        .chain(training.vars.iter().cloned())
-        .collect();
-    let is_training = |v: &Variable| training.vars.iter().any(|t| t.name == v.name);
+    // What the peer table alone decides, made once per host where tasks share files.
+    let peer_files = PeerFiles::new(&passed.peers, passed.table_bytes.as_deref(), shared)
+        .map_err(|e| setup("cannot prepare the peers' files in", root, e))?;
+    let peers_json = root.join(pai_contract::paths::files::PEERS_JSON);
+    peer_files
+        .write_table(&peers_json, 0o644)
+        .map_err(|e| setup("cannot write", &peers_json, e))?;
     // `peer-env.sh`: the peers' variables (the same in every task) in a file it sources,
     // then this task's own training variables that list the job (`TF_CONFIG`).
-    let common = budget::peer_env(all.iter().filter(|v| !is_training(v)));
     let common_path = root.join(training_files::PEER_ENV_COMMON);
-    put(&common_path, &common, mode)?;
+    peer_files
+        .write_common(&common_path, mode)
+        .map_err(|e| setup("cannot write", &common_path, e))?;
     // Sourced in the main container: its path there.
     let common_seen = layout.main_root().join(training_files::PEER_ENV_COMMON);
     let mut peer_env = format!(
@@ -224,21 +222,25 @@ fn write_environment(
         ))
     )
     .into_bytes();
-    peer_env.extend(budget::peer_lines(all.iter().filter(|v| is_training(v))));
-    let fitted = budget::fit(all, training::MAX_DYNAMIC_ENV_BYTES);
+    peer_env.extend(budget::peer_lines(&training.vars));
+    let all: Vec<Variable> = vars
+        .into_iter()
+        .chain(training.vars.iter().cloned())
+        .collect();
+    let is_training = |v: &Variable| training.vars.iter().any(|t| t.name == v.name);
+    let fitted = budget::fit(all, peer_files.sizes(), training::MAX_DYNAMIC_ENV_BYTES);
     if let Some(summary) = fitted.summary() {
         tracing::warn!("{summary}");
     }
-    let (defaults, dynamic): (Vec<&Variable>, Vec<&Variable>) =
+    // `env.sh`: this task's own; `env-peers.sh`: the peers' (the same in every task);
+    // `defaults.sh`: its training variables.
+    let (defaults, own): (Vec<&Variable>, Vec<&Variable>) =
         fitted.exported.iter().partition(|v| is_training(v));
-    // `env.sh`: this task's own; `env-peers.sh`: the peers' (the same in every task).
-    let (own, mut peers): (Vec<&Variable>, Vec<&Variable>) =
-        dynamic.into_iter().partition(|v| v.class == Class::Own);
-    // By name: `run` hands the user command its environment sorted (as it always has),
-    // and merges a sorted file instead of sorting 5,000 names per task.
-    peers.sort_by(|a, b| a.name.cmp(&b.name));
     write_file(&layout.env_file(), &render(&own)?, mode)?;
-    put(&layout.peers_env_file(), &render(&peers)?, mode)?;
+    let peers_env = layout.peers_env_file();
+    peer_files
+        .write_env(&peers_env, mode, |class| fitted.exports_peers(class))
+        .map_err(|e| setup("cannot write", &peers_env, e))?;
     write_file(
         &root.join(training_files::DEFAULTS_ENV),
         &render(&defaults)?,

@@ -17,6 +17,7 @@ pub mod layout;
 pub mod logs;
 pub mod oom;
 pub mod output;
+pub mod peer_files;
 pub mod procfs;
 pub mod run;
 pub mod shared;

@@ -1,5 +1,5 @@
-//! Files that are the same in many tasks of one host (the peer table, the peers'
-//! variables): where the tasks' roots share a directory for them
+//! Files that are the same in many tasks of one host (the hostfile; the peer table's
+//! files are made once per table by [`crate::peer_files`], which links them as here): where the tasks' roots share a directory for them
 //! (`PAI_RUNTIME_SHARED_DIR`, the embedded default's attempt directory), each content is
 //! written once and every task's file is a hard link to it. A 1,000-task job's tasks
 //! would otherwise write the same half megabyte a thousand times (O(N²) bytes in all,
@@ -71,12 +71,17 @@ fn link(path: &Path, bytes: &[u8], mode: u32, dir: &Path) -> std::io::Result<()>
             Err(e) => return Err(e),
         }
     }
+    link_to(&copy, path)
+}
+
+/// `path` as a hard link to the shared copy `copy`, replacing what was there.
+pub fn link_to(copy: &Path, path: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    std::fs::hard_link(&copy, path)
+    std::fs::hard_link(copy, path)
 }
 
 #[cfg(test)]

@@ -156,9 +156,11 @@ async fn a_logs_times_put_the_lines_of_several_tasks_in_the_order_written() {
     let server_log = common::task_log(&client, job, ("server", 0), false, all.stamped()).await;
     let server_lines = stamped_lines(&server_log);
     let listens = time_of(&server_lines, "listens on");
-    // The runtime's line before it, with its own time.
+    // The runtime's line before it, with its own time: the init step's last (its
+    // "user command started" is said once the spawn returned, which the command's first
+    // line may beat).
     assert!(
-        time_of(&server_lines, "user command started") <= listens,
+        time_of(&server_lines, "entry done") < listens,
         "{server_log}"
     );
     let unstamped = common::task_log(&client, job, ("server", 0), false, all).await;
@@ -700,6 +702,58 @@ async fn stop_terms_every_task_and_leaves_no_process() {
     assert_eq!(view["jobStatus"]["state"], "STOPPED", "{view:#}");
     assert_eq!(view["jobStatus"]["appExitCode"], -210);
     drop(server);
+}
+
+/// Task progress is written with whatever came meanwhile, not once per task: however it
+/// is spaced, the stored Framework of a job whose tasks all run says so without any
+/// further event (a progress write left pending would leave it saying otherwise until
+/// the next decision).
+#[tokio::test]
+async fn every_tasks_progress_reaches_the_stored_framework_with_no_event_after_it() {
+    let dir = scratch("progress-stored");
+    let server = Server::start(&dir.join("state"));
+    let client = server.client();
+    let (events, rx) = events(&dir);
+    let spec = job(
+        "progress",
+        json!([role("worker", 6, WAIT_FOR_TERM)]),
+        json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
+    );
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
+    for _ in 0..6 {
+        next_event(&rx).expect("up");
+    }
+    let stored = dir
+        .join("state/jobs")
+        .join(pai_contract::names::framework_name("alice", "progress"))
+        .join("framework.json");
+    let running_on_disk = || {
+        let framework: pai_contract::Framework =
+            serde_json::from_slice(&std::fs::read(&stored).expect("the stored Framework"))
+                .expect("a Framework");
+        framework
+            .task_role_statuses()
+            .expect("task statuses")
+            .iter()
+            .flat_map(|r| r.task_statuses.iter())
+            .filter(|t| t.state == pai_contract::framework::FrameworkState::AttemptRunning)
+            .count()
+    };
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while running_on_disk() < 6 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stored Framework never showed every task running"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    client.stop("alice", "progress").await.expect("stopped");
+    assert_eq!(until_none_left(&rx).len(), 6, "every task got TERM");
+    let view = final_view(&client, "alice", "progress").await;
+    assert_eq!(view["jobStatus"]["state"], "STOPPED", "{view:#}");
 }
 
 /// Alice's job "doomed" (two tasks that wait for TERM), running, then deleted (202);
