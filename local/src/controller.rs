@@ -529,12 +529,12 @@ enum Next {
     Removed,
 }
 
-/// What carries out the state machine's effects for one job.
 /// Progress is written at most once per this many times its last write's cost.
 const PROGRESS_SPACING: u32 = 100;
 /// And never later than this after it happened.
 const MAX_PROGRESS_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// What carries out the state machine's effects for one job.
 struct Driver<'a> {
     inner: &'a Arc<Inner>,
     job: &'a Arc<Job>,
@@ -559,7 +559,7 @@ struct Driver<'a> {
     waits_for_jobs: bool,
     /// The attempt's images being pulled (container mode), before it is placed.
     pulling: Option<tokio::task::JoinHandle<Result<(), String>>>,
-    /// Task progress not written yet, and when it is ([`Driver::save`]).
+    /// Task progress not written yet, and when it is ([`Driver::save_spaced`]).
     progress_due: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// The last write of progress: when it ended and what it took.
     progress_written: Option<(tokio::time::Instant, std::time::Duration)>,
