@@ -53,7 +53,10 @@ impl<'a> PeerFiles<'a> {
     ) -> std::io::Result<Self> {
         let memo = match (shared, table_bytes) {
             (Some(dir), Some(bytes)) => Some(Memo {
-                dir: dir.join(format!("peers-{MEMO_FORMAT}-{}", hex16(bytes))),
+                dir: dir.join(format!(
+                    "peers-{MEMO_FORMAT}-{}",
+                    crate::shared::content_name(bytes)
+                )),
             }),
             _ => None,
         };
@@ -199,16 +202,6 @@ impl Memo {
         let copy = self.place(name, mode, || make().map(String::into_bytes))?;
         std::fs::read(copy)
     }
-}
-
-/// The first 16 bytes of `bytes`' SHA-256, in hex.
-fn hex16(bytes: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, bytes)
-        .as_ref()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[cfg(test)]

@@ -43,16 +43,9 @@ pub fn own(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
 }
 
 fn link(path: &Path, bytes: &[u8], mode: u32, dir: &Path) -> std::io::Result<()> {
-    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
     // The mode is part of the name: the same bytes asked with another mode are another
     // copy (a link has its inode's mode).
-    let mut name: String = digest
-        .as_ref()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    name.push_str(&format!("-{mode:o}"));
+    let name = format!("{}-{mode:o}", content_name(bytes));
     let copy = dir.join(&name);
     if std::fs::symlink_metadata(&copy).is_err() {
         std::fs::create_dir_all(dir)?;
@@ -72,6 +65,16 @@ fn link(path: &Path, bytes: &[u8], mode: u32, dir: &Path) -> std::io::Result<()>
         }
     }
     link_to(&copy, path)
+}
+
+/// The name of what `bytes` hold: the first 16 bytes of their SHA-256, in hex.
+pub fn content_name(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `path` as a hard link to the shared copy `copy`, replacing what was there.
