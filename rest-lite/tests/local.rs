@@ -62,6 +62,36 @@ trap 'echo "term $me" >&3; exit 0' TERM
 echo "up $me" >&3
 while :; do sleep 1 & wait $!; done"#;
 
+/// Alice's job `name` of `roles`, whose commands say `up <role>-<index>` into a FIFO of
+/// `dir` as [`WAIT_FOR_TERM`]'s do, submitted: the FIFO's events once every task of the
+/// job said it is up, and what they said, sorted.
+async fn submitted_and_up(
+    client: &Client,
+    dir: &Path,
+    name: &str,
+    roles: Value,
+) -> (mpsc::Receiver<Option<String>>, Vec<String>) {
+    let tasks: u64 = roles
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["taskNumber"].as_u64())
+        .sum();
+    let (events, rx) = events(dir);
+    let spec = job(
+        name,
+        roles,
+        json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
+    );
+    client
+        .submit("alice", &spec, SpecFormat::detect(&spec))
+        .await
+        .expect("submitted");
+    let mut up: Vec<String> = (0..tasks).map(|_| next_event(&rx).expect("up")).collect();
+    up.sort();
+    (rx, up)
+}
+
 /// The shell example submitted as alice and run to its end, which must be success: its
 /// final view.
 async fn the_example_run(client: &Client) -> Value {
@@ -665,21 +695,11 @@ async fn stop_terms_every_task_and_leaves_no_process() {
     let dir = scratch("stop");
     let server = Server::start(&dir.join("state"));
     let client = server.client();
-    let (events, rx) = events(&dir);
-    let spec = job(
-        "long",
-        json!([
-            role("ps", 1, WAIT_FOR_TERM),
-            role("worker", 2, WAIT_FOR_TERM)
-        ]),
-        json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
-    );
-    client
-        .submit("alice", &spec, SpecFormat::detect(&spec))
-        .await
-        .expect("submitted");
-    let mut up: Vec<String> = (0..3).map(|_| next_event(&rx).expect("up")).collect();
-    up.sort();
+    let roles = json!([
+        role("ps", 1, WAIT_FOR_TERM),
+        role("worker", 2, WAIT_FOR_TERM)
+    ]);
+    let (rx, up) = submitted_and_up(&client, &dir, "long", roles).await;
     assert_eq!(up, ["up ps-0", "up worker-0", "up worker-1"]);
     assert_eq!(
         client
@@ -713,19 +733,8 @@ async fn every_tasks_progress_reaches_the_stored_framework_with_no_event_after_i
     let dir = scratch("progress-stored");
     let server = Server::start(&dir.join("state"));
     let client = server.client();
-    let (events, rx) = events(&dir);
-    let spec = job(
-        "progress",
-        json!([role("worker", 6, WAIT_FOR_TERM)]),
-        json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
-    );
-    client
-        .submit("alice", &spec, SpecFormat::detect(&spec))
-        .await
-        .expect("submitted");
-    for _ in 0..6 {
-        next_event(&rx).expect("up");
-    }
+    let roles = json!([role("worker", 6, WAIT_FOR_TERM)]);
+    let (rx, _) = submitted_and_up(&client, &dir, "progress", roles).await;
     let stored = dir
         .join("state/jobs")
         .join(pai_contract::names::framework_name("alice", "progress"))
@@ -759,18 +768,8 @@ async fn every_tasks_progress_reaches_the_stored_framework_with_no_event_after_i
 /// Alice's job "doomed" (two tasks that wait for TERM), running, then deleted (202);
 /// returns its tasks' events.
 async fn run_then_delete(client: &Client, dir: &Path) -> mpsc::Receiver<Option<String>> {
-    let (events, rx) = events(dir);
-    let spec = job(
-        "doomed",
-        json!([role("worker", 2, WAIT_FOR_TERM)]),
-        json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
-    );
-    client
-        .submit("alice", &spec, SpecFormat::detect(&spec))
-        .await
-        .expect("submitted");
-    next_event(&rx).expect("up");
-    next_event(&rx).expect("up");
+    let roles = json!([role("worker", 2, WAIT_FOR_TERM)]);
+    let (rx, _) = submitted_and_up(client, dir, "doomed", roles).await;
     client.delete("alice", "doomed").await.expect("deleted");
     rx
 }
@@ -850,24 +849,11 @@ async fn a_server_killed_mid_job_restarts_with_every_job_and_retries_the_running
         "SUCCEEDED"
     );
     // One running at the crash: its second attempt succeeds at once.
-    let (events, rx) = events(&dir);
     let command = format!(
         "if [ \"$FC_FRAMEWORK_ATTEMPT_ID\" != 0 ]; then echo \"attempt $FC_FRAMEWORK_ATTEMPT_ID\"; exit 0; fi\n{WAIT_FOR_TERM}"
     );
-    client
-        .submit(
-            "alice",
-            &job(
-                "crash",
-                json!([role("worker", 2, &command)]),
-                json!({"jobEnvs": {"EVENTS": events.display().to_string()}}),
-            ),
-            SpecFormat::Json,
-        )
-        .await
-        .expect("submitted");
-    let mut up: Vec<String> = (0..2).map(|_| next_event(&rx).expect("up")).collect();
-    up.sort();
+    let roles = json!([role("worker", 2, &command)]);
+    let (rx, up) = submitted_and_up(&client, &dir, "crash", roles).await;
     assert_eq!(up, ["up worker-0", "up worker-1"]);
 
     server.kill();
@@ -2148,21 +2134,11 @@ fn listeners(port: u16) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_task_port_is_bound_on_the_tasks_address_only() {
     let dir = scratch("bound");
-    let (events_path, events) = events(&dir);
     let server = Server::start(&dir.join("state"));
     let client = server.client();
-    let spec = job(
-        "bound",
-        json!([role("worker", 2, WAIT_FOR_TERM)]),
-        json!({"jobEnvs": {"EVENTS": events_path.display().to_string()}}),
-    );
-    client
-        .submit("alice", &spec, SpecFormat::Json)
-        .await
-        .expect("submitted");
-    for _ in 0..2 {
-        assert!(next_event(&events).is_some_and(|e| e.starts_with("up ")));
-    }
+    let roles = json!([role("worker", 2, WAIT_FOR_TERM)]);
+    let (events, up) = submitted_and_up(&client, &dir, "bound", roles).await;
+    assert_eq!(up, ["up worker-0", "up worker-1"]);
     let view = client.job("alice", "bound").await.expect("view");
     for task in &view.task_roles["worker"].task_statuses {
         let ports = &task.container_ports;
