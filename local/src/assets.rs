@@ -23,23 +23,31 @@ pub const EMBEDDED: &[Asset] = include!(concat!(env!("OUT_DIR"), "/assets.rs"));
 pub fn unpack(state_dir: &Path) -> std::io::Result<PathBuf> {
     let root = state_dir.join("assets");
     for folder in ["prep", "init"] {
-        let dir = root.join(folder);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)?;
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            let name = format!("{folder}/{}", entry.file_name().to_string_lossy());
-            if !name.ends_with(".tmp") && !EMBEDDED.iter().any(|a| a.path == name) {
-                std::fs::remove_file(entry.path())?;
-            }
-        }
+        private_dir_keeping(&root.join(folder), |name| {
+            let name = format!("{folder}/{name}");
+            name.ends_with(".tmp") || EMBEDDED.iter().any(|a| a.path == name)
+        })?;
     }
     for asset in EMBEDDED {
         write_executable(&root.join(asset.path), asset.text.as_bytes())?;
     }
     Ok(root)
+}
+
+/// `dir`, made private (0700) where it is missing, holding only the files whose names
+/// `keep` keeps: the others, left there by an older binary, are removed.
+pub fn private_dir_keeping(dir: &Path, keep: impl Fn(&str) -> bool) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if !keep(&entry.file_name().to_string_lossy()) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes `bytes` as the executable `path` (0755) unless it holds them already; replaced

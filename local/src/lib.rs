@@ -32,6 +32,7 @@ static FORKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 pub mod policy;
 pub mod ports;
 pub mod procs;
+mod program;
 pub mod retention;
 mod settings;
 mod slots;
@@ -40,6 +41,7 @@ pub mod store;
 pub mod task;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
@@ -89,7 +91,26 @@ impl Machine {
                 ))
             })?,
         };
-        let isolation = isolation(&settings).await?;
+        let static_runtime = static_runtime(&settings).await?;
+        let mut settings = settings;
+        // Tasks on the host run the static runtime too, where this binary carries one
+        // and no other was named: the program of pods and containers, which starts at a
+        // third of this binary's cost (its relocations and page faults), twice per task,
+        // at `entry` and at `run` (BENCHMARKS.md, "The 1,000-task start, part three").
+        if let Some(path) = &static_runtime
+            && settings.runtime.is_embedded()
+        {
+            settings.runtime = task::Runtime::binary(path);
+        }
+        settings.runtime.program =
+            program::beside_state(&settings.runtime.program, &settings.state_dir).map_err(|e| {
+                Error::Other(format!(
+                    "cannot put the task runtime {} beside the state directory {}: {e}",
+                    settings.runtime.program.display(),
+                    settings.state_dir.display()
+                ))
+            })?;
+        let isolation = isolation(&settings, static_runtime).await?;
         tracing::info!("{}", isolation.describe());
         let host_env = HOST_ENV
             .iter()
@@ -327,24 +348,29 @@ impl Machine {
     }
 }
 
-/// Container mode or the host, as the settings and this machine decide; the static
-/// runtime written to the state directory first.
-async fn isolation(settings: &Settings) -> Result<containers::Isolation, Error> {
-    let containers = &settings.containers;
-    let runtime_binary = match containers.runtime {
-        Some(bytes) if containers.choice != containers::EngineChoice::Host => {
-            let path = settings.state_dir.join("kube-runtime");
-            let target = path.clone();
-            tokio::task::spawn_blocking(move || assets::write_executable(&target, bytes))
-                .await
-                .map_err(|e| Error::Other(e.to_string()))?
-                .map_err(|e| {
-                    Error::Other(format!("cannot write the runtime {}: {e}", path.display()))
-                })?;
-            Some(path)
-        }
-        _ => None,
+/// The static runtime this binary carries, written to the state directory (once per
+/// content: a server started again on the same build rewrites nothing); `None` for a build
+/// without one.
+async fn static_runtime(settings: &Settings) -> Result<Option<PathBuf>, Error> {
+    let Some(bytes) = settings.containers.runtime else {
+        return Ok(None);
     };
+    let path = settings.state_dir.join("kube-runtime");
+    let target = path.clone();
+    tokio::task::spawn_blocking(move || assets::write_executable(&target, bytes))
+        .await
+        .map_err(|e| Error::Other(e.to_string()))?
+        .map_err(|e| Error::Other(format!("cannot write the runtime {}: {e}", path.display())))?;
+    Ok(Some(path))
+}
+
+/// Container mode or the host, as the settings and this machine decide; `runtime_binary`:
+/// the static runtime containers run, if this build carries one.
+async fn isolation(
+    settings: &Settings,
+    runtime_binary: Option<PathBuf>,
+) -> Result<containers::Isolation, Error> {
+    let containers = &settings.containers;
     containers::detect(containers::Detect {
         choice: containers.choice,
         oci_runtime: containers.oci_runtime.clone(),

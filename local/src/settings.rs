@@ -96,6 +96,11 @@ impl Runtime {
         })
     }
 
+    /// Whether this is [`Runtime::embedded`]'s shape: a binary's `runtime` command.
+    pub fn is_embedded(&self) -> bool {
+        matches!(self.args.as_slice(), [command] if command == RUNTIME_COMMAND)
+    }
+
     /// A `kube-runtime` binary.
     pub fn binary(path: &Path) -> Self {
         Self {

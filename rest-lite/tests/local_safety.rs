@@ -265,6 +265,56 @@ async fn the_tasks_of_an_attempt_share_one_copy_of_the_peers_files() {
     drop(server);
 }
 
+/// A state directory on another file system than `rest-lite` (a `/home` partition, the
+/// binary in `/usr/local/bin`): a task's `run` cannot be a hard link to the binary, and
+/// each used to be a copy of it, 60 MB per task. Now every task links one program on the
+/// state's file system (the static runtime the binary carries, or one copy of the
+/// runtime's program where the build carries none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_directory_on_another_file_system_holds_one_copy_of_the_runtime() {
+    use std::os::unix::fs::MetadataExt;
+    let binary = PathBuf::from(env!("CARGO_BIN_EXE_rest-lite"));
+    let elsewhere = tempfile::tempdir_in("/dev/shm").ok();
+    let dev = |p: &Path| std::fs::metadata(p).expect("stat").dev();
+    let apart = elsewhere
+        .as_ref()
+        .is_some_and(|e| dev(e.path()) != dev(&binary));
+    if !pai_test_support::needs::present(
+        "a /dev/shm on another file system than the rest-lite binary",
+        apart,
+        "mount a tmpfs on /dev/shm",
+    ) {
+        return;
+    }
+    let elsewhere = elsewhere.expect("checked");
+    let state = elsewhere.path().join("state");
+    let server = Server::start(&state);
+    let client = server.client();
+    client
+        .submit(
+            "alice",
+            &spec("copies", 3, "true", json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    assert_eq!(
+        final_view(&client, "alice", "copies").await["jobStatus"]["state"],
+        "SUCCEEDED"
+    );
+    let attempt = only_entry(&state.join("jobs")).join("attempts").join("0");
+    let runs: Vec<std::fs::Metadata> = (0..3)
+        .map(|i| std::fs::metadata(attempt.join(format!("worker-{i}")).join("run")).expect("run"))
+        .collect();
+    assert!(
+        runs.iter().all(|m| m.ino() == runs[0].ino()),
+        "every task's run is one file"
+    );
+    assert_eq!(runs[0].dev(), dev(&state), "on the state's file system");
+    assert_eq!(runs[0].nlink(), 4, "the program and three tasks' links");
+    drop(server);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_and_the_files_holding_the_environment_are_private() {
     let dir = scratch("private");
