@@ -75,7 +75,7 @@ impl Machine {
     /// their attempts as failed ("server restarted") and resumes every job.
     /// Must run inside a multi-threaded Tokio runtime whose worker threads live as long
     /// as the server (tasks die with the thread that started them).
-    pub async fn open(settings: Settings) -> Result<Self, Error> {
+    pub async fn open(mut settings: Settings) -> Result<Self, Error> {
         raise_open_files_limit();
         // Before the jobs' threads: the keeper's gets an arena of its own.
         pai_engine::keeper::start();
@@ -92,7 +92,6 @@ impl Machine {
             })?,
         };
         let static_runtime = static_runtime(&settings).await?;
-        let mut settings = settings;
         // Tasks on the host run the static runtime too, where this binary carries one
         // and no other was named: the program of pods and containers, which starts at a
         // third of this binary's cost (its relocations and page faults), twice per task,
@@ -350,11 +349,16 @@ impl Machine {
 
 /// The static runtime this binary carries, written to the state directory (once per
 /// content: a server started again on the same build rewrites nothing); `None` for a build
-/// without one.
+/// without one, or where nothing would run it: tasks kept on the host (`--engine host`)
+/// that run another runtime (`--runtime`).
 async fn static_runtime(settings: &Settings) -> Result<Option<PathBuf>, Error> {
     let Some(bytes) = settings.containers.runtime else {
         return Ok(None);
     };
+    let on_host_only = settings.containers.choice == containers::EngineChoice::Host;
+    if on_host_only && !settings.runtime.is_embedded() {
+        return Ok(None);
+    }
     let path = settings.state_dir.join("kube-runtime");
     let target = path.clone();
     tokio::task::spawn_blocking(move || assets::write_executable(&target, bytes))

@@ -87,19 +87,10 @@ mod tests {
     #[test]
     fn on_another_file_system_one_copy_is_made_and_found_again() {
         let on_disk = tempfile::tempdir().expect("dir");
-        let elsewhere = tempfile::tempdir_in("/dev/shm").ok();
-        let dev = |p: &Path| std::fs::metadata(p).expect("stat").dev();
-        let apart = elsewhere
-            .as_ref()
-            .is_some_and(|e| dev(e.path()) != dev(on_disk.path()));
-        if !pai_test_support::needs::present(
-            "a /dev/shm on another file system than the temporary directory",
-            apart,
-            "mount a tmpfs on /dev/shm",
-        ) {
+        let Some(elsewhere) = pai_test_support::needs::dir_on_another_file_system(on_disk.path())
+        else {
             return;
-        }
-        let elsewhere = elsewhere.expect("checked");
+        };
         let program = on_disk.path().join("rest-lite");
         executable(&program, b"#!/bin/sh\necho one\n");
         let state = elsewhere.path();

@@ -10,7 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use pai_client::ClientError;
+use pai_client::{Client, ClientError};
 use pai_translate::spec::SpecFormat;
 use serde_json::{Value, json};
 
@@ -71,6 +71,31 @@ fn only_entry(dir: &Path) -> PathBuf {
         .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     entries.into_iter().next().expect("one")
+}
+
+/// The directory of the first attempt of `name`, a job of `tasks` workers running `true`,
+/// submitted as alice to the server on `state` and run to success.
+async fn succeeded_attempt(client: &Client, state: &Path, name: &str, tasks: u32) -> PathBuf {
+    client
+        .submit(
+            "alice",
+            &spec(name, tasks, "true", json!({})),
+            SpecFormat::Json,
+        )
+        .await
+        .expect("submitted");
+    assert_eq!(
+        final_view(client, "alice", name).await["jobStatus"]["state"],
+        "SUCCEEDED"
+    );
+    only_entry(&state.join("jobs")).join("attempts").join("0")
+}
+
+/// `file` in the root of each of the attempt's `tasks` workers.
+fn in_each_task(attempt: &Path, tasks: u32, file: &str) -> Vec<std::fs::Metadata> {
+    (0..tasks)
+        .map(|i| std::fs::metadata(attempt.join(format!("worker-{i}")).join(file)).expect(file))
+        .collect()
 }
 
 /// A server on `state` whose job `name` has one task that reported "up 0" into the
@@ -222,23 +247,9 @@ async fn the_tasks_of_an_attempt_share_one_copy_of_the_peers_files() {
     let state = dir.join("state");
     let server = Server::start(&state);
     let client = server.client();
-    client
-        .submit(
-            "alice",
-            &spec("shared", 4, "true", json!({})),
-            SpecFormat::Json,
-        )
-        .await
-        .expect("submitted");
-    assert_eq!(
-        final_view(&client, "alice", "shared").await["jobStatus"]["state"],
-        "SUCCEEDED"
-    );
-    let attempt = only_entry(&state.join("jobs")).join("attempts").join("0");
+    let attempt = succeeded_attempt(&client, &state, "shared", 4).await;
     for file in ["env-peers.sh", "peer-env-common.sh", "peers.json"] {
-        let stats: Vec<std::fs::Metadata> = (0..4)
-            .map(|i| std::fs::metadata(attempt.join(format!("worker-{i}")).join(file)).expect(file))
-            .collect();
+        let stats = in_each_task(&attempt, 4, file);
         assert!(
             stats.iter().all(|m| m.ino() == stats[0].ino()),
             "{file}: one inode"
@@ -274,44 +285,59 @@ async fn the_tasks_of_an_attempt_share_one_copy_of_the_peers_files() {
 async fn a_state_directory_on_another_file_system_holds_one_copy_of_the_runtime() {
     use std::os::unix::fs::MetadataExt;
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_rest-lite"));
-    let elsewhere = tempfile::tempdir_in("/dev/shm").ok();
-    let dev = |p: &Path| std::fs::metadata(p).expect("stat").dev();
-    let apart = elsewhere
-        .as_ref()
-        .is_some_and(|e| dev(e.path()) != dev(&binary));
-    if !pai_test_support::needs::present(
-        "a /dev/shm on another file system than the rest-lite binary",
-        apart,
-        "mount a tmpfs on /dev/shm",
-    ) {
+    let Some(elsewhere) = pai_test_support::needs::dir_on_another_file_system(&binary) else {
         return;
-    }
-    let elsewhere = elsewhere.expect("checked");
+    };
     let state = elsewhere.path().join("state");
     let server = Server::start(&state);
-    let client = server.client();
-    client
-        .submit(
-            "alice",
-            &spec("copies", 3, "true", json!({})),
-            SpecFormat::Json,
-        )
-        .await
-        .expect("submitted");
-    assert_eq!(
-        final_view(&client, "alice", "copies").await["jobStatus"]["state"],
-        "SUCCEEDED"
-    );
-    let attempt = only_entry(&state.join("jobs")).join("attempts").join("0");
-    let runs: Vec<std::fs::Metadata> = (0..3)
-        .map(|i| std::fs::metadata(attempt.join(format!("worker-{i}")).join("run")).expect("run"))
-        .collect();
+    let attempt = succeeded_attempt(&server.client(), &state, "copies", 3).await;
+    let runs = in_each_task(&attempt, 3, "run");
     assert!(
         runs.iter().all(|m| m.ino() == runs[0].ino()),
         "every task's run is one file"
     );
-    assert_eq!(runs[0].dev(), dev(&state), "on the state's file system");
+    let state_device = std::fs::metadata(&state).expect("state").dev();
+    assert_eq!(runs[0].dev(), state_device, "on the state's file system");
     assert_eq!(runs[0].nlink(), 4, "the program and three tasks' links");
+    drop(server);
+}
+
+/// `--runtime` names the tasks' runtime and `--engine host` keeps them on the host: the
+/// static runtime this binary carries would run nowhere, and is not written (18 MB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_runtime_for_the_host_only_leaves_the_carried_one_unwritten() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = scratch("named-runtime");
+    // The runtime this binary carries, where a default start writes it.
+    let carried = dir.join("carried");
+    drop(Server::start(&carried));
+    let runtime = carried.join("kube-runtime");
+    if !pai_test_support::needs::present(
+        "a rest-lite built with the static runtime it carries",
+        runtime.is_file(),
+        "build it without REST_LITE_STATIC_RUNTIME=none",
+    ) {
+        return;
+    }
+    let state = dir.join("state");
+    let mut command = Server::command(&state);
+    command
+        .args(["--backend", "local", "--engine", "host", "--runtime"])
+        .arg(&runtime);
+    let server = Server::spawn(&mut command, &["this machine (embedded default)"])
+        .with_machine_token(&state);
+    let attempt = succeeded_attempt(&server.client(), &state, "named", 2).await;
+    assert!(
+        !state.join("kube-runtime").exists(),
+        "the carried runtime is not written where nothing runs it"
+    );
+    let named = std::fs::metadata(&runtime).expect("runtime").ino();
+    assert!(
+        in_each_task(&attempt, 2, "run")
+            .iter()
+            .all(|m| m.ino() == named),
+        "the tasks run the named runtime"
+    );
     drop(server);
 }
 

@@ -26,3 +26,17 @@ pub fn program(name: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
 }
+
+/// A new directory on a file system other than the one holding `than` (under `/dev/shm`,
+/// a tmpfs), for tests of what crosses file systems; `None` where this machine has no such
+/// `/dev/shm`, after [`present`] has said so (or panicked under CI).
+pub fn dir_on_another_file_system(than: &std::path::Path) -> Option<tempfile::TempDir> {
+    use std::os::unix::fs::MetadataExt;
+    let device = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    let dir = tempfile::tempdir_in("/dev/shm").ok().filter(|dir| {
+        device(dir.path()).is_some_and(|shm| device(than).is_some_and(|other| shm != other))
+    });
+    let what = format!("a /dev/shm on another file system than {}", than.display());
+    present(&what, dir.is_some(), "mount a tmpfs on /dev/shm");
+    dir
+}
