@@ -16,7 +16,9 @@ pub enum ErrorCode {
     NoJobError,
     /// The job exists; the task, attempt or log asked for does not.
     NoTaskError,
-    /// The log existed and is no longer kept.
+    /// The task has no such log and will not have it: it is no longer kept, the backend
+    /// keeps no such view of it (one stream alone, on a cluster), or the task's attempt
+    /// ended before it ran. The message says which.
     NoLogError,
     /// The job has no such tag.
     NoTagError,

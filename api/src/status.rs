@@ -243,7 +243,9 @@ pub struct TaskView {
     pub container_id: Option<String>,
     pub container_ip: Option<String>,
     /// Label → comma-separated ports (shared by the tasks of a role that have the
-    /// role's ports: one map per role, not per task).
+    /// role's ports: one map per role, not per task). Empty for a task whose attempt has
+    /// a status and no pod (not placed yet, or ended before it was: nothing drew its
+    /// ports); a task with no status yet shows the role's planned ports.
     #[schema(value_type = BTreeMap<String, String>)]
     pub container_ports: std::sync::Arc<BTreeMap<String, String>>,
     /// OpenPAI's bit per GPU the task holds, by the machine's index: the GPUs it holds
@@ -520,6 +522,8 @@ fn role_views(
     let held = pai_contract::gpus::Assignment::of(framework)
         .filter(|a| Some(a.attempt) == attempt)
         .unwrap_or_default();
+    // The ports of every task that has no pod: none.
+    let no_ports = std::sync::Arc::new(BTreeMap::new());
     let mut task_roles = RoleViews::new();
     let mut total_tasks = 0;
     let mut total_gpus = 0u32;
@@ -547,9 +551,13 @@ fn role_views(
         }
         let task_statuses = (0..tasks)
             .map(|index| {
-                let ports = own
-                    .get(index as usize)
-                    .map_or_else(|| role_ports.clone(), ports_view);
+                let status = by_index[index as usize];
+                let ports = match status {
+                    Some(task) if !had_pod(task) => no_ports.clone(),
+                    _ => own
+                        .get(index as usize)
+                        .map_or_else(|| role_ports.clone(), ports_view),
+                };
                 let place = TaskPlace {
                     kube_role: &role.name,
                     pai_role: &pai_name,
@@ -557,7 +565,7 @@ fn role_views(
                     gpus,
                     held: held.task(&role.name, index),
                 };
-                task_view(facts, &place, by_index[index as usize], ports)
+                task_view(facts, &place, status, ports)
             })
             .collect::<Vec<TaskView>>();
         running_task_number += task_statuses
@@ -579,6 +587,63 @@ fn role_views(
         gpus: total_gpus,
         running: running_task_number,
     }
+}
+
+/// Whether `task`'s current attempt has (or had) a pod: its UID or an address. A task
+/// whose attempt has none was never placed: no ports were drawn for it, it ran nothing.
+pub fn had_pod(task: &TaskStatus) -> bool {
+    let attempt = &task.attempt_status;
+    attempt.pod_uid.as_deref().is_some_and(|u| !u.is_empty())
+        || attempt.pod_ip.as_deref().is_some_and(|ip| !ip.is_empty())
+        || attempt
+            .pod_host_ip
+            .as_deref()
+            .is_some_and(|ip| !ip.is_empty())
+}
+
+/// Why task `index` of role `pai_role` has no log in the current attempt and will get
+/// none there: the attempt ended before the task had a pod (its image not pulled, its
+/// slots refused, its pod never made). The sentence, naming the task, the job, the
+/// attempt and what ended it: `task client-1 of job alice~hello never started: attempt 0
+/// ended before it ran (ErrImagePull: …)`. `None` while it may still run, or once it ran.
+pub fn never_started(framework: &Framework, pai_role: &str, index: u32) -> Option<String> {
+    let role = framework.role(pai_role)?;
+    let statuses = framework.task_role_statuses().ok()?;
+    let task = statuses
+        .iter()
+        .find(|r| r.name == role.name)?
+        .task_statuses
+        .iter()
+        .find(|t| i64::from(t.index) == i64::from(index))?;
+    let attempt = &task.attempt_status;
+    let ended = task.state == FrameworkState::Completed || attempt.completion_status.is_some();
+    if !ended || attempt.run_time.is_some() || had_pod(task) {
+        return None;
+    }
+    // The task's own words (`not started: ErrImagePull: …`), else the attempt's.
+    let why = attempt
+        .completion_status
+        .as_ref()
+        .and_then(|c| c.diagnostics.as_deref())
+        .or_else(|| {
+            framework
+                .status
+                .as_ref()
+                .and_then(|s| s.attempt_status.completion_status.as_ref())
+                .and_then(|c| c.diagnostics.as_deref())
+        })
+        .map(|d| d.strip_prefix("not started: ").unwrap_or(d).trim())
+        .filter(|d| !d.is_empty());
+    let user = framework.user_name().unwrap_or_default();
+    let job = framework.job_name().unwrap_or(framework.name());
+    let mut sentence = format!(
+        "task {pai_role}-{index} of job {user}~{job} never started: attempt {} ended before it ran",
+        framework.attempt_id()
+    );
+    if let Some(why) = why {
+        sentence.push_str(&format!(" ({why})"));
+    }
+    Some(sentence)
 }
 
 /// What every task's view of one job reads.

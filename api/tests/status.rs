@@ -474,3 +474,76 @@ fn the_cause_a_task_sent_is_its_own_and_the_jobs() {
     let view = job_view(&framework(|v| completed(v, 0, Some(("worker", 1)))), BASE);
     assert_eq!(view.job_status.app_exit_cause, None);
 }
+
+/// Both tasks of `worker` ended before they were placed (their image not pulled), as this
+/// machine's backend leaves them: a status, the pod's name, no pod.
+fn never_placed(v: &mut Value) {
+    let not_started = |index: i32| {
+        let pod = pai_contract::framework::pod_name(
+            v["metadata"]["name"].as_str().unwrap_or_default(),
+            "worker",
+            index as u32,
+        );
+        json!({"index": index, "state": "Completed",
+            "attemptStatus": {"id": 0, "podName": pod, "completionTime": "2026-01-01T00:10:00Z",
+                "completionStatus": {"code": -200, "phrase": "x",
+                    "type": {"name": "Failed", "attributes": []},
+                    "diagnostics": "not started: ErrImagePull: image example.org/app is not on this machine"}}})
+    };
+    let tasks = json!([{"name": "worker", "taskStatuses": [not_started(0), not_started(1)]}]);
+    completed(v, -200, None);
+    v["status"]["attemptStatus"]["taskRoleStatuses"] = tasks;
+}
+
+/// A task that never had a pod shows no ports (none were drawn for it: the role's plan is
+/// no task's), and says why it has no log; a task with no status yet shows the plan.
+#[test]
+fn a_task_that_never_had_a_pod_shows_no_ports_and_says_why_it_has_no_log() {
+    let framework = framework(never_placed);
+    let view = job_view(&framework, BASE);
+    assert_eq!(view.job_status.state, JobState::Failed);
+    for task in &view.task_roles["worker"].task_statuses {
+        assert!(
+            task.container_ports.is_empty(),
+            "worker-{}: {:?}",
+            task.task_index,
+            task.container_ports
+        );
+        assert_eq!(task.container_ip, None);
+    }
+    let json = serde_json::to_value(&view).expect("json");
+    assert_eq!(
+        json["taskRoles"]["worker"]["taskStatuses"][1]["containerPorts"],
+        json!({})
+    );
+    // No status at all (a cluster's task before its controller wrote one): the plan.
+    assert!(
+        !view.task_roles["ps"].task_statuses[0]
+            .container_ports
+            .is_empty()
+    );
+    assert_eq!(
+        pai_api::status::never_started(&framework, "worker", 1).as_deref(),
+        Some(
+            "task worker-1 of job alice~job never started: attempt 0 ended before it ran (ErrImagePull: image example.org/app is not on this machine)"
+        )
+    );
+    assert_eq!(pai_api::status::never_started(&framework, "ps", 0), None);
+    // A task that was placed keeps its ports and may have a log.
+    let placed = self::framework(|v| {
+        never_placed(v);
+        set_pod_ip(v, "worker", 1, "10.0.0.7");
+    });
+    let view = job_view(&placed, BASE);
+    assert!(
+        !view.task_roles["worker"].task_statuses[1]
+            .container_ports
+            .is_empty()
+    );
+    assert!(
+        view.task_roles["worker"].task_statuses[0]
+            .container_ports
+            .is_empty()
+    );
+    assert_eq!(pai_api::status::never_started(&placed, "worker", 1), None);
+}

@@ -192,9 +192,12 @@ mod tests {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "ssh-keygen is missing (openssh-client); CI installs it"
             );
-            eprintln!(
-                "SKIPPED: needs ssh-keygen, which is missing: apt-get install openssh-client"
-            );
+            // The shape of pai-test-support's skips (which this crate cannot use),
+            // written past libtest's capture so that a plain `cargo test` shows it.
+            let test = std::thread::current().name().unwrap_or("").to_string();
+            let how = "apt-get install openssh-client";
+            let line = format!("SKIPPED: {test}: needs ssh-keygen, which is missing: {how}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
             return;
         };
         let key = JobKey::generate("test").expect("key");

@@ -19,9 +19,17 @@
 //! second without a signal does the same. Where arming fails (no packet mode, a kernel
 //! without `F_SETOWN_EX`), the reader polls both pipes.
 //!
-//! Each chunk read goes, in that order, to the runtime's own stdout or stderr (the
-//! container's log), to the ordered log ([`pai_contract::ordered_log`], `user.log`), and
-//! line by line to the failure [`Detector`].
+//! Each chunk read goes to the ordered log ([`pai_contract::ordered_log`], `user.log`) as
+//! a record with the time it was read, to the runtime's own stdout or stderr (the
+//! container's log), and line by line to the failure [`Detector`]. The records of a round
+//! (the writes whose signals were queued together) are written to the ordered log first,
+//! then its chunks are echoed, in the order read: a reader of the container log
+//! ([`pai_contract::ordered_log`]'s readers give each line the time of its record) never
+//! finds a line there before its record. Echoed the other way round, a reader that came
+//! between the two dated the line with the line before's time, and a follower that merges
+//! tasks by time printed a client's answer before the server's greeting. Holding the
+//! echo for the round costs no write: the round's records go in one, and a round's
+//! consecutive chunks of one stream are echoed in one.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -42,8 +50,11 @@ const PAGE: usize = 4096;
 /// How long the reader waits for a signal before it looks at the pipes itself, in ms.
 const SAFETY_PERIOD_MS: u16 = 1000;
 
-/// Bytes of records held before they are written.
+/// Bytes of records (or of output to echo) held before they are written.
 const RECORDS_HELD: usize = 256 * 1024;
+
+/// Bytes read from a pipe at most at once.
+const READ_SIZE: usize = 64 * 1024;
 
 /// Bytes of a line the detector waits for before it reads the line as it is.
 const LINE_MAX: usize = 16 * 1024;
@@ -204,6 +215,10 @@ struct Reader {
     lines: [Vec<u8>; 2],
     /// The ordered log's records of one round, written at once.
     records: Vec<u8>,
+    /// The round's output, echoed once its records are written: the bytes, and where
+    /// each stream's run of them ends.
+    echoes: Vec<u8>,
+    echo_runs: Vec<(Stream, usize)>,
     ended: [bool; 2],
     budget_told: bool,
     rotation_failed: bool,
@@ -215,9 +230,12 @@ impl Reader {
     fn new(sinks: Sinks) -> Self {
         Self {
             sinks,
-            buf: vec![0; 64 * 1024],
+            buf: vec![0; READ_SIZE],
             lines: [Vec::new(), Vec::new()],
             records: Vec::new(),
+            // Past the bound by one read at most: never grown by doubling.
+            echoes: Vec::with_capacity(RECORDS_HELD + READ_SIZE),
+            echo_runs: Vec::new(),
             ended: [false, false],
             budget_told: false,
             rotation_failed: false,
@@ -230,7 +248,7 @@ impl Reader {
                 Some(order) => self.round_in_order(read, order),
                 None => self.round_polled(read),
             }
-            self.flush_records();
+            self.flush();
         }
     }
 
@@ -313,15 +331,15 @@ impl Reader {
 
     fn pass_on(&mut self, i: usize, chunk: &[u8]) {
         let stream = STREAMS[i];
-        self.echo(stream, chunk);
         if self.sinks.log.is_some() {
             let time = jiff::Timestamp::now().to_string();
             ordered_log::append(&mut self.records, &time, stream, chunk);
-            // A round can last as long as a writer keeps the pipe full: written as it
-            // goes, the records never hold more than this in memory.
-            if self.records.len() >= RECORDS_HELD {
-                self.flush_records();
-            }
+        }
+        self.hold_echo(stream, chunk);
+        // A round can last as long as a writer keeps the pipe full: written as it goes,
+        // the round never holds more than this in memory.
+        if self.records.len() >= RECORDS_HELD || self.echoes.len() >= RECORDS_HELD {
+            self.flush();
         }
         // Line by line to the detector.
         let mut rest = chunk;
@@ -340,6 +358,16 @@ impl Reader {
         line.extend_from_slice(&rest[..rest.len().min(LINE_MAX.saturating_sub(line.len()))]);
     }
 
+    /// Keeps `chunk` to echo once the round's records are written; a chunk of the stream
+    /// before it joins its run.
+    fn hold_echo(&mut self, stream: Stream, chunk: &[u8]) {
+        self.echoes.extend_from_slice(chunk);
+        match self.echo_runs.last_mut() {
+            Some((last, end)) if *last == stream => *end = self.echoes.len(),
+            _ => self.echo_runs.push((stream, self.echoes.len())),
+        }
+    }
+
     fn echo(&mut self, stream: Stream, chunk: &[u8]) {
         let (echoed, used_up) = self.sinks.budget.take(chunk);
         logging::echo(stream, echoed);
@@ -350,20 +378,34 @@ impl Reader {
         self.sinks.budget.echoed(&mut self.rotation_failed);
     }
 
-    fn flush_records(&mut self) {
-        if self.records.is_empty() {
-            return;
+    /// Writes the round's records, then echoes its output: a line is in the container log
+    /// only once its record is in the ordered log.
+    fn flush(&mut self) {
+        if !self.records.is_empty() {
+            let written = self.sinks.log.as_ref().map(|log| {
+                log.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .write_records(&self.records)
+            });
+            if let Some(Err(e)) = written {
+                tracing::warn!(error = %e, "cannot write the user log; output still goes to the container log");
+                self.sinks.log = None;
+            }
+            self.records.clear();
         }
-        let written = self.sinks.log.as_ref().map(|log| {
-            log.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .write_records(&self.records)
-        });
-        if let Some(Err(e)) = written {
-            tracing::warn!(error = %e, "cannot write the user log; output still goes to the container log");
-            self.sinks.log = None;
+        let (mut echoes, mut runs) = (
+            std::mem::take(&mut self.echoes),
+            std::mem::take(&mut self.echo_runs),
+        );
+        let mut start = 0;
+        for &(stream, end) in &runs {
+            self.echo(stream, &echoes[start..end]);
+            start = end;
         }
-        self.records.clear();
+        // Their room is kept for the next round.
+        echoes.clear();
+        runs.clear();
+        (self.echoes, self.echo_runs) = (echoes, runs);
     }
 
     fn end(&mut self, i: usize) {
@@ -375,7 +417,7 @@ impl Reader {
     }
 
     fn finish(mut self) -> Detector {
-        self.flush_records();
+        self.flush();
         logging::release_held(true);
         self.sinks.detector
     }

@@ -568,6 +568,109 @@ fn a_container_log_that_is_a_file_and_daemon_logs_stay_within_the_cap() {
     );
 }
 
+/// What a reader of a task's logs finds as the task writes: the bytes of the user's
+/// lines in the container log so far, and of the output in the ordered log so far.
+struct LogFollower {
+    /// The read end of the runtime's standard output and error (as the kubelet's).
+    container: std::fs::File,
+    user_log: std::path::PathBuf,
+    user: Option<std::fs::File>,
+    records: pai_contract::ordered_log::Reader,
+    /// The container log's unended line.
+    line: Vec<u8>,
+    in_container: usize,
+    recorded: usize,
+}
+
+impl LogFollower {
+    /// Reads the container log's next bytes, then what the ordered log has now (in that
+    /// order, as a reader that stamps the container's lines does); false at the end of
+    /// the container log.
+    fn look(&mut self) -> bool {
+        use std::io::Read;
+        // A page at a time: the runtime's echo waits for this reader, and meanwhile the
+        // writers fill their pipes.
+        let mut buf = vec![0; 4096];
+        let n = self
+            .container
+            .read(&mut buf)
+            .expect("read the container log");
+        self.line.extend_from_slice(&buf[..n]);
+        while let Some(end) = self.line.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.line.drain(..=end).collect();
+            if pai_contract::log_lines::runtime_time(&line).is_none() {
+                self.in_container += line.len();
+            }
+        }
+        if self.user.is_none() {
+            self.user = std::fs::File::open(&self.user_log).ok();
+        }
+        let mut records = vec![0; 64 * 1024];
+        while let Some(Ok(read @ 1..)) = self.user.as_mut().map(|f| f.read(&mut records)) {
+            self.recorded += self.records.feed(&records[..read]).len();
+        }
+        n > 0
+    }
+}
+
+/// A line a reader finds in the container log has its record (its time) in the ordered
+/// log already: a reader that follows both as the task writes them never finds the
+/// container log ahead. (The runtime echoed each chunk before it wrote the round's
+/// records, which writers that keep the pipes full make 256 KiB: a reader in between
+/// dated the line with the time of the line before.)
+#[test]
+fn a_line_in_the_container_log_has_its_record_already() {
+    let task = TaskDir::new("record-first");
+    // Full pages as fast as `head` writes them (each page one write), to both streams,
+    // then short lines of both: 8 MB and their records, within the ordered log's cap
+    // (this reader does not follow its rotation).
+    let line = "a line as long as a training step prints, its loss and its learning rate";
+    task.main(&format!(
+        "for out in 1 2; do yes '{line}' | head -n 50000 >&$out & done; wait\n\
+         for i in $(seq 1000 3999); do echo \"out $i\"; echo \"err $i\" >&2; done\n"
+    ));
+    let (read, write) = nix::unistd::pipe().expect("pipe");
+    let mut command = task.subreaper();
+    command
+        .stdout(write.try_clone().expect("dup"))
+        .stderr(write);
+    let child = command.spawn().expect("spawn");
+    // Only the runtime holds the write end now: its end is the pipe's.
+    drop(command);
+    let mut follower = LogFollower {
+        container: std::fs::File::from(read),
+        user_log: task.log_dir().join("user.log"),
+        user: None,
+        records: pai_contract::ordered_log::Reader::new(None),
+        line: Vec::new(),
+        in_container: 0,
+        recorded: 0,
+    };
+    let (mut looks, mut ahead) = (0, Vec::new());
+    while follower.look() {
+        looks += 1;
+        if follower.recorded < follower.in_container {
+            ahead.push((follower.in_container, follower.recorded));
+        }
+    }
+    let out = finish(child);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&follower.line)
+    );
+    let written = 2 * 50_000 * (line.len() + 1) + 3000 * 2 * "out 1000\n".len();
+    assert_eq!(follower.in_container, written, "the whole output was read");
+    assert!(
+        ahead.is_empty(),
+        "{} of {looks} looks found lines in the container log without their record \
+         (bytes in the container log, in the ordered log): {:?}",
+        ahead.len(),
+        &ahead[..ahead.len().min(5)]
+    );
+}
+
 /// On a host whose ssh port another process holds (host networking), the task does not
 /// start with a warning in its output: `run` ends as a conflict (FrameworkController's
 /// 201, retried elsewhere, not counted) before the user command runs.

@@ -820,13 +820,7 @@ impl Driver<'_> {
                 };
                 tell("");
                 tracing::info!(job = %job.name(), %image, "pulling image");
-                engine.pull(&image, authfile.as_deref(), &tell).await.map_err(|why| {
-                    format!(
-                        "{}: image {image} is not on this machine and cannot be pulled: {why}. {}",
-                        crate::containers::IMAGE_PULL_FAILED,
-                        crate::containers::PULL_WAY_OUT
-                    )
-                })?;
+                engine.fetch(&image, authfile.as_deref(), &tell).await?;
             }
             Ok(())
         }));

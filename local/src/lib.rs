@@ -382,6 +382,7 @@ async fn isolation(
         runtime_binary,
         state_dir: &settings.state_dir,
         outlive_server: containers.outlive_server,
+        on_host: containers.on_host.clone(),
     })
     .await
     .map_err(Error::Other)

@@ -9,8 +9,15 @@
 //! - a line of the user command's output: the time of its first part in the ordered
 //!   log, found by its bytes (the runtime writes the same bytes, in the same order, into
 //!   both files);
-//! - any other line (the engine's own words, a line the ordered log no longer or not
-//!   yet holds): the time of the line before it.
+//! - a line the ordered log cannot hold yet (read to its end, it holds no more than the
+//!   line's start past the lines before): the moment it is read, never earlier. It was
+//!   written before it was read, and its record, if it has one, is not there yet; the
+//!   line before's time would date it too early, and a follower that merges tasks by
+//!   time would print it before lines written earlier. (The runtime writes a record
+//!   before its bytes reach the container log, [`pai_kube_runtime::output`]: this is for
+//!   what has no record.)
+//! - any other line (the engine's own words, a line the ordered log no longer holds,
+//!   where the ordered log goes on past it): the time of the line before it.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -96,7 +103,7 @@ impl Stamper {
     fn stamp(&mut self, line: &[u8], out: &mut Vec<u8>) {
         let time = match runtime_time(line) {
             Some(own) => Some(String::from_utf8_lossy(own).into_owned()),
-            None => self.ordered.take(line),
+            None => self.ordered.take(line).or_else(|| self.unmatched(line)),
         };
         if let Some(time) = time {
             self.last = Some(time);
@@ -109,6 +116,22 @@ impl Stamper {
         out.extend_from_slice(time.as_bytes());
         out.push(b' ');
         out.extend_from_slice(line);
+    }
+
+    /// The time of a line not found in the ordered log: where the ordered log, read to its
+    /// end, cannot hold it, the moment it is read (or the line before's time, if that is
+    /// later); else none (the line before's time is given).
+    fn unmatched(&self, line: &[u8]) -> Option<String> {
+        if !self.ordered.ends_before(line) {
+            return None;
+        }
+        let now = jiff::Timestamp::now();
+        let before = self.last.as_deref().and_then(|t| t.parse().ok());
+        Some(
+            before
+                .map_or(now, |before: jiff::Timestamp| before.max(now))
+                .to_string(),
+        )
     }
 }
 
@@ -164,6 +187,14 @@ impl OrderedOutput {
         let time = self.time_at(self.base + at as u64);
         self.consume(at + line.len());
         time
+    }
+
+    /// Whether the ordered log, after [`Self::take`] of `line` found nothing, ends before
+    /// it could hold `line`: read to its end, what it holds past the lines matched is at
+    /// most the start of this one (`take` read on while it was shorter than the line).
+    /// The line is then newer than all of it.
+    fn ends_before(&self, line: &[u8]) -> bool {
+        self.bytes.len() < line.len() && self.bytes.iter().eq(&line[..self.bytes.len()])
     }
 
     fn next_is(&self, line: &[u8]) -> bool {
@@ -264,6 +295,14 @@ mod tests {
             .collect()
     }
 
+    /// The time the only line of `out` was given.
+    fn time_of(out: &[u8]) -> jiff::Timestamp {
+        let [time] = &stamps(out)[..] else {
+            panic!("one line: {}", String::from_utf8_lossy(out));
+        };
+        time.parse().expect("a time")
+    }
+
     #[test]
     fn each_line_gets_the_time_its_writer_gave_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -319,9 +358,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ordered = dir.path().join("user.log");
         let mut stamper = Stamper::new(ordered.clone());
-        // Before the ordered log exists: the line before's time (none: the epoch).
+        // Before the ordered log exists: the moment it is read.
+        let before = jiff::Timestamp::now();
         let first = stamper.feed(b"early engine line\n");
-        assert_eq!(stamps(&first), [jiff::Timestamp::UNIX_EPOCH.to_string()]);
+        assert!(
+            time_of(&first) >= before,
+            "{}",
+            String::from_utf8_lossy(&first)
+        );
         let mut records = Vec::new();
         append(&mut records, "T5", Stream::Stdout, b"epoch 1 of 3\n");
         std::fs::write(&ordered, &records).unwrap();
@@ -332,5 +376,56 @@ mod tests {
         append(&mut records, "T6", Stream::Stdout, b"epoch 2 of 3\n");
         std::fs::write(&ordered, &records).unwrap();
         assert_eq!(stamps(&stamper.feed(b"epoch 2 of 3\n")), ["T6"]);
+    }
+
+    /// A line read before its record (a reader between the two writes): dated when it
+    /// was read, not with the line before's time, which a follower merging tasks by time
+    /// would have printed before lines written earlier.
+    #[test]
+    fn a_line_whose_record_is_not_there_yet_is_never_dated_before_it_was_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let ordered = dir.path().join("user.log");
+        let mut records = Vec::new();
+        append(
+            &mut records,
+            "2026-11-27T10:00:01Z",
+            Stream::Stdout,
+            b"client 0 started\n",
+        );
+        std::fs::write(&ordered, &records).unwrap();
+        let mut stamper = Stamper::new(ordered.clone());
+        let started = stamper.feed(
+            b"[runtime INFO] 2026-11-27T10:00:00Z user command started pid=7\nclient 0 started\n",
+        );
+        assert_eq!(
+            stamps(&started),
+            ["2026-11-27T10:00:00Z", "2026-11-27T10:00:01Z"]
+        );
+        let before = jiff::Timestamp::now();
+        let heard = stamper.feed(b"client 0 heard: hello\n");
+        let after = jiff::Timestamp::now();
+        let time = time_of(&heard);
+        assert!(
+            before <= time && time <= after,
+            "{time} is when it was read, between {before} and {after}"
+        );
+        // Its record, once there, and the next line's are read past it.
+        append(
+            &mut records,
+            &before.to_string(),
+            Stream::Stdout,
+            b"client 0 heard: hello\n",
+        );
+        append(
+            &mut records,
+            "2026-11-27T10:00:05Z",
+            Stream::Stdout,
+            b"client 0 done\n",
+        );
+        std::fs::write(&ordered, &records).unwrap();
+        assert_eq!(
+            stamps(&stamper.feed(b"client 0 done\n")),
+            ["2026-11-27T10:00:05Z"]
+        );
     }
 }

@@ -52,6 +52,10 @@ pub struct ContainerSettings {
     /// as a kubelet's pods outlive the kubelet) or end with it (`run`, whose state
     /// directory goes with it).
     pub outlive_server: bool,
+    /// The command that runs the same jobs on the host instead (`--engine host`), as the
+    /// person who started this server types it where they did: named where a job's image
+    /// cannot be had.
+    pub on_host: String,
 }
 
 /// Tasks' ports unless configured: below Kubernetes' NodePort range (30000–32767) and

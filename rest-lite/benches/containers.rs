@@ -10,9 +10,14 @@
 //! started directly, all at once, with the engine's own `run -d`, until the last `run`
 //! returned (each returns once its container runs).
 //!
-//! Needs the test image `localhost/rest-lite-test-busybox:1` in each engine (the
-//! container tests import it; `BENCH_IMAGE` names another) and root;
-//! `BENCH_ENGINE_RUNTIME` names Podman's OCI runtime (runc by default).
+//! Needs root and, for each engine, the engine answering; the image is made from the
+//! static busybox and imported into each engine's store, and removed at the end
+//! (`BENCH_IMAGE` names another, which must be there already). `BENCH_ENGINE_RUNTIME`
+//! names Podman's OCI runtime (runc by default).
+//!
+//! Under `cargo test` (no `--bench`) it runs one job of 2 tasks per engine that answers,
+//! as a check that it still runs, and says which engines it skipped for want of what
+//! (under `CI=true` a missing engine fails it, as every test's needs do).
 
 mod support;
 
@@ -96,9 +101,67 @@ async fn until_running(client: &Client, job: &str, tasks: usize) -> f64 {
     panic!("the watch ended before every task ran");
 }
 
+/// The image made here (unless `BENCH_IMAGE` names one).
+const MADE_IMAGE: &str = "localhost/rest-lite-bench-busybox:1";
+
 fn image() -> String {
-    std::env::var("BENCH_IMAGE")
-        .unwrap_or_else(|_| "localhost/rest-lite-test-busybox:1".to_string())
+    std::env::var("BENCH_IMAGE").unwrap_or_else(|_| MADE_IMAGE.to_string())
+}
+
+/// Whether `engine` can run the bench's containers here: root, the engine answering
+/// (Podman's client, Docker's daemon), and its image; what is missing is said (a test's
+/// needs: fatal under `CI=true`). The image made here is imported once, and removed
+/// when the bench exits.
+fn usable(engine: &'static str, scratch: &Path) -> bool {
+    use pai_test_support::{images, needs};
+    if engine == "host" {
+        return true;
+    }
+    if !needs::present(
+        "root (rootful containers)",
+        nix::unistd::geteuid().is_root(),
+        "run it as root",
+    ) {
+        return false;
+    }
+    let answers = |args: &[&str]| {
+        Command::new(engine)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let there = match engine {
+        "podman" => needs::present(
+            "podman",
+            answers(&["--version"]),
+            "apt-get install podman runc",
+        ),
+        _ => needs::present(
+            "a Docker Engine answering at DOCKER_HOST or /var/run/docker.sock",
+            answers(&["version", "--format", "{{.Server.Version}}"]),
+            "apt-get install docker.io, then .ci/start-dockerd",
+        ),
+    };
+    if !there || std::env::var_os("BENCH_IMAGE").is_some() {
+        return there;
+    }
+    let busybox = Path::new("/bin/busybox");
+    if !needs::present(
+        "a static busybox at /bin/busybox",
+        busybox.is_file(),
+        "apt-get install busybox-static",
+    ) {
+        return false;
+    }
+    images::shared(engine, MADE_IMAGE, || {
+        let dir = scratch.join(format!("image-{engine}"));
+        std::fs::create_dir_all(&dir).expect("the image's folder");
+        let root = images::busybox_root(&dir, busybox);
+        images::import(engine, &dir, &root, MADE_IMAGE, &[])
+    });
+    true
 }
 
 /// Seconds until `tasks` containers of the bench's image, started at once with `engine`'s
@@ -172,18 +235,21 @@ fn floor(engine: &str, tasks: usize) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // `cargo bench` passes --bench; `cargo test` runs it as a check.
+    let quick = !std::env::args().any(|a| a == "--bench");
     let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
-        .unwrap_or_else(|_| "10,50,100".to_string())
+        .unwrap_or_else(|_| if quick { "2" } else { "10,50,100" }.to_string())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let dir =
         std::env::temp_dir().join(format!("rest-lite-bench-containers-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let engines: Vec<String> = std::env::var("BENCH_ENGINES")
+    let engines: Vec<&'static str> = std::env::var("BENCH_ENGINES")
         .unwrap_or_else(|_| "host,podman,docker".to_string())
         .split(',')
-        .map(|s| s.trim().to_string())
+        .map(|s| &*s.trim().to_string().leak())
+        .filter(|engine| usable(engine, &dir))
         .collect();
     println!(
         "| tasks | mode | submit → every task RUNNING (s) | floor: the engine's run -d ×N (s) | job / floor | memory per task (MiB) |"
@@ -191,7 +257,7 @@ async fn main() {
     println!("|---|---|---|---|---|---|");
     for &tasks in &sizes {
         let mut host_seconds = None;
-        for engine in engines.iter().map(String::as_str) {
+        for &engine in &engines {
             let floor = (engine != "host").then(|| floor(engine, tasks));
             let state = dir.join(format!("{engine}-{tasks}"));
             let before = mem_available_kib();

@@ -106,7 +106,15 @@ fn a_bad_spec_exits_2_listing_every_error_on_stderr() {
 fn missing_files_and_bad_configs_exit_2_with_the_reason() {
     let out = rest_lite(&["transform", "examples/nope.yaml"], None);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("reading spec examples/nope.yaml"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("reading spec examples/nope.yaml"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\nhint: check the path named above"),
+        "{stderr}"
+    );
 
     let dir = common::scratch("cli", "config");
     let config = dir.join("config.yaml");
@@ -121,9 +129,14 @@ fn missing_files_and_bad_configs_exit_2_with_the_reason() {
         None,
     );
     assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("config field portRange: begin must be at least 1024")
+        stderr.contains("config field portRange: begin must be at least 1024"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\nhint: correct the config field named above"),
+        "{stderr}"
     );
 }
 
@@ -134,7 +147,12 @@ fn a_bad_user_name_exits_2() {
         None,
     );
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("user name \"a b\""));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("user name \"a b\""), "{stderr}");
+    assert!(
+        stderr.contains("\nhint: "),
+        "every error ends with a hint: {stderr}"
+    );
 }
 
 #[test]
@@ -191,5 +209,41 @@ fn transform_names_what_a_published_file_asks_that_is_done_otherwise() {
         "rest-lite: warning: codeDir: hdfs://path/to/code is fetched with `hdfs dfs -get` in each task's container",
     ] {
         assert!(stderr.contains(warned), "{warned}: {stderr}");
+    }
+}
+
+/// A misspelt field, in every command that reads the spec here: the field it means, and
+/// the line every error ends with, saying what to do next.
+#[test]
+fn a_misspelt_field_says_what_it_means_and_what_to_do() {
+    let dir = common::scratch("cli", "misspelt");
+    let spec = dir.join("job.yaml");
+    std::fs::write(
+        &spec,
+        "jobName: misspelt\nimage: busybox\ntaskRoles:\n  - name: worker\n    taskNumber: 1\n    cpuNumber: 1\n    memoryMB: 128\n    comand: echo hi\n",
+    )
+    .expect("spec");
+    let spec = spec.to_str().expect("path");
+    // Nothing listens on the discard port: the spec is refused before any request.
+    let nowhere = ["--server", "http://127.0.0.1:9"];
+    for args in [
+        vec!["transform", spec, "-u", "alice"],
+        vec!["run", spec],
+        [vec!["submit", spec, "--wait"], nowhere.to_vec()].concat(),
+        [vec!["submit", spec, "--follow"], nowhere.to_vec()].concat(),
+    ] {
+        let out = rest_lite(&args, None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(r#"did you mean "command""#),
+            "{args:?}: {stderr}"
+        );
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("hint: correct each field named above")
+                && last.contains("rest-lite transform SPEC"),
+            "{args:?}: {stderr}"
+        );
     }
 }

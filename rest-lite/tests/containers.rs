@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use common::fifo::final_view;
 use common::serve::{DEADLINE, Server};
+use pai_test_support::images;
 
 /// The test image: busybox alone, every applet linked.
 const IMAGE: &str = "localhost/rest-lite-test-busybox:1";
@@ -50,6 +51,9 @@ for_each_engine!(
     a_multi_role_job_runs_in_its_image_with_the_platforms_environment,
     a_task_over_its_memory_limit_is_oom_killed_and_says_so,
     an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words,
+    an_image_in_the_other_engines_store_is_copied_from_it,
+    follow_prints_a_servers_line_before_the_lines_of_the_clients_that_heard_it,
+    run_of_an_image_not_had_exits_125_and_prints_the_command_that_runs_it_on_the_host,
     stop_and_delete_leave_no_container,
     a_restarted_server_follows_the_containers_the_killed_one_started,
     a_task_in_its_init_step_at_a_restart_starts_again_beside_its_followed_peer,
@@ -75,10 +79,6 @@ impl Engine {
             Engine::Podman => "Podman",
             Engine::Docker => "Docker",
         }
-    }
-
-    fn index(self) -> usize {
-        self as usize
     }
 
     fn cli(self) -> Command {
@@ -130,16 +130,6 @@ impl Engine {
             .stderr(Stdio::null())
             .status();
     }
-
-    /// Removes an image, if it is there.
-    fn rmi(self, image: &str) {
-        let _ = self
-            .cli()
-            .args(["rmi", "--force", image])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
 }
 
 fn scratch(name: &str) -> common::Scratch {
@@ -178,67 +168,12 @@ fn ready(engine: Engine) -> bool {
     {
         return false;
     }
-    static IMPORTED: std::sync::Mutex<[bool; 2]> = std::sync::Mutex::new([false; 2]);
-    let mut imported = IMPORTED.lock().unwrap_or_else(|e| e.into_inner());
-    if !imported[engine.index()] {
+    images::shared(engine.name(), IMAGE, || {
         let dir = scratch(&format!("image-{}", engine.name()));
-        let root = busybox_root(&dir, busybox);
-        import(engine, &dir, &root, IMAGE, &[]);
-        imported[engine.index()] = true;
-    }
+        let root = images::busybox_root(&dir, busybox);
+        images::import(engine.name(), &dir, &root, IMAGE, &[])
+    });
     true
-}
-
-/// busybox and its applets in `dir/rootfs`, with the users sshd needs.
-fn busybox_root(dir: &Path, busybox: &Path) -> std::path::PathBuf {
-    let root = dir.join("rootfs");
-    for sub in ["bin", "tmp", "etc", "root"] {
-        std::fs::create_dir_all(root.join(sub)).expect("dir");
-    }
-    std::fs::copy(busybox, root.join("bin/busybox")).expect("busybox");
-    std::fs::write(
-        root.join("etc/passwd"),
-        "root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n",
-    )
-    .expect("passwd");
-    std::fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n").expect("group");
-    let applets = Command::new(busybox)
-        .arg("--list")
-        .output()
-        .expect("busybox --list");
-    for applet in String::from_utf8_lossy(&applets.stdout).lines() {
-        if applet != "busybox" {
-            let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
-        }
-    }
-    root
-}
-
-/// `root` as the image `name` of `engine`, with Dockerfile instructions `changes`
-/// (`USER 1000:1000`).
-fn import(engine: Engine, dir: &Path, root: &Path, name: &str, changes: &[&str]) {
-    let tar = dir.join("rootfs.tar");
-    let status = Command::new("tar")
-        .arg("-C")
-        .arg(root)
-        .arg("-cf")
-        .arg(&tar)
-        .arg(".")
-        .status()
-        .expect("tar");
-    assert!(status.success());
-    let mut command = engine.cli();
-    command.arg("import");
-    for change in changes {
-        command.args(["--change", change]);
-    }
-    let out = command.arg(&tar).arg(name).output().expect("import");
-    assert!(
-        out.status.success(),
-        "{} import: {}",
-        engine.name(),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// `rest-lite serve` with tasks in `engine`'s containers (Podman with runc where it is
@@ -595,6 +530,233 @@ async fn an_image_that_cannot_be_had_fails_the_attempt_with_the_engines_words(en
         text.contains("--engine host"),
         "the way out is named: {view:#}"
     );
+    assert!(
+        text.contains(&format!("{} ", engine.says())) && text.contains("store"),
+        "the store looked in is named: {view:#}"
+    );
+}
+
+impl Engine {
+    /// The other engine.
+    fn other(self) -> Engine {
+        match self {
+            Engine::Podman => Engine::Docker,
+            Engine::Docker => Engine::Podman,
+        }
+    }
+}
+
+/// With both engines here, an image in the store of the engine that does not run the
+/// job's tasks (a person's `docker load`, with the server on Podman) is found there and
+/// copied, not refused: the job runs, and the running engine's store has it after.
+async fn an_image_in_the_other_engines_store_is_copied_from_it(engine: Engine) {
+    if !ready(engine) || !ready(engine.other()) {
+        return;
+    }
+    let dir = scratch(&format!("elsewhere-{}", engine.name()));
+    let image = format!("localhost/rest-lite-test-elsewhere-{}:1", engine.name());
+    // In the other engine's store alone; both copies removed at the end (after the
+    // server's containers: declared first).
+    let root = images::busybox_root(&dir, Path::new("/bin/busybox"));
+    let _theirs = images::import(engine.other().name(), &dir, &root, &image, &[]);
+    images::remove(engine.name(), &image);
+    let _ours = images::Image::named(engine.name(), &image);
+    assert!(!images::present(engine.name(), &image));
+    let (_leftovers, server) = start(engine, &dir.join("state"));
+    let client = server.client();
+    let job = spec(
+        "elsewhere",
+        &image,
+        json!([role("worker", 1, 128, "echo ran in the copied image")]),
+        json!({}),
+    );
+    let view = run_to_end(&client, "elsewhere", &job).await;
+    assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+    assert!(
+        log_of(&client, "elsewhere", "worker", 0)
+            .await
+            .contains("ran in the copied image")
+    );
+    assert!(
+        images::present(engine.name(), &image),
+        "copied into {}'s store",
+        engine.says()
+    );
+    assert!(
+        server
+            .log()
+            .contains("copying an image from the other engine's store"),
+        "the server says where it came from"
+    );
+}
+
+/// `rest-lite run --engine E` of a job whose image no store has and no registry gives:
+/// the job fails by the platform's doing, so `run` exits 125; its message names the store
+/// looked in and the complete command that runs the same job on the host, and that
+/// command, typed as printed, runs it (exit 0).
+async fn run_of_an_image_not_had_exits_125_and_prints_the_command_that_runs_it_on_the_host(
+    engine: Engine,
+) {
+    if !ready(engine) {
+        return;
+    }
+    let dir = scratch(&format!("run-no-image-{}", engine.name()));
+    let spec_file = dir.join("job.json");
+    std::fs::write(
+        &spec_file,
+        spec(
+            "unpulled",
+            "localhost/rest-lite-no-such-image:0",
+            json!([role("worker", 2, 128, "echo on the host")]),
+            json!({}),
+        ),
+    )
+    .expect("spec");
+    let run = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+        common::hermetic(&mut command);
+        let out = command
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("rest-lite run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            out,
+        )
+    };
+    let (code, stderr, _) = run(&[
+        "run",
+        "--engine",
+        engine.name(),
+        spec_file.to_str().expect("path"),
+    ]);
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(stderr.contains("ErrImagePull"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} ", engine.says())) && stderr.contains("store"),
+        "the store looked in is named: {stderr}"
+    );
+    // The command, between the last pair of backquotes.
+    let on_host = stderr
+        .rsplit('`')
+        .nth(1)
+        .expect("a command in backquotes")
+        .to_string();
+    let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_rest-lite")).expect("exe");
+    assert_eq!(
+        on_host,
+        format!(
+            "{} run --engine host {}",
+            exe.display(),
+            spec_file.display()
+        ),
+        "{stderr}"
+    );
+    let mut typed = Command::new("sh");
+    common::hermetic(&mut typed);
+    let out = typed
+        .args(["-c", &on_host])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("sh");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "`{on_host}`: {out:?}");
+    assert_eq!(said.matches("on the host").count(), 2, "{said}");
+}
+
+/// `rest-lite submit --follow` prints the tasks' lines in the order they were written,
+/// across tasks: a server says it listens, then listens; its clients can only say they
+/// heard it once they reached it, so their lines come after its line in any true order.
+/// Run five times (the order once went wrong under Docker, not every time).
+async fn follow_prints_a_servers_line_before_the_lines_of_the_clients_that_heard_it(
+    engine: Engine,
+) {
+    if !ready(engine) {
+        return;
+    }
+    let dir = scratch(&format!("follow-order-{}", engine.name()));
+    let state = dir.join("state");
+    let (_leftovers, server) = start(engine, &state);
+    for round in 0..5 {
+        let job = format!("order{round}");
+        let spec_file = dir.join(format!("{job}.json"));
+        std::fs::write(
+            &spec_file,
+            spec(
+                &job,
+                IMAGE,
+                json!([
+                    role(
+                        "server",
+                        1,
+                        128,
+                        "echo listens; for client in 0 1; do nc -l -p \"$PAI_CURRENT_CONTAINER_PORT\" -e echo hello; done"
+                    ),
+                    role(
+                        "client",
+                        2,
+                        128,
+                        "until [ \"$(nc \"$PAI_HOST_IP_server_0\" \"$PAI_server_0_http_PORT\" </dev/null)\" = hello ]; do sleep 0.05; done; echo heard"
+                    ),
+                ]),
+                json!({}),
+            ),
+        )
+        .expect("spec");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rest-lite"));
+        common::hermetic(&mut command);
+        let out = command
+            .args([
+                "submit",
+                "--follow",
+                "-u",
+                "alice",
+                "--server",
+                &server.url,
+                "--state-dir",
+            ])
+            .arg(&state)
+            .arg(&spec_file)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("rest-lite submit --follow");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{printed}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut times = String::new();
+        for (role, index) in [("server", 0), ("client", 0), ("client", 1)] {
+            let lines = pai_client::Lines::Source(pai_client::Source::All).stamped();
+            times.push_str(
+                &common::task_log(
+                    &server.client(),
+                    ("alice", &job),
+                    (role, index),
+                    false,
+                    lines,
+                )
+                .await,
+            );
+        }
+        let printed = format!("{printed}\n-- with their times:\n{times}");
+        let at = |line: &str| printed.lines().position(|l| l == line);
+        let listens = at("[server-0] listens").unwrap_or_else(|| panic!("{printed}"));
+        for client in ["[client-0] heard", "[client-1] heard"] {
+            let heard = at(client).unwrap_or_else(|| panic!("{client}: {printed}"));
+            assert!(
+                listens < heard,
+                "round {round}: {client} before the server listened:\n{printed}"
+            );
+        }
+    }
 }
 
 async fn stop_and_delete_leave_no_container(engine: Engine) {
@@ -992,8 +1154,10 @@ async fn a_private_image_is_pulled_with_the_jobs_credentials_while_the_job_waits
         return;
     };
     let image = format!("{address}/team/busybox:1");
-    // Not on this machine: the job's pull is the first.
-    engine.rmi(&image);
+    // Not on this machine: the job's pull is the first; what it pulls is removed after
+    // (dropped after the server's containers are).
+    images::remove(engine.name(), &image);
+    let _pulled = images::Image::named(engine.name(), &image);
     // The test's registry speaks plain HTTP: Podman is told so for this address only;
     // Docker Engine speaks it to any registry on 127.0.0.0/8 unasked.
     let registries = dir.join("registries.conf");
@@ -1139,19 +1303,15 @@ fn imported_once(
     ) {
         return false;
     }
-    static IMPORTED: std::sync::Mutex<Vec<(Engine, String)>> = std::sync::Mutex::new(Vec::new());
-    let mut imported = IMPORTED.lock().unwrap_or_else(|e| e.into_inner());
-    if imported.iter().any(|(e, n)| *e == engine && n == name) {
-        return true;
-    }
-    let dir = scratch(&format!(
-        "image-{}-{}",
-        name.replace(['/', ':'], "-"),
-        engine.name()
-    ));
-    let (root, changes) = make(&dir);
-    import(engine, &dir, &root, name, &changes);
-    imported.push((engine, name.to_string()));
+    images::shared(engine.name(), name, || {
+        let dir = scratch(&format!(
+            "image-{}-{}",
+            name.replace(['/', ':'], "-"),
+            engine.name()
+        ));
+        let (root, changes) = make(&dir);
+        images::import(engine.name(), &dir, &root, name, &changes)
+    });
     true
 }
 
@@ -1159,7 +1319,7 @@ fn imported_once(
 /// load) in `dir/rootfs`.
 fn ssh_root(dir: &Path) -> std::path::PathBuf {
     let programs = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen"];
-    let root = busybox_root(dir, Path::new("/bin/busybox"));
+    let root = images::busybox_root(dir, Path::new("/bin/busybox"));
     let mut files: Vec<std::path::PathBuf> =
         programs.iter().map(std::path::PathBuf::from).collect();
     for program in programs {
@@ -1309,8 +1469,15 @@ async fn a_task_runs_as_its_images_user_and_may_write_its_volume(engine: Engine)
     }
     let dir = scratch(&format!("non-root-{}", engine.name()));
     // The test image as a user's: its user is not root.
-    let root = busybox_root(&dir, Path::new("/bin/busybox"));
-    import(engine, &dir, &root, NON_ROOT_IMAGE, &["USER 1000:1000"]);
+    let root = images::busybox_root(&dir, Path::new("/bin/busybox"));
+    // Dropped after the server's containers are removed.
+    let _image = images::import(
+        engine.name(),
+        &dir,
+        &root,
+        NON_ROOT_IMAGE,
+        &["USER 1000:1000"],
+    );
     let (_leftovers, server) = start(engine, &dir.join("state"));
     let client = server.client();
     let job = spec(

@@ -1134,6 +1134,12 @@ fn the_command_line_client_drives_a_job() {
     assert_eq!(code, Some(0));
     // The user's output is the whole of it; the runtime's lines are asked for.
     assert_eq!(stdout, "hello from worker\n");
+    // A job of one task needs no -r: its only task is the one meant.
+    let (code, stdout, stderr) = with(&["logs", "hello"]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (Some(0), "hello from worker\n", "")
+    );
     let (code, stdout, _) = with(&["logs", "hello", "--role", "worker", "--runtime"]);
     assert_eq!(code, Some(0));
     assert!(
@@ -1356,6 +1362,24 @@ fn submit_wait_shows_each_role_starting_and_returns_once_every_task_runs() {
     assert!(
         stderr.contains("NoTaskError (404): job alice~waiting has no task nosuchrole-0 (its tasks: ps 0–0, worker 0–1)")
             && stderr.contains("hint: `rest-lite status JOB` lists its tasks"),
+        "{stderr}"
+    );
+    // A job of several roles: which task is asked, its tasks named, with the commands
+    // that show them, as they run here.
+    let mut logs = vec!["logs", "waiting"];
+    logs.extend(connection);
+    let (code, stdout, stderr) = rest_lite(&logs, &state_env);
+    assert_eq!((code, stdout.as_str()), (Some(2), ""), "{stderr}");
+    assert!(
+        stderr.contains("error: job alice~waiting has 2 roles: say whose log with -r ROLE -i INDEX (its tasks: ps-0, worker-0, worker-1)"),
+        "{stderr}"
+    );
+    let hint = stderr.lines().last().unwrap_or_default();
+    let flags = format!(" --server {} -u alice", server.url);
+    assert!(
+        hint.starts_with("hint: `")
+            && hint.contains(&format!(" status waiting{flags}` shows each task's state"))
+            && hint.contains(&format!(" logs waiting -r ps -i 0{flags}`")),
         "{stderr}"
     );
     drop(server);
@@ -2274,7 +2298,8 @@ fn the_commands_run_prints_work_as_printed() {
             break rest.trim_end_matches(')').to_string();
         }
     };
-    // `NAME=VALUE NAME=VALUE rest-lite status waits`, as a shell reads it.
+    // `NAME=VALUE NAME=VALUE rest-lite status waits`, as a shell reads it (the tests'
+    // rest-lite is on their PATH: printed_commands.rs tries the other places).
     let words: Vec<&str> = printed.split_whitespace().collect();
     let (vars, command): (Vec<&str>, Vec<&str>) = words.iter().partition(|w| w.contains('='));
     assert_eq!(command, ["rest-lite", "status", "waits"], "{printed}");

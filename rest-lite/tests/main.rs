@@ -29,6 +29,7 @@ mod local_safety;
 mod pages;
 mod peers;
 mod portal;
+mod printed_commands;
 mod real_cluster;
 mod restarts;
 mod sdk;

@@ -16,8 +16,10 @@ fn the_operators_guide_holds_on_a_real_control_plane() {
         std::env::var_os("K8S_HARNESS"),
         std::env::var_os("HARNESS_SCRIPTS"),
     ) else {
-        eprintln!(
-            "skipped: K8S_HARNESS and HARNESS_SCRIPTS do not name a built ../shared/k8s-harness (CI cannot build one)"
+        // Under CI too (it cannot build the harness): said, counted, and passed.
+        pai_test_support::needs::skipped(
+            "K8S_HARNESS and HARNESS_SCRIPTS naming a built ../shared/k8s-harness",
+            "build it as its README says (CI cannot)",
         );
         return;
     };

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 
 use super::auth::Caller;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::extract::{ApiJson, ApiPath, ApiQuery, Job, JobPath, Owner, SpecBody, UserPath};
 use super::jobs::{self, Submitted};
 use super::ssh;
@@ -611,7 +611,7 @@ impl From<LogSource> for pai_contract::log_lines::Source {
     tag = "jobs",
     params(JobPath, LogQuery),
     responses(
-        (status = 200, description = "the task's output (by default the user command's, stdout and stderr in the order written; one of them with stream= (where the backend keeps them apart: on a cluster, whose kubelet merges them, 404 NoLogError); the runtime's lines with source=runtime); streamed while it runs with follow=true", content_type = "text/plain", body = String),
+        (status = 200, description = "the task's output (by default the user command's, stdout and stderr in the order written; one of them with stream= (where the backend keeps them apart: on a cluster, whose kubelet merges them, 404 NoLogError); the runtime's lines with source=runtime); streamed while it runs with follow=true; a task of the current attempt that ended before it ran (its image not pulled, its pod never made) has none and never will: 404 NoLogError, saying what ended the attempt", content_type = "text/plain", body = String),
         JobErrors
     )
 )]
@@ -671,16 +671,7 @@ pub async fn get_logs(
         .log(&pod, request)
         .await
         .map_err(|e| match e {
-            BackendError::NotFound => ApiError::no_task(match earlier {
-                Some(attempt) => format!(
-                    "task {task} of job {}~{} left no log in attempt {attempt}",
-                    job.user, job.job
-                ),
-                None => format!(
-                    "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
-                    job.user, job.job
-                ),
-            }),
+            BackendError::NotFound => no_log(&job, &query, &pod, earlier),
             other => other.into(),
         })?;
     Ok((
@@ -688,6 +679,37 @@ pub async fn get_logs(
         axum::body::Body::from_stream(logs.take_until(tokio::time::sleep(MAX_FOLLOW))),
     )
         .into_response())
+}
+
+/// The answer where the backend has no log of the task `query` names (its pod `pod`),
+/// in the current attempt or the `earlier` one: a task that never ran in the current
+/// attempt says why it never will have one there, not "yet".
+fn no_log(job: &Job, query: &LogQuery, pod: &str, earlier: Option<i32>) -> ApiError {
+    let task = format!("{}-{}", query.role, query.index);
+    if let Some(attempt) = earlier {
+        return ApiError::no_task(format!(
+            "task {task} of job {}~{} left no log in attempt {attempt}",
+            job.user, job.job
+        ));
+    }
+    pai_api::status::never_started(&job.framework, &query.role, query.index).map_or_else(
+        || {
+            ApiError::no_task(format!(
+                "task {task} of job {}~{} has no log yet (its pod {pod} does not exist)",
+                job.user, job.job
+            ))
+        },
+        never_started,
+    )
+}
+
+/// A task's log asked for where it never ran (`why`: [`pai_api::status::never_started`]).
+pub(crate) fn never_started(why: String) -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        code: ErrorCode::NoLogError,
+        message: why,
+    }
 }
 
 /// `GET /readyz`: ready when the backend answers.

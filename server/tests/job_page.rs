@@ -43,3 +43,52 @@ async fn a_job_page_read_by_many_reads_each_log_preview_once() {
         "no log read twice within the previews' lifetime"
     );
 }
+
+/// A failed job's conditions are listed in the order they changed: the conditions that
+/// never held (at the job's creation) before its run and its end, whatever the API's
+/// order of types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_jobs_timeline_runs_forward() {
+    let s = start().await;
+    submit_base_job(&s).await;
+    let at = |minutes: i64| {
+        (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(minutes)).to_string()
+    };
+    let (started, ran, ended) = (at(1), at(2), at(3));
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        f["status"] = json!({"state": "Completed", "startTime": started,
+            "transitionTime": ended, "completionTime": ended,
+            "attemptStatus": {"id": 0, "startTime": started, "runTime": ran, "completionTime": ended,
+                "completionStatus": {"code": 3, "phrase": "ContainerFailed",
+                    "diagnostics": "worker-1 exited 3", "type": {"name": "Failed", "attributes": []}}}});
+    });
+    let page = until(s.addr, "/ui/jobs/alice/job", |r| {
+        r.body.contains("<strong>Failed</strong> True")
+    })
+    .await;
+    let timeline = page
+        .body
+        .split("<ol class=\"timeline\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</ol>").next())
+        .expect("the timeline");
+    // `2026-01-01 00:10:00 UTC`: in time order as text.
+    let times: Vec<&str> = timeline
+        .split("<time>")
+        .skip(1)
+        .filter_map(|rest| rest.split("</time>").next())
+        .collect();
+    let kinds: Vec<&str> = timeline
+        .split("<strong>")
+        .skip(1)
+        .filter_map(|rest| rest.split("</strong>").next())
+        .collect();
+    assert_eq!(times.len(), 6, "{timeline}");
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "{:?}",
+        kinds.iter().zip(&times).collect::<Vec<_>>()
+    );
+    assert_eq!(kinds.first(), Some(&"Submitted"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"Failed"), "{kinds:?}");
+}

@@ -304,3 +304,77 @@ async fn a_runtime_without_its_config_map_gives_up_and_says_why() {
         .expect_err("nowhere to keep it");
     assert!(error.contains("does not exist"), "{error}");
 }
+
+/// A task whose attempt ended before it was placed (its image not pulled) never will have
+/// a log in that attempt: the API and the task's log page say so and what ended it, not
+/// "no log yet"; a task that was placed still has its pod's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_never_started_says_why_it_has_no_log() {
+    let s = start().await;
+    submit_base_job(&s).await;
+    let now = jiff::Timestamp::now().to_string();
+    s.api.modify("frameworks", NS, &fw(), |f| {
+        let task = |index: u32| {
+            json!({"index": index, "state": "Completed",
+                "attemptStatus": {"id": 0, "podName": pod("worker", index), "completionTime": now,
+                    "completionStatus": {"code": -200, "phrase": "x", "type": {"name": "Failed", "attributes": []},
+                        "diagnostics": "not started: ErrImagePull: image example.org/app is not on this machine"}}})
+        };
+        f["status"] = json!({"state": "Completed", "completionTime": now,
+            "attemptStatus": {"id": 0, "completionTime": now,
+                "completionStatus": {"code": -200, "phrase": "x", "type": {"name": "Failed", "attributes": []},
+                    "diagnostics": "ErrImagePull: image example.org/app is not on this machine"},
+                "taskRoleStatuses": [{"name": "worker", "taskStatuses": [task(0), task(1)]}]},
+            "retryPolicyStatus": {"totalRetriedCount": 0, "accountableRetriedCount": 0}});
+        // worker-0 was placed: it had a pod, whose log is gone.
+        pai_test_support::frameworks::set_pod_ip(f, "worker", 0, "10.0.0.7");
+    });
+    until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
+        r.json()["jobStatus"]["state"] == "FAILED"
+    })
+    .await;
+    let never = request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/job/logs?role=worker&index=1",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(
+        never.error(),
+        (404, "NoLogError".to_string()),
+        "{}",
+        never.body
+    );
+    let said = "task worker-1 of job alice~job never started: attempt 0 ended before it ran (ErrImagePull: image example.org/app is not on this machine)";
+    assert_eq!(never.json()["message"], said);
+    let page = request(s.addr, "GET", "/ui/jobs/alice/job/logs/worker/1", None, "").await;
+    assert_eq!(page.status, 404);
+    assert!(page.body.contains(said), "{}", page.body);
+    // The job's page, where each task's last lines would be, says it too.
+    let page = request(s.addr, "GET", "/ui/jobs/alice/job", None, "").await;
+    assert!(
+        page.body
+            .contains(&format!("<div class=\"note\">{said}</div>")),
+        "{}",
+        page.body
+    );
+    // Placed, its pod gone: no log, without a reason it never will have one.
+    let placed = request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/job/logs?role=worker&index=0",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(placed.error(), (404, "NoTaskError".to_string()));
+    assert!(
+        placed.json()["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("has no log yet")),
+        "{}",
+        placed.body
+    );
+}

@@ -1,7 +1,9 @@
 //! Test support shared by the crates' tests. Nothing here ships in a binary.
 
 pub mod apiserver;
+pub mod at_exit;
 pub mod frameworks;
+pub mod images;
 pub mod needs;
 pub mod postgres;
 pub mod rbac;

@@ -224,6 +224,10 @@ fn credentials(
 }
 
 impl Driver for Docker {
+    fn program(&self) -> &'static str {
+        "docker"
+    }
+
     fn hands_over(&self) -> bool {
         false
     }
@@ -300,6 +304,53 @@ impl Driver for Docker {
                 if !line.is_empty() {
                     progress(&line);
                 }
+            }
+            Ok(())
+        })
+    }
+
+    fn save<'a>(&'a self, image: &'a str, archive: &'a Path) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut file = tokio::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(archive)
+                .await
+                .map_err(|e| format!("cannot write {}: {e}", archive.display()))?;
+            let mut stream = self.patient.export_image(image);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| format!("Docker's save of {image}: {}", said(e)))?;
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|e| format!("cannot write {}: {e}", archive.display()))?;
+            }
+            file.flush()
+                .await
+                .map_err(|e| format!("cannot write {}: {e}", archive.display()))
+        })
+    }
+
+    fn load<'a>(&'a self, archive: &'a Path) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            use tokio::io::AsyncReadExt;
+            let file = tokio::fs::File::open(archive)
+                .await
+                .map_err(|e| format!("cannot read {}: {e}", archive.display()))?;
+            // The archive in chunks of a MiB, never whole in memory (an image can be GBs).
+            let chunks = futures::stream::try_unfold(file, |mut file| async move {
+                let mut chunk = vec![0u8; 1 << 20];
+                let read = file.read(&mut chunk).await?;
+                chunk.truncate(read);
+                Ok::<_, std::io::Error>((read > 0).then(|| (bytes::Bytes::from(chunk), file)))
+            });
+            let options = bollard::query_parameters::ImportImageOptionsBuilder::new()
+                .quiet(true)
+                .build();
+            let mut answers = self.patient.import_image_stream(options, chunks, None);
+            while let Some(answer) = answers.next().await {
+                answer
+                    .map_err(|e| format!("Docker's load of {}: {}", archive.display(), said(e)))?;
             }
             Ok(())
         })

@@ -15,6 +15,8 @@ pub const LABEL_SERVER: &str = "io.openpai.rest-lite.server";
 /// is the same in every engine, and how an engine starts, follows and ends a container. A
 /// new engine is a new implementation of this trait.
 pub trait Driver: Send + Sync + std::fmt::Debug {
+    /// Its command-line program, as a person types it (`podman`, `docker`).
+    fn program(&self) -> &'static str;
     /// Whether its client hands the task's log file and ssh listener to the container
     /// ([`Start::Attached`]); else the runtime opens and binds them itself.
     fn hands_over(&self) -> bool;
@@ -38,6 +40,11 @@ pub trait Driver: Send + Sync + std::fmt::Debug {
         authfile: Option<&'a Path>,
         progress: &'a (dyn Fn(&str) + Send + Sync),
     ) -> BoxFuture<'a, Result<(), String>>;
+    /// Writes `image` from its store to `archive` (a new file), in the docker-archive
+    /// format both engines load: how an image in one engine's store reaches the other's.
+    fn save<'a>(&'a self, image: &'a str, archive: &'a Path) -> BoxFuture<'a, Result<(), String>>;
+    /// Loads the images of the docker-archive at `archive` into its store.
+    fn load<'a>(&'a self, archive: &'a Path) -> BoxFuture<'a, Result<(), String>>;
     /// Waits for the container `name` to end: its exit code (`None`: no such container,
     /// or the engine cannot say).
     fn wait<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Option<i32>>;

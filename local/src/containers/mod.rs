@@ -32,6 +32,7 @@
 mod docker;
 mod driver;
 mod podman;
+mod stores;
 
 use driver::find_program;
 pub use driver::{CDI_GPU, Driver, LABEL_SERVER, Limits, Start, Step, Ulimit};
@@ -90,6 +91,11 @@ pub struct Engine {
     /// The users images run as ([`Engine::user_of`]).
     users: std::sync::Mutex<std::collections::HashMap<String, (u32, u32)>>,
     driver: Box<dyn Driver>,
+    /// The other engine's store, which an image this one lacks is copied from.
+    elsewhere: stores::Elsewhere,
+    /// The command that runs this server's jobs on the host instead, as the person who
+    /// started it types it ([`Detect::on_host`]).
+    on_host: String,
 }
 
 /// `uid`, `uid:gid` or nothing (root) as numbers; `None` for a name.
@@ -144,16 +150,53 @@ impl Engine {
         self.present.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Pulls `image` ([`Driver::pull`]).
-    pub async fn pull(
+    /// Brings `image`, which this engine's store lacks, into it: copied from the other
+    /// engine's store on this machine when that one has it ([`stores`]), else pulled
+    /// ([`Driver::pull`]), telling `progress` what it does. On failure, the whole reason
+    /// as a task's diagnostics say it ([`IMAGE_PULL_FAILED`]): the stores looked in, the
+    /// registry's words, and the ways out, complete.
+    pub async fn fetch(
         &self,
         image: &str,
         authfile: Option<&Path>,
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<(), String> {
-        self.driver.pull(image, authfile, progress).await?;
-        self.present().insert(image.to_string());
-        Ok(())
+        let looked_in = match self.elsewhere.copy(image, &*self.driver, progress).await {
+            Ok(stores::Copied::Here) => {
+                self.present().insert(image.to_string());
+                return Ok(());
+            }
+            Ok(stores::Copied::Nowhere(others)) => others,
+            Err(why) => return Err(format!("{IMAGE_PULL_FAILED}: image {image}: {why}")),
+        };
+        match self.driver.pull(image, authfile, progress).await {
+            Ok(()) => {
+                self.present().insert(image.to_string());
+                Ok(())
+            }
+            Err(why) => Err(self.not_here(image, &looked_in, &why)),
+        }
+    }
+
+    /// Why `image` cannot be had: the stores looked in (this engine's, and `others` that
+    /// answered), the pull's failure `why`, and the ways out, each a command to type.
+    fn not_here(&self, image: &str, others: &[String], why: &str) -> String {
+        // `Docker 28.2.2 (API 1.51, unix:///var/run/docker.sock)` as `Docker 28.2.2`.
+        let short = |name: &str| name.split(" (").next().unwrap_or(name).to_string();
+        let others: Vec<String> = others.iter().map(|name| short(name)).collect();
+        let stores = match others.as_slice() {
+            [] => format!("not in {}'s store", short(&self.version)),
+            _ => format!(
+                "in neither {}'s store nor {}'s",
+                short(&self.version),
+                others.join("'s nor ")
+            ),
+        };
+        let program = self.driver.program();
+        format!(
+            "{IMAGE_PULL_FAILED}: image {image} is {stores}, and cannot be pulled: {why}. Put it there by hand: `{program} pull {image}` where a registry answers, or `{program} load -i FILE` of a saved image; or run the job's tasks on this machine's host, without their image: `{}`",
+            self.on_host
+        )
     }
 
     /// The user (`uid`, `gid`) a container of `image` runs as, once the image is here: its
@@ -256,6 +299,68 @@ pub struct Detect<'a> {
     pub state_dir: &'a Path,
     /// Containers outlive the server ([`Engine::outlive_server`]).
     pub outlive_server: bool,
+    /// The command that runs this server's jobs on the host, as its user types it where
+    /// they started it (`rest-lite run --engine host job.yaml`): named where an image
+    /// cannot be had.
+    pub on_host: String,
+}
+
+/// How the server finds one engine again: enough to ask it, not the server's own.
+#[derive(Clone)]
+struct Finding {
+    oci_runtime: Option<String>,
+    docker_host: Option<String>,
+    label: String,
+    outlive_server: bool,
+}
+
+impl Finding {
+    /// Podman, if it is installed and answers: it and its name with its version.
+    async fn podman(&self) -> Result<(podman::Podman, String), String> {
+        let Some(program) = find_program("podman") else {
+            return Err("no podman on PATH (apt-get install podman)".to_string());
+        };
+        podman::Podman::find(
+            program,
+            self.oci_runtime.clone(),
+            &self.label,
+            self.outlive_server,
+            own_ulimits(podman::MAX_PROCESSES),
+        )
+        .await
+    }
+
+    /// Docker Engine, if its daemon answers: it and its name with its version.
+    async fn docker(&self) -> Result<(docker::Docker, String), String> {
+        docker::Docker::find(
+            self.docker_host.as_deref(),
+            &self.label,
+            own_ulimits(u64::MAX),
+        )
+        .await
+        .map_err(|why| format!("{why} (apt-get install docker.io)"))
+    }
+
+    /// The stores of the engines other than `running` that answer.
+    fn others(self, running: &'static str) -> stores::Finder {
+        Box::new(move || {
+            let finding = self.clone();
+            Box::pin(async move {
+                let mut found = Vec::new();
+                if running != "podman"
+                    && let Ok((podman, name)) = finding.podman().await
+                {
+                    found.push(stores::Store::new(name, Box::new(podman)));
+                }
+                if running != "docker"
+                    && let Ok((docker, name)) = finding.docker().await
+                {
+                    found.push(stores::Store::new(name, Box::new(docker)));
+                }
+                found
+            })
+        })
+    }
 }
 
 /// Finds the engine `detect.choice` names. `Auto` asks Podman, then Docker, and falls back
@@ -279,65 +384,43 @@ pub async fn detect(detect: Detect<'_>) -> Result<Isolation, String> {
                 .to_string(),
         );
     };
-    let label = server_label(detect.state_dir);
+    let finding = Finding {
+        oci_runtime: detect.oci_runtime.clone(),
+        docker_host: detect.docker_host.clone(),
+        label: server_label(detect.state_dir),
+        outlive_server: detect.outlive_server,
+    };
     let found = |version: String, driver: Box<dyn Driver>| {
-        Ok(Isolation::Containers(Arc::new(Engine::new(
+        let elsewhere = stores::Elsewhere::new(
+            finding.clone().others(driver.program()),
+            detect.state_dir.join("images"),
+        );
+        Ok(Isolation::Containers(Arc::new(Engine {
             version,
+            runtime_binary: runtime_binary.clone(),
+            server_label: finding.label.clone(),
+            outlive_server: detect.outlive_server,
+            present: Default::default(),
+            users: Default::default(),
             driver,
-            runtime_binary.clone(),
-            label.clone(),
-            detect.outlive_server,
-        ))))
+            elsewhere,
+            on_host: detect.on_host.clone(),
+        })))
     };
     let mut reasons = Vec::new();
     if matches!(detect.choice, EngineChoice::Auto | EngineChoice::Podman) {
-        let podman = match find_program("podman") {
-            None => Err("no podman on PATH (apt-get install podman)".to_string()),
-            Some(program) => {
-                podman::Podman::find(
-                    program,
-                    detect.oci_runtime.clone(),
-                    &label,
-                    detect.outlive_server,
-                    own_ulimits(podman::MAX_PROCESSES),
-                )
-                .await
-            }
-        };
-        match podman {
+        match finding.podman().await {
             Ok((podman, version)) => return found(version, Box::new(podman)),
             Err(why) => reasons.push(why),
         }
     }
     if matches!(detect.choice, EngineChoice::Auto | EngineChoice::Docker) {
-        match docker::Docker::find(detect.docker_host.as_deref(), &label, own_ulimits(u64::MAX))
-            .await
-        {
+        match finding.docker().await {
             Ok((docker, version)) => return found(version, Box::new(docker)),
-            Err(why) => reasons.push(format!("{why} (apt-get install docker.io)")),
+            Err(why) => reasons.push(why),
         }
     }
     fallback(reasons.join("; "))
-}
-
-impl Engine {
-    fn new(
-        version: String,
-        driver: Box<dyn Driver>,
-        runtime_binary: PathBuf,
-        server_label: String,
-        outlive_server: bool,
-    ) -> Self {
-        Self {
-            version,
-            runtime_binary,
-            server_label,
-            outlive_server,
-            present: Default::default(),
-            users: Default::default(),
-            driver,
-        }
-    }
 }
 
 /// A short digest of the state directory's path: the label of this server's containers.
@@ -423,10 +506,6 @@ pub fn main_name(pod_uid: &str) -> String {
 
 /// What a kubelet calls an image it could not pull.
 pub const IMAGE_PULL_FAILED: &str = "ErrImagePull";
-
-/// The ways out of a pull that failed, on this machine: the image put here by hand, or
-/// the tasks on the host.
-pub const PULL_WAY_OUT: &str = "Pull it by hand where a registry answers (`podman pull` or `docker pull`, or `podman load` / `docker load` of a saved image), or run the job's tasks on this machine's host without their image: `--engine host` (of `rest-lite run` or `rest-lite serve`)";
 
 /// Writes a container's environment file: `NAME=VALUE\0` records in the task's own
 /// directory, read and removed by the runtime, PID 1, before anything else runs there.
@@ -516,6 +595,7 @@ mod tests {
             runtime_binary: Some(dir.path().join("runtime")),
             state_dir: dir.path(),
             outlive_server: true,
+            on_host: "rest-lite serve --engine host".to_string(),
         })
         .await
         .expect_err("refused");

@@ -343,6 +343,10 @@ impl Starts {
 }
 
 impl Driver for Podman {
+    fn program(&self) -> &'static str {
+        "podman"
+    }
+
     fn hands_over(&self) -> bool {
         true
     }
@@ -431,6 +435,25 @@ impl Driver for Podman {
             } else {
                 last.trim_start_matches("Error: ").to_string()
             })
+        })
+    }
+
+    fn save<'a>(&'a self, image: &'a str, archive: &'a Path) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let mut command = self.cli.command();
+            command
+                .args(["save", "--quiet", "--format", "docker-archive", "--output"])
+                .arg(archive)
+                .arg(image);
+            self.cli.output(command).await.map(drop)
+        })
+    }
+
+    fn load<'a>(&'a self, archive: &'a Path) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let mut command = self.cli.command();
+            command.args(["load", "--quiet", "--input"]).arg(archive);
+            self.cli.output(command).await.map(drop)
         })
     }
 

@@ -204,9 +204,9 @@ impl SshArgs {
 pub struct LogsArgs {
     /// The job's name.
     job: String,
-    /// The task role.
+    /// The task role [default: the job's only role; a job of several says its tasks].
     #[arg(long, short)]
-    role: String,
+    role: Option<String>,
     /// The task's index in its role [default: 0, said when the role has more tasks].
     #[arg(long, short)]
     index: Option<u32>,
@@ -610,45 +610,91 @@ impl Drop for PrivateDir {
     }
 }
 
+/// The task whose log `args` asks for: its role, else the job's only one (a job of
+/// several roles is refused, naming its tasks); its index, else 0, which is said when
+/// the role has more tasks.
+async fn which_task(client: &Client, user: &str, args: &LogsArgs) -> Result<(String, u32)> {
+    if let (Some(role), Some(index)) = (&args.role, args.index) {
+        return Ok((role.clone(), index));
+    }
+    let (role, view) = match (&args.role, client.job(user, &args.job).await) {
+        // The log's own request says what is wrong where the job cannot be read.
+        (Some(role), view) => (role.clone(), view.ok()),
+        (None, Ok(view)) => (only_role(&view, user, args)?, Some(view)),
+        // Which role cannot be told without the job: why it cannot be read is the answer.
+        (None, Err(e)) => return Err(e.into()),
+    };
+    let tasks = view
+        .as_ref()
+        .and_then(|v| v.task_roles.get(&role).map(|r| r.task_statuses.len()));
+    let index = match args.index {
+        Some(index) => index,
+        // Which of several tasks is shown is said, not left to guess.
+        None => {
+            if let Some(tasks) = tasks.filter(|&n| n > 1) {
+                tell!(
+                    "rest-lite: the log of {role}-0, the first of {role}'s {tasks} tasks (-i INDEX for another)"
+                );
+            }
+            0
+        }
+    };
+    Ok((role, index))
+}
+
+/// The only role of the job `view` shows; for a job of several, a refusal naming its
+/// tasks (ROLE-INDEX) and how to say which, with commands that run as printed.
+fn only_role(view: &pai_api::status::JobView, user: &str, args: &LogsArgs) -> Result<String> {
+    let job = args.job.as_str();
+    let mut roles = view.task_roles.iter();
+    match (roles.next(), roles.next()) {
+        (Some((role, _)), None) => Ok(role.clone()),
+        _ => {
+            let tasks: Vec<String> = view
+                .task_roles
+                .iter()
+                .map(|(role, r)| match r.task_statuses.len() {
+                    0 => format!("{role} (no tasks)"),
+                    1 => format!("{role}-0"),
+                    2 => format!("{role}-0, {role}-1"),
+                    n => format!("{role}-0 … {role}-{}", n - 1),
+                })
+                .collect();
+            let first = view.task_roles.keys().next().map_or("ROLE", String::as_str);
+            Err(super::hints::Refusal {
+                message: format!(
+                    "job {user}~{job} has {} roles: say whose log with -r ROLE -i INDEX (its tasks: {})",
+                    view.task_roles.len(),
+                    tasks.join(", ")
+                ),
+                hint: format!(
+                    "`{program} status {job}{flags}` shows each task's state; `{program} logs {job} -r {first} -i 0{flags}` prints the first one's log",
+                    program = super::invocation::program(),
+                    job = shell_word(job),
+                    first = shell_word(first),
+                    flags = args.connection.flags(),
+                ),
+            }
+            .into())
+        }
+    }
+}
+
 pub fn logs(args: LogsArgs) -> Result<ExitCode> {
     let client = args.connection.client()?;
     let user = args.connection.user(&client);
     block_on(async {
-        let index = match args.index {
-            Some(index) => index,
-            None => {
-                // Which of several tasks is shown is said, not left to guess.
-                if let Ok(view) = client.job(&user, &args.job).await
-                    && let Some(role) = view.task_roles.get(&args.role)
-                    && role.task_statuses.len() > 1
-                {
-                    tell!(
-                        "rest-lite: the log of {}-0, the first of {}'s {} tasks (-i INDEX for another)",
-                        args.role,
-                        args.role,
-                        role.task_statuses.len()
-                    );
-                }
-                0
-            }
-        };
+        let (role, index) = which_task(&client, &user, &args).await?;
         // Following a task that has not started yet waits for it, change by change.
         let mut changes = None;
         let mut stream = loop {
             if let Some(attempt) = args.attempt {
                 break client
-                    .attempt_logs(&user, &args.job, &args.role, index, attempt, args.lines())
+                    .attempt_logs(&user, &args.job, &role, index, attempt, args.lines())
                     .await?;
             }
             match client
-                .logs(
-                    &user,
-                    &args.job,
-                    &args.role,
-                    index,
-                    args.follow,
-                    args.lines(),
-                )
+                .logs(&user, &args.job, &role, index, args.follow, args.lines())
                 .await
             {
                 Ok(stream) => break stream,
@@ -664,7 +710,7 @@ pub fn logs(args: LogsArgs) -> Result<ExitCode> {
                     if ended {
                         // The job completed or went away: one last look.
                         break client
-                            .logs(&user, &args.job, &args.role, index, false, args.lines())
+                            .logs(&user, &args.job, &role, index, false, args.lines())
                             .await?;
                     }
                 }

@@ -27,8 +27,8 @@ pub enum OnInterrupt {
 
 /// Follows `job` to its end: every task's output (with `verbose`, the runtime's lines
 /// too), line by line with its name in front, then the job's state on standard error.
-/// Ctrl-C does what `interrupt` says. Returns the exit code for the job's outcome: 0
-/// when it succeeded, 130 when stopped or left here, else its exit code (or 1).
+/// Ctrl-C does what `interrupt` says. Returns the exit status for the job's outcome
+/// ([`super::exit_status`]; 130 when left here).
 // Long: one loop of the job's changes and Ctrl-C, beside the task followers it starts.
 pub async fn follow(
     client: &Client,
@@ -84,11 +84,13 @@ pub async fn follow(
                         client.stop(user, job).await?;
                     }
                     OnInterrupt::Detach { flags } => {
-                        let job_word = super::human::shell_word(job);
+                        use super::invocation::command;
                         tell!(
-                            "rest-lite: no longer following {job}; it goes on. rest-lite status {job_word}{flags} shows it, rest-lite stop {job_word}{flags} stops it"
+                            "rest-lite: no longer following {job}; it goes on. {}{flags} shows it, {}{flags} stops it",
+                            command(&["status", job]),
+                            command(&["stop", job]),
                         );
-                        return Ok(ExitCode::from(130));
+                        return Ok(ExitCode::from(super::exit_status::STOPPED_HERE));
                     }
                 }
             }
@@ -127,7 +129,7 @@ pub async fn follow(
 }
 
 /// Says how a job that reached its final state ended, on standard error, and returns the
-/// exit code for it: 0 when it succeeded, 130 when stopped here, else its exit code (or 1).
+/// exit status for it ([`super::exit_status`]).
 /// `said_where`: where the job ran was said already (`run`), so the embedded default's
 /// note on it is left out of the diagnostics.
 pub fn outcome(job: &str, view: &JobView, interrupted: bool, said_where: bool) -> ExitCode {
@@ -154,17 +156,7 @@ pub fn outcome(job: &str, view: &JobView, interrupted: bool, said_where: bool) -
     if let Some(cause) = super::human::unsaid_cause(status) {
         tell!("rest-lite: cause ({}): {}", cause.pattern, cause.line);
     }
-    match state {
-        JobState::Succeeded => ExitCode::SUCCESS,
-        _ if interrupted => ExitCode::from(130),
-        _ => ExitCode::from(
-            status
-                .app_exit_code
-                .and_then(|c| u8::try_from(c).ok())
-                .filter(|&c| c != 0)
-                .unwrap_or(1),
-        ),
-    }
+    super::exit_status::of(state, status.app_exit_code, interrupted)
 }
 
 /// A task of the followed job.
@@ -195,6 +187,13 @@ async fn print_task(
     let prefix: Arc<str> = Arc::from(format!("[{role}-{index}] "));
     let mut printed_attempt: Option<i32> = None;
     let mut closed = false;
+    // Whether this task's log is not open while its attempt's tasks may be writing.
+    let mut awaiting = false;
+    let mut set_awaiting = async |now: bool| {
+        if std::mem::replace(&mut awaiting, now) != now {
+            let _ = tell.send(Told::Awaiting(now)).await;
+        }
+    };
     loop {
         let (attempt, started) = {
             let view = views.borrow_and_update();
@@ -208,6 +207,14 @@ async fn print_task(
                 state.is_some_and(|s| s != JobState::Waiting),
             )
         };
+        // The tasks of an attempt start together, behind its barrier: once one has started,
+        // this one may be writing, whatever the view says of it yet.
+        let peers_started = views.borrow().task_roles.values().any(|r| {
+            r.task_statuses
+                .iter()
+                .any(|t| t.task_state != JobState::Waiting)
+        });
+        set_awaiting(printed_attempt != Some(attempt) && peers_started && !closed).await;
         if printed_attempt != Some(attempt) && (started || closed) {
             let _ = tell.send(Told::Opening).await;
             let asked = pai_client::Lines::Source(source).stamped();
@@ -215,11 +222,13 @@ async fn print_task(
             let _ = tell.send(Told::Opened).await;
             if let Ok(stream) = opened {
                 printed_attempt = Some(attempt);
+                set_awaiting(false).await;
                 tell_lines(stream, &prefix, &tell).await;
                 continue;
             }
         }
         if closed {
+            set_awaiting(false).await;
             return;
         }
         // Closed: one last look at the final view, then leave.
@@ -238,8 +247,9 @@ async fn tell_lines(
     while let Some(Ok(line)) = lines.next().await {
         let (time, line) = match pai_client::stamp_of(&line) {
             Some((time, rest)) => (time, rest.to_vec()),
-            // A line without a time: just after the one before.
-            None => (last, line.to_vec()),
+            // A line without a time: just after the one before, and never before it was
+            // read (a line is read after it was written).
+            None => (last.max(jiff::Timestamp::now()), line.to_vec()),
         };
         last = time;
         let told = Told::Line {

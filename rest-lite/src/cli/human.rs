@@ -306,11 +306,7 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
                 ),
                 task.task_state.to_string(),
                 task.container_ip.clone().unwrap_or_else(|| "-".to_string()),
-                task.container_ports
-                    .iter()
-                    .map(|(label, ports)| format!("{label}:{ports}"))
-                    .collect::<Vec<_>>()
-                    .join(","),
+                ports_cell(&task.container_ports),
                 task.container_exit_code
                     .map_or_else(|| "-".to_string(), |c| c.to_string()),
                 task.retries.to_string(),
@@ -386,6 +382,18 @@ pub fn progress(view: &JobView) -> Vec<RoleProgress> {
             p
         })
         .collect()
+}
+
+/// A task's ports as the table shows them, `-` for none (a task never placed).
+fn ports_cell(ports: &std::collections::BTreeMap<String, String>) -> String {
+    if ports.is_empty() {
+        return "-".to_string();
+    }
+    ports
+        .iter()
+        .map(|(label, ports)| format!("{label}:{ports}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `word` as one word of a POSIX shell: as it is when it has nothing special, else
@@ -483,6 +491,14 @@ mod tests {
             "{text}"
         );
         assert!(lines.iter().any(|l| l.starts_with("worker-0 ")), "{text}");
+        // Neither task was placed: no address, no ports, each a `-` of its own.
+        let worker_0: Vec<&str> = lines
+            .iter()
+            .find(|l| l.starts_with("worker-0 "))
+            .map(|l| l.split_whitespace().collect())
+            .unwrap_or_default();
+        assert_eq!(worker_0.get(2..4), Some(&["-", "-"][..]), "{text}");
+        assert_eq!(worker_0.len(), 6, "{text}");
         assert!(
             text.contains("* its end decided the job's outcome\n"),
             "{text}"

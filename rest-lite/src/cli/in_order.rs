@@ -2,7 +2,12 @@
 //! is read with its times (`timestamps=true`); the lines of all tasks meet here and are
 //! held a moment ([`HOLD`]) after they arrive, so that a line another task wrote
 //! earlier, still on its way, goes first. A task whose log is being opened holds every
-//! line back: what it wrote before it was opened arrives all at once.
+//! line back: what it wrote before it was opened arrives all at once, just after it was
+//! opened, so the lines held wait [`HOLD`] from the last opening too. So does a task
+//! whose log is not open yet ([`Told::Awaiting`]), for at most [`LATE`]: the job's view
+//! can say a task is still waiting while it has already written (its engine tells that
+//! its container started after its first output), and the tasks of an attempt start
+//! together, behind the gang barrier, so the lines of its peers may follow from its.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
@@ -17,6 +22,10 @@ use tokio::time::Instant;
 /// default's look at a growing log (200 ms), less than a person notices.
 pub const HOLD: Duration = Duration::from_millis(400);
 
+/// How long a line waits at most for a task whose log is not open yet: more than an
+/// engine takes to tell that a container started, bounded for a task that does not start.
+pub const LATE: Duration = Duration::from_secs(3);
+
 /// Lines held at most; past it the oldest goes out at once.
 const MOST_HELD: usize = 20_000;
 
@@ -26,6 +35,9 @@ pub enum Told {
     Opening,
     /// It was opened (or could not be).
     Opened,
+    /// Whether its task's log is not open yet while it may have output (true), or is
+    /// open now or never will be (false): told at each change.
+    Awaiting(bool),
     /// A line (without its end), with the task's prefix and the time it was written.
     Line {
         prefix: Arc<str>,
@@ -68,6 +80,10 @@ struct Held {
     arrivals: VecDeque<(Instant, (Timestamp, u64))>,
     /// Followers opening a log.
     opening: usize,
+    /// Followers whose task's log is not open yet.
+    awaiting: usize,
+    /// When a log was last opened: what it holds already is on its way.
+    opened: Option<Instant>,
     arrived: u64,
 }
 
@@ -75,7 +91,12 @@ impl Held {
     fn take(&mut self, message: Told, now: Instant) {
         match message {
             Told::Opening => self.opening += 1,
-            Told::Opened => self.opening = self.opening.saturating_sub(1),
+            Told::Opened => {
+                self.opening = self.opening.saturating_sub(1);
+                self.opened = Some(now);
+            }
+            Told::Awaiting(true) => self.awaiting += 1,
+            Told::Awaiting(false) => self.awaiting = self.awaiting.saturating_sub(1),
             Told::Line { prefix, time, line } => {
                 let key = (time, self.arrived);
                 self.arrived += 1;
@@ -88,7 +109,12 @@ impl Held {
     /// Prints the lines whose wait is over, and every line written before them.
     fn release(&mut self, now: Instant, out: &mut impl Write) {
         while let Some(&(arrived, key)) = self.arrivals.front() {
-            let due = self.opening == 0 && now.duration_since(arrived) >= HOLD;
+            let waited = now.duration_since(arrived);
+            let settled = self.opened.is_none_or(|at| now.duration_since(at) >= HOLD);
+            let due = self.opening == 0
+                && settled
+                && waited >= HOLD
+                && (self.awaiting == 0 || waited >= LATE);
             if !due && self.lines.len() <= MOST_HELD {
                 break;
             }
@@ -160,10 +186,34 @@ mod tests {
         held.take(Told::Opening, start);
         held.release(start + HOLD * 10, &mut out);
         assert!(out.is_empty());
-        held.take(line("[server-0] ", 1, "listens"), start + HOLD * 10);
         held.take(Told::Opened, start + HOLD * 10);
         held.release(start + HOLD * 10, &mut out);
+        assert!(out.is_empty(), "what the log holds is on its way");
+        held.take(line("[server-0] ", 1, "listens"), start + HOLD * 10);
+        held.release(start + HOLD * 11, &mut out);
         assert_eq!(printed(&out), ["[server-0] listens", "[client-0] heard"]);
+    }
+
+    #[test]
+    fn a_task_whose_log_is_not_open_yet_holds_lines_back_a_while() {
+        let start = Instant::now();
+        let mut held = Held::default();
+        let mut out = Vec::new();
+        held.take(Told::Awaiting(true), start);
+        held.take(line("[client-0] ", 2, "heard"), start);
+        held.release(start + HOLD * 2, &mut out);
+        assert!(out.is_empty(), "held while the server's log is not open");
+        held.take(Told::Awaiting(false), start + HOLD * 2);
+        held.take(line("[server-0] ", 1, "listens"), start + HOLD * 2);
+        held.release(start + HOLD * 3, &mut out);
+        assert_eq!(printed(&out), ["[server-0] listens", "[client-0] heard"]);
+        // A log that is never opened holds a line LATE at most.
+        let mut held = Held::default();
+        let mut out = Vec::new();
+        held.take(Told::Awaiting(true), start);
+        held.take(line("[client-0] ", 2, "heard"), start);
+        held.release(start + LATE, &mut out);
+        assert_eq!(printed(&out), ["[client-0] heard"]);
     }
 
     #[test]

@@ -20,10 +20,12 @@ macro_rules! tell {
 
 mod client;
 mod config_reload;
+mod exit_status;
 mod follow;
 mod hints;
 mod human;
 mod in_order;
+mod invocation;
 mod run;
 mod serve;
 mod spec_file;
@@ -183,7 +185,7 @@ pub fn run() -> ExitCode {
                 .as_deref()
                 .map(|p| !spec_file::transforms(p).unwrap_or(false));
             if let Some(hint) = hints::next_step(&err, spec, job.as_deref(), server_here()) {
-                tell!("hint: {hint}");
+                tell!("hint: {}", invocation::typed_here(&hint));
             }
             ExitCode::from(EXIT_BAD_INPUT)
         }

@@ -1,8 +1,7 @@
 //! `rest-lite run SPEC`: the embedded default in one command. It serves the jobs API on
 //! a loopback port for the job's lifetime (other commands can use it meanwhile), submits
 //! the spec over it, prints every task's output as the task writes it, and exits with
-//! the job's outcome: 0 when it succeeded, its exit code (or 1) otherwise. Ctrl-C stops
-//! the job.
+//! the job's outcome ([`super::exit_status`]). Ctrl-C stops the job.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -101,8 +100,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         pai_server::machine_token::record_serving(&state_dir, &url)
             .context("recording where this run serves in its state directory")?;
         tell!(
-            "rest-lite: running {job} on this machine; API at {url}, state in {dir} (other commands meanwhile: REST_LITE_SERVER={url} REST_LITE_STATE_DIR={dir} rest-lite status {job})",
-            dir = state_dir.display()
+            "rest-lite: running {job} on this machine; API at {url}, state in {} (other commands meanwhile: {})",
+            state_dir.display(),
+            meanwhile(&url, &state_dir, &job)
         );
         // On the host, the job's warning says it (and why), once.
         if in_containers {
@@ -124,6 +124,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         let _ = std::fs::remove_dir_all(&state_dir);
     }
     outcome
+}
+
+/// The command that shows the job from another terminal meanwhile, as it is typed there.
+fn meanwhile(url: &str, state_dir: &std::path::Path, job: &str) -> String {
+    format!(
+        "REST_LITE_SERVER={url} REST_LITE_STATE_DIR={} {}",
+        super::human::shell_word(&state_dir.to_string_lossy()),
+        super::invocation::command(&["status", job]),
+    )
 }
 
 /// A new directory for one run's state, made here and now (never one that existed:

@@ -155,6 +155,7 @@ impl LocalArgs {
                 // `--runtime` given by hand serves the host).
                 runtime: (!STATIC_RUNTIME.is_empty()).then_some(STATIC_RUNTIME),
                 outlive_server,
+                on_host: super::invocation::this_on_host(),
             },
             gpus: std::sync::Arc::new(machine_gpus(&config.gpus)),
             storages,

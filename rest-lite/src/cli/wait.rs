@@ -134,6 +134,9 @@ pub async fn until_running(
     }
     let (total, first_role) = all_running.map(|(_, t, r)| (t, r)).unwrap_or_default();
     say!("job {job}: all {total} tasks running");
-    tell!("follow it with: rest-lite logs {job} -r {first_role} -f{flags}, or open {page}");
+    tell!(
+        "follow it with: {}{flags}, or open {page}",
+        super::invocation::command(&["logs", job, "-r", &first_role, "-f"])
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -26,13 +26,20 @@ impl AsRef<std::path::Path> for Scratch {
     }
 }
 
-/// A [`Scratch`] directory for test `name` of `area`.
 /// The real `rest-lite` binary, its tasks on the host (`--engine host`): the tests of
 /// host behaviour keep their meaning on a machine with Podman. The container tests
-/// (`containers.rs`) ask for Podman themselves.
+/// (`containers.rs`) ask for Podman themselves. It runs as an installed rest-lite does,
+/// found on the PATH, so that the commands it prints name it `rest-lite`
+/// (`printed_commands.rs` tries the other ways a person runs it).
 pub fn rest_lite_command() -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rest-lite"));
-    command.env("REST_LITE_ENGINE", "host");
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_rest-lite"));
+    let mut path = std::ffi::OsString::from(exe.parent().expect("the binary's folder"));
+    if let Some(inherited) = std::env::var_os("PATH") {
+        path.push(":");
+        path.push(inherited);
+    }
+    let mut command = std::process::Command::new(exe);
+    command.env("REST_LITE_ENGINE", "host").env("PATH", path);
     hermetic(&mut command);
     command
 }

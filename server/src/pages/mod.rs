@@ -385,9 +385,11 @@ async fn read_tails(
                         rotated,
                     }
                 }
-                Err(pai_engine::backend::BackendError::NotFound) => {
-                    Tail::Missing("no log yet".to_string())
-                }
+                // A task that never ran says why it never will have one, not "yet".
+                Err(pai_engine::backend::BackendError::NotFound) => Tail::Missing(
+                    pai_api::status::never_started(framework, &key.0, key.1)
+                        .unwrap_or_else(|| "no log yet".to_string()),
+                ),
                 Err(e) => Tail::Missing(format!("log not available: {e}")),
             };
             (key, tail)
@@ -422,8 +424,8 @@ async fn task_log(
         ApiError::no_job(&user, &job)
             .with_message(format!("job {user}~{job} has no task {role}-{index}"))
     };
-    let pod = match (framework.role(&role), index.parse::<u32>()) {
-        (Some(r), Ok(i)) if i < r.tasks() => framework.pod_name(r, i),
+    let (pod, number) = match (framework.role(&role), index.parse::<u32>()) {
+        (Some(r), Ok(i)) if i < r.tasks() => (framework.pod_name(r, i), i),
         _ => return error_page(&no_task(), who(&state, &caller)),
     };
     let request = pai_engine::backend::LogRequest {
@@ -438,10 +440,16 @@ async fn task_log(
             Body::from_stream(stream).into_response(),
             "text/plain; charset=utf-8",
         ),
+        // As the API says it: a task that never ran says why it never will have one.
         Err(pai_engine::backend::BackendError::NotFound) => error_page(
-            &ApiError::no_job(&user, &job).with_message(format!(
-                "task {role}-{index} of job {user}~{job} has no log yet"
-            )),
+            &pai_api::status::never_started(&framework, &role, number).map_or_else(
+                || {
+                    ApiError::no_job(&user, &job).with_message(format!(
+                        "task {role}-{index} of job {user}~{job} has no log yet"
+                    ))
+                },
+                crate::routes::never_started,
+            ),
             who(&state, &caller),
         ),
         Err(e) => error_page(&e.into(), who(&state, &caller)),

@@ -747,8 +747,9 @@ fn diagnostics(status: &pai_api::status::JobStatus) -> Option<String> {
         })
 }
 
-/// The conditions, each pointing at what the facts above already say instead of
-/// repeating it.
+/// The conditions in the order they changed (the timeline: a stable sort by time, the
+/// API's type order among equal times), each pointing at what the facts above already
+/// say instead of repeating it.
 fn condition_lines(view: &JobView) -> Vec<ConditionLine> {
     let status = &view.job_status;
     let said_above = |message: &str| {
@@ -765,16 +766,20 @@ fn condition_lines(view: &JobView) -> Vec<ConditionLine> {
                 |said| message.replace(said, "(the reason above)"),
             )
     };
-    view.conditions
+    let mut timed: Vec<_> = view
+        .conditions
         .iter()
-        .map(|c| ConditionLine {
-            time: c
-                .last_transition_time
-                .parse::<jiff::Timestamp>()
-                .map_or_else(
-                    |_| c.last_transition_time.clone(),
-                    |t| readable(t.as_millisecond()),
-                ),
+        .map(|c| (c.last_transition_time.parse::<jiff::Timestamp>().ok(), c))
+        .collect();
+    // A time that does not parse (none written) first, as the oldest.
+    timed.sort_by_key(|(time, _)| *time);
+    timed
+        .into_iter()
+        .map(|(time, c)| ConditionLine {
+            time: time.map_or_else(
+                || c.last_transition_time.clone(),
+                |t| readable(t.as_millisecond()),
+            ),
             kind: c.kind.clone(),
             status: c.status.clone(),
             reason: c.reason.clone(),
