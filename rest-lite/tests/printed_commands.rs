@@ -3,8 +3,10 @@
 //! person's PATH, reaches the running job, and the job's exit status says who ended it.
 //! Three places a person runs it from: an installed `rest-lite` on the PATH, the binary
 //! by its path, and `cargo run`, which a stand-in plays here (a script named `cargo` that
-//! runs rest-lite as its child with the arguments after `--`, as cargo does): this test
-//! proves what rest-lite reads of its parent, not cargo's own behaviour.
+//! starts rest-lite with the arguments after `--` and the environment cargo gives a
+//! program it runs, `CARGO` and `CARGO_PKG_NAME`): this test proves what rest-lite reads
+//! of that environment, not cargo's own behaviour (the closing note of the change that
+//! made it says what a real `cargo run` printed).
 
 use crate::common;
 
@@ -143,7 +145,7 @@ fn under_cargo_run_the_same_cargo_run() {
     let cargo = bin.join("cargo");
     std::fs::write(
         &cargo,
-        "#!/bin/sh\n# Plays `cargo run`: rest-lite as its child, with the arguments after `--`.\nwhile [ \"$#\" -gt 0 ] && [ \"$1\" != -- ]; do shift; done\nshift\n\"$REST_LITE_BIN\" \"$@\"\n",
+        "#!/bin/sh\n# Plays `cargo run`: rest-lite with the arguments after `--`, in cargo's environment.\nwhile [ \"$#\" -gt 0 ] && [ \"$1\" != -- ]; do shift; done\nshift\nCARGO=\"$0\" CARGO_PKG_NAME=rest-lite \"$REST_LITE_BIN\" \"$@\"\n",
     )
     .expect("cargo");
     std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755))

@@ -1,7 +1,10 @@
 //! How the person started this program, so that every command it prints runs as printed
 //! where they are:
-//! - under `cargo run`, the same `cargo run … --` they typed (its parent is cargo, whose
-//!   command line says how: `-p rest-lite`, `--release`);
+//! - under `cargo run`, `cargo run -p rest-lite --` with the profile it was built in
+//!   (`--release`). Cargo replaces itself with the program (it `exec`s it), so what is
+//!   left of it is the environment it sets (`CARGO`, `CARGO_PKG_NAME`), which a test
+//!   binary of the package has too: a program whose parent is one of this build's test
+//!   binaries is not under `cargo run`;
 //! - where the `PATH` finds this very program, its name, `rest-lite`;
 //! - else its absolute path (`target/debug/rest-lite` run by hand, a copy elsewhere).
 
@@ -17,11 +20,11 @@ pub fn program() -> &'static str {
     static PROGRAM: OnceLock<String> = OnceLock::new();
     PROGRAM.get_or_init(|| {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("rest-lite"));
-        program_of(
-            parent_command_line().as_deref(),
-            std::env::var_os("PATH"),
-            &exe,
-        )
+        let cargo_env = std::env::var_os("CARGO").is_some()
+            && std::env::var("CARGO_PKG_NAME").is_ok_and(|name| name == "rest-lite");
+        let parent = std::fs::read_link(format!("/proc/{}/exe", nix::unistd::getppid())).ok();
+        cargo_run_of(&exe, cargo_env, parent.as_deref())
+            .unwrap_or_else(|| program_of(std::env::var_os("PATH"), &exe))
     })
 }
 
@@ -72,24 +75,26 @@ fn with_engine_host(args: &[String]) -> Vec<&str> {
     words
 }
 
-/// The parent process's command line, its arguments as they were given.
-fn parent_command_line() -> Option<Vec<String>> {
-    let parent = nix::unistd::getppid();
-    let bytes = std::fs::read(format!("/proc/{parent}/cmdline")).ok()?;
-    Some(
-        bytes
-            .split(|&b| b == 0)
-            .filter(|arg| !arg.is_empty())
-            .map(|arg| String::from_utf8_lossy(arg).into_owned())
-            .collect(),
-    )
+/// `cargo run …` for `exe`, when `cargo_env` says cargo started it and its parent is not
+/// one of this build's test binaries (`<profile>/deps/…`).
+fn cargo_run_of(exe: &Path, cargo_env: bool, parent: Option<&Path>) -> Option<String> {
+    let profile_dir = exe.parent()?;
+    let a_test_of_this_build = parent.and_then(Path::parent).is_some_and(|dir| {
+        dir.file_name().is_some_and(|n| n == "deps") && dir.parent() == Some(profile_dir)
+    });
+    if !cargo_env || a_test_of_this_build {
+        return None;
+    }
+    let profile = match profile_dir.file_name()?.to_str()? {
+        "debug" => String::new(),
+        "release" => " --release".to_string(),
+        other => format!(" --profile {}", shell_word(other)),
+    };
+    Some(format!("cargo run{profile} -p rest-lite --"))
 }
 
-/// [`program`] from what it reads: the parent's command line, `PATH` and this program.
-fn program_of(parent: Option<&[String]>, path: Option<OsString>, exe: &Path) -> String {
-    if let Some(cargo) = parent.and_then(under_cargo) {
-        return cargo;
-    }
+/// [`program`] where cargo did not start it: its name where `path` finds it, else its path.
+fn program_of(path: Option<OsString>, exe: &Path) -> String {
     let exe = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
     let name = exe
         .file_name()
@@ -107,31 +112,6 @@ fn program_of(parent: Option<&[String]>, path: Option<OsString>, exe: &Path) -> 
     }
 }
 
-/// `cargo run …` as the parent's command line has it, up to the `--` that begins this
-/// program's own arguments, if the parent is cargo running it (`cargo run` and `cargo r`;
-/// cargo's path, or the interpreter a wrapper script has, left out).
-fn under_cargo(parent: &[String]) -> Option<String> {
-    let at = parent
-        .iter()
-        .take(2)
-        .position(|arg| Path::new(arg).file_name().is_some_and(|n| n == "cargo"))?;
-    let own: Vec<&str> = parent[at + 1..]
-        .iter()
-        .map(String::as_str)
-        .take_while(|arg| *arg != "--")
-        .collect();
-    if !matches!(own.first(), Some(&"run" | &"r")) {
-        return None;
-    }
-    let mut line = "cargo".to_string();
-    for arg in own {
-        line.push(' ');
-        line.push_str(&shell_word(arg));
-    }
-    line.push_str(" --");
-    Some(line)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,31 +121,26 @@ mod tests {
     }
 
     #[test]
-    fn under_cargo_run_the_same_cargo_run_up_to_its_dashes() {
-        let exe = Path::new("/nowhere/target/debug/rest-lite");
-        for (parent, expected) in [
-            (
-                "cargo run -p rest-lite -- run examples/shell-hello.yaml",
-                "cargo run -p rest-lite --",
-            ),
-            (
-                "/root/.rustup/toolchains/stable/bin/cargo run --release -p rest-lite -- serve",
-                "cargo run --release -p rest-lite --",
-            ),
-            ("cargo r -q -p rest-lite", "cargo r -q -p rest-lite --"),
-            // A wrapper script named cargo, run by its interpreter.
-            (
-                "/bin/sh /usr/local/bin/cargo run -p rest-lite -- status",
-                "cargo run -p rest-lite --",
-            ),
-        ] {
-            assert_eq!(program_of(Some(&words(parent)), None, exe), expected);
-        }
-        // Cargo's test runner, or any other parent, is not `cargo run`.
+    fn under_cargo_run_cargo_run_in_the_profile_it_was_built_in() {
+        let debug = Path::new("/w/target/debug/rest-lite");
+        let shell = Some(Path::new("/usr/bin/bash"));
         assert_eq!(
-            program_of(Some(&words("cargo test --workspace")), None, exe),
-            exe.display().to_string()
+            cargo_run_of(debug, true, shell).as_deref(),
+            Some("cargo run -p rest-lite --")
         );
+        assert_eq!(
+            cargo_run_of(Path::new("/w/target/release/rest-lite"), true, shell).as_deref(),
+            Some("cargo run --release -p rest-lite --")
+        );
+        assert_eq!(
+            cargo_run_of(Path::new("/w/target/bench/rest-lite"), true, shell).as_deref(),
+            Some("cargo run --profile bench -p rest-lite --")
+        );
+        // Without cargo's environment, or started by a test binary of the same build
+        // (which has that environment too): not `cargo run`.
+        assert_eq!(cargo_run_of(debug, false, shell), None);
+        let test = Path::new("/w/target/debug/deps/integration-0123");
+        assert_eq!(cargo_run_of(debug, true, Some(test)), None);
     }
 
     #[test]
@@ -175,22 +150,15 @@ mod tests {
         std::fs::write(&exe, b"").expect("program");
         let other = tempfile::tempdir().expect("dir");
         std::fs::write(other.path().join("rest-lite"), b"").expect("another");
-        let shell = Some(words("-bash"));
         let path = |dirs: &[&Path]| std::env::join_paths(dirs).ok();
-        assert_eq!(
-            program_of(shell.as_deref(), path(&[dir.path()]), &exe),
-            "rest-lite"
-        );
+        assert_eq!(program_of(path(&[dir.path()]), &exe), "rest-lite");
         // Another rest-lite first on the PATH: this one by its path.
         let canonical = std::fs::canonicalize(&exe).expect("canonical");
         assert_eq!(
-            program_of(shell.as_deref(), path(&[other.path(), dir.path()]), &exe),
+            program_of(path(&[other.path(), dir.path()]), &exe),
             canonical.display().to_string()
         );
-        assert_eq!(
-            program_of(shell.as_deref(), None, &exe),
-            canonical.display().to_string()
-        );
+        assert_eq!(program_of(None, &exe), canonical.display().to_string());
     }
 
     #[test]

@@ -99,17 +99,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         // to the server recorded there: this one.
         pai_server::machine_token::record_serving(&state_dir, &url)
             .context("recording where this run serves in its state directory")?;
+        let client = Client::new(&url, Some(token));
+        let submitted = client.submit(&user_name, &text, format).await?;
+        // Said once the job is there, so that the command it prints finds it.
         tell!(
             "rest-lite: running {job} on this machine; API at {url}, state in {} (other commands meanwhile: {})",
             state_dir.display(),
             meanwhile(&url, &state_dir, &job)
         );
         // On the host, the job's warning says it (and why), once.
-        if in_containers {
-            tell!("rest-lite: {isolation}");
-        }
-        let client = Client::new(&url, Some(token));
-        super::client::warn(&client.submit(&user_name, &text, format).await?);
+        in_containers.then(|| tell!("rest-lite: {isolation}"));
+        super::client::warn(&submitted);
         super::follow::follow(
             &client,
             &user_name,
