@@ -6,6 +6,9 @@
 //! 2. API requests in a 60 s wait: the watch-based barrier and a frameworkbarrier-style
 //!    10 s poll wait side by side on the same server for the same 60 s, then the last
 //!    address arrives; requests are counted per Framework, with each one's release latency.
+//!
+//! What it prints it also records under `benchmarks/results/`
+//! ([`pai_test_support::bench_results`]).
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +17,7 @@ use pai_barrier::readiness::is_ready;
 use pai_barrier::{BarrierConfig, kube_source};
 use pai_contract::Framework;
 use pai_test_support::ApiServer;
+use pai_test_support::bench_results::Run;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_pod_ip, to_value};
 
 fn client(server: &ApiServer) -> kube::Client {
@@ -70,6 +74,7 @@ fn ms(d: Duration) -> String {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
+    let mut run = Run::new("pai-barrier", "release");
     let server = ApiServer::start().await;
     let tasks = 100;
 
@@ -98,6 +103,17 @@ async fn main() {
         ms(percentile(&latencies, 0.99)),
         ms(latencies[rounds - 1])
     );
+    let job = format!("{tasks}-task job");
+    for (stat, latency) in [
+        ("min", latencies[0]),
+        ("median", percentile(&latencies, 0.5)),
+        ("p99", percentile(&latencies, 0.99)),
+        ("max", latencies[rounds - 1]),
+    ] {
+        let metric = format!("release latency: {stat}");
+        run.record(&job, &metric, latency.as_secs_f64() * 1e3, "ms");
+    }
+    run.record(&job, "rounds", rounds as f64, "");
 
     let wait = if quick {
         Duration::from_secs(1)
@@ -152,4 +168,19 @@ async fn main() {
         count("polled"),
         ms(polled_at - released)
     );
+    let waited = format!("{} s wait", wait.as_secs());
+    let poll = format!("{} s poll", poll_interval.as_secs_f64());
+    for (who, requests, after) in [
+        (
+            "watch barrier".to_string(),
+            count("watched"),
+            watched_at - released,
+        ),
+        (poll, count("polled"), polled_at - released),
+    ] {
+        run.record(&waited, &format!("{who}: requests"), requests as f64, "");
+        let metric = format!("{who}: released after the last address");
+        run.record(&waited, &metric, after.as_secs_f64() * 1e3, "ms");
+    }
+    run.write();
 }

@@ -6,9 +6,13 @@
 //! small blocks) used to be made on the async workers, among the 50–150 KB each running
 //! job holds for its run. Once a burst of a thousand jobs ended, those blocks lay one or
 //! two to a page across the workers' arenas, and the server held 200 MiB where a
-//! restarted one, which makes the same blocks one after another, held 25 (BENCHMARKS.md,
-//! #60). Made here instead, on a thread that makes nothing long-lived but them, they lie
-//! together as a restarted server's do, and the workers' arenas empty when the jobs end.
+//! restarted one, which makes the same blocks one after another, held 25
+//! (`benchmarks/results/2026-11-28-amd-epyc-2c-24g-vm/history-2000jobs.json`: of the 203
+//! MiB, 120 were the two workers' arenas, every page resident, with 11 MiB of heap in
+//! use). Made here instead, on a thread that makes nothing long-lived but them, they lie
+//! together as a restarted server's do, and the workers' arenas empty when the jobs end
+//! (43 MiB after the same 2,000 jobs: `history-2000jobs-2.json` beside it; today's figures
+//! in BENCHMARKS.md, "A long-running server's memory").
 //!
 //! [`make`] runs a short closure here and gives back what it made. The closure's own
 //! temporaries are freed before the next one runs, so they leave no holes behind. What

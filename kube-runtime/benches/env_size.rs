@@ -4,7 +4,8 @@
 //! largest, their bytes before and after the fit to Linux's limits, the files beside
 //! them, the time to derive all of it, and whether `execve` of `/bin/true` accepts the
 //! exported environment (E2BIG would say not), and how long `ssh -G` takes to resolve
-//! the last alias of the job's ssh configuration.
+//! the last alias of the job's ssh configuration. What it prints it also records under
+//! `benchmarks/results/` ([`pai_test_support::bench_results`]).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -41,6 +42,7 @@ fn role(name: &str, tasks: usize, base: u16) -> RolePeers {
 }
 
 fn main() {
+    let mut results = pai_test_support::bench_results::Run::new("pai-kube-runtime", "env_size");
     println!(
         "{:>6} {:>6} {:>9} {:>34} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}",
         "tasks",
@@ -85,6 +87,11 @@ fn main() {
         let all: Vec<Variable> = vars.into_iter().chain(t.vars.iter().cloned()).collect();
         let peer_env = budget::peer_env(&all);
         let total: usize = all.iter().map(|v| variable_bytes(&v.name, &v.value)).sum();
+        let largest_bytes = all
+            .iter()
+            .map(|v| variable_bytes(&v.name, &v.value))
+            .max()
+            .expect("one");
         let largest = all
             .iter()
             .max_by_key(|v| variable_bytes(&v.name, &v.value))
@@ -118,6 +125,10 @@ fn main() {
             .map(|o| String::from_utf8_lossy(&o.stdout).contains("port 21001"));
         let ssh_g = ssh_started.elapsed();
         let _ = std::fs::remove_file(&config);
+        let case = format!("{tasks} tasks");
+        if resolved == Some(true) {
+            results.record(&case, "ssh -G", ssh_g.as_secs_f64() * 1000.0, "ms");
+        }
         let ssh_g = match resolved {
             Some(true) => format!("{:.1}ms", ssh_g.as_secs_f64() * 1000.0),
             Some(false) => "wrong".to_string(),
@@ -135,5 +146,30 @@ fn main() {
             t.ssh_config.len() / 1024,
             derive.as_secs_f64() * 1000.0,
         );
+        let kib = |bytes: usize| bytes as f64 / 1024.0;
+        for (metric, value, unit) in [
+            ("variables", count as f64, ""),
+            ("all", kib(total), "KiB"),
+            ("largest", largest_bytes as f64, "B"),
+            ("exported", kib(fitted.bytes()), "KiB"),
+            ("exported variables", fitted.exported.len() as f64, ""),
+            ("held", fitted.held.len() as f64, ""),
+            ("peer-env.sh", kib(peer_env.len()), "KiB"),
+            (
+                "tf_config.json",
+                kib(t.tf_config.as_ref().map_or(0, String::len)),
+                "KiB",
+            ),
+            ("ssh config", kib(t.ssh_config.len()), "KiB"),
+            ("derive", derive.as_secs_f64() * 1000.0, "ms"),
+            (
+                "execve accepts the exported set",
+                f64::from(u8::from(execve == "ok")),
+                "",
+            ),
+        ] {
+            results.record(&case, metric, value, unit);
+        }
     }
+    results.write();
 }

@@ -12,12 +12,16 @@
 //!   as records in the capped log) beside the floor: the same script run by the same
 //!   shell, its stdout and stderr one pipe this bench drains. Many small writes (each
 //!   `echo` of a loop one write, half of them to stderr) and few large ones.
+//!
+//! What it prints it also records under `benchmarks/results/`
+//! ([`pai_test_support::bench_results`]).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use pai_test_support::bench_results::Run;
 use pai_test_support::frameworks::{address, framework_on_ports, set_pod_ip, to_value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kube-runtime");
@@ -68,7 +72,7 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn report(name: &str, mut times: Vec<Duration>) {
+fn report(results: &mut Run, name: &str, mut times: Vec<Duration>) {
     times.sort();
     let at = |p: f64| times[((times.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e3;
     println!(
@@ -78,11 +82,16 @@ fn report(name: &str, mut times: Vec<Duration>) {
         at(0.5),
         at(0.99)
     );
+    results.record(name, "rounds", times.len() as f64, "");
+    for (stat, p) in [("min", 0.0), ("median", 0.5), ("p99", 0.99)] {
+        results.record(name, stat, at(p), "ms");
+    }
 }
 
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
     let rounds = if quick { 2 } else { 200 };
+    let mut results = Run::new("pai-kube-runtime", "start");
     println!("| step | rounds | min ms | median ms | p99 ms |");
     println!("|---|---|---|---|---|");
 
@@ -103,7 +112,7 @@ fn main() {
             elapsed
         })
         .collect();
-    report("run → user command", times);
+    report(&mut results, "run → user command", times);
 
     let entry_root = dir("entry");
     let mut framework = to_value(&framework_on_ports(
@@ -144,6 +153,7 @@ fn main() {
         })
         .collect();
     report(
+        &mut results,
         "entry, barrier already passed (links the runtime binary)",
         times,
     );
@@ -184,14 +194,25 @@ fn main() {
         "\nsupervisor RSS: {idle} KiB at the user command's start ({anon} KiB its own, {file} KiB the binary's and libraries' shared pages), {after} KiB after {} MiB of output (peak {peak} KiB)",
         bytes >> 20
     );
-    output(quick);
+    let output_mib = bytes >> 20;
+    for (metric, kib) in [
+        ("RSS at the user command's start", idle),
+        ("RssAnon at the user command's start", anon),
+        ("RssFile at the user command's start", file),
+        (&*format!("RSS after {output_mib} MiB of output"), after),
+        ("peak RSS", peak),
+    ] {
+        results.record("supervisor", metric, kib as f64, "KiB");
+    }
+    output(quick, &mut results);
+    results.write();
     for d in [root, entry_root, rss_root] {
         let _ = std::fs::remove_dir_all(d);
     }
 }
 
 /// The output's cost through the runtime against the same script's output drained here.
-fn output(quick: bool) {
+fn output(quick: bool, results: &mut Run) {
     let lines = if quick { 2_000 } else { 200_000 };
     let bytes: u64 = if quick { 1 << 20 } else { 256 << 20 };
     let cases = [
@@ -208,6 +229,7 @@ fn output(quick: bool) {
     ];
     let shell = pai_kube_runtime::run::user_shell();
     println!("\n| output ({shell}) | through the runtime s | floor s | ratio |");
+    results.note(format!("the output's shell: {shell}"));
     println!("|---|---|---|---|");
     for (name, script) in cases {
         let root = dir("output");
@@ -252,6 +274,10 @@ fn output(quick: bool) {
             floor.as_secs_f64(),
             through.as_secs_f64() / floor.as_secs_f64()
         );
+        results.record(&name, "through the runtime", through.as_secs_f64(), "s");
+        results.record(&name, "floor", floor.as_secs_f64(), "s");
+        let ratio = through.as_secs_f64() / floor.as_secs_f64();
+        results.record(&name, "ratio", ratio, "×");
         let _ = std::fs::remove_dir_all(root);
     }
 }

@@ -50,7 +50,9 @@ const PAGE: usize = 4096;
 /// How long the reader waits for a signal before it looks at the pipes itself, in ms.
 const SAFETY_PERIOD_MS: u16 = 1000;
 
-/// Bytes of records (or of output to echo) held before they are written.
+/// Bytes of records (or of output to echo) held before they are written: every 256 KiB,
+/// not only at a round's end, since a writer that keeps the pipe full makes one long round
+/// (holding all its records grew the supervisor to 232 MiB over 256 MiB of output).
 const RECORDS_HELD: usize = 256 * 1024;
 
 /// Bytes read from a pipe at most at once.

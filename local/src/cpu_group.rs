@@ -10,6 +10,15 @@
 //! does, as a kubelet's pods sit in their own cgroup beside the node's daemons. The group
 //! keeps the default weight, so while both want the CPU, the server gets half.
 //!
+//! The group does not slow the tasks' start. On a machine the start saturates, the
+//! scheduler leaves no core idle while work waits: measured, the start and its floor (the
+//! same commands without the platform) took longer than each other by exactly the CPU
+//! they used more (their wall and CPU ratios agreed to 0.01). Eight times the group's
+//! weight started the tasks no faster and starved the server (`/healthz` p99 210 ms).
+//! The runtime joins the group itself, first thing (told its `cgroup.procs` in
+//! `PAI_RUNTIME_CPU_GROUP`): a move by the server after the spawn raced with the
+//! runtime's first fork on a busy machine, and a task's shell stayed outside.
+//!
 //! The group is `rest-lite-tasks` below the server's own CPU cgroup, shared by every
 //! server started in that cgroup (their tasks together form one group), and left in
 //! place when the server ends: an empty cgroup costs nothing, and removing it while a

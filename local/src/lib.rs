@@ -95,7 +95,7 @@ impl Machine {
         // Tasks on the host run the static runtime too, where this binary carries one
         // and no other was named: the program of pods and containers, which starts at a
         // third of this binary's cost (its relocations and page faults), twice per task,
-        // at `entry` and at `run` (BENCHMARKS.md, "The 1,000-task start, part three").
+        // at `entry` and at `run` (BENCHMARKS.md, "The embedded default's start").
         if let Some(path) = &static_runtime
             && settings.runtime.is_embedded()
         {

@@ -2,7 +2,7 @@
 //!
 //! A job's controller, its tasks' launches and their copies of the Framework take some
 //! 50–150 KB per running one-task job; a finished job keeps about 6 KB (BENCHMARKS.md,
-//! "A server that runs for months"). glibc's allocator, which the server (and every
+//! "A long-running server's memory"). glibc's allocator, which the server (and every
 //! task's runtime, the same binary) uses, gives memory back to the system only from the
 //! top of each heap: what a thousand finished tasks freed in the middle stayed resident.
 //! `malloc_trim` gives back every free page of every arena, once jobs ended: a job that
@@ -13,9 +13,15 @@
 //! made on a thread of its own for that ([`pai_engine::keeper`]), and the server runs
 //! without glibc's per-thread caches of freed blocks, which pinned pages no trim could
 //! reach (`rest-lite`'s `thread_caches.rs`). Other allocators were measured in glibc's
-//! place (BENCHMARKS.md, "The allocator, chosen with numbers"): after 2,000 jobs jemalloc
-//! held 91 MiB (58 with its background thread), mimalloc 74, glibc with two arenas 75,
-//! against glibc's 40 as here.
+//! place, each preloaded into the same build and its restarted server
+//! (`benchmarks/results/2026-11-28-amd-epyc-2c-24g-vm/history-2000jobs-allocators.json`):
+//! after 2,000 jobs jemalloc held 91 MiB (58 with its background thread), mimalloc 74,
+//! glibc with two arenas 75, against glibc's 42 and 36 without its per-thread caches.
+//! jemalloc and mimalloc keep per-thread caches of their own, which pin the workers'
+//! pages as glibc's did; fewer arenas mix what finished jobs keep with the workers'
+//! blocks again. And every task's runtime is this binary: jemalloc with its background
+//! purge cost each task 2.7 MB and three threads (`history-2000jobs-allocators.json` of
+//! 2026-11-27; a 1,000-task job, 2.7 GB). glibc it is.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

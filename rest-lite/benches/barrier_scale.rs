@@ -14,7 +14,8 @@
 //! the API server, the publisher and the N barriers share the machine's two cores.
 //!
 //! `BENCH_TASKS=100,400,1000` chooses N; `BENCH_FRAMEWORK_MAX=200` the largest N for
-//! which the Framework watch is run too (its cost grows as N³).
+//! which the Framework watch is run too (its cost grows as N³). What it prints it also
+//! records under `benchmarks/results/` ([`pai_test_support::bench_results`]).
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,7 @@ use pai_cluster::backend::KubeBackend;
 use pai_cluster::publisher::Publisher;
 use pai_contract::meta;
 use pai_test_support::ApiServer;
+use pai_test_support::bench_results::Run;
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_attempt, to_value};
 use serde_json::{Value, json};
 
@@ -214,6 +216,7 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
+    let mut results = Run::new("rest-lite", "barrier_scale");
     println!(
         "| N | way | Framework | last address → published | published → last release | last address → last release | CPU after | to the barriers | requests | to the publisher |"
     );
@@ -239,6 +242,28 @@ async fn main() {
                     "–".into()
                 },
             );
+            let case = format!("N = {n}, {way}");
+            let millis = |d: Duration| d.as_secs_f64() * 1000.0;
+            let megabytes = |b: u64| b as f64 / 1e6;
+            let mut record = |metric: &str, value: f64, unit: &str| {
+                results.record(&case, metric, value, unit);
+            };
+            record("Framework", megabytes(o.framework_bytes as u64), "MB");
+            if let Some(d) = o.published_after_last_address {
+                record("last address → published", millis(d), "ms");
+            }
+            if let Some(d) = o.last_release_after_publication {
+                record("published → last release", millis(d), "ms");
+            }
+            let release = millis(o.to_last_release_after_last_address);
+            record("last address → last release", release, "ms");
+            record("CPU after", millis(o.release_cpu), "ms");
+            record("to the barriers", megabytes(o.barrier_bytes), "MB");
+            record("requests", o.barrier_requests as f64, "");
+            if way == "published" {
+                record("to the publisher", megabytes(o.publisher_bytes), "MB");
+            }
         }
     }
+    results.write();
 }

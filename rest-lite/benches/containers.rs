@@ -255,6 +255,7 @@ async fn main() {
         "| tasks | mode | submit → every task RUNNING (s) | floor: the engine's run -d ×N (s) | job / floor | memory per task (MiB) |"
     );
     println!("|---|---|---|---|---|---|");
+    let mut results = pai_test_support::bench_results::Run::new("rest-lite", "containers");
     for &tasks in &sizes {
         let mut host_seconds = None;
         for &engine in &engines {
@@ -273,6 +274,13 @@ async fn main() {
                     String::new()
                 }
             };
+            let case = format!("{tasks} tasks, {engine}");
+            results.record(&case, "submit → every task RUNNING", seconds, "s");
+            results.record(&case, "memory per task", used, "MiB");
+            if let Some(f) = floor {
+                results.record(&case, "floor: run -d ×N", f, "s");
+                results.record(&case, "job / floor", seconds / f, "×");
+            }
             let (floor, of_floor) = match floor {
                 Some(f) => (format!("{f:.2}"), format!("{:.2}", seconds / f)),
                 None => ("–".to_string(), "–".to_string()),
@@ -299,5 +307,6 @@ async fn main() {
             let _ = server.wait();
         }
     }
+    results.write();
     let _ = std::fs::remove_dir_all(&dir);
 }

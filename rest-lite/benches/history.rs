@@ -16,16 +16,29 @@
 //! long-running server holds against what the jobs' data needs; the growth per job is
 //! over the server's own before its first job);
 //! `HISTORY_SMAPS=FILE` keeps the first server's `/proc/PID/smaps` as it is read.
+//!
+//! What it prints it also records under `benchmarks/results/`
+//! ([`pai_test_support::bench_results`]), as the variant `<N>jobs`; each build under its
+//! name (the default's, this commit's, as `this`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use pai_test_support::bench_results::{Run, THIS};
 use serde_json::json;
 
 mod support;
 
 const SUBMITTERS: usize = 8;
+
+/// The build's name when `HISTORY_BUILDS` names none.
+const DEFAULT_BUILD: &str = "this build";
+
+/// A build's name in the results: the default's is this commit's own.
+fn recorded_as(name: &str) -> &str {
+    if name == DEFAULT_BUILD { THIS } else { name }
+}
 
 struct Read {
     name: &'static str,
@@ -54,10 +67,11 @@ async fn main() {
         })
         .unwrap_or_else(|| {
             vec![(
-                "this build".to_string(),
+                DEFAULT_BUILD.to_string(),
                 PathBuf::from(env!("CARGO_BIN_EXE_rest-lite")),
             )]
         });
+    let mut results = Run::new("rest-lite", "history").variant(format!("{jobs}jobs"));
     let dir = std::env::temp_dir().join(format!("rest-lite-bench-history-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
@@ -74,8 +88,9 @@ async fn main() {
                 .status()
                 .expect("cp");
             assert!(copied.success(), "cannot copy {kept}");
-            run_reads(&[(name.clone(), binary.clone())], &copy, jobs).await;
+            run_reads(&[(name.clone(), binary.clone())], &copy, jobs, &mut results).await;
         }
+        results.write();
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
@@ -150,7 +165,37 @@ async fn main() {
         ran.anon as f64 / one_more.anon.max(1) as f64,
         mib(empty.anon),
     );
-    run_reads(&builds, &state, jobs + 1).await;
+    let case = format!("{jobs} finished jobs");
+    let mut record = |metric: &str, value: f64, unit: &str| {
+        results.record_build(recorded_as(&builds[0].0), &case, metric, value, unit);
+    };
+    let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+    record("RSS before any job", mib(empty.rss), "MiB");
+    record("RSS, the server that ran them", mib(ran.rss), "MiB");
+    record("RSS, restarted on their state", mib(restarted.rss), "MiB");
+    record("ran / restarted", ratio(ran.rss, restarted.rss), "×");
+    record("RSS, restarted then one job", mib(one_more.rss), "MiB");
+    record(
+        "ran / restarted then one job",
+        ratio(ran.rss, one_more.rss),
+        "×",
+    );
+    record("growth per finished job, ran", per_job(&ran), "KiB");
+    record(
+        "growth per finished job, restarted",
+        per_job(&restarted),
+        "KiB",
+    );
+    record("anonymous before any job", mib(empty.anon), "MiB");
+    record("anonymous, ran", mib(ran.anon), "MiB");
+    record("anonymous, restarted", mib(restarted.anon), "MiB");
+    record(
+        "anonymous, restarted then one job",
+        mib(one_more.anon),
+        "MiB",
+    );
+    run_reads(&builds, &state, jobs + 1, &mut results).await;
+    results.write();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -197,7 +242,7 @@ async fn wait_ended(http: &reqwest_like::Http, since: Instant) {
 }
 
 /// Each build on `state` in turn: its restart, the reads, its memory and the disk.
-async fn run_reads(builds: &[(String, PathBuf)], state: &Path, jobs: usize) {
+async fn run_reads(builds: &[(String, PathBuf)], state: &Path, jobs: usize, results: &mut Run) {
     let reads = [
         Read {
             name: "v2 page of 20, first",
@@ -279,8 +324,22 @@ async fn run_reads(builds: &[(String, PathBuf)], state: &Path, jobs: usize) {
                 percentile(&times, 0.5),
                 percentile(&times, 0.99)
             );
+            let build = recorded_as(name);
+            results.record_build(build, read.name, "p50", percentile(&times, 0.5), "ms");
+            results.record_build(build, read.name, "p99", percentile(&times, 0.99), "ms");
+            results.record_build(build, read.name, "body", bytes as f64, "B");
         }
         let rss = support::rss(server.0.id());
+        let first_page = first.unwrap_or_default().as_secs_f64();
+        let size = du(state) as f64 / (1024.0 * 1024.0);
+        for (metric, value, unit) in [
+            ("first page after start", first_page, "s"),
+            ("settled after start", settled.as_secs_f64(), "s"),
+            ("RSS after the reads", rss as f64 / 1024.0, "MiB"),
+            ("state directory", size, "MiB"),
+        ] {
+            results.record_build(recorded_as(name), "restart", metric, value, unit);
+        }
         footer.push(format!(
             "{name}: first page {:.2} s after start (the process's start to its first 200), settled {:.1} s after start; RSS {} MiB after the reads ({:.1} KiB per job); state directory {} MiB",
             first.unwrap_or_default().as_secs_f64(),

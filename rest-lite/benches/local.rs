@@ -21,6 +21,11 @@
 //! seconds (`/proc/stat`) and the server process's own (`/proc/PID/stat`: its threads, not
 //! its tasks; the rest is the tasks' and this clock's). So a start slower than its floor
 //! says whether it did more work or waited.
+//!
+//! What it prints it also records under `benchmarks/results/`
+//! ([`pai_test_support::bench_results`]), as the variant `<N>tasks` (with `-<engine>` off
+//! the host, `-code<K>k` with a `codeDir`, `-unsampled` without the sampler); a run of
+//! `BENCH_REST_LITE` records that build under its path.
 
 mod support;
 
@@ -32,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use pai_client::Client;
+use pai_test_support::bench_results::{Run, THIS};
 use serde_json::json;
 
 /// Tasks of the job unless `BENCH_TASKS` says otherwise (at least 5: four of one role,
@@ -173,8 +179,55 @@ async fn main() {
         .map(|(after, before)| after.since(&before));
     let _ = std::fs::remove_dir_all(&dir);
 
+    let engine = std::env::var("BENCH_ENGINE").unwrap_or_else(|_| "host".to_string());
+    let mut variant = format!("{tasks}tasks");
+    if engine != "host" {
+        variant.push_str(&format!("-{engine}"));
+    }
+    if let Ok(kib) = std::env::var("BENCH_CODE_KIB") {
+        variant.push_str(&format!("-code{kib}k"));
+    }
+    if std::env::var("BENCH_SAMPLE_MS").is_ok_and(|v| v.trim() == "0") {
+        variant.push_str("-unsampled");
+    }
+    let mut results = Run::new("rest-lite", "local").variant(variant);
+    let build = std::env::var("BENCH_REST_LITE").unwrap_or_else(|_| THIS.to_string());
+    let case = format!("{tasks}-task job");
+    let mut record = |metric: &str, value: f64, unit: &str| {
+        results.record_build(&build, &case, metric, value, unit);
+    };
+    for (&up, &end) in running.iter().zip(&done) {
+        record("submit → every user command running", up, "ms");
+        record("submit → SUCCEEDED", end, "ms");
+        if let Some(floor) = floor {
+            record("running / floor", up / floor, "×");
+        }
+    }
     running.sort_by(f64::total_cmp);
     done.sort_by(f64::total_cmp);
+    record(
+        "submit → every user command running: median",
+        percentile(&running, 0.5),
+        "ms",
+    );
+    record("submit → SUCCEEDED: median", percentile(&done, 0.5), "ms");
+    if let Some(floor) = floor {
+        record("floor", floor, "ms");
+        record(
+            "running / floor: median",
+            percentile(&running, 0.5) / floor,
+            "×",
+        );
+    }
+    for (whose, cpu) in [("job", &job_cpu), ("floor", &floor_cpu)] {
+        if let Some(cpu) = cpu {
+            record(&format!("CPU busy, {whose}"), cpu.busy, "s");
+            record(&format!("CPU idle, {whose}"), cpu.idle, "s");
+            if let Some(server) = cpu.server {
+                record("the server's CPU", server, "s");
+            }
+        }
+    }
     println!("| {tasks}-task job | rounds | min ms | median ms | max ms |");
     println!("|---|---|---|---|---|");
     for (what, times) in [
@@ -233,7 +286,13 @@ async fn main() {
             percentile(times, 0.99),
             times[times.len() - 1]
         );
+        record(&format!("{what}: samples"), times.len() as f64, "");
+        record(&format!("{what}: median"), percentile(times, 0.5), "ms");
+        record(&format!("{what}: p99"), percentile(times, 0.99), "ms");
+        record(&format!("{what}: max"), times[times.len() - 1], "ms");
     }
+    results.note(format!("the floor's shell: {}", floor_shell()));
+    results.write();
 }
 
 /// CPU seconds spent so far (or, after [`CpuUse::since`], in a span): the machine's busy

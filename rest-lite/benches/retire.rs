@@ -12,7 +12,9 @@
 //! start to the first Framework gone, to every job written, to the last Framework gone,
 //! and what the history holds; beside it, the floor: the API server's own deletion of
 //! as many Frameworks (made again) in one DeleteCollection. The server's log goes to
-//! `BENCH_SERVER_LOG` where set, at `BENCH_SERVER_RUST_LOG` (`warn`).
+//! `BENCH_SERVER_LOG` where set, at `BENCH_SERVER_RUST_LOG` (`warn`). What it prints it
+//! also records under `benchmarks/results/` ([`pai_test_support::bench_results`]), as the
+//! variant `<N>jobs`; a run of `BENCH_REST_LITE` records that build under its path.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -241,6 +243,32 @@ async fn main() {
         all_written.unwrap_or(all_gone).as_secs_f64(),
         all_gone.as_secs_f64()
     );
+    let mut results = pai_test_support::bench_results::Run::new("rest-lite", "retire")
+        .variant(format!("{jobs}jobs"));
+    let build = std::env::var("BENCH_REST_LITE")
+        .unwrap_or_else(|_| pai_test_support::bench_results::THIS.to_string());
+    let case = format!("{jobs} finished jobs");
+    let number = |text: &str| text.trim().parse::<f64>().ok();
+    for (metric, value, unit) in [
+        (
+            "first Framework gone",
+            first_gone.map(|d| d.as_secs_f64()),
+            "s",
+        ),
+        (
+            "every job written",
+            Some(all_written.unwrap_or(all_gone).as_secs_f64()),
+            "s",
+        ),
+        ("every Framework gone", Some(all_gone.as_secs_f64()), "s"),
+        ("records", number(&records), ""),
+        ("logs", number(&logs), ""),
+        ("server RSS", number(&rss), "kB"),
+    ] {
+        if let Some(value) = value {
+            results.record_build(&build, &case, metric, value, unit);
+        }
+    }
     let _ = server.kill();
     let _ = server.wait();
     // The floor: the API server's own deletion of as many Frameworks (made again), in
@@ -254,10 +282,12 @@ async fn main() {
     while left(&frameworks).await > 0 {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    let floor = floor.elapsed().as_secs_f64();
     println!(
-        "\nfloor: the API server deleted {jobs} Frameworks (one DeleteCollection) in {:.1} s",
-        floor.elapsed().as_secs_f64()
+        "\nfloor: the API server deleted {jobs} Frameworks (one DeleteCollection) in {floor:.1} s"
     );
+    results.record_build(&build, &case, "floor: DeleteCollection", floor, "s");
+    results.write();
     let _ = namespaces.delete(&ns, &DeleteParams::background()).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,7 +6,9 @@
 //! `POST /api/v1/user/alice/jobs?dryRun=true` back to back, with alice's bearer token,
 //! through every check a real request passes (Host, Origin, media type, token); every
 //! request is timed.
-//! Then the real `rest-lite serve` binary is started and its idle RSS read.
+//! Then the real `rest-lite serve` binary is started and its idle RSS read. What it
+//! prints it also records under `benchmarks/results/`
+//! ([`pai_test_support::bench_results`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +20,7 @@ use pai_cluster::backend::KubeBackend;
 use pai_server::auth::{Access, Caller, TokenTable, Tokens};
 use pai_server::{AppState, router};
 use pai_test_support::ApiServer;
+use pai_test_support::bench_results::Run;
 use pai_translate::config::ClusterConfig;
 
 const CONNECTIONS: usize = 64;
@@ -26,6 +29,7 @@ const TOKEN: &str = "4f1c8e2d0b7a95e3c6d1f08a2b4e7c9d5a3f6e1b8c0d2a4f7e9b1c3d5a7
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
+    let mut results = Run::new("rest-lite", "serve");
     let per_connection = if quick { 2 } else { 1_000 };
     let spec = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -99,6 +103,13 @@ async fn main() {
         at(0.99),
         at(1.0)
     );
+    let case = format!("dry-run submissions, {CONNECTIONS} connections");
+    let rate = times.len() as f64 / elapsed.as_secs_f64();
+    results.record(&case, "rate", rate, "/s");
+    results.record(&case, "submissions", times.len() as f64, "");
+    for (stat, p) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0)] {
+        results.record(&case, &format!("latency: {stat}"), at(p), "ms");
+    }
 
     // Idle RSS of the real binary.
     let dir = std::env::temp_dir().join(format!("rest-lite-bench-{}", std::process::id()));
@@ -142,6 +153,14 @@ async fn main() {
         "idle `rest-lite serve`: {}",
         rss.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
     );
+    if let Some(kb) = rss
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse::<f64>().ok())
+    {
+        results.record("idle rest-lite serve", "RSS", kb, "kB");
+    }
+    results.write();
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);

@@ -17,7 +17,9 @@
 //!
 //! A request cut by a kill has no answer: its job may or may not exist, and is then
 //! held to the same rules if it does. `SOAK_SECONDS` sets the killing phase (300 with
-//! `--bench`; a few seconds as a test).
+//! `--bench`; a few seconds as a test). What it prints it also records under
+//! `benchmarks/results/` ([`pai_test_support::bench_results`]), as the variant `<S>s`,
+//! before it asserts: a run that found something is kept too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -312,6 +314,26 @@ async fn main() {
         wrong.len(),
         leftovers.len()
     );
+    let mut results = pai_test_support::bench_results::Run::new("rest-lite", "soak")
+        .variant(format!("{seconds}s"));
+    for (metric, value) in [
+        ("seconds of kills", killing.as_secs_f64()),
+        ("kills", f64::from(kills)),
+        ("submitted, answered", ledger.submitted.len() as f64),
+        ("submitted, cut", ledger.maybe_submitted.len() as f64),
+        ("deleted, answered", ledger.deleted.len() as f64),
+        ("deleted, cut", ledger.maybe_deleted.len() as f64),
+        ("lists checked", ledger.lists as f64),
+        ("jobs ended", finals.len() as f64),
+        ("retries of interrupted attempts", f64::from(retried)),
+        ("lost", ledger.lost.len() as f64),
+        ("resurrected", ledger.resurrected.len() as f64),
+        ("wrong final states", wrong.len() as f64),
+        ("tasks left running", leftovers.len() as f64),
+    ] {
+        results.record("kills -9 at random", metric, value, "");
+    }
+    results.write();
     assert!(ledger.lost.is_empty(), "lost: {:?}", ledger.lost);
     assert!(
         ledger.resurrected.is_empty(),

@@ -24,6 +24,11 @@
 //! read from the history; then the database's size and a restart to the first page.
 //! Finished jobs' tasks have their kept logs in their ConfigMaps, as their runtimes
 //! leave them: retiring a Framework copies them into the history.
+//!
+//! What it prints it also records under `benchmarks/results/`
+//! ([`pai_test_support::bench_results`]), as the variant `<N>jobs` (with `-finished` or
+//! `-history`, and `-rate<R>` when paced); a run of `BENCH_REST_LITE` records that build
+//! under its path.
 
 mod support;
 
@@ -34,6 +39,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use pai_test_support::ApiServer;
+use pai_test_support::bench_results::{Run, THIS};
 use pai_translate::config::ClusterConfig;
 use pai_translate::transform::Transformer;
 use serde_json::json;
@@ -68,6 +74,17 @@ async fn main() {
 
     let history = std::env::var("STORE_HISTORY").is_ok_and(|v| v == "1");
     let finished = history || std::env::var("STORE_FINISHED").is_ok_and(|v| v == "1");
+    let mut variant = format!("{jobs}jobs");
+    if history {
+        variant.push_str("-history");
+    } else if finished {
+        variant.push_str("-finished");
+    }
+    if let Some(rate) = rate {
+        variant.push_str(&format!("-rate{rate}"));
+    }
+    let mut results = Run::new("rest-lite", "store").variant(variant);
+    let build = std::env::var("BENCH_REST_LITE").unwrap_or_else(|_| THIS.to_string());
     let api = ApiServer::start().await;
     let made = Instant::now();
     populate(&api, jobs, finished);
@@ -127,6 +144,8 @@ async fn main() {
         "ready (listed) {:.2} s after start",
         started.elapsed().as_secs_f64()
     );
+    let ready_after = started.elapsed().as_secs_f64();
+    results.record_build(&build, "server", "ready after start", ready_after, "s");
     if history {
         // Every Framework written into the history and deleted from the cluster.
         let mut left = api.list("frameworks", NS).len();
@@ -285,6 +304,21 @@ async fn main() {
             times.len() as f64 / elapsed.as_secs_f64(),
             asked as f64 / times.len() as f64,
         );
+        for (metric, value, unit) in [
+            ("requests", times.len() as f64, ""),
+            ("p50", pct(0.50), "ms"),
+            ("p99", pct(0.99), "ms"),
+            ("max", pct(1.0), "ms"),
+            ("req/s", times.len() as f64 / elapsed.as_secs_f64(), "/s"),
+            (
+                "API requests per read",
+                asked as f64 / times.len() as f64,
+                "",
+            ),
+            ("body", bytes as f64, "B"),
+        ] {
+            results.record_build(&build, name, metric, value, unit);
+        }
     }
     let watches: Vec<String> = api
         .requests()
@@ -293,13 +327,21 @@ async fn main() {
         .map(|r| r.uri.split('?').next().unwrap_or_default().to_string())
         .collect();
     println!();
+    let rss_after = support::rss(server.id());
     println!(
         "watches of the API server in all: {} ({:?}); RSS {} MiB once listed, {} MiB after the reads",
         watches.len(),
         watches,
         rss_listed / 1024,
-        support::rss(server.id()) / 1024
+        rss_after / 1024
     );
+    for (metric, value, unit) in [
+        ("watches", watches.len() as f64, ""),
+        ("RSS once listed", rss_listed as f64 / 1024.0, "MiB"),
+        ("RSS after the reads", rss_after as f64 / 1024.0, "MiB"),
+    ] {
+        results.record_build(&build, "server", metric, value, unit);
+    }
     if let Some(pg) = &postgres {
         println!(
             "history database: {} in all (rest_lite_jobs {}, rest_lite_logs {})",
@@ -316,12 +358,22 @@ async fn main() {
             .await
             .expect("answered");
         assert_eq!(status, 200);
+        let first = restarted.elapsed().as_secs_f64();
+        let rss = support::rss(server.id());
         println!(
-            "restart to the first v2 page: {:.2} s; RSS {} MiB",
-            restarted.elapsed().as_secs_f64(),
-            support::rss(server.id()) / 1024
+            "restart to the first v2 page: {first:.2} s; RSS {} MiB",
+            rss / 1024
+        );
+        results.record_build(&build, "server", "restart to the first v2 page", first, "s");
+        results.record_build(
+            &build,
+            "server",
+            "RSS after restart",
+            rss as f64 / 1024.0,
+            "MiB",
         );
     }
+    results.write();
     let _ = server.kill();
     let _ = server.wait();
     std::fs::remove_dir_all(&dir).ok();

@@ -1,107 +1,220 @@
-//! The layout in docs/internals.md stays true: every source file of every crate is named in its
-//! crate's row (a module `x.rs` as `` `x.rs` ``, a folder module as `` `x/` ``), and every
-//! file a row names exists in that crate.
+//! The code's layout stays readable and docs/internals.md stays a map of it: every module
+//! says what it is (its `//!` doc), every crate of the workspace has its paragraph in the
+//! map, naming the crates of the workspace it depends on as its Cargo.toml does, and the
+//! map stays short. Route paths are written once, long functions say why, the README is
+//! short, and the translation builds without kube's client or axum.
 
 use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// The crates' folders, as the layout's rows begin.
-const CRATES: &[&str] = &[
-    "contract",
-    "translate",
-    "api",
-    "engine",
-    "cluster",
-    "client",
-    "barrier",
-    "kube-runtime",
-    "local",
-    "server",
-    "rest-lite",
-    "test-support",
-];
-
-/// The layout's row of `folder`.
-fn row<'a>(layout: &'a str, folder: &str) -> &'a str {
-    layout
-        .lines()
-        .find(|l| l.starts_with(&format!("| `{folder}/`")))
-        .unwrap_or_else(|| panic!("the layout has no row for {folder}/"))
+/// The workspace's members, as the root Cargo.toml lists them (their folders).
+fn members() -> Vec<String> {
+    let root = common::repo_root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let start = manifest
+        .find("members = [")
+        .expect("the workspace's members");
+    let list = &manifest[start..];
+    let list = &list[..list.find(']').expect("the members' end")];
+    list.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
 }
 
-/// Every `.rs` file under `dir`, by its file name (`mod.rs` as its folder's `name/`).
-fn sources(dir: &Path, names: &mut BTreeSet<String>, all: &mut BTreeSet<String>) {
+/// A Cargo.toml's `[section]`, its lines up to the next section.
+fn section<'a>(manifest: &'a str, name: &str) -> Vec<&'a str> {
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != name)
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .collect()
+}
+
+/// A member's package name, from its Cargo.toml.
+fn package_name(folder: &str) -> String {
+    let root = common::repo_root();
+    let manifest = std::fs::read_to_string(root.join(folder).join("Cargo.toml"))
+        .unwrap_or_else(|e| panic!("{folder}/Cargo.toml: {e}"));
+    section(&manifest, "[package]")
+        .into_iter()
+        .find_map(|l| l.strip_prefix("name = "))
+        .map(|n| n.trim().trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("{folder}/Cargo.toml has no name"))
+}
+
+/// The workspace's crates a member's `[dependencies]` name (not its dev- or build-).
+fn workspace_dependencies(folder: &str, packages: &BTreeSet<String>) -> BTreeSet<String> {
+    let root = common::repo_root();
+    let manifest = std::fs::read_to_string(root.join(folder).join("Cargo.toml"))
+        .unwrap_or_else(|e| panic!("{folder}/Cargo.toml: {e}"));
+    section(&manifest, "[dependencies]")
+        .into_iter()
+        .filter_map(|l| l.split(['=', '.', ' ']).next())
+        .filter(|name| packages.contains(*name))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read the source folder") {
         let path = entry.expect("entry").path();
         if path.is_dir() {
-            sources(&path, names, all);
-            continue;
-        }
-        let Some(file) = path.file_name().and_then(|f| f.to_str()) else {
-            continue;
-        };
-        if !file.ends_with(".rs") {
-            continue;
-        }
-        all.insert(file.to_string());
-        match file {
-            "main.rs" | "lib.rs" => {}
-            "mod.rs" => {
-                let folder = dir.file_name().and_then(|f| f.to_str()).unwrap_or_default();
-                names.insert(format!("{folder}/"));
-            }
-            other => {
-                names.insert(other.to_string());
-            }
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
         }
     }
 }
 
+/// A module's first line is its doc (`//! …`): what it is, for whoever opens it.
 #[test]
-fn the_layout_names_every_source_file_in_its_crates_row() {
+fn every_module_says_what_it_is() {
     let root = common::repo_root();
-    let readme =
-        std::fs::read_to_string(root.join("docs/internals.md")).expect("docs/internals.md");
-    let start = readme.find("## Layout").expect("a layout section");
-    let layout = &readme[start..];
-    let layout = &layout[..layout[3..].find("\n## ").map_or(layout.len(), |i| i + 3)];
-    let mut missing = Vec::new();
-    let mut named_but_absent = Vec::new();
-    for folder in CRATES {
-        let row = row(layout, folder);
-        let mut names = BTreeSet::new();
-        let mut files = BTreeSet::new();
-        sources(&root.join(folder).join("src"), &mut names, &mut files);
-        for name in &names {
-            if !row.contains(&format!("`{name}`")) {
-                missing.push(format!("{folder}/…/{name}"));
-            }
-        }
-        // What the row names as a Rust file must be one of the crate's (its tests and
-        // build script included).
-        for named in row
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .filter(|n| n.ends_with(".rs") && !n.contains(' '))
-        {
-            let file = named.rsplit('/').next().unwrap_or(named);
-            let elsewhere = root.join(folder).join(named).is_file()
-                || root.join(folder).join("tests").join(file).is_file();
-            if !files.contains(file) && !elsewhere && file != "build.rs" {
-                named_but_absent.push(format!("{folder}: {named}"));
+    let mut undocumented = Vec::new();
+    for folder in members() {
+        let mut files = Vec::new();
+        sources(&root.join(&folder).join("src"), &mut files);
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            if !text.trim_start().starts_with("//!") {
+                undocumented.push(
+                    file.strip_prefix(&root)
+                        .unwrap_or(&file)
+                        .display()
+                        .to_string(),
+                );
             }
         }
     }
     assert!(
-        missing.is_empty(),
-        "source files the layout (docs/internals.md) does not name in their crate's row: {missing:#?}"
+        undocumented.is_empty(),
+        "modules that do not begin with a `//!` doc saying what they are: {undocumented:#?}"
     );
+}
+
+/// docs/internals.md's paragraph of `folder`: the one that begins `` **`folder/`** ``.
+fn paragraph<'a>(map: &'a str, folder: &str) -> Option<&'a str> {
+    let start = map.find(&format!("\n**`{folder}/`**"))? + 1;
+    let rest = &map[start..];
+    Some(&rest[..rest.find("\n\n").unwrap_or(rest.len())])
+}
+
+/// The crates a paragraph's "Depends on …" sentence names.
+fn said_dependencies(paragraph: &str, packages: &BTreeSet<String>) -> Option<BTreeSet<String>> {
+    let flat = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+    let start = flat.find("Depends on ")?;
+    let sentence = &flat[start..];
+    let sentence = &sentence[..sentence.find(". ").unwrap_or(sentence.len())];
+    Some(
+        sentence
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|name| packages.contains(*name))
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// docs/internals.md is a map: at most 400 lines, none over 300 characters, and a
+/// paragraph for every crate of the workspace whose "Depends on" sentence names the
+/// workspace's crates its Cargo.toml's `[dependencies]` does, no more, no fewer.
+#[test]
+fn the_map_has_a_paragraph_per_crate_and_stays_a_map() {
+    let root = common::repo_root();
+    let map = std::fs::read_to_string(root.join("docs/internals.md")).expect("docs/internals.md");
+    let lines = map.lines().count();
     assert!(
-        named_but_absent.is_empty(),
-        "files the layout (docs/internals.md) names that do not exist: {named_but_absent:#?}"
+        lines <= 400,
+        "docs/internals.md has {lines} lines, more than 400"
+    );
+    let long: Vec<String> = map
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.chars().count() > 300)
+        .map(|(n, l)| format!("line {}: {} characters", n + 1, l.chars().count()))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "docs/internals.md's lines over 300 characters: {long:#?}"
+    );
+    let folders = members();
+    let packages: BTreeSet<String> = folders.iter().map(|f| package_name(f)).collect();
+    let mut wrong = Vec::new();
+    for folder in &folders {
+        let Some(paragraph) = paragraph(&map, folder) else {
+            wrong.push(format!("{folder}/: no paragraph beginning **`{folder}/`**"));
+            continue;
+        };
+        let cargo = workspace_dependencies(folder, &packages);
+        match said_dependencies(paragraph, &packages) {
+            None => wrong.push(format!(
+                "{folder}/: its paragraph has no \"Depends on\" sentence"
+            )),
+            Some(said) if said != cargo => wrong.push(format!(
+                "{folder}/: its paragraph says it depends on {said:?}, its Cargo.toml on {cargo:?}"
+            )),
+            Some(_) => {}
+        }
+    }
+    assert!(wrong.is_empty(), "docs/internals.md's crates: {wrong:#?}");
+}
+
+/// `pai-translate` is the translation other tools embed: it builds without kube's client
+/// (or its runtime) and without axum; `pai-client` without axum or the server;
+/// `pai-server` without kube's client. `cargo tree` of each one's normal dependencies,
+/// with the features building it alone resolves, says so.
+#[test]
+fn the_translation_the_client_and_the_server_build_without_what_they_must_not_link() {
+    let root = common::repo_root();
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "pai-translate",
+            &["kube-client", "kube-runtime", "axum", "hyper"],
+        ),
+        ("pai-client", &["axum", "pai-server", "kube-client"]),
+        ("pai-server", &["kube-client", "kube-runtime"]),
+    ];
+    let mut linked = Vec::new();
+    for (package, forbidden) in cases {
+        let output = std::process::Command::new(env!("CARGO"))
+            .args([
+                "tree",
+                "--offline",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "-p",
+                package,
+            ])
+            .args(["--format", "{p}"])
+            .current_dir(&root)
+            .output()
+            .expect("cargo tree");
+        assert!(
+            output.status.success(),
+            "cargo tree -p {package}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let tree = String::from_utf8_lossy(&output.stdout);
+        for crate_name in tree.lines().filter_map(|l| l.split(' ').next()) {
+            if forbidden.contains(&crate_name) {
+                linked.push(format!("{package} links {crate_name}"));
+            }
+        }
+    }
+    linked.sort();
+    linked.dedup();
+    assert!(
+        linked.is_empty(),
+        "crates linked where they must not be: {linked:#?}"
     );
 }
 
@@ -129,7 +242,7 @@ fn every_route_path_is_written_once() {
     let own = root.join("api/src/routes.rs");
     let mut files = Vec::new();
     // test-support speaks the Kubernetes API's routes, not ours.
-    for folder in CRATES.iter().filter(|f| **f != "test-support") {
+    for folder in members().iter().filter(|f| *f != "test-support") {
         rust_files(&root.join(folder).join("src"), &mut files);
     }
     rust_files(&root.join("server/templates"), &mut files);
@@ -216,7 +329,7 @@ fn long_without_reason(text: &str, limit: usize) -> Vec<String> {
 fn long_functions_say_why() {
     let root = common::repo_root();
     let mut files = Vec::new();
-    for folder in CRATES.iter().filter(|f| **f != "test-support") {
+    for folder in members().iter().filter(|f| *f != "test-support") {
         rust_files(&root.join(folder).join("src"), &mut files);
     }
     let mut found = Vec::new();

@@ -19,6 +19,7 @@ mod closed;
 mod config_reload;
 mod containers;
 mod deploy;
+mod docs;
 mod gang;
 mod gpus;
 mod history;

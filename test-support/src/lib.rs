@@ -10,6 +10,10 @@ pub mod rbac;
 pub mod scratch;
 pub mod validation;
 
+// What the benchmarks measured, and BENCHMARKS.md's tables made of it.
+pub mod bench_page;
+pub mod bench_results;
+
 pub use apiserver::{ApiServer, Fault};
 pub use scratch::scratch;
 

@@ -1,11 +1,13 @@
-//! `cargo bench -p rest-lite --bench transform`: time of spec text → Framework
+//! `cargo bench -p pai-translate --bench transform`: time of spec text → Framework
 //! (parse, validate, allocate ports, build the Framework) and of rendering it as JSON.
 //! Each case runs a warm-up, then times every iteration on its own and reports
-//! percentiles, as a Markdown table for BENCHMARKS.md.
+//! percentiles as a Markdown table, and records them under `benchmarks/results/`
+//! ([`pai_test_support::bench_results`]), from which BENCHMARKS.md's tables are made.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use pai_test_support::bench_results::Run;
 use pai_translate::config::ClusterConfig;
 use pai_translate::ports::Seed;
 use pai_translate::spec::{JobSpec, SpecFormat, UserName};
@@ -55,7 +57,8 @@ fn yaml(json: &str) -> String {
     serde_saphyr::to_string(&value).expect("yaml")
 }
 
-fn measure(name: &str, iterations: usize, mut f: impl FnMut()) {
+/// Times `f` for `case`'s step `what`, prints its row and records its percentiles.
+fn measure(run: &mut Run, case: &str, what: &str, iterations: usize, mut f: impl FnMut()) {
     for _ in 0..iterations / 10 + 1 {
         f();
     }
@@ -68,13 +71,20 @@ fn measure(name: &str, iterations: usize, mut f: impl FnMut()) {
         .collect();
     times.sort();
     let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+    let figures = [
+        ("min", micros(times[0])),
+        ("median", micros(pct(0.5))),
+        ("p90", micros(pct(0.9))),
+        ("p99", micros(pct(0.99))),
+    ];
     println!(
-        "| {name} | {iterations} | {:.1} | {:.1} | {:.1} | {:.1} |",
-        micros(times[0]),
-        micros(pct(0.5)),
-        micros(pct(0.9)),
-        micros(pct(0.99)),
+        "| {case}: {what} | {iterations} | {:.1} | {:.1} | {:.1} | {:.1} |",
+        figures[0].1, figures[1].1, figures[2].1, figures[3].1,
     );
+    for (stat, value) in figures {
+        run.record(case, &format!("{what}: {stat}"), value, "µs");
+    }
+    run.record(case, &format!("{what}: iterations"), iterations as f64, "");
 }
 
 fn micros(d: Duration) -> f64 {
@@ -110,6 +120,7 @@ fn main() {
     ];
     let user = UserName::parse("alice").expect("user");
     let transformer = Transformer::new(ClusterConfig::default());
+    let mut run = Run::new("pai-translate", "transform");
 
     println!("| case | iterations | min µs | median µs | p90 µs | p99 µs |");
     println!("|---|---|---|---|---|---|");
@@ -129,17 +140,16 @@ fn main() {
                 )
                 .expect("transforms")
         };
-        measure(&format!("{name}: text → Framework"), *iterations, || {
+        measure(&mut run, name, "text → Framework", *iterations, || {
             black_box(transform());
         });
         let framework = transform();
-        measure(&format!("{name}: Framework → JSON"), *iterations, || {
+        measure(&mut run, name, "Framework → JSON", *iterations, || {
             black_box(serde_json::to_vec(&framework).expect("json"));
         });
-        println!(
-            "| {name}: Framework JSON size | | {} bytes | | | |",
-            serde_json::to_vec(&framework).expect("json").len()
-        );
+        let size = serde_json::to_vec(&framework).expect("json").len();
+        println!("| {name}: Framework JSON size | | {size} bytes | | | |");
+        run.record(name, "Framework JSON size", size as f64, "B");
     }
 
     // The job view (GET of a job, each watch line, each listed job) of the largest
@@ -160,16 +170,17 @@ fn main() {
         .expect("transforms");
     let framework = running(framework);
     let name = "10,000 tasks in 2 roles, all running";
-    measure(&format!("{name}: job view"), n(200), || {
+    measure(&mut run, name, "job view", n(200), || {
         black_box(pai_api::status::job_view(
             &framework,
             "/api/v1/user/alice/jobs/bench",
         ));
     });
-    measure(&format!("{name}: job view → JSON"), n(200), || {
+    measure(&mut run, name, "job view → JSON", n(200), || {
         let view = pai_api::status::job_view(&framework, "/api/v1/user/alice/jobs/bench");
         black_box(serde_json::to_vec(&view).expect("json"));
     });
+    run.write();
 }
 
 /// `framework` with the status FrameworkController gives it once every task runs.

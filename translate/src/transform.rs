@@ -2,7 +2,11 @@
 //!
 //! The Framework grows with the number of roles, never with the number of tasks: every
 //! per-task value is derived by the runtime from role-level data (see
-//! [`pai_contract::env`]).
+//! [`pai_contract::env`]). And it grows linearly with the roles: each role's family of
+//! variables is in its own template alone ([`crate::env::role_family_env`]), and the
+//! runtime hands it to the other roles. Repeating every role's family in every role's
+//! template made a 1,000-task job of 50 roles a 1.09 MB Framework (0.19 MB so), near the
+//! API server's ~1.5 MiB for one object.
 
 use std::collections::BTreeMap;
 

@@ -39,6 +39,9 @@ pub struct Reaped {
     pub ended: Vec<(Pid, Ended)>,
     /// Whether any child (reparented orphans included) still lives: the kernel says so
     /// without a look through `/proc`, whose cost grows with every process of the host.
+    /// A thousand tasks' supervisors on one host each reading every process's stat once
+    /// their command ended (2,000–3,000 processes while a job starts) was quadratic: it
+    /// doubled a 1,000-task job's start on the embedded default.
     pub children_left: bool,
 }
 

@@ -1,12 +1,15 @@
 //! The server runs without glibc's per-thread caches of freed blocks (its `tcache`), so
-//! that what a burst of jobs freed goes back to the system (#60).
+//! that what a burst of jobs freed goes back to the system.
 //!
-//! Each thread keeps up to seven freed blocks of each small size for its next
-//! allocations. They are in use as far as the allocator is concerned: `malloc_trim`
-//! cannot give back a page that holds one, and nothing flushes another thread's cache
-//! (only its end does, and the async workers live as long as the server). After 2,000
-//! jobs the two workers' caches held some 3.5 MiB of pages that nothing else used
-//! (BENCHMARKS.md, "The per-thread caches").
+//! Each thread keeps up to seven freed blocks of each of 64 small sizes (up to 1,032
+//! bytes) for its next allocations. They are in use as far as the allocator is
+//! concerned: `malloc_trim` cannot give back a page that holds one, and nothing flushes
+//! another thread's cache (only its end does, and the async workers live as long as the
+//! server). After 2,000 jobs the two workers' caches held some 3.5 MiB of pages that
+//! nothing else used: the server without them held 19.1 MiB of anonymous memory where it
+//! had held 22.5 (BENCHMARKS.md, "A long-running server's memory"; the builds side by
+//! side in `benchmarks/results/2026-11-28-amd-epyc-2c-24g-vm/history-2000jobs-3.json` and
+//! `history-2000jobs-allocators.json`).
 //!
 //! glibc reads its tunables once, as a process starts, from `GLIBC_TUNABLES`: so
 //! `rest-lite serve` starts itself again (the same process, by `execve` of

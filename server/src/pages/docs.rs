@@ -55,7 +55,7 @@ pub const GUIDES: &[Guide] = &[
     Guide {
         name: "reference",
         title: "Reference",
-        about: "the job spec (v1 and v2), every environment variable of a task, the REST API, security",
+        about: "the job spec (v1 and v2), every environment variable of a task, what runs inside a task, the REST API, security",
         text: include_str!("../../../docs/reference.md"),
     },
     Guide {
@@ -67,7 +67,7 @@ pub const GUIDES: &[Guide] = &[
     Guide {
         name: "internals",
         title: "How it is built and tested",
-        about: "the crates, the server's copy of the jobs, the runtime inside a task, the tests",
+        about: "a map: the crates, the rules the code keeps and what checks them, the mechanisms that surprise, the tests",
         text: include_str!("../../../docs/internals.md"),
     },
 ];
@@ -231,8 +231,9 @@ fn here(url: &str) -> Option<String> {
 }
 
 /// A heading's anchor as GitHub makes it: lower case, letters, digits, `-` and `_`
-/// kept, spaces as `-`, the rest dropped.
-fn slug(text: &str) -> String {
+/// kept, spaces as `-`, the rest dropped. The docs' test checks every link's fragment
+/// with it.
+pub fn slug(text: &str) -> String {
     text.trim()
         .to_lowercase()
         .chars()

@@ -35,6 +35,10 @@ pub(crate) fn document(text: &str, format: SpecFormat) -> Result<Document, SpecE
                 .map_err(|e| SpecErrors::single(&root, format!("not valid JSON: {e}")))?
         }
         SpecFormat::Yaml => {
+            // Whatever a document says, what it costs to read is bounded: the text is at
+            // most `MAX_SPEC_BYTES` before it gets here, and serde-saphyr's default
+            // budgets bound what aliases may expand to (an alias bomb ends as an error).
+            // The fuzz target (`translate/fuzz`) reads arbitrary bytes this way.
             serde_saphyr::with_deserializer_from_str(text, |de| seed.deserialize(de)).map_err(
                 |e| match e.without_snippet() {
                     serde_saphyr::Error::MultipleDocuments { location, .. } => SpecErrors::single(
