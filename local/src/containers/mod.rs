@@ -161,20 +161,34 @@ impl Engine {
         authfile: Option<&Path>,
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<(), String> {
-        let looked_in = match self.elsewhere.copy(image, &*self.driver, progress).await {
+        let (looked_in, copy_failed) = match self
+            .elsewhere
+            .copy(image, &*self.driver, progress)
+            .await
+        {
             Ok(stores::Copied::Here) => {
                 self.present().insert(image.to_string());
                 return Ok(());
             }
-            Ok(stores::Copied::Nowhere(others)) => others,
-            Err(why) => return Err(format!("{IMAGE_PULL_FAILED}: image {image}: {why}")),
+            Ok(stores::Copied::Nowhere(others)) => (others, None),
+            // A copy that failed is said, and the registry asked still.
+            Err(why) => {
+                tracing::warn!(%image, %why, "cannot copy the image from the other engine's store; pulling it");
+                (Vec::new(), Some(why))
+            }
         };
         match self.driver.pull(image, authfile, progress).await {
             Ok(()) => {
                 self.present().insert(image.to_string());
                 Ok(())
             }
-            Err(why) => Err(self.not_here(image, &looked_in, &why)),
+            Err(why) => {
+                let why = match copy_failed {
+                    Some(copy) => format!("{why} (and {copy})"),
+                    None => why,
+                };
+                Err(self.not_here(image, &looked_in, &why))
+            }
         }
     }
 
@@ -193,8 +207,11 @@ impl Engine {
             ),
         };
         let program = self.driver.program();
+        // Quoted, as a printed command is typed as printed.
+        let typed =
+            String::from_utf8_lossy(&pai_kube_runtime::shell::quote(image.as_bytes())).into_owned();
         format!(
-            "{IMAGE_PULL_FAILED}: image {image} is {stores}, and cannot be pulled: {why}. Put it there by hand: `{program} pull {image}` where a registry answers, or `{program} load -i FILE` of a saved image; or run the job's tasks on this machine's host, without their image: `{}`",
+            "{IMAGE_PULL_FAILED}: image {image} is {stores}, and cannot be pulled: {why}. Put it there by hand: `{program} pull {typed}` where a registry answers, or `{program} load -i FILE` of a saved image; or run the job's tasks on this machine's host, without their image: `{}`",
             self.on_host
         )
     }

@@ -57,6 +57,14 @@ pub enum Copied {
 
 impl Elsewhere {
     pub fn new(finder: Finder, scratch: PathBuf) -> Self {
+        // Archives a killed server left half-copied.
+        if let Ok(entries) = std::fs::read_dir(&scratch) {
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with("copy-") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
         Self {
             finder,
             found: tokio::sync::OnceCell::new(),
@@ -77,6 +85,12 @@ impl Elsewhere {
         tell: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Copied, String> {
         let stores = self.stores().await;
+        // A docker-archive keeps names, not digests: a reference by digest is pulled.
+        if image.contains('@') {
+            return Ok(Copied::Nowhere(
+                stores.iter().map(|s| s.name.clone()).collect(),
+            ));
+        }
         for store in stores {
             // A store that cannot be asked is as one without the image: the pull's
             // message names it among those looked in.
@@ -95,6 +109,14 @@ impl Elsewhere {
             to.load(archive.path())
                 .await
                 .map_err(|why| format!("cannot copy it from {}'s store: {why}", store.name))?;
+            // Loaded under the name the other engine gave it, which must be the one the
+            // job asks for.
+            if !to.has_image(image).await.unwrap_or(false) {
+                return Err(format!(
+                    "copied from {}'s store, but not found under its name afterwards",
+                    store.name
+                ));
+            }
             return Ok(Copied::Here);
         }
         Ok(Copied::Nowhere(

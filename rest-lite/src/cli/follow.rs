@@ -219,7 +219,7 @@ async fn print_task(
             let _ = tell.send(Told::Opening).await;
             let asked = pai_client::Lines::Source(source).stamped();
             let opened = client.logs(&user, &job, &role, index, true, asked).await;
-            let _ = tell.send(Told::Opened).await;
+            let _ = tell.send(Told::Opened(opened.is_ok())).await;
             if let Ok(stream) = opened {
                 printed_attempt = Some(attempt);
                 set_awaiting(false).await;

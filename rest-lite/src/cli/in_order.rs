@@ -33,8 +33,8 @@ const MOST_HELD: usize = 20_000;
 pub enum Told {
     /// Its log is being opened: what is in it comes at once.
     Opening,
-    /// It was opened (or could not be).
-    Opened,
+    /// It was opened (true), or could not be (false).
+    Opened(bool),
     /// Whether its task's log is not open yet while it may have output (true), or is
     /// open now or never will be (false): told at each change.
     Awaiting(bool),
@@ -80,8 +80,10 @@ struct Held {
     arrivals: VecDeque<(Instant, (Timestamp, u64))>,
     /// Followers opening a log.
     opening: usize,
-    /// Followers whose task's log is not open yet.
+    /// Followers whose task's log is not open yet, and since when one has been (a log
+    /// that does not open within [`LATE`] holds nothing back after it).
     awaiting: usize,
+    awaiting_since: Option<Instant>,
     /// When a log was last opened: what it holds already is on its way.
     opened: Option<Instant>,
     arrived: u64,
@@ -91,12 +93,22 @@ impl Held {
     fn take(&mut self, message: Told, now: Instant) {
         match message {
             Told::Opening => self.opening += 1,
-            Told::Opened => {
+            Told::Opened(opened) => {
                 self.opening = self.opening.saturating_sub(1);
-                self.opened = Some(now);
+                if opened {
+                    self.opened = Some(now);
+                }
             }
-            Told::Awaiting(true) => self.awaiting += 1,
-            Told::Awaiting(false) => self.awaiting = self.awaiting.saturating_sub(1),
+            Told::Awaiting(true) => {
+                self.awaiting += 1;
+                self.awaiting_since.get_or_insert(now);
+            }
+            Told::Awaiting(false) => {
+                self.awaiting = self.awaiting.saturating_sub(1);
+                if self.awaiting == 0 {
+                    self.awaiting_since = None;
+                }
+            }
             Told::Line { prefix, time, line } => {
                 let key = (time, self.arrived);
                 self.arrived += 1;
@@ -114,7 +126,11 @@ impl Held {
             let due = self.opening == 0
                 && settled
                 && waited >= HOLD
-                && (self.awaiting == 0 || waited >= LATE);
+                && (self.awaiting == 0
+                    || waited >= LATE
+                    || self
+                        .awaiting_since
+                        .is_some_and(|at| now.duration_since(at) >= LATE));
             if !due && self.lines.len() <= MOST_HELD {
                 break;
             }
@@ -186,7 +202,7 @@ mod tests {
         held.take(Told::Opening, start);
         held.release(start + HOLD * 10, &mut out);
         assert!(out.is_empty());
-        held.take(Told::Opened, start + HOLD * 10);
+        held.take(Told::Opened(true), start + HOLD * 10);
         held.release(start + HOLD * 10, &mut out);
         assert!(out.is_empty(), "what the log holds is on its way");
         held.take(line("[server-0] ", 1, "listens"), start + HOLD * 10);
@@ -207,13 +223,16 @@ mod tests {
         held.take(line("[server-0] ", 1, "listens"), start + HOLD * 2);
         held.release(start + HOLD * 3, &mut out);
         assert_eq!(printed(&out), ["[server-0] listens", "[client-0] heard"]);
-        // A log that is never opened holds a line LATE at most.
+        // A log that is never opened holds a line LATE at most, and nothing after that.
         let mut held = Held::default();
         let mut out = Vec::new();
         held.take(Told::Awaiting(true), start);
         held.take(line("[client-0] ", 2, "heard"), start);
         held.release(start + LATE, &mut out);
         assert_eq!(printed(&out), ["[client-0] heard"]);
+        held.take(line("[client-0] ", 3, "later"), start + LATE);
+        held.release(start + LATE + HOLD, &mut out);
+        assert_eq!(printed(&out), ["[client-0] heard", "[client-0] later"]);
     }
 
     #[test]

@@ -46,7 +46,11 @@ pub fn typed_here(text: &str) -> String {
 /// This process's own command line with `--engine host` in place of any `--engine`:
 /// the same `run` or `serve`, with the job's tasks on this machine's host.
 pub fn this_on_host() -> String {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Lossy where an argument is not UTF-8 (`std::env::args` would panic on it).
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let words: Vec<&str> = with_engine_host(&args);
     command(&words)
 }
