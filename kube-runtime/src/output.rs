@@ -27,9 +27,10 @@
 //! ([`pai_contract::ordered_log`]'s readers give each line the time of its record) never
 //! finds a line there before its record. Echoed the other way round, a reader that came
 //! between the two dated the line with the line before's time, and a follower that merges
-//! tasks by time printed a client's answer before the server's greeting. Holding the
-//! echo for the round costs no write: the round's records go in one, and a round's
-//! consecutive chunks of one stream are echoed in one.
+//! tasks by time printed a client's answer before the server's greeting. Each chunk is
+//! still echoed as one write of its own, as it was read: the log's rotation looks after
+//! each write, so that no kept file passes its size by more than one read, and the newest
+//! bytes stay in the current file.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -360,14 +361,10 @@ impl Reader {
         line.extend_from_slice(&rest[..rest.len().min(LINE_MAX.saturating_sub(line.len()))]);
     }
 
-    /// Keeps `chunk` to echo once the round's records are written; a chunk of the stream
-    /// before it joins its run.
+    /// Keeps `chunk` to echo once the round's records are written, as a write of its own.
     fn hold_echo(&mut self, stream: Stream, chunk: &[u8]) {
         self.echoes.extend_from_slice(chunk);
-        match self.echo_runs.last_mut() {
-            Some((last, end)) if *last == stream => *end = self.echoes.len(),
-            _ => self.echo_runs.push((stream, self.echoes.len())),
-        }
+        self.echo_runs.push((stream, self.echoes.len()));
     }
 
     fn echo(&mut self, stream: Stream, chunk: &[u8]) {
