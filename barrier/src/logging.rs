@@ -115,42 +115,8 @@ impl Gate {
     }
 }
 
-/// The runtime's own lines kept in memory (their last bytes), for the log the runtime
-/// keeps as it ends ([`keep_copy`]).
-struct Copy {
-    bytes: std::collections::VecDeque<u8>,
-    max: usize,
-}
-
-static COPY: Mutex<Option<Copy>> = Mutex::new(None);
-
-fn copy_lock() -> std::sync::MutexGuard<'static, Option<Copy>> {
-    COPY.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// From now on, the last `max` bytes of the runtime's lines are also kept in memory.
-pub fn keep_copy(max: usize) {
-    *copy_lock() = Some(Copy {
-        bytes: std::collections::VecDeque::new(),
-        max,
-    });
-}
-
-/// The runtime's lines kept since [`keep_copy`] (their last bytes).
-pub fn copy() -> Vec<u8> {
-    copy_lock()
-        .as_ref()
-        .map(|c| c.bytes.iter().copied().collect())
-        .unwrap_or_default()
-}
-
 /// A runtime line (mark and all): written now between lines, else held.
 fn runtime_line(line: Vec<u8>) {
-    if let Some(copy) = copy_lock().as_mut() {
-        copy.bytes.extend(&line);
-        let over = copy.bytes.len().saturating_sub(copy.max);
-        copy.bytes.drain(..over);
-    }
     let mut gate = gate();
     if !gate.mid_line && gate.held.is_empty() {
         let _ = std::io::stderr().lock().write_all(&line);

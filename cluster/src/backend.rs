@@ -105,15 +105,14 @@ pub struct Settings {
     pub address: String,
     /// Whose groups and queues hold a job before it runs.
     pub engine: pai_translate::gang::Engine,
-    /// The end of each task's log kept once its pod is gone (`keptLogBytes`; 0: none).
-    pub kept_log_bytes: u64,
+    /// What each job keeps of its tasks' logs once their pods are gone (`keptLogBytes`,
+    /// `keptLogBytesPerJob`, `keptAttempts`; bytes 0: none).
+    pub kept_logs: crate::log_keeper::Budget,
     /// This replica's name, as its Events' `reportingInstance`.
     pub instance: String,
     /// The back-off of a job whose attempts end quickly, published with each attempt's
     /// peer table for its tasks' runtimes to wait out (`restartBackoff`).
     pub restart: pai_contract::restarts::RestartBackoff,
-    /// The attempts whose logs are kept per task (`keptAttempts`).
-    pub kept_attempts: u32,
     /// Which finished jobs are kept (`retention`).
     pub retention: pai_engine::retention::Bounds,
     /// The job history, and how long a finished Framework stays in the cluster once the
@@ -136,7 +135,7 @@ impl KubeBackend {
         let backend = Arc::new(
             backend
                 .admitting(client.clone(), namespace, settings.engine)
-                .keeping_logs(client.clone(), namespace, settings.kept_log_bytes),
+                .keeping_logs(client.clone(), namespace, settings.kept_logs),
         );
         let store = backend.store();
         tokio::spawn(backend.clone().probe_credentials());
@@ -170,7 +169,7 @@ impl KubeBackend {
                     .history
                     .as_ref()
                     .map_or(Duration::ZERO, |(_, kept)| *kept),
-                kept_attempts: settings.kept_attempts,
+                kept_attempts: settings.kept_logs.attempts,
             }
             .run(),
         );
@@ -262,12 +261,18 @@ impl KubeBackend {
         self
     }
 
-    /// Makes each task's kept-log ConfigMap, into which its runtime keeps the end of its
-    /// log as it ends ([`crate::log_keeper`]); `max_bytes` (`keptLogBytes`) 0: none.
-    pub fn keeping_logs(self, client: Client, namespace: &str, max_bytes: u64) -> Self {
-        if max_bytes > 0 {
+    /// Keeps the end of each task's log as its containers end, in one ConfigMap per job
+    /// ([`crate::log_keeper`]); a `budget` of 0 bytes: none.
+    pub fn keeping_logs(
+        self,
+        client: Client,
+        namespace: &str,
+        budget: crate::log_keeper::Budget,
+    ) -> Self {
+        if budget.task_bytes > 0 && budget.job_bytes > 0 {
             tokio::spawn(
-                crate::log_keeper::LogKeeper::new(client, namespace, self.store.clone()).run(),
+                crate::log_keeper::LogKeeper::new(client, namespace, self.store.clone(), budget)
+                    .run(),
             );
         }
         self

@@ -1,7 +1,7 @@
 //! Each job's own ServiceAccount, Role and RoleBinding (see [`pai_contract::access`]):
 //! the job's pods may `get`, `list` and `watch` their own Framework and their own peer
-//! table, and `get` and `update` their own tasks' kept logs
-//! ([`pai_contract::kept_logs`]), by name, and nothing else. Made before the Framework (the pods' admission
+//! table, by name, and nothing else (whatever the number of tasks, the Role is the same
+//! size). Made before the Framework (the pods' admission
 //! needs the account, the barriers the grant), then owned by it, so the garbage
 //! collector removes them with the job.
 
@@ -10,7 +10,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use pai_contract::framework::{GROUP, PLURAL};
-use pai_contract::{Framework, access, kept_logs};
+use pai_contract::{Framework, access};
 
 /// The RBAC API group.
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
@@ -32,16 +32,6 @@ pub fn rules(framework: &Framework) -> Vec<PolicyRule> {
         non_resource_urls: None,
     };
     let name = framework.name();
-    let kept_logs = framework
-        .spec
-        .task_roles
-        .iter()
-        .flat_map(|role| {
-            (0..u32::try_from(role.task_number).unwrap_or(0)).map(|index| {
-                kept_logs::config_map(&pai_contract::framework::pod_name(name, &role.name, index))
-            })
-        })
-        .collect();
     vec![
         rule(GROUP, PLURAL, vec![name.to_string()], access::VERBS),
         rule(
@@ -50,7 +40,6 @@ pub fn rules(framework: &Framework) -> Vec<PolicyRule> {
             vec![access::peer_table(name)],
             access::VERBS,
         ),
-        rule("", "configmaps", kept_logs, access::KEPT_LOG_VERBS),
     ]
 }
 

@@ -15,8 +15,8 @@
 //!      when it goes) has its tasks' kept logs copied into the history, and is deleted
 //!      (its pods' objects, ConfigMaps and Secrets go with it). Its job stays listed
 //!      and readable from the history. However many retire, a sweep makes one list of
-//!      the pods (names only) and one of the kept-log ConfigMaps (a page at a time),
-//!      then the deletions, 48 at a time.
+//!      the pods (names only), one read of each retiring job's kept-log ConfigMap, then
+//!      the deletions, 48 at a time.
 //!   2. the finished jobs past `retention` (count, age), the history's and the
 //!      cluster's together, oldest end first: their records, then their Frameworks,
 //!      deleted as `delete` does.
@@ -263,9 +263,8 @@ impl Sweeper {
     /// Retires `ready` (held by the history, ended long enough ago): those with no pod
     /// left have their tasks' kept logs copied into the history, then are deleted from
     /// the cluster. Paced by what it needs, however many retire: one list of the pods
-    /// (names only) and one of the kept-log ConfigMaps (a page at a time, each written
-    /// as it comes; a few tasks' are read one by one), then the deletions, [`DELETING`]
-    /// at a time.
+    /// (names only), one read of each job's kept-log ConfigMap, then the deletions,
+    /// [`DELETING`] at a time.
     async fn retire(&self, archive: &Archive, ready: Vec<Arc<Framework>>) {
         if ready.is_empty() {
             return;
@@ -338,36 +337,104 @@ impl Sweeper {
     }
 
     /// Copies the kept logs of `ready`'s tasks, in the attempts whose logs are kept, into
-    /// the history: one list of the kept-log ConfigMaps, each page's written as it
-    /// comes (the logs of running jobs are passed over). Returns the logs copied.
-    /// A few tasks' ConfigMaps are read one by one ([`READ_AT_MOST`] at most, as many at
-    /// a time as deletions): a list of every kept log would cost more.
+    /// the history: one read of each job's kept-log ConfigMap ([`DELETING`] at a time),
+    /// each job's written as it comes. A job of an earlier version, whose tasks kept
+    /// their logs in a ConfigMap each, has those copied ([`Self::copy_legacy`]). Returns
+    /// the logs copied.
     async fn copy_kept_logs(
         &self,
         archive: &Archive,
         ready: &HashMap<&str, &Framework>,
     ) -> Result<usize, String> {
+        let maps = self.config_maps.clone();
+        let names: Vec<String> = ready.keys().map(|name| name.to_string()).collect();
+        let read: Vec<(String, Result<Option<ConfigMap>, kube::Error>)> =
+            futures::stream::iter(names)
+                .map(|name| {
+                    let maps = maps.clone();
+                    async move {
+                        let map = maps.get_opt(&kept_logs::config_map(&name)).await;
+                        (name, map)
+                    }
+                })
+                .buffer_unordered(DELETING)
+                .collect()
+                .await;
+        let mut copied = 0;
+        let mut legacy = HashMap::new();
+        for (name, map) in &read {
+            let name = name.as_str();
+            let Some(framework) = ready.get(name) else {
+                continue;
+            };
+            let map = match map {
+                Ok(Some(map)) => map,
+                Ok(None) => {
+                    legacy.insert(name, *framework);
+                    continue;
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+            let first = self.first_kept(framework);
+            let logs: Vec<_> = crate::log_keeper::all_in(map, name)
+                .into_iter()
+                .filter(|(_, attempt, _)| *attempt >= first)
+                .map(|(pod, attempt, kept)| {
+                    (
+                        name.to_string(),
+                        kept_logs::archive_key(&pod, attempt),
+                        kept,
+                    )
+                })
+                .collect();
+            archive
+                .write_logs_of(&logs)
+                .await
+                .map_err(|e| e.to_string())?;
+            copied += logs.len();
+        }
+        Ok(copied + self.copy_legacy(archive, &legacy).await?)
+    }
+
+    /// The first attempt of `framework` whose logs are kept (`keptAttempts`).
+    fn first_kept(&self, framework: &Framework) -> i32 {
+        framework
+            .attempt_id()
+            .saturating_sub(i32::try_from(self.kept_attempts).unwrap_or(i32::MAX))
+            .saturating_add(1)
+            .max(0)
+    }
+
+    /// Copies the logs of `ready`'s tasks that an earlier version kept in a ConfigMap per
+    /// task: each read by name where they are few ([`READ_AT_MOST`]), else one list of
+    /// the kept-log ConfigMaps, a page at a time.
+    async fn copy_legacy(
+        &self,
+        archive: &Archive,
+        ready: &HashMap<&str, &Framework>,
+    ) -> Result<usize, String> {
+        if ready.is_empty() {
+            return Ok(0);
+        }
         let tasks: Vec<String> = ready
             .values()
             .flat_map(|f| {
                 f.spec.task_roles.iter().flat_map(move |role| {
-                    (0..u32::try_from(role.task_number).unwrap_or(0))
-                        .map(move |index| f.pod_name(role, index))
+                    (0..role.tasks()).map(move |index| f.pod_name(role, index))
                 })
             })
             .collect();
-        let mut copied = 0;
         if tasks.len() <= READ_AT_MOST {
             let maps = &self.config_maps;
             let read: Vec<Result<Option<ConfigMap>, kube::Error>> = futures::stream::iter(tasks)
-                .map(|pod| async move { maps.get_opt(&kept_logs::config_map(&pod)).await })
+                .map(|pod| async move { maps.get_opt(&kept_logs::legacy_config_map(&pod)).await })
                 .buffer_unordered(DELETING)
                 .collect()
                 .await;
             let mut logs = Vec::new();
             for map in read {
                 if let Some(map) = map.map_err(|e| e.to_string())? {
-                    logs.extend(self.kept_of(ready, &map));
+                    logs.extend(self.legacy_kept_of(ready, &map));
                 }
             }
             archive
@@ -376,6 +443,7 @@ impl Sweeper {
                 .map_err(|e| e.to_string())?;
             return Ok(logs.len());
         }
+        let mut copied = 0;
         let mut params = ListParams::default()
             .labels(&pai_contract::meta::managed_by_selector())
             .limit(PAGE);
@@ -388,7 +456,7 @@ impl Sweeper {
             let logs: Vec<_> = page
                 .items
                 .iter()
-                .flat_map(|map| self.kept_of(ready, map))
+                .flat_map(|map| self.legacy_kept_of(ready, map))
                 .collect();
             archive
                 .write_logs_of(&logs)
@@ -402,28 +470,23 @@ impl Sweeper {
         }
     }
 
-    /// What kept-log ConfigMap `map` holds of the attempts whose logs are kept, where
-    /// its Framework is one of `ready`: `(job, key, log)` each.
-    fn kept_of(
+    /// What an earlier version's task ConfigMap `map` holds of the attempts whose logs
+    /// are kept, where its Framework is one of `ready`: `(job, key, log)` each.
+    fn legacy_kept_of(
         &self,
         ready: &HashMap<&str, &Framework>,
         map: &ConfigMap,
     ) -> Vec<(String, String, crate::log_keeper::Kept)> {
-        let Some(pod) = kept_logs::pod_of_config_map(&map.name_any()) else {
+        let Some(pod) = legacy_pod(&map.name_any()) else {
             return Vec::new();
         };
         let name = kept_logs::framework_of(&pod);
         let Some(framework) = ready.get(name) else {
             return Vec::new();
         };
-        let last = framework.attempt_id();
-        let first = last
-            .saturating_sub(i32::try_from(self.kept_attempts).unwrap_or(i32::MAX))
-            .saturating_add(1)
-            .max(0);
-        (first..=last)
+        (self.first_kept(framework)..=framework.attempt_id())
             .filter_map(|attempt| {
-                crate::log_keeper::kept_in(map, attempt).map(|kept| {
+                crate::log_keeper::legacy_kept_in(map, attempt).map(|kept| {
                     (
                         name.to_string(),
                         kept_logs::archive_key(&pod, attempt),
@@ -452,4 +515,11 @@ impl Sweeper {
             }
         }
     }
+}
+
+/// The task pod whose logs an earlier version's ConfigMap `name` kept
+/// (`<framework>-logs-<role>-<index>`); `None` for any other name.
+fn legacy_pod(name: &str) -> Option<String> {
+    let (framework, task) = name.split_once("-logs-")?;
+    (!task.is_empty()).then(|| kept_logs::pod_of(framework, task))
 }

@@ -2,17 +2,15 @@
 //!
 //! Each job has a ServiceAccount of its own, bound to a Role that may only `get`, `list`
 //! and `watch` (`list` and `watch` by a `metadata.name` field selector, which RBAC checks
-//! against `resourceNames`) two objects: the job's own Framework and its peer table; and
-//! `get` and `update` its own tasks' kept-log ConfigMaps ([`crate::kept_logs`]), which
-//! the server makes. The table has one name for every attempt (each attempt's table
+//! against `resourceNames`) two objects: the job's own Framework and its peer table. The
+//! table has one name for every attempt (each attempt's table
 //! replaces the last; the barrier takes only the one of its attempt's instance UID), so
 //! one Role covers every attempt and no grant changes while the job runs.
 //!
-//! Both containers mount a short-lived token, projected by the kubelet: the init
-//! container's barrier reads with it, and the runtime of each container writes its log's
-//! end with it as it ends. The user command can read the token too (it is the same
-//! user): with it, it can read what its own job's tasks are given anyway and rewrite its
-//! own job's kept logs; nothing of another job, nothing it could create.
+//! Only the init container mounts a short-lived token, projected by the kubelet: its
+//! barrier reads with it. The main container, where the user command runs, has none: the
+//! server keeps the tasks' logs ([`crate::kept_logs`]), so a job can write nothing in the
+//! API, and read nothing beyond what its tasks are given anyway.
 
 /// The job's ServiceAccount, Role and RoleBinding (one name for the three).
 pub fn job_account(framework: &str) -> String {
@@ -34,6 +32,3 @@ pub const TOKEN_EXPIRATION_SECONDS: i64 = 600;
 pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
 /// What the job's Role allows on its Framework and its peer table.
 pub const VERBS: &[&str] = &["get", "list", "watch"];
-/// What the job's Role allows on its tasks' kept-log ConfigMaps (`create` cannot be
-/// limited to names: the server makes them).
-pub const KEPT_LOG_VERBS: &[&str] = &["get", "update"];

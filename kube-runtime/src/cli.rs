@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use crate::layout::{ASSETS_VAR, Layout};
 use crate::supervisor::signals::Signals;
-use crate::{entry, kept_log, run};
+use crate::{entry, run};
 use pai_contract::paths::commands;
 
 /// The variable `name`, taken out of this process's environment: the runtime's own
@@ -218,16 +218,11 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                 Err(e) => return fail(1, &format!("cannot set up signal handling: {e}")),
             };
             pai_barrier::logging::init();
-            let keeping = keeping();
             let layout = Layout::from_env(root);
-            let code = match run::run(&layout, &signals, log_rotation) {
+            match run::run(&layout, &signals, log_rotation) {
                 Ok(ended) => ExitCode::from(u8::try_from(ended.code()).unwrap_or(1)),
                 Err(e) => fail(e.exit_code().code(), &e.to_string()),
-            };
-            if let Some(keeping) = keeping {
-                keep_main(&keeping, &layout);
             }
-            code
         }
         Command::Entry { root, assets } => {
             pai_barrier::logging::init();
@@ -239,37 +234,12 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                         .and_then(|p| p.parent().map(PathBuf::from))
                 })
                 .unwrap_or_else(|| PathBuf::from("."));
-            let keeping = keeping();
-            let code = match entry::entry(&Layout::from_env(root), &assets) {
+            match entry::entry(&Layout::from_env(root), &assets) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(e.exit_code().code(), &e.to_string()),
-            };
-            if let Some(keeping) = keeping {
-                keeping.keep(kept_log::Part::Init, &pai_barrier::logging::copy());
             }
-            code
         }
     }
-}
-
-/// Where this container keeps its log as it ends, if anywhere; from then on its own
-/// lines are copied for that.
-fn keeping() -> Option<kept_log::Keeping> {
-    let keeping = kept_log::Keeping::from_env(|k| std::env::var(k).ok())?;
-    pai_barrier::logging::keep_copy(
-        usize::try_from(pai_contract::kept_logs::INIT_BYTES).unwrap_or(usize::MAX),
-    );
-    Some(keeping)
-}
-
-/// Keeps the user command's output and, after it, the runtime's own lines.
-fn keep_main(keeping: &kept_log::Keeping, layout: &Layout) {
-    let mut text = match crate::layout::Task::from_env(|k| std::env::var(k).ok()) {
-        Ok(task) => kept_log::user_output(&task.log_dir(layout), keeping.bytes()),
-        Err(_) => Vec::new(),
-    };
-    text.extend_from_slice(&pai_barrier::logging::copy());
-    keeping.keep(kept_log::Part::Main, &text);
 }
 
 fn fail(code: i32, message: &str) -> ExitCode {

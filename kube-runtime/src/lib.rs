@@ -5,14 +5,15 @@
 //! - `run` ([`run::run`]), PID 1 of the main container: env file, `init/` daemons, the
 //!   user command under a supervisor that forwards signals, reaps zombies and exits with
 //!   the user command's status.
-//! - [`kept_log`]: each keeps its log's end in the task's ConfigMap as it ends.
+//!
+//! Neither writes to the API as it ends: the server reads each container's log as it
+//! terminates and keeps its end ([`pai_contract::kept_logs`]).
 
 pub mod budget;
 pub mod cli;
 pub mod code;
 pub mod dynamic_env;
 pub mod entry;
-pub mod kept_log;
 pub mod layout;
 pub mod logs;
 pub mod oom;

@@ -317,6 +317,7 @@ pub(super) async fn drive(
         pulling: None,
         progress_due: None,
         progress_written: None,
+        all_started: false,
     };
     let mut events = match resume {
         Resume::Follow(held, adoption) => {
@@ -563,6 +564,9 @@ struct Driver<'a> {
     progress_due: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// The last write of progress: when it ended and what it took.
     progress_written: Option<(tokio::time::Instant, std::time::Duration)>,
+    /// Whether every task of the current attempt was running (or past it) at the last
+    /// batch: the batch that makes it so is written at once ([`Driver::save_spaced`]).
+    all_started: bool,
 }
 
 impl Driver<'_> {
@@ -922,10 +926,21 @@ impl Driver<'_> {
     /// so without this a 1,000-task job's start wrote its Framework once per task (O(N²)
     /// bytes, half the server's CPU in its start); with it, progress costs at most about
     /// 1 % of a core, and a small job's is written within milliseconds. Either way it is
-    /// told only once written.
+    /// told only once written. The batch that leaves no task waiting to run is written at
+    /// once: a job's last task is shown running when it runs, not up to
+    /// [`MAX_PROGRESS_DELAY`] later.
     async fn save_spaced(&mut self, unsaved: Option<bool>) -> Result<(), Error> {
         if unsaved != Some(false) {
             return self.save(unsaved).await;
+        }
+        // The batch in which the last task started is what a reader waits for (the job
+        // running whole): written and told at once, once per attempt.
+        let all_started = self.all_started();
+        let newly = all_started && !self.all_started;
+        self.all_started = all_started;
+        if newly {
+            self.write_progress().await;
+            return Ok(());
         }
         if self.progress_due.is_some() {
             return Ok(());
@@ -939,6 +954,25 @@ impl Driver<'_> {
         }
         self.write_progress().await;
         Ok(())
+    }
+
+    /// Whether every task of the job's current attempt runs or is past running.
+    fn all_started(&self) -> bool {
+        use pai_contract::framework::FrameworkState;
+        let framework = self.job.framework().clone();
+        let Ok(roles) = framework.task_role_statuses() else {
+            return false;
+        };
+        let mut tasks = roles.iter().flat_map(|r| r.task_statuses.iter()).peekable();
+        tasks.peek().is_some()
+            && tasks.all(|t| {
+                !matches!(
+                    t.state,
+                    FrameworkState::AttemptCreationPending
+                        | FrameworkState::AttemptCreationRequested
+                        | FrameworkState::AttemptPreparing
+                )
+            })
     }
 
     /// Writes the task progress now (not synced: a restart re-derives it).

@@ -70,10 +70,6 @@ impl Identity {
 pub fn container_env(first: Vec<(String, String)>, container: &Container) -> Vec<(String, String)> {
     let mut env = first;
     for var in container.env.iter().flatten() {
-        // A cluster's: here a task's log is this machine's files, kept as they are.
-        if var.name.starts_with(pai_contract::kept_logs::env::PREFIX) {
-            continue;
-        }
         let Some(value) = var.value.as_deref() else {
             tracing::warn!(name = %var.name, "valueFrom is not supported on this machine; variable left out");
             continue;

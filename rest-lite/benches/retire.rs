@@ -69,18 +69,18 @@ fn completed(transformer: &Transformer, i: usize) -> serde_json::Value {
     value
 }
 
-/// The task's kept log, as its runtime wrote it into the ConfigMap the server made.
+/// The job's kept logs, as the server's log keeper wrote them as its task ended.
 fn kept_log(framework: &str) -> ConfigMap {
     use base64::Engine;
     let pod = pai_contract::framework::pod_name(framework, "worker", 0);
     let log = format!("worker-0 of {framework}: done\n");
     serde_json::from_value(json!({
         "metadata": {
-            "name": pai_contract::kept_logs::config_map(&pod),
+            "name": pai_contract::kept_logs::config_map(framework),
             "labels": {pai_contract::meta::LABEL_MANAGED_BY: pai_contract::meta::MANAGED_BY},
         },
         "binaryData": {
-            pai_contract::kept_logs::main_key(0):
+            pai_contract::kept_logs::key(&pod, 0, pai_contract::kept_logs::Part::Main):
                 base64::engine::general_purpose::STANDARD.encode(log),
         },
     }))

@@ -450,25 +450,33 @@ fn populate(api: &ApiServer, jobs: usize, finished: bool) {
                 let log = format!("{role}-{index}: step 1\n{role}-{index}: step 2\n");
                 api.append_log(NS, &pod, &log);
                 if finished {
-                    // The task's kept log, as its runtime wrote it when it ended into the
-                    // ConfigMap the server's log keeper made.
+                    // The task's kept log, as the server's log keeper wrote it into the
+                    // job's ConfigMap as the task ended.
                     use base64::Engine;
                     let b64 = base64::engine::general_purpose::STANDARD.encode(&log);
-                    api.create(
-                        "configmaps",
-                        NS,
-                        json!({
-                            "apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {
-                                "name": pai_contract::kept_logs::config_map(&pod),
-                                "labels": {pai_contract::meta::LABEL_MANAGED_BY: pai_contract::meta::MANAGED_BY},
-                            },
-                            "binaryData": {
-                                pai_contract::kept_logs::main_key(0): b64,
-                                pai_contract::kept_logs::init_key(0): "",
-                            },
-                        }),
-                    );
+                    let map = pai_contract::kept_logs::config_map(&name);
+                    let main =
+                        pai_contract::kept_logs::key(&pod, 0, pai_contract::kept_logs::Part::Main);
+                    let init =
+                        pai_contract::kept_logs::key(&pod, 0, pai_contract::kept_logs::Part::Init);
+                    if api.get("configmaps", NS, &map).is_none() {
+                        api.create(
+                            "configmaps",
+                            NS,
+                            json!({
+                                "apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {
+                                    "name": map,
+                                    "labels": {pai_contract::meta::LABEL_MANAGED_BY: pai_contract::meta::MANAGED_BY},
+                                },
+                                "binaryData": {},
+                            }),
+                        );
+                    }
+                    api.modify("configmaps", NS, &map, |m| {
+                        m["binaryData"][&main] = json!(b64);
+                        m["binaryData"][&init] = json!("");
+                    });
                 }
             }
         }

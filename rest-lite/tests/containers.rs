@@ -436,10 +436,6 @@ async fn a_multi_role_job_runs_in_its_image_with_the_platforms_environment(engin
     let template = role.main_container().expect("a main container");
     let mut compared = 0;
     for var in template.env.iter().flatten() {
-        // A cluster's: the runtime keeps its log in a ConfigMap there, not here.
-        if var.name.starts_with(pai_contract::kept_logs::env::PREFIX) {
-            continue;
-        }
         let value = var.value.as_deref().unwrap_or_default();
         let expected = pai_contract::env::kubelet_expand(value, |name| env.get(name).cloned());
         if env.get(&var.name) != Some(&expected)

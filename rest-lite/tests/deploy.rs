@@ -409,16 +409,31 @@ mod removal {
             .expect("its Framework");
         let uid = framework["metadata"]["uid"].clone();
         // FrameworkController makes the pods from the template, which has no finalizer;
-        // the running server makes each task's kept-log ConfigMap, owned by the job.
+        // as their containers end, the running server keeps their logs in the job's
+        // ConfigMap, owned by the job.
         let pods: Vec<String> = (0..2)
             .map(|i| pai_contract::framework::pod_name(&framework_name, "worker", i))
             .collect();
         for (index, pod) in (0..).zip(&pods) {
-            let made = pai_test_support::frameworks::pod_of(&framework, "worker", index);
+            let mut made = pai_test_support::frameworks::pod_of(&framework, "worker", index);
             assert!(!held(&made), "the template carries no finalizer");
+            api.append_log(NS, pod, "done\n");
+            api.end_log(NS, pod);
+            pai_test_support::frameworks::set_terminated(
+                &mut made,
+                pai_contract::framework::MAIN_CONTAINER,
+                0,
+                "",
+            );
             api.create("pods", NS, made);
+            let key = kept_logs::key(pod, 0, kept_logs::Part::Main);
             let map = api
-                .wait_for("configmaps", NS, &kept_logs::config_map(pod), |_| true)
+                .wait_for(
+                    "configmaps",
+                    NS,
+                    &kept_logs::config_map(&framework_name),
+                    |m| !m["binaryData"][&key].is_null(),
+                )
                 .await;
             assert_eq!(map["metadata"]["ownerReferences"][0]["uid"], uid, "{map}");
             assert!(!held(&api.get("pods", NS, pod).expect("pod")), "{pod}");

@@ -239,14 +239,16 @@ mod cluster {
                 });
         }
 
-        /// A task's kept log, as its runtime writes it when it ends.
+        /// A task's kept log, as the server's log keeper writes it when the task ends.
         fn keep_log(&self, job: &str, attempt: i32, text: &str) {
-            let pod = format!("{}-worker-0", Self::framework(job));
+            let framework = Self::framework(job);
+            let pod = format!("{framework}-worker-0");
             let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-            let name = pai_contract::kept_logs::config_map(&pod);
+            let name = pai_contract::kept_logs::config_map(&framework);
+            use pai_contract::kept_logs::{Part, key};
             let (main, init) = (
-                pai_contract::kept_logs::main_key(attempt),
-                pai_contract::kept_logs::init_key(attempt),
+                key(&pod, attempt, Part::Main),
+                key(&pod, attempt, Part::Init),
             );
             if self.api.get("configmaps", NS, &name).is_some() {
                 self.api.modify("configmaps", NS, &name, |m| {
@@ -278,7 +280,7 @@ mod cluster {
                 .expect("the Framework deleted once the history holds it");
             for map in self.api.list("configmaps", NS) {
                 let map_name = map["metadata"]["name"].as_str().unwrap_or_default();
-                if map_name.starts_with(&format!("{name}-logs-")) {
+                if map_name == pai_contract::kept_logs::config_map(&name) {
                     self.api.delete("configmaps", NS, map_name);
                 }
             }

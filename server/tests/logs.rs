@@ -170,22 +170,13 @@ async fn logs_answer_while_a_task_starts_and_a_follow_waits_for_its_pod() {
     assert_eq!(followed.body, "hello from worker-0\n");
 }
 
-/// A finished task's output outlives its pod. The pod carries no finalizer; the server
-/// makes the task's kept-log ConfigMap as the pod appears; the runtime's own code (its
-/// two containers, as they end) writes into it; FrameworkController deletes a completed
-/// attempt's pods (the test plays it) and the pod goes at once; the API reads the log back:
-/// the attempt's, and an earlier attempt's once the next one runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tasks_log_outlives_its_pod() {
-    use pai_kube_runtime::kept_log::{Keeping, Part};
+/// A backend that keeps logs by `budget`, served; its copy listed.
+async fn keeping(budget: pai_cluster::log_keeper::Budget) -> Setup {
     let api = ApiServer::start().await;
     let client =
         kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
-    let backend = backend_on(&api, pai_cluster::store::DEFAULT_STALE_LIMIT).keeping_logs(
-        client.clone(),
-        NS,
-        64,
-    );
+    let backend =
+        backend_on(&api, pai_cluster::store::DEFAULT_STALE_LIMIT).keeping_logs(client, NS, budget);
     backend.store().listed().await;
     let addr = serve_backend(
         backend,
@@ -193,41 +184,72 @@ async fn a_tasks_log_outlives_its_pod() {
         std::time::Duration::from_secs(1800),
     )
     .await;
-    let s = Setup { api, addr };
-    submit_base_job(&s).await;
+    Setup { api, addr }
+}
+
+/// Task `role`-`index`'s pod as FrameworkController makes it in the Framework's current
+/// attempt, with `init` and `main` as its containers' logs, both terminated (exit 0).
+fn ended_pod(s: &Setup, role: &str, index: u32, init: &str, main: &str) -> String {
     let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
-    let made = pai_test_support::frameworks::pod_of(&framework, "worker", 0);
+    let mut made = pai_test_support::frameworks::pod_of(&framework, role, index);
+    let name = pod(role, index);
     assert!(
         made["metadata"]["finalizers"].is_null(),
         "the template has no finalizer: no pod waits for a server"
     );
-    let worker = pod("worker", 0);
+    s.api
+        .append_container_log(NS, &name, pai_contract::framework::INIT_CONTAINER, init);
+    s.api.append_log(NS, &name, main);
+    s.api.end_log(NS, &name);
+    for container in [
+        pai_contract::framework::INIT_CONTAINER,
+        pai_contract::framework::MAIN_CONTAINER,
+    ] {
+        pai_test_support::frameworks::set_terminated(&mut made, container, 0, "");
+    }
     s.api.create("pods", NS, made);
-    let map = pai_contract::kept_logs::config_map(&worker);
-    let kept_map = s.api.wait_for("configmaps", NS, &map, |_| true).await;
-    assert_eq!(kept_map["metadata"]["ownerReferences"][0]["name"], fw());
-    assert!(
-        s.api.get("pods", NS, &worker).expect("pod")["metadata"]["finalizers"].is_null(),
-        "the server holds no pod"
-    );
-    // The runtime keeps 64 bytes of its output: the end of it.
-    let keeping = Keeping::of(&worker, NS, 0, 64, 5);
-    keeping
-        .write(
-            client.clone(),
-            Part::Init,
-            format!("{}barrier passed\n", pai_contract::log_lines::mark("INFO")).as_bytes(),
-        )
+    name
+}
+
+/// Waits until the job's kept-log ConfigMap holds `key`.
+async fn kept_key(s: &Setup, key: &str) -> serde_json::Value {
+    let map = pai_contract::kept_logs::config_map(&fw());
+    s.api
+        .wait_for("configmaps", NS, &map, |m| !m["binaryData"][key].is_null())
         .await
-        .expect("entry keeps its lines");
+}
+
+/// A finished task's output outlives its pod. The pod carries no finalizer and its
+/// containers write nothing; as they terminate, the server reads each one's log's end
+/// (its share of the job's bound) into the job's one ConfigMap, owned by the job;
+/// FrameworkController deletes a completed attempt's pods (the test plays it) and the pod
+/// goes at once; the API reads the log back: the attempt's, and an earlier attempt's once
+/// the next one runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_log_outlives_its_pod() {
+    let s = keeping(pai_cluster::log_keeper::Budget {
+        task_bytes: 64,
+        job_bytes: pai_contract::kept_logs::JOB_BYTES,
+        attempts: 5,
+    })
+    .await;
+    submit_base_job(&s).await;
     let long = format!(
         "{}the last line\n",
         "an early line that is not kept\n".repeat(20)
     );
-    keeping
-        .write(client.clone(), Part::Main, long.as_bytes())
-        .await
-        .expect("run keeps the output's end");
+    let barrier = format!("{}barrier passed\n", pai_contract::log_lines::mark("INFO"));
+    let worker = ended_pod(&s, "worker", 0, &barrier, &long);
+    let map = kept_key(
+        &s,
+        &pai_contract::kept_logs::key(&worker, 0, pai_contract::kept_logs::Part::Main),
+    )
+    .await;
+    assert_eq!(map["metadata"]["ownerReferences"][0]["name"], fw());
+    assert!(
+        s.api.get("pods", NS, &worker).expect("pod")["metadata"]["finalizers"].is_null(),
+        "the server holds no pod"
+    );
     // The attempt completed: FrameworkController deletes its pods, which go at once.
     s.api.delete("pods", NS, &worker);
     s.api.wait_gone("pods", NS, &worker).await;
@@ -254,20 +276,27 @@ async fn a_tasks_log_outlives_its_pod() {
     // The task's log page shows it too.
     let page = request(s.addr, "GET", "/ui/jobs/alice/job/logs/worker/0", None, "").await;
     assert!(page.body.contains("the last line"), "{}", page.body);
-    // The next attempt runs and keeps its own: the first one's log is still there, by
-    // its number.
+    // The next attempt runs and its pod ends: the first one's log is still there, by its
+    // number, beside the new one's, in the same ConfigMap.
     s.api.modify("frameworks", NS, &fw(), |f| {
         f["status"]["state"] = json!("AttemptRunning");
         pai_test_support::frameworks::set_attempt(f, 1, "1_uid");
     });
-    Keeping::of(&worker, NS, 1, 64, 5)
-        .write(client, Part::Main, b"attempt 1\n")
-        .await
-        .expect("kept");
     until(s.addr, "/api/v1/user/alice/jobs/job", |r| {
         r.json()["jobStatus"]["state"] == "RUNNING"
     })
     .await;
+    let again = ended_pod(&s, "worker", 0, "", "attempt 1\n");
+    let map = kept_key(
+        &s,
+        &pai_contract::kept_logs::key(&again, 1, pai_contract::kept_logs::Part::Main),
+    )
+    .await;
+    assert!(
+        !map["binaryData"]
+            [pai_contract::kept_logs::key(&again, 0, pai_contract::kept_logs::Part::Main)]
+        .is_null()
+    );
     let earlier = request(s.addr, "GET", &format!("{path}&attempt=0"), None, "").await;
     assert_eq!(
         (earlier.status, earlier.body.as_str()),
@@ -287,22 +316,66 @@ async fn a_tasks_log_outlives_its_pod() {
         .split_inclusive('\n')
         .map(|l| l.split_once(' ').map_or(l, |(_, rest)| rest))
         .collect();
-    assert_eq!(rest, read.body);
+    assert!(rest.ends_with(&read.body), "{rest}");
+    // Nothing of it was made by the job's pods: their grant has no ConfigMap to write.
+    let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
+    let framework: pai_contract::Framework = serde_json::from_value(framework).expect("framework");
+    for rule in pai_cluster::job_access::rules(&framework) {
+        assert!(
+            rule.verbs
+                .iter()
+                .all(|v| ["get", "list", "watch"].contains(&v.as_str())),
+            "{rule:?}"
+        );
+    }
 }
 
-/// A task whose ConfigMap no server made (none ran as its pod appeared) is told so, and
-/// the runtime gives up within its bound: nothing waits.
+/// A pod that went before the server could read its log (FrameworkController quicker, the
+/// kubelet's log gone with it) leaves the termination message the kubelet gave its
+/// container, the last lines of a failed one: that is kept, and the log says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runtime_without_its_config_map_gives_up_and_says_why() {
-    use pai_kube_runtime::kept_log::{Keeping, Part};
-    let api = ApiServer::start().await;
-    let client =
-        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
-    let error = Keeping::of(&pod("ps", 0), NS, 0, 64, 5)
-        .write(client, Part::Main, b"lost\n")
-        .await
-        .expect_err("nowhere to keep it");
-    assert!(error.contains("does not exist"), "{error}");
+async fn a_pod_gone_before_its_log_was_read_leaves_its_termination_message() {
+    let s = keeping(pai_cluster::log_keeper::Budget {
+        task_bytes: 1024,
+        job_bytes: pai_contract::kept_logs::JOB_BYTES,
+        attempts: 1,
+    })
+    .await;
+    submit_base_job(&s).await;
+    let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
+    let mut made = pai_test_support::frameworks::pod_of(&framework, "ps", 0);
+    let name = pod("ps", 0);
+    // No log: the kubelet's answer is an error, as for a pod that is gone.
+    pai_test_support::frameworks::set_terminated(
+        &mut made,
+        pai_contract::framework::MAIN_CONTAINER,
+        1,
+        "Traceback (most recent call last):\nValueError: bad shape\n",
+    );
+    s.api.create("pods", NS, made);
+    kept_key(
+        &s,
+        &pai_contract::kept_logs::key(&name, 0, pai_contract::kept_logs::Part::Main),
+    )
+    .await;
+    s.api.delete("pods", NS, &name);
+    s.api.wait_gone("pods", NS, &name).await;
+    let read = request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/job/logs?role=ps&index=0",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert!(read.body.starts_with("Traceback"), "{}", read.body);
+    assert!(
+        read.body
+            .contains("its pod was gone before the server could read its log"),
+        "{}",
+        read.body
+    );
 }
 
 /// A task whose attempt ended before it was placed (its image not pulled) never will have

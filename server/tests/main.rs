@@ -13,6 +13,7 @@ mod support;
 mod auth;
 mod control;
 mod copy;
+mod cost;
 mod events;
 mod job_page;
 mod lists;

@@ -199,3 +199,28 @@ pub fn pod_of(framework: &Value, role: &str, index: u32) -> Value {
         "spec": template["spec"],
     })
 }
+
+/// Pod `pod`'s container `container` terminated with `code` and the termination
+/// `message` the kubelet gives it, as the kubelet writes it into the pod's status (the
+/// init container's status list or the main one's, by name).
+pub fn set_terminated(pod: &mut Value, container: &str, code: i32, message: &str) {
+    let list = match container {
+        pai_contract::framework::INIT_CONTAINER => "initContainerStatuses",
+        _ => "containerStatuses",
+    };
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    let status = json!({"name": container, "ready": false, "restartCount": 0, "image": "", "imageID": "",
+        "state": {"terminated": {"exitCode": code, "message": message,
+            "reason": if code == 0 { "Completed" } else { "Error" }}}});
+    let statuses = &mut pod["status"][list];
+    if !statuses.is_array() {
+        *statuses = json!([]);
+    }
+    let Some(statuses) = statuses.as_array_mut() else {
+        return;
+    };
+    statuses.retain(|s| s["name"] != container);
+    statuses.push(status);
+}

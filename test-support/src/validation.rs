@@ -936,7 +936,7 @@ fn qualified_name(key: &str) -> bool {
 }
 
 /// A ConfigMap's keys (`[-._a-zA-Z0-9]+`, at most 253) and its size: `data` and
-/// `binaryData` together at most 1 MiB, as the API server's validation says.
+/// `binaryData` (decoded) together at most 1 MiB, as the API server's validation says.
 fn config_map(object: &Value, causes: &mut Vec<Cause>) {
     let mut total = 0;
     for field in ["data", "binaryData"] {
@@ -956,7 +956,17 @@ fn config_map(object: &Value, causes: &mut Vec<Cause>) {
                         .into(),
                 ));
             }
-            total += key.len() + value.as_str().map_or(0, str::len);
+            // `binaryData` is counted as the bytes it encodes, as the API server counts
+            // it (its values are bytes; base64 is only their JSON form).
+            let text = value.as_str().unwrap_or_default();
+            let bytes = match field {
+                "binaryData" => {
+                    let pad = text.bytes().rev().take_while(|b| *b == b'=').count();
+                    (text.len() / 4 * 3).saturating_sub(pad)
+                }
+                _ => text.len(),
+            };
+            total += key.len() + bytes;
         }
     }
     if total > MAX_CONFIG_MAP_BYTES {
@@ -1062,6 +1072,10 @@ mod tests {
     fn config_maps_have_valid_keys_and_fit_one_mebibyte() {
         let map = |key: &str, size: usize| json!({"metadata": {"name": "fw-peers-0"}, "data": {key: "x".repeat(size)}});
         admit("configmaps", &mut map("peers.json", 1000)).expect("valid");
+        // binaryData counts as the bytes it encodes: 900 KiB is 1.2 MB of base64.
+        let binary = |size: usize| json!({"metadata": {"name": "fw-logs"}, "binaryData": {"a.0.main": "AAAA".repeat(size / 3)}});
+        admit("configmaps", &mut binary(900 * 1024)).expect("900 KiB fits");
+        admit("configmaps", &mut binary(MAX_CONFIG_MAP_BYTES)).expect_err("1 MiB and a key do not");
         let err =
             admit("configmaps", &mut map("peers.json", MAX_CONFIG_MAP_BYTES)).expect_err("big");
         assert!(

@@ -46,10 +46,13 @@ pub struct ClusterConfig {
     /// Cap of each task's `user.log` in bytes (`PAI_LOG_MAX_BYTES`; the previous cap's
     /// worth is kept as `user.log.1`).
     pub user_log_max_bytes: u64,
-    /// The last bytes of each task's log kept after its pod is gone (a ConfigMap per task
-    /// attempt, owned by the job): every pod carries a finalizer the server removes once
-    /// it kept them. 0 keeps nothing (no finalizer; the cluster's log collector, if any).
+    /// The last bytes of each task attempt's log kept at most after its pod is gone
+    /// (`pai_contract::kept_logs`: the server reads them as the container ends). 0 keeps
+    /// nothing (the cluster's log collector, if any).
     pub kept_log_bytes: u64,
+    /// What one job keeps at most of its tasks' logs, all together: its one kept-log
+    /// ConfigMap's bound, split evenly among its tasks. 0 keeps nothing.
+    pub kept_log_bytes_per_job: u64,
     /// Seconds FrameworkController waits for a pod's graceful deletion before forcing it.
     pub pod_graceful_deletion_timeout_sec: Option<i64>,
     /// `BARRIER_CHECK_TIMEOUT_SEC` for the init container; unset: the barrier's default.
@@ -226,6 +229,7 @@ impl Default for ClusterConfig {
             kill_grace_sec: None,
             user_log_max_bytes: 64 * 1024 * 1024,
             kept_log_bytes: pai_contract::kept_logs::DEFAULT_BYTES,
+            kept_log_bytes_per_job: pai_contract::kept_logs::JOB_BYTES,
             pod_graceful_deletion_timeout_sec: Some(1800),
             barrier_timeout_sec: None,
             gang: Default::default(),
@@ -346,13 +350,22 @@ impl ClusterConfig {
         if self.user_log_max_bytes == 0 {
             return invalid("userLogMaxBytes", "must be at least 1".to_string());
         }
-        // A ConfigMap holds at most 1 MiB, the init container's part and names included.
-        let most = 1024 * 1024 - pai_contract::kept_logs::INIT_BYTES - 16 * 1024;
+        // A job's kept logs are one ConfigMap, which holds at most 1 MiB, names included.
+        let most = pai_contract::kept_logs::MAP_BYTES;
+        if self.kept_log_bytes_per_job > most {
+            return invalid(
+                "keptLogBytesPerJob",
+                format!(
+                    "{} is more than a job's one kept-log ConfigMap holds: at most {most}",
+                    self.kept_log_bytes_per_job
+                ),
+            );
+        }
         if self.kept_log_bytes > most {
             return invalid(
                 "keptLogBytes",
                 format!(
-                    "{} is more than a ConfigMap holds beside the runtime's lines: at most {most}",
+                    "{} is more than a job's one kept-log ConfigMap holds: at most {most}",
                     self.kept_log_bytes
                 ),
             );

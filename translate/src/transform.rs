@@ -27,7 +27,7 @@ use pai_contract::framework::{
     CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, GPU_RESOURCE, INIT_CONTAINER,
     MAIN_CONTAINER, RetryPolicySpec, TaskRoleSpec, TaskSpec,
 };
-use pai_contract::{PortPlan, access, kept_logs, meta, paths, training};
+use pai_contract::{PortPlan, access, meta, paths, training};
 
 use crate::config::ClusterConfig;
 use crate::env::{job_env, role_env};
@@ -291,8 +291,8 @@ impl Transformer {
             metadata: Some(ObjectMeta {
                 labels: Some(labels),
                 annotations: Some(annotations),
-                // No finalizer: the runtime keeps the task's log itself as it ends
-                // (pai_contract::kept_logs), so no pod ever waits for the server.
+                // No finalizer: the server reads a task's log as it ends
+                // (pai_contract::kept_logs), and no pod ever waits for it.
                 ..ObjectMeta::default()
             }),
             spec: Some(PodSpec {
@@ -353,13 +353,12 @@ impl Transformer {
         if let Some(timeout) = cfg.barrier_timeout_sec {
             init_env.push(env_var(barrier::TIMEOUT, &timeout.to_string()));
         }
-        init_env.extend(self.kept_log_env().iter().map(|(k, v)| env_var(k, v)));
         let mut mounts = shared_mounts();
         mounts.push(VolumeMount {
             read_only: Some(true),
             ..mount(JOB_SSH_VOLUME, training::JOB_SSH_MOUNT)
         });
-        // The barrier's token, and the runtime's for keeping its log.
+        // The barrier's token.
         mounts.push(token_mount());
         Container {
             name: INIT_CONTAINER.to_string(),
@@ -391,7 +390,6 @@ impl Transformer {
                 cfg.user_log_max_bytes.to_string(),
             ),
         ];
-        runtime_vars.extend(self.kept_log_env());
         if !cfg.failure_patterns.is_empty()
             && let Ok(json) = serde_json::to_string(&cfg.failure_patterns)
         {
@@ -426,10 +424,8 @@ impl Transformer {
             .collect();
         let mut mounts = shared_mounts();
         mounts.push(mount(SHM_VOLUME, paths::DEV_SHM));
-        // The runtime keeps the log's end with it as the task ends.
-        if cfg.kept_log_bytes > 0 {
-            mounts.push(token_mount());
-        }
+        // No token: the server keeps the log's end (pai_contract::kept_logs), and the
+        // user command can do nothing in the API.
         mounts.extend(job.storages.iter().map(|s| VolumeMount {
             name: s.volume.clone(),
             mount_path: s.mount_path.clone(),
@@ -458,32 +454,6 @@ impl Transformer {
             }),
             ..Container::default()
         }
-    }
-
-    /// Where the runtime keeps its output's end as it ends ([`pai_contract::kept_logs`]):
-    /// nothing when `keptLogBytes` is 0.
-    fn kept_log_env(&self) -> Vec<(String, String)> {
-        let cfg = &self.config;
-        if cfg.kept_log_bytes == 0 {
-            return Vec::new();
-        }
-        let mut vars = vec![
-            (
-                kept_logs::env::BYTES.to_string(),
-                cfg.kept_log_bytes.to_string(),
-            ),
-            (
-                kept_logs::env::ATTEMPTS.to_string(),
-                cfg.kept_attempts.to_string(),
-            ),
-        ];
-        if !cfg.kube_apiserver_address.is_empty() {
-            vars.push((
-                kept_logs::env::APISERVER.to_string(),
-                cfg.kube_apiserver_address.clone(),
-            ));
-        }
-        vars
     }
 
     /// The pod's volumes: the runtime's files, the logs, `/dev/shm`, the job's key, the

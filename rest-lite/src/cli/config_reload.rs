@@ -32,6 +32,7 @@ pub const AT_START: &[&str] = &[
     "gang",
     "history",
     "keptLogBytes",
+    "keptLogBytesPerJob",
     "keptAttempts",
     "restartBackoff",
     "containerLogMaxBytes",

@@ -464,10 +464,13 @@ async fn backend(
                 namespace: config.namespace.clone(),
                 address,
                 engine: config.gang.engine,
-                kept_log_bytes: config.kept_log_bytes,
+                kept_logs: pai_cluster::log_keeper::Budget {
+                    task_bytes: config.kept_log_bytes,
+                    job_bytes: config.kept_log_bytes_per_job,
+                    attempts: config.kept_attempts,
+                },
                 instance: pai_cluster::events::instance_name(),
                 restart: config.restart_backoff.policy(),
-                kept_attempts: config.kept_attempts,
                 retention: pai_engine::retention::Bounds::of(&config.retention),
                 history: match config.history.connection()? {
                     Some(connection) => Some((
