@@ -62,18 +62,7 @@ async fn what_a_finished_job_keeps_is_bounded_whatever_its_tasks() {
         job_bytes: kept_logs::JOB_BYTES,
         attempts: 5,
     };
-    let api = pai_test_support::ApiServer::start().await;
-    let client =
-        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
-    let backend =
-        backend_on(&api, pai_cluster::store::DEFAULT_STALE_LIMIT).keeping_logs(client, NS, budget);
-    backend.store().listed().await;
-    let addr = serve_backend(
-        backend,
-        pai_server::auth::Access::Open,
-        std::time::Duration::from_secs(1800),
-    )
-    .await;
+    let Setup { api, addr } = keeping(budget).await;
     let reply = submit(addr, "alice", &job(TASKS)).await;
     assert_eq!(reply.status, 202, "{}", reply.body);
     let framework = api.get("frameworks", NS, &fw()).expect("framework");

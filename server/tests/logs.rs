@@ -170,23 +170,6 @@ async fn logs_answer_while_a_task_starts_and_a_follow_waits_for_its_pod() {
     assert_eq!(followed.body, "hello from worker-0\n");
 }
 
-/// A backend that keeps logs by `budget`, served; its copy listed.
-async fn keeping(budget: pai_cluster::log_keeper::Budget) -> Setup {
-    let api = ApiServer::start().await;
-    let client =
-        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
-    let backend =
-        backend_on(&api, pai_cluster::store::DEFAULT_STALE_LIMIT).keeping_logs(client, NS, budget);
-    backend.store().listed().await;
-    let addr = serve_backend(
-        backend,
-        pai_server::auth::Access::Open,
-        std::time::Duration::from_secs(1800),
-    )
-    .await;
-    Setup { api, addr }
-}
-
 /// Task `role`-`index`'s pod as FrameworkController makes it in the Framework's current
 /// attempt, with `init` and `main` as its containers' logs, both terminated (exit 0).
 fn ended_pod(s: &Setup, role: &str, index: u32, init: &str, main: &str) -> String {
@@ -211,11 +194,22 @@ fn ended_pod(s: &Setup, role: &str, index: u32, init: &str, main: &str) -> Strin
     name
 }
 
-/// Waits until the job's kept-log ConfigMap holds `key`.
-async fn kept_key(s: &Setup, key: &str) -> serde_json::Value {
+/// Waits until the job's kept-log ConfigMap holds the main container's log of `pod`'s
+/// attempt `attempt` and, `with_init`, its init container's (the two reads may land in
+/// different writes).
+async fn kept_key(s: &Setup, pod: &str, attempt: i32, with_init: bool) -> serde_json::Value {
+    use pai_contract::kept_logs::{Part, key};
     let map = pai_contract::kept_logs::config_map(&fw());
+    let main = key(pod, attempt, Part::Main);
+    let init = match with_init {
+        true => key(pod, attempt, Part::Init),
+        false => main.clone(),
+    };
+    let key = main.as_str();
     s.api
-        .wait_for("configmaps", NS, &map, |m| !m["binaryData"][key].is_null())
+        .wait_for("configmaps", NS, &map, |m| {
+            !m["binaryData"][key].is_null() && !m["binaryData"][&init].is_null()
+        })
         .await
 }
 
@@ -240,11 +234,7 @@ async fn a_tasks_log_outlives_its_pod() {
     );
     let barrier = format!("{}barrier passed\n", pai_contract::log_lines::mark("INFO"));
     let worker = ended_pod(&s, "worker", 0, &barrier, &long);
-    let map = kept_key(
-        &s,
-        &pai_contract::kept_logs::key(&worker, 0, pai_contract::kept_logs::Part::Main),
-    )
-    .await;
+    let map = kept_key(&s, &worker, 0, true).await;
     assert_eq!(map["metadata"]["ownerReferences"][0]["name"], fw());
     assert!(
         s.api.get("pods", NS, &worker).expect("pod")["metadata"]["finalizers"].is_null(),
@@ -287,11 +277,7 @@ async fn a_tasks_log_outlives_its_pod() {
     })
     .await;
     let again = ended_pod(&s, "worker", 0, "", "attempt 1\n");
-    let map = kept_key(
-        &s,
-        &pai_contract::kept_logs::key(&again, 1, pai_contract::kept_logs::Part::Main),
-    )
-    .await;
+    let map = kept_key(&s, &again, 1, true).await;
     assert!(
         !map["binaryData"]
             [pai_contract::kept_logs::key(&again, 0, pai_contract::kept_logs::Part::Main)]
@@ -353,11 +339,7 @@ async fn a_pod_gone_before_its_log_was_read_leaves_its_termination_message() {
         "Traceback (most recent call last):\nValueError: bad shape\n",
     );
     s.api.create("pods", NS, made);
-    kept_key(
-        &s,
-        &pai_contract::kept_logs::key(&name, 0, pai_contract::kept_logs::Part::Main),
-    )
-    .await;
+    kept_key(&s, &name, 0, false).await;
     s.api.delete("pods", NS, &name);
     s.api.wait_gone("pods", NS, &name).await;
     let read = request(

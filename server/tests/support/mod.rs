@@ -328,3 +328,20 @@ pub async fn watch_after_the_first_view(s: &Setup) -> tokio::task::JoinHandle<Ve
             .await
     })
 }
+
+/// A backend that keeps logs by `budget`, served; its copy listed.
+pub async fn keeping(budget: pai_cluster::log_keeper::Budget) -> Setup {
+    let api = ApiServer::start().await;
+    let client =
+        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let backend =
+        backend_on(&api, pai_cluster::store::DEFAULT_STALE_LIMIT).keeping_logs(client, NS, budget);
+    backend.store().listed().await;
+    let addr = serve_backend(
+        backend,
+        pai_server::auth::Access::Open,
+        std::time::Duration::from_secs(1800),
+    )
+    .await;
+    Setup { api, addr }
+}
