@@ -74,7 +74,7 @@ fn attributes(request: &pai_test_support::apiserver::Request) -> Attributes {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_may_read_its_own_framework_and_peer_table_and_keep_its_own_logs_and_nothing_else() {
+async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     let api = ApiServer::start().await;
     let client = serve(&api).await;
     for (user, job) in [("alice", "train"), ("bob", "other")] {
@@ -122,8 +122,8 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_keep_its_own_logs_a
         json!([{"kind": "ServiceAccount", "name": account, "namespace": NS}])
     );
 
-    // The pods: that account, a short-lived token in both containers (the barrier's, and
-    // the runtime's to keep its log), projected.
+    // The pods: that account, a short-lived token, projected, in the init container only
+    // (the barrier's): the user command's container has none.
     for role in framework["spec"]["taskRoles"].as_array().expect("roles") {
         let pod = &role["task"]["pod"]["spec"];
         assert_eq!(pod["serviceAccountName"], account.as_str());
@@ -136,7 +136,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_keep_its_own_logs_a
                 .filter_map(|m| m["mountPath"].as_str().map(str::to_string))
                 .collect()
         };
-        assert!(mounts(&pod["containers"][0]).contains(&access::TOKEN_MOUNT.to_string()));
+        assert!(!mounts(&pod["containers"][0]).contains(&access::TOKEN_MOUNT.to_string()));
         assert!(mounts(&pod["initContainers"][0]).contains(&access::TOKEN_MOUNT.to_string()));
         let token = pod["volumes"]
             .as_array()
