@@ -369,10 +369,13 @@ impl Sweeper {
             };
             let map = match map {
                 Ok(Some(map)) => map,
-                Ok(None) => {
+                // Only a job an earlier version made can have per-task ConfigMaps: a
+                // job of this one without logs kept costs no more reads.
+                Ok(None) if made_by_an_earlier_version(framework) => {
                     legacy.insert(name, *framework);
                     continue;
                 }
+                Ok(None) => continue,
                 Err(e) => return Err(e.to_string()),
             };
             let first = self.first_kept(framework);
@@ -515,6 +518,20 @@ impl Sweeper {
             }
         }
     }
+}
+
+/// The variable the runtime of earlier versions was told its kept log's size by: a
+/// Framework whose containers carry it kept its tasks' logs in a ConfigMap per task.
+const LEGACY_KEPT_VAR: &str = "PAI_RUNTIME_KEPT_LOG_BYTES";
+
+/// Whether an earlier version made `framework`, with its tasks' logs kept a ConfigMap per
+/// task.
+fn made_by_an_earlier_version(framework: &Framework) -> bool {
+    framework.spec.task_roles.iter().any(|role| {
+        role.main_container()
+            .and_then(|c| c.env.as_ref())
+            .is_some_and(|env| env.iter().any(|v| v.name == LEGACY_KEPT_VAR))
+    })
 }
 
 /// The task pod whose logs an earlier version's ConfigMap `name` kept
