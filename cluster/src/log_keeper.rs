@@ -11,7 +11,9 @@
 //!   time per job, at most one a [`WRITE_EVERY`], each a read and a replace under the
 //!   resourceVersion read (a conflict is read again). A write that would change nothing
 //!   is not made, so a second replica, which reads the same logs, writes what the first
-//!   did not.
+//!   did not. A write the API server's passing trouble broke off (no answer, 5xx, 429,
+//!   beyond what kube's client tries again itself: 429, 503 and 504) waits for the job's
+//!   next write, up to [`WRITE_TRIES`] in a row.
 //! - **Bounded reads.** [`READS_AT_ONCE`] log reads at a time, each at most its share
 //!   (the kubelet gives the last lines; what passes the share is dropped as it comes).
 //! - **Nothing waits for the server.** No pod carries a finalizer and no pod writes: a
@@ -37,7 +39,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use pai_barrier::retry::WatchBackoff;
+use pai_barrier::retry::{Kind, Verdict, WatchBackoff, classify};
 use pai_contract::backoff;
 use pai_contract::framework::{INIT_CONTAINER, MAIN_CONTAINER};
 use pai_contract::kept_logs::{self, LEGACY_FINALIZER, Lost, Part, Share};
@@ -73,6 +75,10 @@ impl Budget {
 pub const READS_AT_ONCE: usize = 16;
 /// A job's kept-log ConfigMap is written at most once in this time.
 pub const WRITE_EVERY: Duration = Duration::from_secs(1);
+/// Writes of one job's reads that failed for the API server's passing trouble (no answer,
+/// 5xx, 429, a refusal of credentials it accepted before), each tried again at its job's
+/// next write: about two minutes of trouble, after which they are dropped, said so.
+pub const WRITE_TRIES: u32 = 120;
 /// What a read takes from the kubelet at most, whatever the share: a log of one endless
 /// line is cut there.
 const READ_AT_MOST: u64 = 64 * 1024 * 1024;
@@ -108,6 +114,17 @@ struct State {
     pending: HashMap<String, Vec<Read>>,
     /// What each job's ConfigMap held when first needed ([`LogKeeper::present`]).
     present: HashMap<String, Arc<tokio::sync::OnceCell<Arc<HashSet<String>>>>>,
+    /// The writes of each job that failed in a row, for trouble that passes.
+    failed_writes: HashMap<String, u32>,
+}
+
+/// How one job's write went.
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    /// Written, or nothing to write (the job gone, its reads already there).
+    Done,
+    /// The API server's passing trouble: the reads wait for the job's next write.
+    Again(Vec<Read>),
 }
 
 impl LogKeeper {
@@ -317,7 +334,10 @@ impl LogKeeper {
                 futures::stream::iter(pending)
                     .for_each_concurrent(4, |(framework, reads)| {
                         let keeper = &self;
-                        async move { keeper.write(&framework, reads).await }
+                        async move {
+                            let written = keeper.write(&framework, reads).await;
+                            keeper.after_write(&framework, written);
+                        }
                     })
                     .await;
                 self.prune();
@@ -327,23 +347,20 @@ impl LogKeeper {
     }
 
     /// Writes `reads` into Framework `name`'s kept-log ConfigMap (made if missing).
-    async fn write(&self, name: &str, reads: Vec<Read>) {
+    async fn write(&self, name: &str, reads: Vec<Read>) -> Written {
         let map_name = kept_logs::config_map(name);
         for _ in 0..10 {
             let Some(framework) = self.store.get(name) else {
-                return;
+                return Written::Done;
             };
             let current = match self.config_maps.get_opt(&map_name).await {
                 Ok(map) => map,
-                Err(e) => {
-                    warn!(config_map = %map_name, error = %e, "cannot read a job's kept logs; its tasks' logs are not kept");
-                    return;
-                }
+                Err(e) => return failed(&map_name, &e, reads),
             };
             let existed = current.is_some();
             let map = current.unwrap_or_else(|| config_map(&map_name, &framework));
             let Some(updated) = with_reads(map.clone(), &reads, &framework, &self.budget) else {
-                return;
+                return Written::Done;
             };
             let written = match existed {
                 true => {
@@ -360,16 +377,43 @@ impl LogKeeper {
             match written {
                 Ok(_) => {
                     debug!(config_map = %map_name, logs = reads.len(), "tasks' logs kept");
-                    return;
+                    return Written::Done;
                 }
                 // Written meanwhile (another replica): read again.
                 Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => {
-                    warn!(config_map = %map_name, error = %e, "cannot keep a job's tasks' logs");
-                    return;
-                }
+                Err(e) => return failed(&map_name, &e, reads),
             }
         }
+        Written::Done
+    }
+
+    /// Counts a job's failed writes: reads that wait are its next write's, up to
+    /// [`WRITE_TRIES`] in a row.
+    fn after_write(&self, framework: &str, written: Written) {
+        let mut state = lock(&self.state);
+        let Written::Again(reads) = written else {
+            state.failed_writes.remove(framework);
+            return;
+        };
+        let failures = state
+            .failed_writes
+            .entry(framework.to_string())
+            .or_default();
+        *failures += 1;
+        if *failures >= WRITE_TRIES {
+            warn!(
+                framework,
+                logs = reads.len(),
+                tries = WRITE_TRIES,
+                "the API server's trouble lasts: these tasks' logs are not kept"
+            );
+            state.failed_writes.remove(framework);
+            return;
+        }
+        // The earlier reads first: a newer read of the same container replaces them.
+        let pending = state.pending.entry(framework.to_string()).or_default();
+        let newer = std::mem::replace(pending, reads);
+        pending.extend(newer);
     }
 
     /// Forgets the jobs gone from the server's copy.
@@ -378,6 +422,9 @@ impl LogKeeper {
         let mut state = lock(&self.state);
         state
             .taken
+            .retain(|framework, _| store.get(framework).is_some());
+        state
+            .failed_writes
             .retain(|framework, _| store.get(framework).is_some());
         state
             .present
@@ -395,6 +442,22 @@ impl LogKeeper {
             Err(e) => {
                 warn!(pod, error = %e, "cannot let the pod go; tried again at its next change")
             }
+        }
+    }
+}
+
+/// A write of `reads` into `map` that `error` broke off: tried again where the trouble
+/// passes (the barrier's rule, [`classify`]: this server was answered before), else
+/// dropped, said so.
+fn failed(map: &str, error: &kube::Error, reads: Vec<Read>) -> Written {
+    match classify(error, true) {
+        Verdict::Retry { kind, .. } if kind != Kind::OtherAnswer => {
+            debug!(config_map = %map, %error, "cannot keep a job's tasks' logs now; tried again");
+            Written::Again(reads)
+        }
+        _ => {
+            warn!(config_map = %map, %error, "cannot keep a job's tasks' logs");
+            Written::Done
         }
     }
 }

@@ -433,6 +433,52 @@ mod cluster {
         assert_eq!(postgres.psql("SELECT count(*) FROM rest_lite_logs"), "0");
     }
 
+    /// A job an earlier version made, whose runtime kept each task's log in a ConfigMap of
+    /// its own, retires with those logs: the retention finds the earlier version's mark on
+    /// its containers (`PAI_RUNTIME_KEPT_LOG_BYTES`), reads the task's ConfigMap by name
+    /// and copies it into the history, from which the log is read once both are gone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_earlier_versions_per_task_kept_log_retires_into_the_history() {
+        let Some(postgres) = Postgres::start() else {
+            return;
+        };
+        let (place, _server, client) = Place::serving(&postgres, "legacy", "legacy").await;
+        let framework = Place::framework("legacy");
+        let pod = format!("{framework}-worker-0");
+        place.api.modify("frameworks", NS, &framework, |f| {
+            let container = &mut f["spec"]["taskRoles"][0]["task"]["pod"]["spec"]["containers"][0];
+            let env = container["env"]
+                .as_array_mut()
+                .expect("the main container's env");
+            env.push(json!({"name": "PAI_RUNTIME_KEPT_LOG_BYTES", "value": "262144"}));
+        });
+        use pai_contract::kept_logs::{Part, legacy_config_map, legacy_key};
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let legacy = legacy_config_map(&pod);
+        place.api.create(
+            "configmaps",
+            NS,
+            // As an earlier version's runtime wrote it at the task's end.
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": legacy, "labels": {
+                    pai_contract::meta::LABEL_MANAGED_BY: pai_contract::meta::MANAGED_BY,
+                }},
+                "binaryData": {
+                    legacy_key(0, Part::Main): b64("what an earlier version kept\n"),
+                    legacy_key(0, Part::Init): b64(""),
+                },
+            }),
+        );
+        place.end_attempt("legacy", 0, 0, 5, true);
+        place.retired("legacy").await;
+        // Gone with its Framework, as the garbage collector deletes what it owns.
+        place.api.delete("configmaps", NS, &legacy);
+        let log = log_of(&client, "legacy").await.expect("the log");
+        assert_eq!(log, "what an earlier version kept\n");
+        assert_eq!(postgres.psql("SELECT count(*) FROM rest_lite_logs"), "1");
+    }
+
     /// A job that ends while the history's database is down is written once it is back,
     /// and its Framework stays in the cluster until then.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -360,6 +360,76 @@ async fn a_pod_gone_before_its_log_was_read_leaves_its_termination_message() {
     );
 }
 
+/// A write of a kept log that the API server could not take (it answers 500 for a while,
+/// as one whose etcd elects a leader does; kube's client itself tries 429, 503 and 504
+/// again, not this) is tried again at the job's next write, and the log is kept once the
+/// server answers: not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_log_waits_out_the_api_servers_trouble() {
+    let s = keeping(pai_cluster::log_keeper::Budget {
+        task_bytes: 1024,
+        job_bytes: pai_contract::kept_logs::JOB_BYTES,
+        attempts: 1,
+    })
+    .await;
+    submit_base_job(&s).await;
+    // A first task's log kept: the server's watch of the pods is up.
+    let first = ended_pod(&s, "ps", 0, "", "the first task\n");
+    kept_key(&s, &first, 0, false).await;
+    let map = pai_contract::kept_logs::config_map(&fw());
+    let since = s.api.requests().len();
+    s.api
+        .fault(Some(pai_test_support::apiserver::Fault::ServerError(500)));
+    let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
+    let mut made = pai_test_support::frameworks::pod_of(&framework, "worker", 0);
+    let name = pod("worker", 0);
+    // Its log cannot be read either: its termination message is what is kept.
+    pai_test_support::frameworks::set_terminated(
+        &mut made,
+        pai_contract::framework::MAIN_CONTAINER,
+        0,
+        "the second task's last words\n",
+    );
+    s.api.create("pods", NS, made);
+    let kept = async {
+        // Two reads of the job's ConfigMap refused: a write, and the write tried again.
+        let mut faulted = s.api.faulted_count();
+        loop {
+            let tries = s.api.requests()[since..]
+                .iter()
+                .filter(|r| r.method == "GET" && r.uri.contains(&format!("/configmaps/{map}")))
+                .count();
+            if tries >= 2 {
+                break;
+            }
+            faulted += 1;
+            s.api.faulted(faulted).await;
+        }
+        s.api.fault(None);
+        kept_key(&s, &name, 0, false).await;
+    };
+    // A bound only to fail rather than hang where the write was dropped.
+    tokio::time::timeout(std::time::Duration::from_secs(120), kept)
+        .await
+        .expect("the refused write was never tried again: the log was dropped");
+    s.api.delete("pods", NS, &name);
+    s.api.wait_gone("pods", NS, &name).await;
+    let read = request(
+        s.addr,
+        "GET",
+        "/api/v1/user/alice/jobs/job/logs?role=worker&index=0",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert!(
+        read.body.starts_with("the second task's last words"),
+        "{}",
+        read.body
+    );
+}
+
 /// A task whose attempt ended before it was placed (its image not pulled) never will have
 /// a log in that attempt: the API and the task's log page say so and what ended it, not
 /// "no log yet"; a task that was placed still has its pod's answer.
