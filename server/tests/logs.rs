@@ -194,6 +194,39 @@ fn ended_pod(s: &Setup, role: &str, index: u32, init: &str, main: &str) -> Strin
     name
 }
 
+/// Makes the pod of task `role`-`index` with its main container terminated with `code`
+/// and the kubelet's termination `message`, and no log (the kubelet's answer is an
+/// error, as for a pod that is gone): its name.
+fn pod_with_last_words(s: &Setup, role: &str, index: u32, code: i32, message: &str) -> String {
+    let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
+    let mut made = pai_test_support::frameworks::pod_of(&framework, role, index);
+    pai_test_support::frameworks::set_terminated(
+        &mut made,
+        pai_contract::framework::MAIN_CONTAINER,
+        code,
+        message,
+    );
+    s.api.create("pods", NS, made);
+    pod(role, index)
+}
+
+/// Deletes `pod` (FrameworkController's doing, played) and reads its task's log through
+/// the API once it is gone: what was kept.
+async fn log_once_gone(s: &Setup, pod: &str, role: &str, index: u32) -> String {
+    s.api.delete("pods", NS, pod);
+    s.api.wait_gone("pods", NS, pod).await;
+    let read = request(
+        s.addr,
+        "GET",
+        &format!("/api/v1/user/alice/jobs/job/logs?role={role}&index={index}"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    read.body
+}
+
 /// Waits until the job's kept-log ConfigMap holds the main container's log of `pod`'s
 /// attempt `attempt` and, `with_init`, its init container's (the two reads may land in
 /// different writes).
@@ -328,35 +361,19 @@ async fn a_pod_gone_before_its_log_was_read_leaves_its_termination_message() {
     })
     .await;
     submit_base_job(&s).await;
-    let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
-    let mut made = pai_test_support::frameworks::pod_of(&framework, "ps", 0);
-    let name = pod("ps", 0);
-    // No log: the kubelet's answer is an error, as for a pod that is gone.
-    pai_test_support::frameworks::set_terminated(
-        &mut made,
-        pai_contract::framework::MAIN_CONTAINER,
+    let name = pod_with_last_words(
+        &s,
+        "ps",
+        0,
         1,
         "Traceback (most recent call last):\nValueError: bad shape\n",
     );
-    s.api.create("pods", NS, made);
     kept_key(&s, &name, 0, false).await;
-    s.api.delete("pods", NS, &name);
-    s.api.wait_gone("pods", NS, &name).await;
-    let read = request(
-        s.addr,
-        "GET",
-        "/api/v1/user/alice/jobs/job/logs?role=ps&index=0",
-        None,
-        "",
-    )
-    .await;
-    assert_eq!(read.status, 200, "{}", read.body);
-    assert!(read.body.starts_with("Traceback"), "{}", read.body);
+    let log = log_once_gone(&s, &name, "ps", 0).await;
+    assert!(log.starts_with("Traceback"), "{log}");
     assert!(
-        read.body
-            .contains("its pod was gone before the server could read its log"),
-        "{}",
-        read.body
+        log.contains("its pod was gone before the server could read its log"),
+        "{log}"
     );
 }
 
@@ -380,17 +397,8 @@ async fn a_kept_log_waits_out_the_api_servers_trouble() {
     let since = s.api.requests().len();
     s.api
         .fault(Some(pai_test_support::apiserver::Fault::ServerError(500)));
-    let framework = s.api.get("frameworks", NS, &fw()).expect("framework");
-    let mut made = pai_test_support::frameworks::pod_of(&framework, "worker", 0);
-    let name = pod("worker", 0);
     // Its log cannot be read either: its termination message is what is kept.
-    pai_test_support::frameworks::set_terminated(
-        &mut made,
-        pai_contract::framework::MAIN_CONTAINER,
-        0,
-        "the second task's last words\n",
-    );
-    s.api.create("pods", NS, made);
+    let name = pod_with_last_words(&s, "worker", 0, 0, "the second task's last words\n");
     let kept = async {
         // Two reads of the job's ConfigMap refused: a write, and the write tried again.
         let mut faulted = s.api.faulted_count();
@@ -412,22 +420,8 @@ async fn a_kept_log_waits_out_the_api_servers_trouble() {
     tokio::time::timeout(std::time::Duration::from_secs(120), kept)
         .await
         .expect("the refused write was never tried again: the log was dropped");
-    s.api.delete("pods", NS, &name);
-    s.api.wait_gone("pods", NS, &name).await;
-    let read = request(
-        s.addr,
-        "GET",
-        "/api/v1/user/alice/jobs/job/logs?role=worker&index=0",
-        None,
-        "",
-    )
-    .await;
-    assert_eq!(read.status, 200, "{}", read.body);
-    assert!(
-        read.body.starts_with("the second task's last words"),
-        "{}",
-        read.body
-    );
+    let log = log_once_gone(&s, &name, "worker", 0).await;
+    assert!(log.starts_with("the second task's last words"), "{log}");
 }
 
 /// A task whose attempt ended before it was placed (its image not pulled) never will have
