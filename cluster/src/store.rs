@@ -597,15 +597,21 @@ mod tests {
         // Woken by the first change on a thread of its own, while the rest are sent.
         let mut changes = store.subscribe();
         let watching = store.clone();
+        // A thread slow to start may find it has fallen behind already: that too is a
+        // wake-up after which the copy must be whole.
         let first = std::thread::spawn(move || {
-            let first = changes.blocking_recv().expect("a change");
+            let first = match changes.blocking_recv() {
+                Ok(change) => Some(change),
+                Err(broadcast::error::RecvError::Lagged(_)) => None,
+                Err(broadcast::error::RecvError::Closed) => panic!("the changes ended"),
+            };
             (first, watching.serving().is_ok(), watching.all().len())
         });
         let (first, serving, copied) = tokio::task::spawn_blocking(move || first.join())
             .await
             .expect("joined")
             .expect("the first change");
-        assert!(matches!(first, Change::Applied(_)));
+        assert!(first.is_none_or(|first| matches!(first, Change::Applied(_))));
         assert!(serving, "a change came while the copy was not served");
         assert_eq!(copied, jobs);
         assert_eq!(store.all().len(), jobs);

@@ -257,10 +257,17 @@ mod cluster {
                 });
                 return;
             }
+            // As the server's log keeper makes it.
+            self.create_log_map(&name, &main, &init, text);
+        }
+
+        /// Creates ConfigMap `name`, labelled as rest-lite's, holding a task's log `text`
+        /// under key `main` and an empty init log under key `init`.
+        fn create_log_map(&self, name: &str, main: &str, init: &str, text: &str) {
+            let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
             self.api.create(
                 "configmaps",
                 NS,
-                // As the server's log keeper makes it (labelled as rest-lite's).
                 json!({
                     "apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": name, "labels": {
@@ -453,22 +460,13 @@ mod cluster {
             env.push(json!({"name": "PAI_RUNTIME_KEPT_LOG_BYTES", "value": "262144"}));
         });
         use pai_contract::kept_logs::{Part, legacy_config_map, legacy_key};
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let legacy = legacy_config_map(&pod);
-        place.api.create(
-            "configmaps",
-            NS,
-            // As an earlier version's runtime wrote it at the task's end.
-            json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": legacy, "labels": {
-                    pai_contract::meta::LABEL_MANAGED_BY: pai_contract::meta::MANAGED_BY,
-                }},
-                "binaryData": {
-                    legacy_key(0, Part::Main): b64("what an earlier version kept\n"),
-                    legacy_key(0, Part::Init): b64(""),
-                },
-            }),
+        // As an earlier version's runtime wrote it at the task's end.
+        place.create_log_map(
+            &legacy,
+            &legacy_key(0, Part::Main),
+            &legacy_key(0, Part::Init),
+            "what an earlier version kept\n",
         );
         place.end_attempt("legacy", 0, 0, 5, true);
         place.retired("legacy").await;
