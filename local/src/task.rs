@@ -618,6 +618,12 @@ async fn start_and_wait(
         pai_contract::env::runtime::LOG_ROTATION,
         launch.logs.rotation().to_env(),
     );
+    // The container's start is waited for from before it is started.
+    // A host process runs once it is spawned.
+    let running = match &container {
+        Some(c) => c.engine.running(c.name),
+        None => Box::pin(std::future::ready(())),
+    };
     // Files, fork and exec on a spawning thread: none of it blocks the async workers.
     let started_process = launch
         .spawner
@@ -636,11 +642,6 @@ async fn start_and_wait(
         Err(message) => return Outcome::CannotStart(message),
     };
     let mut started = Some(started);
-    let running = async {
-        if let Some(c) = &container {
-            c.engine.running(c.name).await;
-        }
-    };
     tokio::pin!(running);
     loop {
         tokio::select! {

@@ -814,6 +814,74 @@ async fn stop_and_delete_leave_no_container(engine: Engine) {
     );
 }
 
+/// Podman's start follower reads the engine's events and looks at its running containers
+/// once, however long the starts take; and a start before the events stream had
+/// subscribed is not missed (the stream replays the engine's event log from before the
+/// first waiter). The real Podman behind a shim first on the server's PATH that records
+/// each call and makes the engine slow where it matters: `events` subscribes 4 s late, and
+/// `run` starts its container 2 s late, so the containers start before the stream listens
+/// and a look each second (how the follower was) would have looked four times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podmans_start_follower_reads_the_engines_events_and_looks_once() {
+    if !ready(Engine::Podman) {
+        return;
+    }
+    let dir = scratch("start-follower");
+    let shims = dir.join("shims");
+    std::fs::create_dir_all(&shims).expect("shims");
+    let real = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("podman"))
+        .find(|p| p.is_file())
+        .expect("podman on PATH");
+    let calls = dir.join("calls");
+    let shim = shims.join("podman");
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{calls}'\nfor word in \"$@\"; do\n  case $word in\n    events) sleep 4; break;;\n    run) sleep 2; break;;\n    -*|runc) ;;\n    *) break;;\n  esac\ndone\nexec '{real}' \"$@\"\n",
+            calls = calls.display(),
+            real = real.display()
+        ),
+    )
+    .expect("shim");
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("shim's mode");
+    let path = std::env::join_paths(std::iter::once(shims.clone()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("PATH");
+    let (_leftovers, server) = start_with(Engine::Podman, &dir.join("state"), &[("PATH", &path)]);
+    let client = server.client();
+    submit_sleepers(&client, "followed").await;
+    every_task_running(&client, "followed").await;
+    let calls = std::fs::read_to_string(&calls).expect("the shim's record");
+    let calls: Vec<&str> = calls.lines().collect();
+    let subcommand = |call: &&str| {
+        call.split_whitespace()
+            .find(|w| !w.starts_with('-') && *w != "runc")
+            .map(str::to_string)
+    };
+    let runs = calls
+        .iter()
+        .filter(|c| subcommand(c).as_deref() == Some("run"))
+        .count();
+    assert_eq!(runs, 2, "a client per task: {calls:#?}");
+    let looks: Vec<&&str> = calls
+        .iter()
+        .filter(|c| subcommand(c).as_deref() == Some("ps") && !c.contains("--all"))
+        .collect();
+    assert_eq!(
+        looks.len(),
+        1,
+        "one look at the running containers: {calls:#?}"
+    );
+    let streams = calls
+        .iter()
+        .filter(|c| subcommand(c).as_deref() == Some("events"))
+        .count();
+    assert_eq!(streams, 1, "one events stream for both tasks: {calls:#?}");
+}
+
 /// Removes every container of the server whose state directory is `state` when dropped:
 /// a failed test leaves none running (a server's containers outlive it).
 struct Leftovers {

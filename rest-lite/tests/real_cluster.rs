@@ -1,6 +1,7 @@
 //! The operator's guide on a real control plane (`real_cluster/run.sh`): installed by
 //! kustomize, a finished job's log on both replicas before and after a rolling restart,
-//! and the removal with a job running in each order of its steps and with the servers
+//! a finished 2-task job's logs read back from the job history (a throwaway PostgreSQL)
+//! once its pods, Framework and kept-log ConfigMap are gone, and the removal with a job running in each order of its steps and with the servers
 //! killed, each namespace gone within 60 s.
 //!
 //! Needs a built `../shared/k8s-harness` (its README: a real kube-apiserver,

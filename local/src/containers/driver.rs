@@ -27,7 +27,9 @@ pub trait Driver: Send + Sync + std::fmt::Debug {
         step: &'a Step,
         runtime_binary: &'a Path,
     ) -> BoxFuture<'a, Result<Start, String>>;
-    /// Returns once the container `name` runs (or has run).
+    /// Returns once the container `name` runs (or has run). The wait begins at this
+    /// call, not at the future's first poll: called before the container is started, it
+    /// cannot miss the start.
     fn running<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()>;
     /// Whether `image` is on this machine.
     fn has_image<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<bool, String>>;

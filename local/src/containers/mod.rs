@@ -128,9 +128,10 @@ impl Engine {
     }
 
     /// Returns once the container `name` runs (or has run): a task is RUNNING then, as a
-    /// pod whose container started.
-    pub async fn running(&self, name: &str) {
-        self.driver.running(name).await
+    /// pod whose container started. The wait begins at this call: make it before the
+    /// container starts.
+    pub fn running<'a>(&'a self, name: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        self.driver.running(name)
     }
 
     /// Whether `image` is on this machine.

@@ -25,8 +25,8 @@ use super::driver::{CDI_GPU, Driver, LABEL_SERVER, Start, Step, Ulimit};
 /// Podman lowers its own `nproc` to this (so runc, started under it, cannot set more).
 pub(super) const MAX_PROCESSES: u64 = 32_768;
 
-/// Between two looks at the running containers, beside the events that say a container
-/// started.
+/// Between two looks at the running containers, while the events that say a container
+/// started cannot be read.
 const START_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Podman's command line, as this server calls it.
@@ -278,15 +278,27 @@ impl Cli {
             .collect())
     }
 
-    /// Tells the waiting tasks their container runs, until nobody waits: from one
-    /// `podman events` stream of this server's containers' starts, and a look at the
-    /// running ones at its beginning and then each [`START_LOOK`] (a start the stream
-    /// had not subscribed to yet, or an engine whose events cannot be read).
-    async fn follow_starts(self: Arc<Self>, starts: Arc<Starts>) {
+    /// Tells the waiting tasks their container runs, until nobody waits, from one
+    /// `podman events` stream of this server's containers' starts. The stream replays the
+    /// engine's event log from a moment before `began`, when the first waiter came: every
+    /// waiter comes before its container starts ([`Driver::running`]), so no start is
+    /// missed between the stream's spawn and its subscription. One look at the running
+    /// containers at the beginning answers a waiter whose container was there already.
+    /// Only while the engine's events cannot be read does a look come each [`START_LOOK`]
+    /// (a `ps` each second, with 50 containers starting, took CPU the starts needed).
+    async fn follow_starts(self: Arc<Self>, starts: Arc<Starts>, began: std::time::SystemTime) {
         use tokio::io::AsyncBufReadExt;
+        // The event log's clock is this machine's; a second before is a margin for its
+        // resolution, and a start replayed twice is told once.
+        let since = began
+            .checked_sub(std::time::Duration::from_secs(1))
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|t| format!("{}.{:09}", t.as_secs(), t.subsec_nanos()))
+            .unwrap_or_else(|| "0".to_string());
         let events = self
             .command()
-            .args(["events", "--filter", "event=start", "--filter"])
+            .args(["events", "--since", &since])
+            .args(["--filter", "event=start", "--filter"])
             .arg(&self.filter)
             .args(["--format", "{{.Name}}"])
             .stdin(Stdio::null())
@@ -307,6 +319,9 @@ impl Cli {
                 (None, None)
             }
         };
+        if starts.tell(self.names(false).await.unwrap_or_default()) {
+            return;
+        }
         let mut look = tokio::time::interval(START_LOOK);
         loop {
             let started: Vec<String> = tokio::select! {
@@ -315,12 +330,19 @@ impl Cli {
                         Some(name) => vec![name],
                         None => {
                             // The stream ended: the looks go on alone.
+                            tracing::warn!("Podman's event stream ended; looking at the running containers instead");
                             lines = None;
+                            look.reset();
                             Vec::new()
                         }
                     }
                 }
-                _ = look.tick() => self.names(false).await.unwrap_or_default(),
+                // While the stream lives, the tick only forgets waiters that are gone
+                // (a task whose start failed), so that a follower nobody needs ends.
+                _ = look.tick() => match lines {
+                    Some(_) => Vec::new(),
+                    None => self.names(false).await.unwrap_or_default(),
+                },
             };
             if starts.tell(started) {
                 return;
@@ -368,22 +390,26 @@ impl Driver for Podman {
     }
 
     /// Returns once the container `name` runs (or has run): a task is RUNNING then, as a
-    /// pod whose container started.
+    /// pod whose container started. The waiter is there from this call on.
     fn running<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let start_follower = {
+            let mut waiters = self
+                .starts
+                .waiters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            waiters.0.entry(name.to_string()).or_default().push(tx);
+            !std::mem::replace(&mut waiters.1, true)
+        };
+        if start_follower {
+            let follower = self
+                .cli
+                .clone()
+                .follow_starts(self.starts.clone(), std::time::SystemTime::now());
+            tokio::spawn(follower);
+        }
         Box::pin(async move {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let start_poller = {
-                let mut waiters = self
-                    .starts
-                    .waiters
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                waiters.0.entry(name.to_string()).or_default().push(tx);
-                !std::mem::replace(&mut waiters.1, true)
-            };
-            if start_poller {
-                tokio::spawn(self.cli.clone().follow_starts(self.starts.clone()));
-            }
             let _ = rx.await;
         })
     }

@@ -63,8 +63,8 @@ is_state() { [ "$(state "$1")" = "$2" ]; }
 # The Framework of job $1 of this machine's user (pai_contract::names::framework_name).
 framework() { printf '%s' "$(id -un)/$1" | sha256sum | cut -c1-32; }
 retried_once() { [ "$(rl status "$1" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobStatus"]["retries"])')" = 1 ]; }
-gone_job() { ! rl jobs 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
-deleting() { kubectl get pods -n "$2" -l "FC_FRAMEWORK_NAME=$1" -o jsonpath='{.items[*].metadata.deletionTimestamp}' | grep -q T; }
+gone_job() { ! rl jobs 2>/dev/null | awk '{print $1}' | grep -x >/dev/null "$1"; }
+deleting() { kubectl get pods -n "$2" -l "FC_FRAMEWORK_NAME=$1" -o jsonpath='{.items[*].metadata.deletionTimestamp}' | grep >/dev/null T; }
 no_namespace() { ! kubectl get namespace "$1"; }
 pods_of() { kubectl get pods -n "$2" -l "FC_FRAMEWORK_NAME=$1" --no-headers 2>/dev/null | wc -l; }
 no_pods() { [ "$(pods_of "$1" "$2")" = 0 ]; }
@@ -75,7 +75,7 @@ placed() {
     out=$(kubectl get pods -n "$2" -l "FC_FRAMEWORK_NAME=$1" -o jsonpath='{range .items[*]}{.metadata.deletionTimestamp}{"|"}{.spec.schedulingGates}{"\n"}{end}')
     [ "$(printf '%s\n' "$out" | grep -c '^|$')" = 6 ]
   else
-    "$S/fake-kubelet.sh" bound "$1" -n "$2" | grep -q '^6/6 bound'
+    "$S/fake-kubelet.sh" bound "$1" -n "$2" | grep >/dev/null '^6/6 bound'
   fi
 }
 one_placed() { placed "$1" default || placed "$2" default; }
@@ -83,10 +83,10 @@ run_pods() {
   if [ "$ENGINE" = kueue ]; then "$S/fake-kubelet.sh" run "$1" -n "$2" >/dev/null
   else "$S/fake-kubelet.sh" run-bound "$1" -n "$2" >/dev/null; fi
 }
-waiting_says() { rl status "$1" | grep -E "^waiting for" | head -1; }
+waiting_says() { rl status "$1" | grep -E "^waiting for" | sed -n 1p; }
 # Job $1 waits, in the engine's own words (Kueue's Workload, Volcano's PodGroup).
 engine_words() {
-  if [ "$ENGINE" = kueue ]; then waiting_says "$1" | grep -q "quota"
+  if [ "$ENGINE" = kueue ]; then waiting_says "$1" | grep >/dev/null "quota"
   else waiting_says "$1" | grep -Eq "gang|Inqueue|Pending"; fi
 }
 

@@ -12,6 +12,9 @@
 # Cases (all by default):
 #   logs       a finished job's log after its pods are gone, on both replicas, before and
 #              after a rolling restart; with its times (timestamps=true), kept and running
+#   history    with the job history (a throwaway PostgreSQL on the node's address): a
+#              finished 2-task job's logs on both replicas once its pods are gone, then
+#              once its Framework and kept-log ConfigMap are gone too, from the database
 #   delete-k   `kubectl delete -k` with a job running, then the namespace: gone within 60 s
 #   reversed   the namespace deleted first (server and job running), then `delete -k`
 #   killed     the servers killed (force-deleted, their ReplicaSet gone: never replaced)
@@ -30,21 +33,24 @@ export KUBECONFIG=$H/kubeconfig PATH=$H/bin:$PATH
 WORK=$ROOT/target/real-cluster
 rm -rf "$WORK" && mkdir -p "$WORK"
 TOKEN=real-cluster-token
-CASES=${*:-logs delete-k reversed killed credentials config}
+CASES=${*:-logs history delete-k reversed killed credentials config}
 
 say() { echo "=== $(date -u +%T) $*"; }
+# After a pipe, `grep >/dev/null` and `sed -n 1p`, never `grep -q` or `head -1`: those
+# stop reading early, and the writer's SIGPIPE then fails the pipeline under pipefail.
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
 "$S/start-all.sh" >/dev/null
 "$S/start-node.sh" >/dev/null
 for image in rest-lite kube-runtime; do
-  ctr --address "$H/node/containerd/containerd.sock" -n k8s.io images ls -q | grep -qx "localhost/$image:0.1.0" \
+  ctr --address "$H/node/containerd/containerd.sock" -n k8s.io images ls -q | grep -x >/dev/null "localhost/$image:0.1.0" \
     || fail "image localhost/$image:0.1.0 missing: build it with $S/build-*-image.sh $ROOT"
 done
 
-# The operator's overlay (docs/operating.md, steps 3 and 4) for namespace $1.
+# The operator's overlay (docs/operating.md, steps 3 to 5) for namespace $1; with $2 =
+# history, the job history's component and config (step 5).
 overlay() {
-  local ns=$1 dir=$WORK/$1
+  local ns=$1 dir=$WORK/$1 history=${2:-}
   mkdir -p "$dir"
   cat >"$dir/config.yaml" <<EOF
 runtimeImage: localhost/kube-runtime:0.1.0
@@ -52,12 +58,15 @@ runtimeImagePullPolicy: Never
 kubeApiserverAddress: https://198.18.0.1:6443
 terminationGracePeriodSec: 10
 EOF
+  [ -z "$history" ] || printf 'history: {databaseFile: /etc/rest-lite/history/connection, frameworkKeptSec: 15}\n' \
+    >>"$dir/config.yaml"
   cat >"$dir/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: $ns
 resources:
   - ../../../deploy/rest-lite
+${history:+components: [../../../deploy/rest-lite/history]}
 images:
   - name: rest-lite
     newName: localhost/rest-lite
@@ -77,12 +86,17 @@ patches:
       - op: add
         path: /spec/template/spec/containers/0/env/-
         value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}
+      # The node's 2 CPUs: the two replicas and a job of two 1-CPU tasks only so.
+      - op: replace
+        path: /spec/template/spec/containers/0/resources/requests/cpu
+        value: "0"
 EOF
   echo "$dir"
 }
 
+# install NS [CONNECTION]: the server in NS; with a connection string, its job history.
 install() {
-  local ns=$1
+  local ns=$1 connection=${2:-}
   # A namespace left by an earlier run that failed.
   kubectl delete namespace "$ns" --ignore-not-found --timeout=120s >/dev/null
   kubectl create namespace "$ns" >/dev/null
@@ -90,7 +104,9 @@ install() {
   hash=$(printf %s "$TOKEN" | sha256sum | cut -d' ' -f1)
   printf 'users:\n  - {name: alice, tokenSha256: %s, admin: true}\n' "$hash" >"$WORK/tokens.yaml"
   kubectl -n "$ns" create secret generic rest-lite-tokens --from-file=tokens.yaml="$WORK/tokens.yaml" >/dev/null
-  kubectl apply -k "$(overlay "$ns")" >/dev/null
+  [ -z "$connection" ] || kubectl -n "$ns" create secret generic rest-lite-history \
+    --from-literal=connection="$connection" >/dev/null
+  kubectl apply -k "$(overlay "$ns" ${connection:+history})" >/dev/null
   kubectl -n "$ns" rollout status deployment/rest-lite --timeout=180s >/dev/null
 }
 
@@ -106,15 +122,16 @@ api() {
     ${body:+-H "Content-Type: application/json" --data "$body"} "http://$ip:9186$path"
 }
 
+# submit NS NAME COMMAND [TASKS]
 submit() {
-  local ns=$1 name=$2 command=$3 ip
-  ip=$(servers "$ns" | head -1)
+  local ns=$1 name=$2 command=$3 tasks=${4:-1} ip
+  ip=$(servers "$ns" | sed -n 1p)
   api "$ns" "$ip" POST /api/v1/user/alice/jobs \
-    "{\"jobName\":\"$name\",\"image\":\"localhost/debian:bookworm\",\"taskRoles\":[{\"name\":\"worker\",\"taskNumber\":1,\"cpuNumber\":1,\"memoryMB\":256,\"command\":\"$command\"}]}" >/dev/null
+    "{\"jobName\":\"$name\",\"image\":\"localhost/debian:bookworm\",\"taskRoles\":[{\"name\":\"worker\",\"taskNumber\":$tasks,\"cpuNumber\":1,\"memoryMB\":256,\"command\":\"$command\"}]}" >/dev/null
 }
 
 state() {
-  api "$1" "$(servers "$1" | head -1)" GET "/api/v1/user/alice/jobs/$2" | jq -r .jobStatus.state
+  api "$1" "$(servers "$1" | sed -n 1p)" GET "/api/v1/user/alice/jobs/$2" | jq -r .jobStatus.state
 }
 
 wait_state() {
@@ -151,7 +168,7 @@ running_job() {
   wait_state "$ns" long RUNNING
   for _ in $(seq 1 60); do
     kubectl -n "$ns" get pods -l app.kubernetes.io/managed-by=rest-lite \
-      -o jsonpath='{.items[*].status.phase}' | grep -q Running && return 0
+      -o jsonpath='{.items[*].status.phase}' | grep >/dev/null Running && return 0
     sleep 1
   done
   fail "the job's pod in $ns does not run"
@@ -169,7 +186,7 @@ case_logs() {
   for round in "before a rolling restart" "after a rolling restart"; do
     for ip in $(servers "$ns"); do
       log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/hello/logs?role=worker&index=0")
-      echo "$log" | grep -q "hello from the task" || fail "replica $ip ($round): $log"
+      echo "$log" | grep >/dev/null "hello from the task" || fail "replica $ip ($round): $log"
       say "replica $ip ($round): $(echo "$log" | tr '\n' '|')"
     done
     if [ "$round" = "before a rolling restart" ]; then
@@ -184,29 +201,85 @@ case_logs() {
       done
     fi
   done
-  ip=$(servers "$ns" | head -1)
+  ip=$(servers "$ns" | sed -n 1p)
   # With their times (the kept copy: the runtime's lines' own, the others' from the line
   # before), the user's lines still told apart from the runtime's.
   log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/hello/logs?role=worker&index=0&timestamps=true")
-  echo "$log" | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z hello from the task$' \
+  echo "$log" | grep -E >/dev/null '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z hello from the task$' \
     || fail "the log with its times: $log"
   say "with its times: $(echo "$log" | tr '\n' '|')"
   log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/hello/logs?role=worker&index=0&source=runtime")
-  echo "$log" | grep -q "barrier passed\|passed the barrier\|\[runtime" || fail "the runtime's lines: $log"
+  echo "$log" | grep >/dev/null "barrier passed\|passed the barrier\|\[runtime" || fail "the runtime's lines: $log"
   say "the runtime's lines kept: $(echo "$log" | wc -l) lines"
   # A stopped task keeps its log too: TERM, its exit, then the runtime's write.
   running_job "$ns"
   # A running task's log with the kubelet's times.
   log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/long/logs?role=worker&index=0&timestamps=true")
-  echo "$log" | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z started$' \
+  echo "$log" | grep -E >/dev/null '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z started$' \
     || fail "the running task's log with the kubelet's times: $log"
   say "a running task's log with the kubelet's times: $(echo "$log" | tr '\n' '|')"
   api "$ns" "$ip" PUT /api/v1/user/alice/jobs/long/executionType '{"value":"STOP"}' >/dev/null
   wait_state "$ns" long STOPPED
   for _ in $(seq 1 60); do [ -z "$(task_pods "$ns")" ] && break; sleep 1; done
   log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/long/logs?role=worker&index=0")
-  echo "$log" | grep -q "started" || fail "the stopped task's log: $log"
+  echo "$log" | grep >/dev/null "started" || fail "the stopped task's log: $log"
   say "a stopped task's log, its pod gone: $(echo "$log" | tr '\n' '|')"
+  kubectl delete -k "$WORK/$ns" >/dev/null
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+  gone "$ns"
+}
+
+# A throwaway PostgreSQL for the job history, on the node's address (where pods reach the
+# machine), admitting the pods' network; stopped when the script ends.
+postgres_for_pods() {
+  local bin dir=$WORK/postgres port=55432
+  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [ -x "$bin/initdb" ] || fail "no PostgreSQL (apt-get install postgresql)"
+  mkdir -p "$dir" && chown postgres "$dir"
+  su postgres -s /bin/sh -c "$bin/initdb -D $dir/data -U postgres -A trust" >"$dir/initdb.log" 2>&1 \
+    || fail "initdb: $(tail -3 "$dir/initdb.log")"
+  printf 'local all all trust\nhost all all 198.18.0.0/24 trust\n' >"$dir/data/pg_hba.conf"
+  su postgres -s /bin/sh -c "$bin/postgres -D $dir/data -p $port -k $dir -c listen_addresses=198.18.0.1" \
+    >"$dir/postgres.log" 2>&1 &
+  for _ in $(seq 1 30); do
+    "$bin/pg_isready" -q -h 198.18.0.1 -p "$port" && break
+    sleep 1
+  done
+  "$bin/pg_isready" -q -h 198.18.0.1 -p "$port" || fail "PostgreSQL: $(tail -3 "$dir/postgres.log")"
+  echo "postgresql://postgres@198.18.0.1:$port/postgres?sslmode=disable"
+}
+
+case_history() {
+  local ns=rl-history ip log index connection
+  postgres_for_pods >"$WORK/connection"
+  trap 'su postgres -s /bin/sh -c "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl -D $WORK/postgres/data stop -m fast" >/dev/null 2>&1 || true' EXIT
+  connection=$(cat "$WORK/connection")
+  install "$ns" "$connection"
+  submit "$ns" pair 'echo hello from task $PAI_TASK_INDEX; exit 0' 2
+  wait_state "$ns" pair SUCCEEDED
+  for _ in $(seq 1 60); do [ -z "$(task_pods "$ns")" ] && break; sleep 1; done
+  [ -z "$(task_pods "$ns")" ] || fail "the tasks' pods are still there"
+  say "a 2-task job SUCCEEDED, its pods gone"
+  read_both() {
+    for ip in $(servers "$ns"); do
+      for index in 0 1; do
+        log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/pair/logs?role=worker&index=$index")
+        echo "$log" | grep -x >/dev/null "hello from task $index" || fail "replica $ip, task $index ($1): $log"
+      done
+      say "replica $ip ($1): both tasks' logs"
+    done
+  }
+  read_both "from the kept-log ConfigMap"
+  for _ in $(seq 1 120); do
+    [ -z "$(kubectl -n "$ns" get frameworks -o name)" ] && break
+    sleep 1
+  done
+  [ -z "$(kubectl -n "$ns" get frameworks -o name)" ] || fail "the Framework is still there"
+  [ -z "$(kubectl -n "$ns" get configmaps -l app.kubernetes.io/managed-by=rest-lite -o name)" ] \
+    || fail "a kept-log ConfigMap is still there"
+  say "the Framework and its kept-log ConfigMap gone (frameworkKeptSec: 15)"
+  [ "$(state "$ns" pair)" = SUCCEEDED ] || fail "the job's state from the history: $(state "$ns" pair)"
+  read_both "from the job history"
   kubectl delete -k "$WORK/$ns" >/dev/null
   kubectl delete namespace "$ns" --wait=false >/dev/null
   gone "$ns"
@@ -252,7 +325,7 @@ case_credentials() {
   say "the server's ServiceAccount deleted while it runs"
   kubectl -n "$ns" delete serviceaccount rest-lite >/dev/null
   t0=$SECONDS
-  ip=$(servers "$ns" | head -1)
+  ip=$(servers "$ns" | sed -n 1p)
   pod=$(kubectl -n "$ns" get pods -l app.kubernetes.io/name=rest-lite --field-selector=status.podIP="$ip" -o name)
   for _ in $(seq 1 90); do
     code=$(curl -s -o "$WORK/readyz" -w '%{http_code}' "http://$ip:9186/readyz" || true)
@@ -288,7 +361,7 @@ case_config() {
   kubectl apply -k "$WORK/$ns" >/dev/null
   for pod in $pods; do
     for _ in $(seq 1 180); do
-      kubectl -n "$ns" logs "$pod" | grep -q "config read again" && break
+      kubectl -n "$ns" logs "$pod" | grep >/dev/null "config read again" && break
       sleep 1
     done
     kubectl -n "$ns" logs "$pod" | grep "config read again" | cut -c1-240 \
@@ -305,7 +378,7 @@ case_config() {
   [ "$left" = 1 ] || fail "$left Frameworks left, not 1"
   say "one finished job left, $((SECONDS - t0)) s after the apply"
   for ip in $(servers "$ns"); do
-    api "$ns" "$ip" GET /api/v2/storages | jq -r '.storages[].name' | grep -qx team \
+    api "$ns" "$ip" GET /api/v2/storages | jq -r '.storages[].name' | grep -x >/dev/null team \
       || fail "replica $ip does not list the storage"
   done
   say "both replicas list the storage team; the same pods serve (no restart)"
