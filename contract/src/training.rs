@@ -1,8 +1,9 @@
 //! What the runtime derives for distributed-training programs from the peer table
-//! (TensorFlow's `TF_CONFIG`, torchrun's and `torch.distributed`'s variables, an MPI
-//! hostfile, ssh between tasks), which parts a job asks for, and the rules both sides
-//! apply: which task is PyTorch's master, which roles run MPI ranks, how large a variable
-//! may be.
+//! (TensorFlow's `TF_CONFIG`, torchrun's and `torch.distributed`'s variables, JAX's
+//! coordinator, XGBoost's tracker, an MPI hostfile, ssh between tasks), which parts a job
+//! asks for, and the rules both sides apply: which role leads (PyTorch's master, JAX's
+//! coordinator, XGBoost's tracker), how processes are numbered, which roles run MPI ranks,
+//! how large a variable may be.
 
 use std::fmt;
 use std::str::FromStr;
@@ -13,8 +14,15 @@ pub const FRAMEWORK_ENV_VAR: &str = "PAI_FRAMEWORK_ENV";
 /// Label of the port PyTorch's master (the c10d store, torchrun's rendezvous) listens on;
 /// rest-lite gives it to the master role when the job asks for PyTorch's variables.
 pub const MASTER_PORT_LABEL: &str = "master";
-/// Role names that make a role PyTorch's master (compared without regard to case, in
-/// this order); without one, the first role is.
+/// Label of the port JAX's coordinator (`jax.distributed`'s service) listens on; rest-lite
+/// gives it to the leading role when the job asks for JAX's variables.
+pub const JAX_PORT_LABEL: &str = "jax";
+/// Label of the port XGBoost's tracker (`xgboost.tracker.RabitTracker`) listens on;
+/// rest-lite gives it to the leading role when the job asks for XGBoost's variables.
+pub const XGBOOST_PORT_LABEL: &str = "xgboost";
+/// Role names that make a role the leading one, PyTorch's master, JAX's coordinator and
+/// XGBoost's tracker (compared without regard to case, in this order); without one, the
+/// first role is.
 pub const MASTER_ROLE_NAMES: [&str; 2] = ["master", "chief"];
 /// A role with this name (any case) runs `mpirun` and is left out of the hostfile.
 pub const LAUNCHER_ROLE: &str = "launcher";
@@ -56,6 +64,39 @@ pub mod pytorch {
     /// torchrun's `--nproc_per_node`: the role's GPUs, or 1 without any.
     pub const PET_NPROC_PER_NODE: &str = "PET_NPROC_PER_NODE";
 }
+/// JAX (`jax.distributed.initialize`), one process per task, numbered as PyTorch's ranks.
+/// JAX reads the coordinator's address itself; the number of processes and this one's id
+/// it takes as arguments, under the names Kubeflow Trainer's JAX runtime gives them.
+pub mod jax {
+    /// `<address>:<port>` of the leading role's task 0, port of label
+    /// [`super::JAX_PORT_LABEL`].
+    pub const COORDINATOR_ADDRESS: &str = "JAX_COORDINATOR_ADDRESS";
+    /// Tasks in the job.
+    pub const NUM_PROCESSES: &str = "JAX_NUM_PROCESSES";
+    /// This task's number: [`super::pytorch::RANK`]'s.
+    pub const PROCESS_ID: &str = "JAX_PROCESS_ID";
+}
+/// XGBoost's collective (`xgboost.collective.CommunicatorContext`), one worker per task,
+/// numbered as PyTorch's ranks; the leading role's task 0 runs the tracker. XGBoost reads
+/// none of them itself: a program passes them, under the names Kubeflow Trainer's XGBoost
+/// runtime gives them.
+pub mod xgboost {
+    /// The leading role's task 0's address.
+    pub const TRACKER_URI: &str = "DMLC_TRACKER_URI";
+    /// Its port of label [`super::XGBOOST_PORT_LABEL`].
+    pub const TRACKER_PORT: &str = "DMLC_TRACKER_PORT";
+    /// This task's number: [`super::pytorch::RANK`]'s.
+    pub const TASK_ID: &str = "DMLC_TASK_ID";
+    /// Tasks in the job: the tracker's `n_workers`.
+    pub const NUM_WORKER: &str = "DMLC_NUM_WORKER";
+}
+/// Where DeepSpeed's launcher looks for the hostfile when not given `--hostfile`: the
+/// runtime puts the job's MPI hostfile there where the task has a file system of its own
+/// (an image's, a pod's), as [`JOB_HOSTFILE_VAR`] asks.
+pub const DEEPSPEED_HOSTFILE: &str = "/job/hostfile";
+/// Main container: the path at which `run` links the job's hostfile (only where the
+/// platform knows the task's file system is its own: never on the host).
+pub const JOB_HOSTFILE_VAR: &str = "PAI_RUNTIME_JOB_HOSTFILE";
 /// Open MPI's default hostfile, as Open MPI 4 (ORTE) and 5 (PRRTE) read it.
 pub const MPI_HOSTFILE_VARS: [&str; 2] = [
     "OMPI_MCA_orte_default_hostfile",
@@ -141,6 +182,10 @@ pub struct Selection {
     pub pytorch: bool,
     /// The hostfile and Open MPI's variables.
     pub mpi: bool,
+    /// `JAX_COORDINATOR_ADDRESS` and the rest of JAX's variables.
+    pub jax: bool,
+    /// `DMLC_TRACKER_URI` and the rest of XGBoost's variables.
+    pub xgboost: bool,
 }
 
 /// One of the parts, by its name in the spec.
@@ -152,11 +197,21 @@ pub enum Part {
     Pytorch,
     /// `mpi`.
     Mpi,
+    /// `jax`.
+    Jax,
+    /// `xgboost`.
+    Xgboost,
 }
 
 impl Part {
     /// Every part, in the order they are documented.
-    pub const ALL: [Part; 3] = [Part::Tensorflow, Part::Pytorch, Part::Mpi];
+    pub const ALL: [Part; 5] = [
+        Part::Tensorflow,
+        Part::Pytorch,
+        Part::Mpi,
+        Part::Jax,
+        Part::Xgboost,
+    ];
 
     /// The name in the spec.
     pub fn as_str(self) -> &'static str {
@@ -164,6 +219,8 @@ impl Part {
             Part::Tensorflow => "tensorflow",
             Part::Pytorch => "pytorch",
             Part::Mpi => "mpi",
+            Part::Jax => "jax",
+            Part::Xgboost => "xgboost",
         }
     }
 
@@ -180,6 +237,8 @@ impl Selection {
             tensorflow: None,
             pytorch: false,
             mpi: false,
+            jax: false,
+            xgboost: false,
         }
     }
 
@@ -189,30 +248,110 @@ impl Selection {
             tensorflow: Some(crate::ports::HTTP_LABEL.to_string()),
             pytorch: true,
             mpi: true,
+            jax: true,
+            xgboost: true,
         }
+    }
+
+    /// Whether `part` is asked for.
+    pub fn has(&self, part: Part) -> bool {
+        match part {
+            Part::Tensorflow => self.tensorflow.is_some(),
+            Part::Pytorch => self.pytorch,
+            Part::Mpi => self.mpi,
+            Part::Jax => self.jax,
+            Part::Xgboost => self.xgboost,
+        }
+    }
+
+    /// Asks for `part`, a part without options (every one but TensorFlow, whose label
+    /// is set with [`Selection::tensorflow`]).
+    pub fn ask(&mut self, part: Part) {
+        match part {
+            Part::Tensorflow => {
+                self.tensorflow
+                    .get_or_insert_with(|| crate::ports::HTTP_LABEL.to_string());
+            }
+            Part::Pytorch => self.pytorch = true,
+            Part::Mpi => self.mpi = true,
+            Part::Jax => self.jax = true,
+            Part::Xgboost => self.xgboost = true,
+        }
+    }
+
+    /// The variables the parts asked for derive (a job's own value of one wins).
+    pub fn variables(&self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if self.tensorflow.is_some() {
+            names.push(TF_CONFIG);
+        }
+        if self.pytorch {
+            names.extend([
+                pytorch::MASTER_ADDR,
+                pytorch::MASTER_PORT,
+                pytorch::WORLD_SIZE,
+                pytorch::RANK,
+                pytorch::NODE_RANK,
+                pytorch::PET_NNODES,
+                pytorch::PET_NODE_RANK,
+                pytorch::PET_MASTER_ADDR,
+                pytorch::PET_MASTER_PORT,
+                pytorch::PET_NPROC_PER_NODE,
+            ]);
+        }
+        if self.mpi {
+            names.extend(MPI_HOSTFILE_VARS);
+            names.extend(MPI_ALLOW_ROOT_VARS);
+        }
+        if self.jax {
+            names.extend([
+                jax::COORDINATOR_ADDRESS,
+                jax::NUM_PROCESSES,
+                jax::PROCESS_ID,
+            ]);
+        }
+        if self.xgboost {
+            names.extend([
+                xgboost::TRACKER_URI,
+                xgboost::TRACKER_PORT,
+                xgboost::TASK_ID,
+                xgboost::NUM_WORKER,
+            ]);
+        }
+        names
+    }
+
+    /// The port label of the leading role's task that a part asks for: PyTorch's master,
+    /// JAX's coordinator, XGBoost's tracker.
+    pub fn leader_ports(&self) -> impl Iterator<Item = &'static str> + '_ {
+        [
+            (self.pytorch, MASTER_PORT_LABEL),
+            (self.jax, JAX_PORT_LABEL),
+            (self.xgboost, XGBOOST_PORT_LABEL),
+        ]
+        .into_iter()
+        .filter_map(|(asked, label)| asked.then_some(label))
     }
 }
 
 impl fmt::Display for Selection {
-    /// `tensorflow:<label>,pytorch,mpi`, the parts present; empty for none.
+    /// `tensorflow:<label>,pytorch,mpi,jax,xgboost`, the parts present; empty for none.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        if let Some(label) = &self.tensorflow {
-            parts.push(format!("{}:{label}", Part::Tensorflow.as_str()));
-        }
-        if self.pytorch {
-            parts.push(Part::Pytorch.as_str().to_string());
-        }
-        if self.mpi {
-            parts.push(Part::Mpi.as_str().to_string());
-        }
+        let parts: Vec<String> = Part::ALL
+            .into_iter()
+            .filter(|&part| self.has(part))
+            .map(|part| match (&self.tensorflow, part) {
+                (Some(label), Part::Tensorflow) => format!("{}:{label}", part.as_str()),
+                _ => part.as_str().to_string(),
+            })
+            .collect();
         f.write_str(&parts.join(","))
     }
 }
 
 /// Why a [`FRAMEWORK_ENV_VAR`] value does not read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{FRAMEWORK_ENV_VAR}: {0:?} is not tensorflow[:<label>], pytorch or mpi")]
+#[error("{FRAMEWORK_ENV_VAR}: {0:?} is not tensorflow[:<label>], pytorch, mpi, jax or xgboost")]
 pub struct SelectionError(String);
 
 impl FromStr for Selection {
@@ -233,8 +372,7 @@ impl FromStr for Selection {
                     }
                     selection.tensorflow = Some(label.to_string());
                 }
-                (Some(Part::Pytorch), None) => selection.pytorch = true,
-                (Some(Part::Mpi), None) => selection.mpi = true,
+                (Some(part), None) => selection.ask(part),
                 _ => return Err(SelectionError(item.to_string())),
             }
         }
@@ -242,8 +380,9 @@ impl FromStr for Selection {
     }
 }
 
-/// Index of PyTorch's master role among `roles` (names as written, spec order): the
-/// first named `master`, else the first named `chief` (any case), else the first role.
+/// Index of the leading role among `roles` (names as written, spec order), PyTorch's
+/// master, JAX's coordinator and XGBoost's tracker: the first named `master`, else the
+/// first named `chief` (any case), else the first role.
 pub fn master_role<'a>(roles: impl IntoIterator<Item = &'a str> + Clone) -> usize {
     MASTER_ROLE_NAMES
         .iter()
@@ -282,6 +421,8 @@ mod tests {
             "tensorflow:grpc",
             "pytorch,mpi",
             "tensorflow:http,pytorch,mpi",
+            "jax",
+            "mpi,xgboost",
         ] {
             let s: Selection = text.parse().expect(text);
             assert_eq!(s.to_string(), text);
@@ -291,9 +432,13 @@ mod tests {
             Ok(Some("http".to_string()))
         );
         assert!("pytorch:x".parse::<Selection>().is_err());
+        assert!("jax:x".parse::<Selection>().is_err());
         assert!("horovod".parse::<Selection>().is_err());
         assert!("tensorflow:".parse::<Selection>().is_err());
-        assert_eq!(Selection::all().to_string(), "tensorflow:http,pytorch,mpi");
+        assert_eq!(
+            Selection::all().to_string(),
+            "tensorflow:http,pytorch,mpi,jax,xgboost"
+        );
     }
 
     #[test]

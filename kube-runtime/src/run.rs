@@ -125,6 +125,12 @@ pub fn run(
             .map_err(|e| RunError::Settings(format!("cannot read the working directory: {e}")))?;
         crate::code::fetch(&code_dir, &workdir)?;
     }
+    if let Some(at) = get(pai_contract::training::JOB_HOSTFILE_VAR).filter(|p| !p.is_empty()) {
+        link_job_hostfile(
+            &layout.root().join(training_files::HOSTFILE),
+            Path::new(&at),
+        );
+    }
     let daemon_env = daemon_environment(layout, &env);
     let env = std::sync::Arc::new(env);
     let ssh = ssh_port.and_then(|port| {
@@ -165,6 +171,35 @@ pub fn run(
     }
     report(result_file.as_deref(), outcome.cause);
     Ok(outcome.ended)
+}
+
+/// Links the job's MPI hostfile `hostfile` (written by the init container when the job
+/// asks for `mpi`) at `at`, where DeepSpeed's launcher looks without `--hostfile`. Only
+/// where the platform says the task's file system is its own (a pod, an image's
+/// container); a file the image has there already is left as it is.
+fn link_job_hostfile(hostfile: &Path, at: &Path) {
+    if !hostfile.exists() {
+        return;
+    }
+    if std::fs::symlink_metadata(at).is_ok() {
+        tracing::info!(path = %at.display(), "the image has its own file there; the job's hostfile is not linked to it");
+        return;
+    }
+    let linked = at
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::os::unix::fs::symlink(hostfile, at));
+    match linked {
+        Ok(()) => tracing::info!(path = %at.display(), "the job's hostfile linked"),
+        // Said in the runtime's lines alone: most jobs of an image whose user may not
+        // write there never run DeepSpeed.
+        Err(e) => tracing::info!(
+            path = %at.display(),
+            error = %e,
+            "cannot link the job's hostfile there: give DeepSpeed --hostfile {}",
+            hostfile.display()
+        ),
+    }
 }
 
 /// Sends the user command's result (the file it may have written) and the cause of its

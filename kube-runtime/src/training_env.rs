@@ -1,7 +1,7 @@
 //! What distributed-training programs read, derived from the peer table
-//! ([`pai_contract::training`]): `TF_CONFIG`, PyTorch's and torchrun's variables, an MPI
-//! hostfile with Open MPI's variables, and the ssh client configuration with one alias
-//! per task.
+//! ([`pai_contract::training`]): `TF_CONFIG`, PyTorch's and torchrun's variables, JAX's
+//! coordinator, XGBoost's tracker, an MPI hostfile with Open MPI's variables, and the ssh
+//! client configuration with one alias per task.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -10,8 +10,8 @@ use std::path::Path;
 use pai_barrier::{Peer, PeerTable};
 use pai_contract::env as names;
 use pai_contract::training::{
-    self as contract, MASTER_PORT_LABEL, MPI_ALLOW_ROOT_VARS, MPI_HOSTFILE_VARS, Selection,
-    TF_CONFIG, files, pytorch,
+    self as contract, JAX_PORT_LABEL, MASTER_PORT_LABEL, MPI_ALLOW_ROOT_VARS, MPI_HOSTFILE_VARS,
+    Selection, TF_CONFIG, XGBOOST_PORT_LABEL, files, jax, pytorch, xgboost,
 };
 
 use crate::dynamic_env::{Class, Variable};
@@ -54,8 +54,15 @@ pub fn training(
             .push(Variable::new(TF_CONFIG, value.clone(), Class::List));
         out.tf_config = Some(value);
     }
+    let numbering = Numbering::of(peers, role, index);
     if selection.pytorch {
-        pytorch_vars(peers, role, index, &mut out);
+        pytorch_vars(peers, &numbering, role, &mut out);
+    }
+    if selection.jax {
+        jax_vars(peers, &numbering, &mut out);
+    }
+    if selection.xgboost {
+        xgboost_vars(peers, &numbering, &mut out);
     }
     if selection.mpi {
         let hostfile = root.join(files::HOSTFILE).display().to_string();
@@ -126,21 +133,67 @@ fn tf_config(
     value.to_string()
 }
 
-fn pytorch_vars(peers: &PeerTable, role: usize, index: u32, out: &mut Training) {
-    let master = contract::master_role(peers.roles.iter().map(|r| r.name.as_str()));
-    // Ranks: the master role's tasks first, then every other role in spec order.
-    let order = std::iter::once(master).chain((0..peers.roles.len()).filter(|&r| r != master));
-    let mut offset = 0usize;
-    let mut rank = 0usize;
-    for r in order {
-        if r == role {
-            rank = offset + index as usize;
+/// How a task is numbered among the job's processes, one per task, as PyTorch, JAX and
+/// XGBoost number them: the leading role's tasks first, then every other role in spec
+/// order, each by index.
+struct Numbering {
+    /// The leading role (PyTorch's master, JAX's coordinator, XGBoost's tracker).
+    leader: usize,
+    /// This task's number.
+    rank: usize,
+    /// Tasks in the job.
+    world: usize,
+}
+
+impl Numbering {
+    fn of(peers: &PeerTable, role: usize, index: u32) -> Self {
+        let leader = contract::master_role(peers.roles.iter().map(|r| r.name.as_str()));
+        let order = std::iter::once(leader).chain((0..peers.roles.len()).filter(|&r| r != leader));
+        let mut world = 0usize;
+        let mut rank = 0usize;
+        for r in order {
+            if r == role {
+                rank = world + index as usize;
+            }
+            world += peers.roles[r].len();
         }
-        offset += peers.roles[r].len();
+        Self {
+            leader,
+            rank,
+            world,
+        }
     }
-    let world = offset.to_string();
-    let rank = rank.to_string();
-    let own = |name: &str, value: &str| Variable::new(name, value, Class::Own);
+
+    /// The leading role's task 0, with its port of `label`; where it has none, a note
+    /// that what needs it (`unset`) is not set.
+    fn leader_at<'a>(
+        &self,
+        peers: &'a PeerTable,
+        label: &str,
+        unset: &str,
+        notes: &mut Vec<String>,
+    ) -> Option<(Peer<'a>, u16)> {
+        let task0 = peers.roles[self.leader].task(0)?;
+        match task0.ports.first(label) {
+            Some(port) => Some((task0, port)),
+            None => {
+                notes.push(format!(
+                    "the leading role {} has no port labelled {label:?}; {unset} not set",
+                    peers.roles[self.leader].name
+                ));
+                None
+            }
+        }
+    }
+}
+
+fn own(name: &str, value: &str) -> Variable {
+    Variable::new(name, value, Class::Own)
+}
+
+fn pytorch_vars(peers: &PeerTable, numbering: &Numbering, role: usize, out: &mut Training) {
+    let world = numbering.world.to_string();
+    let rank = numbering.rank.to_string();
     out.vars.extend([
         own(pytorch::WORLD_SIZE, &world),
         own(pytorch::RANK, &rank),
@@ -149,22 +202,57 @@ fn pytorch_vars(peers: &PeerTable, role: usize, index: u32, out: &mut Training) 
         own(pytorch::PET_NODE_RANK, &rank),
         own(pytorch::PET_NPROC_PER_NODE, &slots(peers, role).to_string()),
     ]);
-    let Some(task0) = peers.roles[master].task(0) else {
+    let Some(task0) = peers.roles[numbering.leader].task(0) else {
         return;
     };
     let addr = task0.ip.to_string();
     out.vars.push(own(pytorch::MASTER_ADDR, &addr));
     out.vars.push(own(pytorch::PET_MASTER_ADDR, &addr));
-    match task0.ports.first(MASTER_PORT_LABEL) {
-        Some(port) => {
-            out.vars.push(own(pytorch::MASTER_PORT, &port.to_string()));
-            out.vars
-                .push(own(pytorch::PET_MASTER_PORT, &port.to_string()));
-        }
-        None => out.notes.push(format!(
-            "PyTorch: the master role {} has no port labelled {MASTER_PORT_LABEL:?}; MASTER_PORT is not set",
-            peers.roles[master].name
-        )),
+    if let Some((_, port)) = numbering.leader_at(
+        peers,
+        MASTER_PORT_LABEL,
+        "PyTorch's MASTER_PORT is",
+        &mut out.notes,
+    ) {
+        out.vars.push(own(pytorch::MASTER_PORT, &port.to_string()));
+        out.vars
+            .push(own(pytorch::PET_MASTER_PORT, &port.to_string()));
+    }
+}
+
+/// `JAX_COORDINATOR_ADDRESS` (which `jax.distributed.initialize` reads itself),
+/// `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID`.
+fn jax_vars(peers: &PeerTable, numbering: &Numbering, out: &mut Training) {
+    out.vars.extend([
+        own(jax::NUM_PROCESSES, &numbering.world.to_string()),
+        own(jax::PROCESS_ID, &numbering.rank.to_string()),
+    ]);
+    if let Some((task0, _)) = numbering.leader_at(
+        peers,
+        JAX_PORT_LABEL,
+        "JAX_COORDINATOR_ADDRESS is",
+        &mut out.notes,
+    ) && let Some(at) = address(&task0, JAX_PORT_LABEL)
+    {
+        out.vars.push(own(jax::COORDINATOR_ADDRESS, &at));
+    }
+}
+
+/// `DMLC_TRACKER_URI`, `DMLC_TRACKER_PORT`, `DMLC_TASK_ID` and `DMLC_NUM_WORKER`.
+fn xgboost_vars(peers: &PeerTable, numbering: &Numbering, out: &mut Training) {
+    out.vars.extend([
+        own(xgboost::TASK_ID, &numbering.rank.to_string()),
+        own(xgboost::NUM_WORKER, &numbering.world.to_string()),
+    ]);
+    if let Some((task0, port)) = numbering.leader_at(
+        peers,
+        XGBOOST_PORT_LABEL,
+        "XGBoost's DMLC_TRACKER_URI and DMLC_TRACKER_PORT are",
+        &mut out.notes,
+    ) {
+        out.vars
+            .push(own(xgboost::TRACKER_URI, &task0.ip.to_string()));
+        out.vars.push(own(xgboost::TRACKER_PORT, &port.to_string()));
     }
 }
 
@@ -279,6 +367,8 @@ mod tests {
             ports.push("ssh", vec![base + 1]).expect("label");
             if name == "chief" {
                 ports.push("master", vec![base + 2]).expect("label");
+                ports.push("jax", vec![base + 3]).expect("label");
+                ports.push("xgboost", vec![base + 4]).expect("label");
             }
             RolePeers {
                 name: name.to_string(),
@@ -336,6 +426,13 @@ mod tests {
             ("PET_MASTER_ADDR", "10.0.0.1"),
             ("PET_MASTER_PORT", "20002"),
             ("PET_NPROC_PER_NODE", "2"),
+            ("JAX_COORDINATOR_ADDRESS", "10.0.0.1:20003"),
+            ("JAX_NUM_PROCESSES", "4"),
+            ("JAX_PROCESS_ID", "2"),
+            ("DMLC_TRACKER_URI", "10.0.0.1"),
+            ("DMLC_TRACKER_PORT", "20004"),
+            ("DMLC_TASK_ID", "2"),
+            ("DMLC_NUM_WORKER", "4"),
             ("OMPI_MCA_orte_default_hostfile", "/r/hostfile"),
             ("PRTE_MCA_prte_default_hostfile", "/r/hostfile"),
             ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
@@ -348,12 +445,24 @@ mod tests {
             Some("worker-0 slots=2\nworker-1 slots=2\nchief-0 slots=1\nevaluator-0 slots=1\n")
         );
         assert!(t.notes.is_empty(), "{:?}", t.notes);
+        // What the submission warns a job's own value overrides is what is derived.
+        let declared = Selection::all().variables();
+        for var in &t.vars {
+            assert!(
+                declared.contains(&var.name.as_str()),
+                "{} is derived but not in Selection::variables",
+                var.name
+            );
+        }
+        assert_eq!(t.vars.len(), declared.len());
     }
 
     #[test]
     fn the_chief_and_the_evaluator() {
         let chief = training(&table(), 1, 0, &Selection::all(), Path::new("/r"), None);
         assert_eq!(get(&chief, "RANK"), Some("0"));
+        assert_eq!(get(&chief, "JAX_PROCESS_ID"), Some("0"));
+        assert_eq!(get(&chief, "DMLC_TASK_ID"), Some("0"));
         assert_eq!(get(&chief, "PET_NPROC_PER_NODE"), Some("1"));
         assert!(
             get(&chief, "TF_CONFIG")
@@ -441,5 +550,20 @@ mod tests {
         assert_eq!(get(&t, "MASTER_ADDR"), Some("10.0.0.1"));
         assert!(t.notes.iter().any(|n| n.contains("MASTER_PORT")));
         assert!(t.notes.iter().any(|n| n.contains("role chief has no port")));
+        // JAX's and XGBoost's numbers stand; their leader's address is said missing.
+        assert_eq!(get(&t, "JAX_COORDINATOR_ADDRESS"), None);
+        assert_eq!(get(&t, "JAX_NUM_PROCESSES"), Some("4"));
+        assert_eq!(get(&t, "DMLC_TRACKER_URI"), None);
+        assert_eq!(get(&t, "DMLC_TASK_ID"), Some("1"));
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n.contains("JAX_COORDINATOR_ADDRESS is not set"))
+        );
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n.contains("DMLC_TRACKER_PORT are not set"))
+        );
     }
 }

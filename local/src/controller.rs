@@ -1317,6 +1317,10 @@ impl<'a> RoleOf<'a> {
                 }
             }
             None => {
+                // The host's file system is not the task's: nothing at /job/hostfile.
+                launch
+                    .main_env
+                    .retain(|(name, _)| name != pai_contract::training::JOB_HOSTFILE_VAR);
                 // The runtime writes the task's result here, as the kubelet's file.
                 launch.main_env.push((
                     pai_contract::env::runtime::TERMINATION_LOG.to_string(),
@@ -1356,6 +1360,7 @@ fn in_containers(
             name: crate::containers::main_name(&identity.pod_uid),
             image: image.clone(),
             hostname: identity.pod_name.clone(),
+            address: LOCAL_ADDRESS.into(),
             labels: vec![
                 (LABEL_SERVER.to_string(), engine.server_label.clone()),
                 (LABEL_JOB.to_string(), identity.framework.clone()),

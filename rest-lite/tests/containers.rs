@@ -317,6 +317,7 @@ async fn until_tasks(client: &Client, job: &str, wanted: impl Fn(&[&Value]) -> b
 const SERVER: &str = r#"set -eu
 echo "pid1=$(cat /proc/1/cmdline | tr '\0' ' ')"
 echo "host=$(hostname)"
+echo "resolves=$(awk -v me="$(hostname)" '{ for (i = 2; i <= NF; i++) if ($i == me) { print $1; exit } }' /etc/hosts)"
 echo "shm=$(df -k /dev/shm | tail -1 | awk '{print $2}')"
 echo "greeting=$GREETING"
 echo "home=$HOME leak=${REST_LITE_TEST_LEAK:-none}"
@@ -325,6 +326,7 @@ ls -a /usr/local/pai | grep -c '^\.env' | sed 's/^/env-files=/'
 echo "env-b64=$(env -0 | base64 | tr -d '\n')"
 echo "dynamic=$(sed -n 's/^export \([A-Za-z_0-9]*\)=.*/\1/p' /usr/local/pai/env.sh | tr '\n' ' ')"
 touch /rest-lite-container-mark
+echo "job-hostfile=$(tr '\n' ' ' < /job/hostfile)"
 echo first; echo second >&2; echo third
 printf '{"accuracy": 0.93}' > "$PAI_RESULT_FILE"
 for i in $(seq 1 "$PAI_TASK_ROLE_TASK_COUNT_client"); do
@@ -394,8 +396,13 @@ async fn a_multi_role_job_runs_in_its_image_with_the_platforms_environment(engin
         // The image's home, and nothing of the server's environment.
         "home=/root leak=none",
         "master=127.0.0.1:",
+        // Its host name resolves to its address, as a pod's does.
+        "resolves=127.0.0.1\n",
         // Both environment files read and removed by the runtime.
         "env-files=0",
+        // The job's hostfile where DeepSpeed's launcher looks: the image's own file
+        // system is the task's.
+        "job-hostfile=server-0 slots=1 client-0 slots=1 client-1 slots=1 ",
         "every client spoke",
     ] {
         assert!(
@@ -1413,6 +1420,142 @@ fn ssh_root(dir: &Path) -> std::path::PathBuf {
         std::fs::create_dir_all(root.join(sub)).expect("dir");
     }
     root
+}
+
+/// The image of the frameworks' test: busybox, this machine's Python (its program, the
+/// libraries it and the packages' extensions link, its standard library) and the real JAX
+/// and XGBoost of `target/frameworks-venv` in its `dist-packages`, where the image's
+/// `python3` finds them.
+const FRAMEWORKS_IMAGE: &str = "localhost/rest-lite-test-frameworks:1";
+
+fn frameworks_root(dir: &Path, venv: &Path) -> std::path::PathBuf {
+    let root = images::busybox_root(dir, Path::new("/bin/busybox"));
+    let python = std::fs::canonicalize("/usr/bin/python3").expect("python3");
+    let version = python
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("python's name")
+        .to_string();
+    let packages = venv.join("lib").join(&version).join("site-packages");
+    let copy_tree = |from: &Path, to: &Path| {
+        std::fs::create_dir_all(to).expect("dir");
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(from.join("."))
+            .arg(to)
+            .status()
+            .expect("cp");
+        assert!(status.success(), "cp {}", from.display());
+    };
+    copy_tree(
+        &Path::new("/usr/lib").join(&version),
+        &root.join("usr/lib").join(&version),
+    );
+    copy_tree(
+        &packages,
+        &root
+            .join("usr/local/lib")
+            .join(&version)
+            .join("dist-packages"),
+    );
+    // The program, and every library outside the packages that it, an extension of its
+    // standard library's or of a package's links.
+    let mut linked = vec![python.clone()];
+    let find = Command::new("find")
+        .arg(&packages)
+        .arg(Path::new("/usr/lib").join(&version).join("lib-dynload"))
+        .args(["-name", "*.so*", "-type", "f"])
+        .output()
+        .expect("find");
+    linked.extend(
+        String::from_utf8_lossy(&find.stdout)
+            .lines()
+            .map(std::path::PathBuf::from),
+    );
+    let mut files = vec![python.clone()];
+    for object in &linked {
+        let ldd = Command::new("ldd").arg(object).output().expect("ldd");
+        files.extend(
+            String::from_utf8_lossy(&ldd.stdout)
+                .split_whitespace()
+                .filter(|w| w.starts_with('/') && !w.starts_with(&*packages.to_string_lossy()))
+                .map(std::path::PathBuf::from),
+        );
+    }
+    files.sort();
+    files.dedup();
+    for file in &files {
+        let to = root.join(file.strip_prefix("/").expect("absolute"));
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
+        std::fs::copy(file, &to).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+    std::os::unix::fs::symlink(&version, root.join("usr/bin/python3")).expect("python3");
+    root
+}
+
+/// JAX's processes all-gather and XGBoost's workers train one model across two tasks in
+/// their image, the examples run unchanged but for the image's name (Podman: an image of
+/// some 700 MB, which Docker's vfs driver of CI's machines would copy per container).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jax_and_xgboost_run_across_tasks_in_their_image() {
+    let venv = common::repo_root().join("target/frameworks-venv");
+    let there = Command::new(venv.join("bin/python3"))
+        .args(["-c", "import jax, xgboost"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !pai_test_support::needs::present(
+        "JAX and XGBoost in target/frameworks-venv",
+        there,
+        "run .ci/frameworks-venv (pip, from PyPI)",
+    ) || !ready(Engine::Podman)
+    {
+        return;
+    }
+    images::shared("podman", FRAMEWORKS_IMAGE, || {
+        let dir = scratch("image-frameworks");
+        let root = frameworks_root(&dir, &venv);
+        let image = images::import("podman", &dir, &root, FRAMEWORKS_IMAGE, &[]);
+        let _ = std::fs::remove_dir_all(&dir);
+        image
+    });
+    let dir = scratch("frameworks");
+    let (_leftovers, server) = start(Engine::Podman, &dir.join("state"));
+    let client = server.client();
+    for (example, job, said) in [
+        ("jax-allgather.yaml", "jax-allgather", "gathered [0, 1]"),
+        ("xgboost-train.yaml", "xgboost-train", "model sha256 "),
+    ] {
+        let spec = std::fs::read_to_string(common::repo_root().join("examples").join(example))
+            .expect("example");
+        let spec: String = spec
+            .lines()
+            .map(|line| match line.strip_prefix("image: ") {
+                Some(_) => format!("image: {FRAMEWORKS_IMAGE}\n"),
+                None => format!("{line}\n"),
+            })
+            .collect();
+        let view = run_to_end(&client, job, &spec).await;
+        let mut said_by = Vec::new();
+        for index in 0..2 {
+            let log = log_of(&client, job, "worker", index).await;
+            let line = log
+                .lines()
+                .find(|l| l.contains(said))
+                .unwrap_or_else(|| panic!("{job}, task {index}:\n{log}\n{view:#}"))
+                .to_string();
+            said_by.push(line);
+        }
+        assert_eq!(view["jobStatus"]["state"], "SUCCEEDED", "{view:#}");
+        if job == "xgboost-train" {
+            let digest = |l: &str| l.split(said).nth(1).map(str::to_string);
+            assert_eq!(digest(&said_by[0]), digest(&said_by[1]), "{said_by:?}");
+        } else {
+            assert!(said_by[0].starts_with("process 0 of 2"), "{said_by:?}");
+            assert!(said_by[1].starts_with("process 1 of 2"), "{said_by:?}");
+        }
+    }
 }
 
 /// Every task prints its `TF_CONFIG`; chief-0 reaches worker-1 over ssh by its alias,

@@ -1,9 +1,12 @@
 //! Distributed-training glue end to end on the embedded default, with programs we did
 //! not write: Open MPI's `mpirun` reaching every worker through the hostfile, the task
 //! aliases and the job's own key; Python reading `TF_CONFIG` and PyTorch's variables;
-//! OpenSSH between tasks and from `rest-lite ssh`. Needs openmpi-bin, openssh-server and
-//! python3 (`.ci/run` installs them); without them each test says what is missing and
-//! passes, except under `CI=true`, where it fails.
+//! the real JAX all-gathering across tasks and the real XGBoost training one model
+//! together (their CPU wheels from PyPI, `examples/` run unchanged); OpenSSH between
+//! tasks and from `rest-lite ssh`. Needs openmpi-bin, openssh-server and python3, and
+//! JAX and XGBoost in `target/frameworks-venv` (`.ci/run` installs them all, the last
+//! with `.ci/frameworks-venv`); without them each test says what is missing and passes,
+//! except under `CI=true`, where it fails.
 
 use crate::common;
 
@@ -305,4 +308,105 @@ async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_the
         }
         other => panic!("expected 404 after the job ended, got {other:?}"),
     }
+}
+
+/// The `bin` of `target/frameworks-venv`, whose Python has the real JAX and XGBoost
+/// (`.ci/frameworks-venv` makes it); said missing otherwise.
+fn frameworks_venv() -> Option<std::path::PathBuf> {
+    let bin = common::repo_root().join("target/frameworks-venv/bin");
+    let there = Command::new(bin.join("python3"))
+        .args(["-c", "import jax, xgboost"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    pai_test_support::needs::present(
+        "JAX and XGBoost in target/frameworks-venv",
+        there,
+        "run .ci/frameworks-venv (pip, from PyPI)",
+    )
+    .then_some(bin)
+}
+
+/// Runs `examples/<example>` unchanged on a server whose tasks find the venv's Python
+/// first on their PATH (host mode: tasks run the host's programs), to its end: its state
+/// and each task's log.
+async fn run_example(name: &str, example: &str, job: &str, bin: &std::path::Path) -> Vec<String> {
+    let dir = scratch(name);
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).expect("state");
+    let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .expect("PATH");
+    let server = Server::spawn(
+        Server::command(&state)
+            .args(["--backend", "local"])
+            .env("PATH", path),
+        &["this machine (embedded default)"],
+    )
+    .with_machine_token(&state);
+    let client = server.client();
+    let spec = std::fs::read_to_string(common::repo_root().join("examples").join(example))
+        .expect("example");
+    client
+        .submit("alice", &spec, SpecFormat::Yaml)
+        .await
+        .expect("submitted");
+    let view = final_view(&client, "alice", job).await;
+    let mut logs = Vec::new();
+    for index in 0..2 {
+        logs.push(
+            common::task_log(
+                &client,
+                ("alice", job),
+                ("worker", index),
+                true,
+                pai_client::Source::User,
+            )
+            .await,
+        );
+    }
+    assert_eq!(
+        view["jobStatus"]["state"], "SUCCEEDED",
+        "{view:#}\n{logs:#?}"
+    );
+    logs
+}
+
+/// Two tasks whose JAX processes find their coordinator and number themselves from the
+/// job, then all-gather across processes: each holds both ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jax_processes_of_two_tasks_all_gather_across_them() {
+    let Some(bin) = frameworks_venv() else {
+        return;
+    };
+    let logs = run_example("jax", "jax-allgather.yaml", "jax-allgather", &bin).await;
+    for (index, log) in logs.iter().enumerate() {
+        assert!(
+            log.contains(&format!("process {index} of 2 gathered [0, 1]")),
+            "task {index}:\n{log}"
+        );
+    }
+}
+
+/// Two XGBoost workers joined through the tracker task 0 runs, each on its half of the
+/// rows: the model they agreed on is the same on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_xgboost_workers_train_the_same_model() {
+    let Some(bin) = frameworks_venv() else {
+        return;
+    };
+    let logs = run_example("xgboost", "xgboost-train.yaml", "xgboost-train", &bin).await;
+    let digests: Vec<&str> = logs
+        .iter()
+        .enumerate()
+        .map(|(index, log)| {
+            let prefix = format!("worker {index} of 2 model sha256 ");
+            log.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .unwrap_or_else(|| panic!("no model from worker {index}:\n{log}"))
+        })
+        .collect();
+    assert_eq!(digests[0], digests[1], "the workers' models differ");
 }

@@ -65,6 +65,8 @@ struct JobParts<'a> {
     /// The Framework's name.
     name: &'a str,
     selection: String,
+    /// Whether the main container links the job's MPI hostfile where DeepSpeed looks.
+    job_hostfile: bool,
     env: Vec<(String, String)>,
     labels: BTreeMap<String, String>,
     /// What the gang engine reads on every pod.
@@ -145,6 +147,7 @@ impl Transformer {
                 .then(|| training::job_registry_secret(&name)),
             name: &name,
             selection: spec.framework_env().to_string(),
+            job_hostfile: spec.framework_env().mpi,
             env: job_env(user, spec, &self.config.default_fs_uri),
             labels: BTreeMap::from([
                 (meta::LABEL_USER.to_string(), user.label().to_string()),
@@ -394,6 +397,13 @@ impl Transformer {
             && let Ok(json) = serde_json::to_string(&cfg.failure_patterns)
         {
             runtime_vars.push((pai_contract::failure::PATTERNS_VAR.to_string(), json));
+        }
+        // A pod's file system is its own: the hostfile where DeepSpeed's launcher looks.
+        if job.job_hostfile {
+            runtime_vars.push((
+                training::JOB_HOSTFILE_VAR.to_string(),
+                training::DEEPSPEED_HOSTFILE.to_string(),
+            ));
         }
         let env = job
             .env

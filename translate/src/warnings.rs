@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use pai_contract::env as names;
-use pai_contract::training::{self, MAX_DYNAMIC_ENV_BYTES, MAX_VARIABLE_BYTES, pytorch};
+use pai_contract::training::{MAX_DYNAMIC_ENV_BYTES, MAX_VARIABLE_BYTES};
 
 use crate::spec::JobSpec;
 
@@ -18,28 +18,7 @@ pub fn spec_warnings(spec: &JobSpec) -> Vec<String> {
     // What the spec asks that is not done as it asks, each naming its field.
     let mut out = spec.notes().to_vec();
     let selection = spec.framework_env();
-    let mut generated: Vec<&str> = Vec::new();
-    if selection.tensorflow.is_some() {
-        generated.push(training::TF_CONFIG);
-    }
-    if selection.pytorch {
-        generated.extend([
-            pytorch::MASTER_ADDR,
-            pytorch::MASTER_PORT,
-            pytorch::WORLD_SIZE,
-            pytorch::RANK,
-            pytorch::NODE_RANK,
-            pytorch::PET_NNODES,
-            pytorch::PET_NODE_RANK,
-            pytorch::PET_MASTER_ADDR,
-            pytorch::PET_MASTER_PORT,
-            pytorch::PET_NPROC_PER_NODE,
-        ]);
-    }
-    if selection.mpi {
-        generated.extend(training::MPI_HOSTFILE_VARS);
-        generated.extend(training::MPI_ALLOW_ROOT_VARS);
-    }
+    let generated = selection.variables();
     for (name, _) in spec.job_envs() {
         if generated.contains(&name.as_str()) {
             out.push(format!(

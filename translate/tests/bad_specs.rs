@@ -440,14 +440,14 @@ fn cases() -> Vec<Case> {
                 (
                     "frameworkEnv[1]",
                     Exact(
-                        "\"tensorfow\" is not one of tensorflow, pytorch, mpi (did you mean \"tensorflow\"?)",
+                        "\"tensorfow\" is not one of tensorflow, pytorch, mpi, jax, xgboost (did you mean \"tensorflow\"?)",
                     ),
                 ),
                 ("frameworkEnv[2]", Exact("\"pytorch\" is listed twice")),
                 (
                     "frameworkEnv[3]",
                     Exact(
-                        "must be one of tensorflow, pytorch, mpi or {tensorflow: {portLabel: <label>}}, got integer",
+                        "must be one of tensorflow, pytorch, mpi, jax, xgboost or {tensorflow: {portLabel: <label>}}, got integer",
                     ),
                 ),
             ],

@@ -95,6 +95,7 @@ impl Docker {
         let memory = step.limits.memory.and_then(|m| i64::try_from(m).ok());
         let host_config = HostConfig {
             network_mode: Some("host".to_string()),
+            extra_hosts: Some(vec![format!("{}:{}", step.hostname, step.address)]),
             binds: Some(binds),
             // The runtime writes the log; the daemon keeps none of its own.
             log_config: Some(bollard::models::HostConfigLogConfig {

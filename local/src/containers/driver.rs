@@ -122,6 +122,10 @@ pub struct Step {
     pub name: String,
     pub image: String,
     pub hostname: String,
+    /// The task's address, which its host name resolves to inside (a kubelet writes the
+    /// pod's name and IP into its `/etc/hosts`; programs that look up their own host
+    /// name, as gloo does for JAX's collectives, need it).
+    pub address: std::net::IpAddr,
     pub labels: Vec<(String, String)>,
     /// (host path, container path, read-only).
     pub mounts: Vec<(PathBuf, String, bool)>,

@@ -152,6 +152,9 @@ impl Podman {
             "--hostname",
             &step.hostname,
         ]);
+        command
+            .arg("--add-host")
+            .arg(format!("{}:{}", step.hostname, step.address));
         for (key, value) in &step.labels {
             command.arg("--label").arg(format!("{key}={value}"));
         }

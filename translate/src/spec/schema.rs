@@ -111,6 +111,10 @@ pub enum FrameworkEnvName {
     Pytorch,
     /// The hostfile and Open MPI's variables.
     Mpi,
+    /// `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`.
+    Jax,
+    /// `DMLC_TRACKER_URI`, `DMLC_TRACKER_PORT`, `DMLC_TASK_ID`, `DMLC_NUM_WORKER`.
+    Xgboost,
 }
 
 /// `{tensorflow: {portLabel: grpc}}`.

@@ -85,8 +85,8 @@ pub const JOB: &[Field] = &[
     field("extras", "object", "Warned: kept in the spec, not used."),
     field(
         "frameworkEnv",
-        "list of `tensorflow`, `pytorch`, `mpi` (this project's)",
-        "What the runtime derives for training programs: `TF_CONFIG`, PyTorch's variables, an MPI hostfile; all three when absent.",
+        "list of `tensorflow`, `pytorch`, `mpi`, `jax`, `xgboost` (this project's)",
+        "What the runtime derives for training programs: `TF_CONFIG`, PyTorch's variables, an MPI hostfile, JAX's coordinator, XGBoost's tracker; all five when absent.",
     ),
     field(
         "dependsOn",

@@ -9,7 +9,7 @@ use pai_contract::names::{
     max_task_role_name,
 };
 use pai_contract::ports::{HTTP_LABEL, SSH_LABEL};
-use pai_contract::training::{self, MASTER_PORT_LABEL, Part, Selection};
+use pai_contract::training::{self, Part, Selection};
 use pai_contract::{depends, env};
 
 use super::error::{Errors, FieldPath, SpecErrors};
@@ -306,8 +306,8 @@ fn depends_on(
     out
 }
 
-/// `frameworkEnv`: a list of `tensorflow`, `pytorch`, `mpi`, each at most once, where
-/// `tensorflow` may be `{tensorflow: {portLabel: <label>}}`.
+/// `frameworkEnv`: a list of `tensorflow`, `pytorch`, `mpi`, `jax`, `xgboost`, each at
+/// most once, where `tensorflow` may be `{tensorflow: {portLabel: <label>}}`.
 fn framework_env(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option<Selection> {
     let items = reader::list(value, path, errors)?;
     let before = errors.len();
@@ -368,7 +368,7 @@ fn framework_env(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option
                 }
                 selection.tensorflow = Some(label);
             }
-            Part::Pytorch | Part::Mpi => {
+            Part::Pytorch | Part::Mpi | Part::Jax | Part::Xgboost => {
                 if let Some((_, op)) = options {
                     errors.push(
                         &op,
@@ -376,19 +376,16 @@ fn framework_env(value: &Value, path: &FieldPath, errors: &mut Errors) -> Option
                     );
                     continue;
                 }
-                if part == Part::Pytorch {
-                    selection.pytorch = true;
-                } else {
-                    selection.mpi = true;
-                }
+                selection.ask(part);
             }
         }
     }
     (errors.len() == before).then_some(selection)
 }
 
-/// The ports the parts need: PyTorch's master role gets a `master` port unless it has
-/// one; TensorFlow's label must be a port of every role in its cluster.
+/// The ports the parts need: the leading role gets a `master` port for PyTorch, a `jax`
+/// port for JAX's coordinator and an `xgboost` port for XGBoost's tracker, each unless it
+/// has one; TensorFlow's label must be a port of every role in its cluster.
 pub(super) fn training_ports(
     roles: &mut [TaskRole],
     selection: &Selection,
@@ -411,14 +408,13 @@ pub(super) fn training_ports(
             );
         }
     }
-    if selection.pytorch {
-        let master = training::master_role(roles.iter().map(|r| r.name.as_str()));
-        let role = &mut roles[master];
-        if !role
-            .ports
-            .iter()
-            .any(|p| p.label.as_str() == MASTER_PORT_LABEL)
-            && let Ok(label) = PortLabel::parse(MASTER_PORT_LABEL)
+    let leader = training::master_role(roles.iter().map(|r| r.name.as_str()));
+    let Some(role) = roles.get_mut(leader) else {
+        return;
+    };
+    for wanted in selection.leader_ports() {
+        if !role.ports.iter().any(|p| p.label.as_str() == wanted)
+            && let Ok(label) = PortLabel::parse(wanted)
         {
             role.ports.push(PortRequest {
                 label,
