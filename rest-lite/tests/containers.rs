@@ -1386,36 +1386,52 @@ fn imported_once(
     true
 }
 
+/// The libraries `objects` link (as `ldd` finds them), but those under `besides`.
+fn linked_libraries(
+    objects: &[std::path::PathBuf],
+    besides: Option<&Path>,
+) -> Vec<std::path::PathBuf> {
+    let mut libraries = Vec::new();
+    for object in objects {
+        let ldd = Command::new("ldd").arg(object).output().expect("ldd");
+        libraries.extend(
+            String::from_utf8_lossy(&ldd.stdout)
+                .split_whitespace()
+                .filter(|w| w.starts_with('/'))
+                .map(std::path::PathBuf::from)
+                .filter(|lib| besides.is_none_or(|dir| !lib.starts_with(dir))),
+        );
+    }
+    libraries
+}
+
+/// Copies `files` (absolute paths of this machine) to the same paths under `root`; a
+/// library named through a link is copied as the file it names, under the name.
+fn copy_into(root: &Path, mut files: Vec<std::path::PathBuf>) {
+    files.sort();
+    files.dedup();
+    for file in &files {
+        let to = root.join(file.strip_prefix("/").expect("absolute"));
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
+        std::fs::copy(file, &to).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+}
+
 /// busybox with this machine's OpenSSH (sshd, ssh, ssh-keygen and the libraries they
 /// load) in `dir/rootfs`.
 fn ssh_root(dir: &Path) -> std::path::PathBuf {
     let programs = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen"];
     let root = images::busybox_root(dir, Path::new("/bin/busybox"));
-    let mut files: Vec<std::path::PathBuf> =
-        programs.iter().map(std::path::PathBuf::from).collect();
-    for program in programs {
-        let ldd = Command::new("ldd").arg(program).output().expect("ldd");
-        files.extend(
-            String::from_utf8_lossy(&ldd.stdout)
-                .split_whitespace()
-                .filter(|w| w.starts_with('/'))
-                .map(std::path::PathBuf::from),
-        );
-    }
+    let programs: Vec<std::path::PathBuf> = programs.iter().map(std::path::PathBuf::from).collect();
+    let mut files = linked_libraries(&programs, None);
+    files.extend(programs);
     // glibc reads /etc/passwd through this module.
     for lib in ["/lib/x86_64-linux-gnu/libnss_files.so.2"] {
         if Path::new(lib).exists() {
             files.push(lib.into());
         }
     }
-    files.sort();
-    files.dedup();
-    for file in &files {
-        // A library named through a link is copied as the file it names, under the name.
-        let to = root.join(file.strip_prefix("/").expect("absolute"));
-        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
-        std::fs::copy(file, &to).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    }
+    copy_into(&root, files);
     for sub in ["run/sshd", "var/empty"] {
         std::fs::create_dir_all(root.join(sub)).expect("dir");
     }
@@ -1472,23 +1488,9 @@ fn frameworks_root(dir: &Path, venv: &Path) -> std::path::PathBuf {
             .lines()
             .map(std::path::PathBuf::from),
     );
-    let mut files = vec![python.clone()];
-    for object in &linked {
-        let ldd = Command::new("ldd").arg(object).output().expect("ldd");
-        files.extend(
-            String::from_utf8_lossy(&ldd.stdout)
-                .split_whitespace()
-                .filter(|w| w.starts_with('/') && !w.starts_with(&*packages.to_string_lossy()))
-                .map(std::path::PathBuf::from),
-        );
-    }
-    files.sort();
-    files.dedup();
-    for file in &files {
-        let to = root.join(file.strip_prefix("/").expect("absolute"));
-        std::fs::create_dir_all(to.parent().expect("parent")).expect("dir");
-        std::fs::copy(file, &to).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    }
+    let mut files = linked_libraries(&linked, Some(&packages));
+    files.push(python.clone());
+    copy_into(&root, files);
     std::os::unix::fs::symlink(&version, root.join("usr/bin/python3")).expect("python3");
     root
 }
