@@ -15,6 +15,9 @@
 #   history    with the job history (a throwaway PostgreSQL on the node's address): a
 #              finished 2-task job's logs on both replicas once its pods are gone, then
 #              once its Framework and kept-log ConfigMap are gone too, from the database
+#   jax        examples/jax-allgather.yaml, as it is but for its image, on the real node: two
+#              pods whose JAX processes all-gather across them (the image is made here from
+#              this machine's Python and target/frameworks-venv: .ci/frameworks-venv)
 #   delete-k   `kubectl delete -k` with a job running, then the namespace: gone within 60 s
 #   reversed   the namespace deleted first (server and job running), then `delete -k`
 #   killed     the servers killed (force-deleted, their ReplicaSet gone: never replaced)
@@ -33,7 +36,7 @@ export KUBECONFIG=$H/kubeconfig PATH=$H/bin:$PATH
 WORK=$ROOT/target/real-cluster
 rm -rf "$WORK" && mkdir -p "$WORK"
 TOKEN=real-cluster-token
-CASES=${*:-logs history delete-k reversed killed credentials config}
+CASES=${*:-logs history jax delete-k reversed killed credentials config}
 
 say() { echo "=== $(date -u +%T) $*"; }
 # After a pipe, `grep >/dev/null` and `sed -n 1p`, never `grep -q` or `head -1`: those
@@ -280,6 +283,54 @@ case_history() {
   say "the Framework and its kept-log ConfigMap gone (frameworkKeptSec: 15)"
   [ "$(state "$ns" pair)" = SUCCEEDED ] || fail "the job's state from the history: $(state "$ns" pair)"
   read_both "from the job history"
+  kubectl delete -k "$WORK/$ns" >/dev/null
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+  gone "$ns"
+}
+
+# The image localhost/rest-lite-frameworks:1 in the node's containerd: busybox, this
+# machine's Python with the libraries it and the packages' extensions link, and the
+# packages of target/frameworks-venv where the image's python3 finds them.
+frameworks_image() {
+  local root=$WORK/frameworks-root version venv=$ROOT/target/frameworks-venv packages lib
+  version=$(basename "$(readlink -f /usr/bin/python3)")
+  packages=$venv/lib/$version/site-packages
+  [ -d "$packages/jax" ] || fail "no JAX in $venv: run .ci/frameworks-venv"
+  mkdir -p "$root/bin" "$root/usr/bin" "$root/usr/lib" "$root/usr/local/lib/$version/dist-packages" "$root/tmp"
+  cp /bin/busybox "$root/bin/"
+  for applet in $(/bin/busybox --list); do [ "$applet" = busybox ] || ln -sf busybox "$root/bin/$applet"; done
+  cp -a "/usr/lib/$version" "$root/usr/lib/"
+  cp -a "$packages/." "$root/usr/local/lib/$version/dist-packages/"
+  cp "/usr/bin/$version" "$root/usr/bin/" && ln -sf "$version" "$root/usr/bin/python3"
+  { echo "/usr/bin/$version"; find "$packages" "/usr/lib/$version/lib-dynload" -name '*.so*' -type f; } \
+    | xargs ldd 2>/dev/null | grep -o '/[^ ]*' | grep -v "^$packages" | sort -u | while read -r lib; do
+      [ -f "$lib" ] || continue
+      mkdir -p "$root$(dirname "$lib")" && cp -L "$lib" "$root$lib"
+    done
+  tar -C "$root" -cf "$WORK/frameworks-root.tar" .
+  podman import -q "$WORK/frameworks-root.tar" localhost/rest-lite-frameworks:1 >/dev/null
+  podman save -q --format oci-archive -o "$WORK/frameworks.oci.tar" localhost/rest-lite-frameworks:1
+  podman rmi -f localhost/rest-lite-frameworks:1 >/dev/null
+  ctr --address "$H/node/containerd/containerd.sock" -n k8s.io images import \
+    --base-name localhost/rest-lite-frameworks "$WORK/frameworks.oci.tar" >/dev/null
+  rm -rf "$root" "$WORK/frameworks-root.tar" "$WORK/frameworks.oci.tar"
+}
+
+case_jax() {
+  local ns=rl-jax ip log index
+  frameworks_image
+  install "$ns"
+  ip=$(servers "$ns" | sed -n 1p)
+  # The example as it is, but for its image.
+  sed 's|^image: .*|image: localhost/rest-lite-frameworks:1|' "$ROOT/examples/jax-allgather.yaml" >"$WORK/jax.yaml"
+  curl -sS -X POST -H "Host: rest-lite" -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/yaml" \
+    --data-binary "@$WORK/jax.yaml" "http://$ip:9186/api/v1/user/alice/jobs" >/dev/null
+  wait_state "$ns" jax-allgather SUCCEEDED
+  for index in 0 1; do
+    log=$(api "$ns" "$ip" GET "/api/v1/user/alice/jobs/jax-allgather/logs?role=worker&index=$index")
+    echo "$log" | grep -x "process $index of 2 gathered \[0, 1\]" >/dev/null || fail "task $index: $log"
+    say "pod worker-$index: $(echo "$log" | grep gathered)"
+  done
   kubectl delete -k "$WORK/$ns" >/dev/null
   kubectl delete namespace "$ns" --wait=false >/dev/null
   gone "$ns"
