@@ -380,6 +380,32 @@ impl FromStr for Selection {
     }
 }
 
+impl Selection {
+    /// [`FRAMEWORK_ENV_VAR`]'s value as a runtime reads it: the parts it knows, and the
+    /// items it does not (a server of a later version may name parts this runtime has
+    /// not heard of; the job runs without their variables rather than not at all).
+    pub fn read_leniently(text: &str) -> (Self, Vec<String>) {
+        let mut selection = Selection::none();
+        let mut unknown = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.parse::<Selection>() {
+                Ok(part) => {
+                    if let Some(label) = &part.tensorflow {
+                        selection.tensorflow = Some(label.clone());
+                    }
+                    for known in Part::ALL.into_iter().filter(|&p| p != Part::Tensorflow) {
+                        if part.has(known) {
+                            selection.ask(known);
+                        }
+                    }
+                }
+                Err(_) => unknown.push(item.to_string()),
+            }
+        }
+        (selection, unknown)
+    }
+}
+
 /// Index of the leading role among `roles` (names as written, spec order), PyTorch's
 /// master, JAX's coordinator and XGBoost's tracker: the first named `master`, else the
 /// first named `chief` (any case), else the first role.
@@ -439,6 +465,17 @@ mod tests {
             Selection::all().to_string(),
             "tensorflow:http,pytorch,mpi,jax,xgboost"
         );
+    }
+
+    #[test]
+    fn a_runtime_reads_the_parts_it_knows_and_names_the_others() {
+        let (selection, unknown) =
+            Selection::read_leniently("tensorflow:grpc,pytorch,horovod,jax:x,xgboost");
+        assert_eq!(selection.to_string(), "tensorflow:grpc,pytorch,xgboost");
+        assert_eq!(unknown, ["horovod", "jax:x"]);
+        let (all, none) = Selection::read_leniently(&Selection::all().to_string());
+        assert_eq!(all, Selection::all());
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -144,9 +144,17 @@ fn identity() -> Result<(Task, std::ffi::OsString, Selection), EntryError> {
     let task = Task::from_env(var).map_err(EntryError::Identity)?;
     let user_cmd = std::env::var_os(names::USER_CMD).ok_or(EntryError::NoCommand)?;
     let selection = match std::env::var(training::FRAMEWORK_ENV_VAR) {
-        Ok(text) => text
-            .parse::<Selection>()
-            .map_err(|e| EntryError::Identity(e.to_string()))?,
+        Ok(text) => {
+            let (selection, unknown) = Selection::read_leniently(&text);
+            if !unknown.is_empty() {
+                tracing::warn!(
+                    parts = %unknown.join(","),
+                    "{} names parts this runtime does not know: their variables are not derived (a runtime image of the server's version derives them)",
+                    training::FRAMEWORK_ENV_VAR
+                );
+            }
+            selection
+        }
         Err(_) => Selection::none(),
     };
     Ok((task, user_cmd, selection))

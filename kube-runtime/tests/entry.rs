@@ -502,3 +502,28 @@ fn failures_exit_with_controller_codes_and_one_line() {
         "nothing left for the main container after a failure"
     );
 }
+
+/// A part of `frameworkEnv` this runtime does not know (a later server's) is named in
+/// one warning and left out; the job's other parts are derived and its task runs.
+#[test]
+fn an_unknown_framework_part_is_warned_and_the_known_ones_derived() {
+    let task = TaskDir::new("entry-unknown-part");
+    let assets = Assets::new(&task, "true\n");
+    let file = publish(&task, &ready_framework(32000));
+    let out = finish(
+        local(&mut entry(&task, &assets, "worker", 0), &file)
+            .env("PAI_FRAMEWORK_ENV", "mpi,some-later-part")
+            .spawn()
+            .expect("entry"),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("names parts this runtime does not know")
+            && out.stderr.contains("some-later-part"),
+        "{}",
+        out.stderr
+    );
+    let root = task.root().join("pai");
+    assert!(root.join("hostfile").exists(), "the mpi part is derived");
+}
