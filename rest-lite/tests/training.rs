@@ -75,6 +75,14 @@ async fn mpirun_reaches_every_worker_through_the_hostfile_the_aliases_and_the_jo
             "{line:?} not in the launcher's log:\n{log}"
         );
     }
+    // The host's file system is not the task's: DeepSpeed's default hostfile is not
+    // linked there (as it is in an image or a pod).
+    let linked = std::fs::read_link(pai_contract::training::DEEPSPEED_HOSTFILE);
+    assert!(
+        !linked.is_ok_and(|target| target.starts_with(&dir)),
+        "a task on the host linked {}",
+        pai_contract::training::DEEPSPEED_HOSTFILE
+    );
 }
 
 /// Run by every task: TF_CONFIG names this task at its own address and port, its file
