@@ -359,25 +359,16 @@ impl FromStr for Selection {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let mut selection = Selection::none();
-        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let (name, label) = match item.split_once(':') {
-                Some((name, label)) => (name, Some(label)),
-                None => (item, None),
-            };
-            match (Part::parse(name), label) {
-                (Some(Part::Tensorflow), label) => {
-                    let label = label.unwrap_or(crate::ports::HTTP_LABEL);
-                    if label.is_empty() {
-                        return Err(SelectionError(item.to_string()));
-                    }
-                    selection.tensorflow = Some(label.to_string());
-                }
-                (Some(part), None) => selection.ask(part),
-                _ => return Err(SelectionError(item.to_string())),
-            }
+        for item in items(text) {
+            selection.add(item)?;
         }
         Ok(selection)
     }
+}
+
+/// The items of a [`FRAMEWORK_ENV_VAR`] value.
+fn items(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|i| !i.is_empty())
 }
 
 impl Selection {
@@ -386,23 +377,31 @@ impl Selection {
     /// not heard of; the job runs without their variables rather than not at all).
     pub fn read_leniently(text: &str) -> (Self, Vec<String>) {
         let mut selection = Selection::none();
-        let mut unknown = Vec::new();
-        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            match item.parse::<Selection>() {
-                Ok(part) => {
-                    if let Some(label) = &part.tensorflow {
-                        selection.tensorflow = Some(label.clone());
-                    }
-                    for known in Part::ALL.into_iter().filter(|&p| p != Part::Tensorflow) {
-                        if part.has(known) {
-                            selection.ask(known);
-                        }
-                    }
-                }
-                Err(_) => unknown.push(item.to_string()),
-            }
-        }
+        let unknown = items(text)
+            .filter(|item| selection.add(item).is_err())
+            .map(str::to_string)
+            .collect();
         (selection, unknown)
+    }
+
+    /// Adds the part `item` names (`pytorch`, `tensorflow:<label>`, …).
+    fn add(&mut self, item: &str) -> Result<(), SelectionError> {
+        let (name, label) = match item.split_once(':') {
+            Some((name, label)) => (name, Some(label)),
+            None => (item, None),
+        };
+        match (Part::parse(name), label) {
+            (Some(Part::Tensorflow), label) => {
+                let label = label.unwrap_or(crate::ports::HTTP_LABEL);
+                if label.is_empty() {
+                    return Err(SelectionError(item.to_string()));
+                }
+                self.tensorflow = Some(label.to_string());
+            }
+            (Some(part), None) => self.ask(part),
+            _ => return Err(SelectionError(item.to_string())),
+        }
+        Ok(())
     }
 }
 

@@ -89,12 +89,10 @@ fn slots(peers: &PeerTable, role: usize) -> u32 {
         .max(1)
 }
 
+/// `<ip>:<port>` (`[<ip>]:<port>` for IPv6) of `peer`'s first port of `label`.
 fn address(peer: &Peer<'_>, label: &str) -> Option<String> {
     let port = peer.ports.first(label)?;
-    Some(match peer.ip {
-        std::net::IpAddr::V4(ip) => format!("{ip}:{port}"),
-        std::net::IpAddr::V6(ip) => format!("[{ip}]:{port}"),
-    })
+    Some(std::net::SocketAddr::new(peer.ip, port).to_string())
 }
 
 fn tf_config(
@@ -227,13 +225,13 @@ fn jax_vars(peers: &PeerTable, numbering: &Numbering, out: &mut Training) {
         own(jax::NUM_PROCESSES, &numbering.world.to_string()),
         own(jax::PROCESS_ID, &numbering.rank.to_string()),
     ]);
-    if let Some((task0, _)) = numbering.leader_at(
+    if let Some((task0, port)) = numbering.leader_at(
         peers,
         JAX_PORT_LABEL,
         "JAX_COORDINATOR_ADDRESS is",
         &mut out.notes,
-    ) && let Some(at) = address(&task0, JAX_PORT_LABEL)
-    {
+    ) {
+        let at = std::net::SocketAddr::new(task0.ip, port).to_string();
         out.vars.push(own(jax::COORDINATOR_ADDRESS, &at));
     }
 }
@@ -539,6 +537,24 @@ mod tests {
             "StrictHostKeyChecking yes\n    UserKnownHostsFile \"/a root/ssh/known_hosts\"\n";
         assert_eq!(t.ssh_config.matches(checked).count(), 1, "{}", t.ssh_config);
         assert!(!t.ssh_config.contains("StrictHostKeyChecking no"));
+    }
+
+    #[test]
+    fn ipv6_addresses_are_bracketed_before_their_port() {
+        let mut peers = table();
+        for role in &mut peers.roles {
+            role.addresses = (0..role.addresses.len())
+                .map(|i| std::net::IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, i as u16 + 1]))
+                .collect();
+        }
+        let t = training(&peers, 0, 0, &Selection::all(), Path::new("/r"), None);
+        assert_eq!(get(&t, "JAX_COORDINATOR_ADDRESS"), Some("[fd00::1]:20003"));
+        assert!(
+            get(&t, "TF_CONFIG").is_some_and(|v| v.contains(r#""chief":["[fd00::1]:20000"]"#)),
+            "{:?}",
+            get(&t, "TF_CONFIG")
+        );
+        assert_eq!(get(&t, "DMLC_TRACKER_URI"), Some("fd00::1"));
     }
 
     #[test]

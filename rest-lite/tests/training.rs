@@ -318,24 +318,6 @@ async fn tasks_read_tf_config_and_reach_each_other_and_rest_lite_ssh_reaches_the
     }
 }
 
-/// The `bin` of `target/frameworks-venv`, whose Python has the real JAX and XGBoost
-/// (`.ci/frameworks-venv` makes it); said missing otherwise.
-fn frameworks_venv() -> Option<std::path::PathBuf> {
-    let bin = common::repo_root().join("target/frameworks-venv/bin");
-    let there = Command::new(bin.join("python3"))
-        .args(["-c", "import jax, xgboost"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    pai_test_support::needs::present(
-        "JAX and XGBoost in target/frameworks-venv",
-        there,
-        "run .ci/frameworks-venv (pip, from PyPI)",
-    )
-    .then_some(bin)
-}
-
 /// Runs `examples/<example>` unchanged on a server whose tasks find the venv's Python
 /// first on their PATH (host mode: tasks run the host's programs), to its end: its state
 /// and each task's log.
@@ -386,10 +368,16 @@ async fn run_example(name: &str, example: &str, job: &str, bin: &std::path::Path
 /// job, then all-gather across processes: each holds both ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jax_processes_of_two_tasks_all_gather_across_them() {
-    let Some(bin) = frameworks_venv() else {
+    let Some(venv) = common::frameworks_venv() else {
         return;
     };
-    let logs = run_example("jax", "jax-allgather.yaml", "jax-allgather", &bin).await;
+    let logs = run_example(
+        "jax",
+        "jax-allgather.yaml",
+        "jax-allgather",
+        &venv.join("bin"),
+    )
+    .await;
     for (index, log) in logs.iter().enumerate() {
         assert!(
             log.contains(&format!("process {index} of 2 gathered [0, 1]")),
@@ -402,10 +390,16 @@ async fn jax_processes_of_two_tasks_all_gather_across_them() {
 /// rows: the model they agreed on is the same on both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_xgboost_workers_train_the_same_model() {
-    let Some(bin) = frameworks_venv() else {
+    let Some(venv) = common::frameworks_venv() else {
         return;
     };
-    let logs = run_example("xgboost", "xgboost-train.yaml", "xgboost-train", &bin).await;
+    let logs = run_example(
+        "xgboost",
+        "xgboost-train.yaml",
+        "xgboost-train",
+        &venv.join("bin"),
+    )
+    .await;
     let digests: Vec<&str> = logs
         .iter()
         .enumerate()

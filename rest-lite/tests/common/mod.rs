@@ -26,6 +26,25 @@ impl AsRef<std::path::Path> for Scratch {
     }
 }
 
+/// `target/frameworks-venv`, whose Python has the real JAX and XGBoost from PyPI
+/// (`.ci/frameworks-venv` makes it); said missing otherwise (a test's needs: fatal under
+/// `CI=true`).
+pub fn frameworks_venv() -> Option<std::path::PathBuf> {
+    let venv = repo_root().join("target/frameworks-venv");
+    let there = std::process::Command::new(venv.join("bin/python3"))
+        .args(["-c", "import jax, xgboost"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    pai_test_support::needs::present(
+        "JAX and XGBoost in target/frameworks-venv",
+        there,
+        "run .ci/frameworks-venv (pip, from PyPI)",
+    )
+    .then_some(venv)
+}
+
 /// The real `rest-lite` binary, its tasks on the host (`--engine host`): the tests of
 /// host behaviour keep their meaning on a machine with Podman. The container tests
 /// (`containers.rs`) ask for Podman themselves. It runs as an installed rest-lite does,

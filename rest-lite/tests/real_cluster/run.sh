@@ -233,7 +233,7 @@ case_logs() {
 }
 
 # A throwaway PostgreSQL for the job history, on the node's address (where pods reach the
-# machine), admitting the pods' network; stopped when the script ends.
+# machine), admitting the pods' network; stopped when the script ends (its EXIT trap).
 postgres_for_pods() {
   local bin dir=$WORK/postgres port=55432
   bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -244,6 +244,8 @@ postgres_for_pods() {
   printf 'local all all trust\nhost all all 198.18.0.0/24 trust\n' >"$dir/data/pg_hba.conf"
   su postgres -s /bin/sh -c "$bin/postgres -D $dir/data -p $port -k $dir -c listen_addresses=198.18.0.1" \
     >"$dir/postgres.log" 2>&1 &
+  # Expanded now: this server's bin and dir.
+  trap "su postgres -s /bin/sh -c '$bin/pg_ctl -D $dir/data stop -m fast' >/dev/null 2>&1 || true" EXIT
   for _ in $(seq 1 30); do
     "$bin/pg_isready" -q -h 198.18.0.1 -p "$port" && break
     sleep 1
@@ -254,8 +256,9 @@ postgres_for_pods() {
 
 case_history() {
   local ns=rl-history ip log index connection
+  # In this shell (not a command substitution): the server it starts, and the trap that
+  # stops it, stay with the script.
   postgres_for_pods >"$WORK/connection"
-  trap 'su postgres -s /bin/sh -c "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl -D $WORK/postgres/data stop -m fast" >/dev/null 2>&1 || true' EXIT
   connection=$(cat "$WORK/connection")
   install "$ns" "$connection"
   submit "$ns" pair 'echo hello from task $PAI_TASK_INDEX; exit 0' 2
