@@ -138,6 +138,10 @@ pub struct JobStatus {
     /// The protocol its spec was written in: `1` (a job config) or `2`.
     #[serde(default)]
     pub protocol_version: String,
+    /// The priority class it runs as (`prod`, `test`, `oppo`: its
+    /// `extras.hivedScheduler.jobPriorityClass`, or the config's default); null: none.
+    #[serde(default)]
+    pub job_priority: Option<String>,
     /// Its tags, in the order added (OpenPAI's v2 API adds and removes them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
@@ -168,6 +172,10 @@ pub struct AttemptView {
     /// What the code means, in words.
     pub meaning: String,
     pub diagnostics: Option<String>,
+    /// Who ended it, when it was not the job (a preemption, an eviction, a drained node),
+    /// in the engine's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<String>,
     /// The task whose end ended the attempt.
     pub trigger_task_role_name: Option<String>,
     pub trigger_task_index: Option<i32>,
@@ -203,6 +211,9 @@ impl AttemptView {
         }
         if let Some(d) = self.diagnostics.as_deref().filter(|d| !d.is_empty()) {
             let _ = write!(line, ": {d}");
+        }
+        if let Some(by) = &self.ended_by {
+            let _ = write!(line, "; ended by {by}");
         }
         if self.retried {
             match self.retry_delay_seconds {
@@ -483,6 +494,7 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         total_gpu_number: total_gpus,
         virtual_cluster: framework.virtual_cluster().to_string(),
         protocol_version: framework.protocol_version().to_string(),
+        job_priority: pai_contract::priority::JobPriority::of(framework).map(|c| c.to_string()),
         tags: pai_contract::tags::of(framework.metadata.annotations.as_ref()),
         running_task_number,
         total_task_role_number: framework.spec.task_roles.len(),
@@ -753,6 +765,7 @@ fn attempt_views(framework: &Framework) -> Vec<AttemptView> {
                 phrase: row.phrase.to_string(),
                 meaning: pai_contract::exit::meaning(end.code),
                 diagnostics: end.diagnostics,
+                ended_by: end.ended_by,
                 trigger_task_role_name: end.trigger_role.map(|kube| {
                     framework
                         .task_role(&kube)

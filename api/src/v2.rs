@@ -39,6 +39,8 @@ pub struct JobSummaryV2 {
     pub protocol_version: String,
     /// Its tags, in the order added.
     pub tags: Vec<String>,
+    /// Its priority class (`prod`, `test`, `oppo`); null: none.
+    pub job_priority: Option<String>,
 }
 
 impl From<&JobSummary> for JobSummaryV2 {
@@ -76,6 +78,7 @@ impl JobSummaryV2 {
             total_task_role_number: s.total_task_role_number,
             protocol_version: s.protocol_version.clone(),
             tags: s.tags.clone(),
+            job_priority: s.job_priority.clone(),
         }
     }
 }

@@ -51,6 +51,10 @@ pub struct KubeBackend {
     /// one that does not exist.
     volcano_queues: Api<kube::api::DynamicObject>,
     kueue_queues: Api<kube::api::DynamicObject>,
+    /// The cluster's PriorityClasses and Kueue's WorkloadPriorityClasses, to refuse a job
+    /// naming one that does not exist.
+    priority_classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass>,
+    kueue_priority_classes: Api<kube::api::DynamicObject>,
     errors: Arc<ApiErrors>,
     /// The last log tails read, by pod: a page shown to many readers reads each pod's
     /// log once per [`TAIL_TTL`].
@@ -59,6 +63,9 @@ pub struct KubeBackend {
     archive: Option<Arc<crate::archive::Archive>>,
     /// The retention's bounds as the config says them now (read again when it changes).
     retention: tokio::sync::watch::Sender<pai_engine::retention::Bounds>,
+    /// Who deleted jobs' pods ([`crate::disruptions`]): noted by the log keeper's watch,
+    /// written into the attempts' ends by the historian.
+    disruptions: crate::disruptions::Disruptions,
 }
 
 /// A kept log as a stream, followed by why it is incomplete when it is.
@@ -144,7 +151,10 @@ impl KubeBackend {
                 .restarting(settings.restart)
                 .run(store.clone()),
         );
-        tokio::spawn(crate::history::Historian::new(client.clone(), namespace).run(store.clone()));
+        tokio::spawn(
+            crate::history::Historian::new(client.clone(), namespace, backend.disruptions.clone())
+                .run(store.clone()),
+        );
         if let Some((archive, _)) = &settings.history {
             tokio::spawn(
                 crate::retention::Recorder {
@@ -227,6 +237,15 @@ impl KubeBackend {
                     "localqueues",
                 ),
             ),
+            priority_classes: Api::all(client.clone()),
+            kueue_priority_classes: Api::all_with(
+                client.clone(),
+                &crate::admission::resource(
+                    crate::admission::KUEUE_API,
+                    "WorkloadPriorityClass",
+                    "workloadpriorityclasses",
+                ),
+            ),
             admission: None,
             bindings: Api::namespaced(client, namespace),
             api,
@@ -234,6 +253,7 @@ impl KubeBackend {
             tails: Default::default(),
             archive: None,
             retention: tokio::sync::watch::channel(Default::default()).0,
+            disruptions: Default::default(),
         }
     }
 
@@ -272,6 +292,7 @@ impl KubeBackend {
         if budget.task_bytes > 0 && budget.job_bytes > 0 {
             tokio::spawn(
                 crate::log_keeper::LogKeeper::new(client, namespace, self.store.clone(), budget)
+                    .noting(self.disruptions.clone())
                     .run(),
             );
         }
@@ -347,6 +368,60 @@ impl KubeBackend {
                 Ok(())
             }
         }
+    }
+
+    /// Refuses a job whose pods name a priority class the cluster does not have (a
+    /// PriorityClass; under Kueue also its WorkloadPriorityClass): the API server would
+    /// admit none of its pods. When the server cannot tell, the job goes on.
+    async fn check_priority_class(&self, framework: &Framework) -> Result<(), BackendError> {
+        let Some(pod) = framework.spec.task_roles.first().map(|role| &role.task.pod) else {
+            return Ok(());
+        };
+        let Some(name) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref())
+        else {
+            return Ok(());
+        };
+        // The job's own class, or the one the config gives jobs naming none.
+        let field = match pai_contract::priority::JobPriority::of(framework) {
+            Some(class) => format!(
+                "extras.hivedScheduler.jobPriorityClass: {class} is, on this cluster,"
+            ),
+            None => "the server's config (priorityClasses.default, or gang.priorityClassName) gives jobs naming no jobPriorityClass".to_string(),
+        };
+        let missing = |what: &str, message: &str| {
+            BackendError::Refused(format!(
+                "{field} the class {name}, and the cluster has no {what} of that name ({message}); the config's priorityClasses names the cluster's class of each of prod, test and oppo"
+            ))
+        };
+        match self.priority_classes.get(name).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                return Err(missing("PriorityClass", &status.message));
+            }
+            Err(error) => {
+                tracing::debug!(class = %name, error = %self.errors.error(error), "cannot read the PriorityClass; the job goes on");
+            }
+            Ok(_) => {}
+        }
+        let kueue = pod
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref())
+            .and_then(|l| l.get(pai_translate::priority::KUEUE_PRIORITY_LABEL));
+        if let Some(kueue) = kueue {
+            match self.kueue_priority_classes.get(kueue).await {
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    return Err(missing("Kueue WorkloadPriorityClass", &status.message));
+                }
+                Err(error) => {
+                    tracing::debug!(class = %kueue, error = %self.errors.error(error), "cannot read the WorkloadPriorityClass; the job goes on");
+                }
+                Ok(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// A copy of the Frameworks of `namespace` alone, without a backend (a publisher on
@@ -701,6 +776,7 @@ impl Backend for KubeBackend {
                 )));
             }
             self.check_queue(&framework).await?;
+            self.check_priority_class(&framework).await?;
             // Subscribed before the write: the change that shows it cannot be missed.
             let changes = self.store.subscribe();
             // The job's own account and grant come first: FrameworkController creates

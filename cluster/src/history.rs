@@ -27,17 +27,22 @@ use pai_contract::attempts;
 
 use pai_engine::controller::{Outcome, Reconcile};
 
+use crate::disruptions::Disruptions;
 use crate::store::{Change, KubeStore};
 
 /// Writes the ended attempts of the Frameworks of one namespace into their history.
 pub struct Historian {
     api: Api<Framework>,
+    disruptions: Disruptions,
 }
 
 impl Historian {
-    pub fn new(client: Client, namespace: &str) -> Self {
+    /// `disruptions`: who deleted jobs' pods, noted by the pod watch, for the ends of the
+    /// attempts they ended.
+    pub fn new(client: Client, namespace: &str, disruptions: Disruptions) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
+            disruptions,
         }
     }
 
@@ -45,6 +50,7 @@ impl Historian {
     pub async fn run(self, store: KubeStore) {
         let writing = Writing {
             api: self.api,
+            disruptions: self.disruptions,
             store: store.clone(),
             failing: HashSet::new(),
         };
@@ -55,6 +61,7 @@ impl Historian {
 /// The historian at work: a reconcile function on the controller runtime.
 struct Writing {
     api: Api<Framework>,
+    disruptions: Disruptions,
     store: KubeStore,
     /// Frameworks whose write failed (not by a conflict), logged once until it is written.
     failing: HashSet<String>,
@@ -77,11 +84,19 @@ impl Reconcile for Writing {
             Change::Applied(framework) => framework,
             Change::Deleted(framework) => {
                 self.failing.remove(&framework.name_any());
+                self.disruptions.forget(&framework.name_any());
                 return Outcome::Done;
             }
         };
         let name = framework.name_any();
-        let Some(history) = attempts::with_current(framework) else {
+        // Only an attempt ended by others' deletion of its pods has other words.
+        let ended_by = framework
+            .status
+            .as_ref()
+            .and_then(|s| s.attempt_status.completion_status.as_ref())
+            .filter(|c| c.code == pai_contract::exit::codes::POD_EXTERNAL_DELETED)
+            .and_then(|_| self.disruptions.of(&name, framework.attempt_id()));
+        let Some(history) = attempts::with_current_ended_by(framework, ended_by.as_deref()) else {
             self.failing.remove(&name);
             return Outcome::Done;
         };

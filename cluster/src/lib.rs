@@ -13,6 +13,7 @@ pub mod admission;
 pub mod archive;
 pub mod backend;
 pub mod credentials;
+pub mod disruptions;
 pub mod errors;
 pub mod events;
 pub mod history;

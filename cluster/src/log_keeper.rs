@@ -104,6 +104,8 @@ pub struct LogKeeper {
     state: Arc<Mutex<State>>,
     reads: Arc<tokio::sync::Semaphore>,
     wake: Arc<tokio::sync::Notify>,
+    /// Who deleted pods, noted as the watch shows it ([`crate::disruptions`]).
+    disruptions: crate::disruptions::Disruptions,
 }
 
 #[derive(Default)]
@@ -137,7 +139,14 @@ impl LogKeeper {
             state: Arc::default(),
             reads: Arc::new(tokio::sync::Semaphore::new(READS_AT_ONCE)),
             wake: Arc::default(),
+            disruptions: Default::default(),
         }
+    }
+
+    /// Notes in `disruptions` who deleted the pods it sees.
+    pub fn noting(mut self, disruptions: crate::disruptions::Disruptions) -> Self {
+        self.disruptions = disruptions;
+        self
     }
 
     /// Watches the pods with rest-lite's label until the end.
@@ -206,6 +215,11 @@ impl LogKeeper {
             .get(pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID)
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| framework.attempt_id());
+        if self.disruptions.saw(pod, &framework_name, attempt) {
+            debug!(pod = %name, attempt, "a pod deleted by others: its attempt's end says who");
+            // Its history's writer looks again (the attempt may have been written first).
+            self.store.nudge(&framework_name);
+        }
         let share = self.budget.share(&framework);
         let Some(status) = pod.status.as_ref() else {
             return;

@@ -42,6 +42,10 @@ pub struct AttemptEnd {
     /// ran decides a restart's back-off ([`crate::restarts`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<String>,
+    /// Who ended it, when it was not the job: the engine that preempted or evicted a
+    /// task's pod, in its words (cut to 512 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<String>,
 }
 
 impl AttemptEnd {
@@ -87,6 +91,7 @@ pub fn current_end(framework: &Framework) -> Option<AttemptEnd> {
             .run_time
             .clone()
             .or_else(|| attempt.start_time.clone()),
+        ended_by: None,
     })
 }
 
@@ -105,8 +110,22 @@ pub fn ended(framework: &Framework) -> Vec<AttemptEnd> {
 /// The annotation's value with the current attempt's end added, when it is missing
 /// from it (`None`: nothing to write).
 pub fn with_current(framework: &Framework) -> Option<String> {
+    with_current_ended_by(framework, None)
+}
+
+/// As [`with_current`], the end saying who ended the attempt (`ended_by`, where known):
+/// also written into an end recorded before those words were known.
+pub fn with_current_ended_by(framework: &Framework, ended_by: Option<&str>) -> Option<String> {
     let mut ends = recorded(framework);
-    let end = current_end(framework)?;
+    let mut end = current_end(framework)?;
+    end.ended_by = ended_by.map(cut);
+    if let Some(last) = ends.iter_mut().find(|e| e.attempt == end.attempt) {
+        if last.ended_by.is_some() || end.ended_by.is_none() {
+            return None;
+        }
+        last.ended_by = end.ended_by;
+        return serde_json::to_string(&ends).ok();
+    }
     if ends.iter().any(|e| e.attempt >= end.attempt) {
         return None;
     }

@@ -22,6 +22,7 @@ pub mod names;
 pub mod ordered_log;
 pub mod paths;
 pub mod ports;
+pub mod priority;
 pub mod read;
 pub mod restarts;
 pub mod results;

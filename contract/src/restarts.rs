@@ -91,6 +91,7 @@ mod tests {
             trigger_index: None,
             time: Some(stop.to_string()),
             started: Some(start.to_string()),
+            ended_by: None,
         }
     }
 

@@ -318,6 +318,7 @@ pub(super) async fn drive(
         progress_due: None,
         progress_written: None,
         all_started: false,
+        preempted: false,
     };
     let mut events = match resume {
         Resume::Follow(held, adoption) => {
@@ -417,6 +418,14 @@ pub(super) async fn drive(
                 None => std::future::pending().await,
             }
         };
+        // Heard once the attempt's tasks are started (until then it stays in the channel).
+        let started = !driver.running.is_empty();
+        let preempted = async {
+            match driver.held.as_mut().filter(|_| started) {
+                Some(held) => held.preempted().await,
+                None => std::future::pending().await,
+            }
+        };
         let released = async {
             if driver.waits_for_jobs {
                 job.released.notified().await
@@ -436,6 +445,11 @@ pub(super) async fn drive(
                     },
                     Err(e) => not_started(format!("pulling the images failed: {e}")),
                 });
+            }
+            message = preempted => {
+                tracing::info!(job = %name, %message, "preempted");
+                driver.preempted = true;
+                events.push(Event::Preempted { message });
             }
             () = released => {
                 driver.waits_for_jobs = false;
@@ -567,6 +581,9 @@ struct Driver<'a> {
     /// Whether every task of the current attempt was running (or past it) at the last
     /// batch: the batch that makes it so is written at once ([`Driver::save_spaced`]).
     all_started: bool,
+    /// The attempt was preempted: what it held goes to the job it gave way to, and the
+    /// next attempt asks again (rather than keeping it, as a retry does).
+    preempted: bool,
 }
 
 impl Driver<'_> {
@@ -766,6 +783,10 @@ impl Driver<'_> {
     /// Takes this machine's task slots for the attempt (queued when they are taken) and
     /// places it: the event that says so, if any yet.
     async fn take_slots(&mut self) -> Option<Event> {
+        if std::mem::take(&mut self.preempted) {
+            self.held = None;
+            self.carried = None;
+        }
         if self.held.is_none() {
             self.held = self.carried.take();
         }
@@ -1065,6 +1086,7 @@ pub(crate) fn need_of(framework: &Framework) -> crate::slots::Need {
             .collect(),
         gpu_type: annotations.get(meta::ANNOTATION_GPU_TYPE).cloned(),
         before: crate::gpus::Assignment::of(framework),
+        priority: pai_contract::priority::JobPriority::ranked(framework),
     }
 }
 

@@ -73,6 +73,10 @@ pub enum Event {
     },
     /// `executionType` became `Stop`.
     Stop,
+    /// A waiting job of a higher priority class asks for what the running attempt holds
+    /// ([`crate::slots`]): its tasks end as FrameworkController's do when others delete
+    /// their pods (a transient failure, retried without counting).
+    Preempted { message: String },
     /// The Framework is deleted: every task ends, then it is removed.
     Delete,
     /// The delay before a retry (an [`Effect::Schedule`]) elapsed.
@@ -182,6 +186,7 @@ pub fn step(framework: &mut Framework, event: Event, cx: &mut Context<'_>) -> Ve
             task_completed(framework, &role, index, completion, cx, &mut effects);
         }
         Event::Stop => stop(framework, cx, &mut effects),
+        Event::Preempted { message } => preempt(framework, &message, cx, &mut effects),
         Event::Delete => delete(framework, cx, &mut effects),
         Event::RetryDelayElapsed => {
             if state(framework) == Some(FrameworkState::AttemptCompleted) {
@@ -597,6 +602,35 @@ fn stop(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Effec
             effects.push(Effect::Persist { durable: true });
         }
     }
+}
+
+/// The running attempt gives way to a job of a higher class: it completes with
+/// `PodExternalDeleted`, every task ended (TERM, its grace, KILL), and is retried as the
+/// policy retries a transient failure. An attempt that is ending already (stopped,
+/// deleted, decided) or has not started is left as it is.
+fn preempt(
+    framework: &mut Framework,
+    message: &str,
+    cx: &mut Context<'_>,
+    effects: &mut Vec<Effect>,
+) {
+    let running = matches!(
+        state(framework),
+        Some(FrameworkState::AttemptPreparing | FrameworkState::AttemptRunning)
+    );
+    if !running
+        || deleting(framework)
+        || decided(framework)
+        || framework.spec.execution_type == ExecutionType::Stop
+    {
+        return;
+    }
+    decide_completion(
+        framework,
+        CompletionStatus::of(codes::POD_EXTERNAL_DELETED, message),
+    );
+    end_tasks(framework, codes::POD_EXTERNAL_DELETED, message, cx, effects);
+    effects.push(Effect::Persist { durable: true });
 }
 
 fn delete(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Effect>) {
@@ -1140,6 +1174,42 @@ mod tests {
         assert_eq!(last, [Effect::Persist { durable: true }]);
         assert_eq!(sim.state(), FrameworkState::Completed, "never retried");
         assert_eq!(sim.completion().code, codes::STOP_FRAMEWORK_REQUESTED);
+    }
+
+    #[test]
+    fn a_preempted_attempt_ends_every_task_and_is_retried_without_counting() {
+        // No retry left: a preemption is the platform's doing, not the job's.
+        let mut sim = Sim::new(&[("worker", 2, 1, -1)], true, 0);
+        let before = sim.step(Event::Preempted {
+            message: "for prod".into(),
+        });
+        assert_eq!(before, [], "nothing started yet: nothing to give back");
+        sim.started();
+        sim.running();
+        let effects = sim.step(Event::Preempted {
+            message: "preempted by job alice~big".into(),
+        });
+        assert!(effects.iter().any(signal(
+            &[("worker", 0), ("worker", 1)],
+            codes::POD_EXTERNAL_DELETED
+        )));
+        let last = sim.rest_exit(codes::POD_EXTERNAL_DELETED);
+        assert!(last.contains(&Effect::Place), "retried at once: {last:?}");
+        assert_eq!(sim.attempt(), 1);
+        let retries = &sim.status().retry_policy_status;
+        assert_eq!(
+            (
+                retries.total_retried_count,
+                retries.accountable_retried_count
+            ),
+            (1, 0)
+        );
+        let history = pai_contract::attempts::recorded(&sim.framework);
+        assert_eq!(history[0].code, codes::POD_EXTERNAL_DELETED);
+        assert_eq!(
+            history[0].diagnostics.as_deref(),
+            Some("preempted by job alice~big")
+        );
     }
 
     #[test]

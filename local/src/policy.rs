@@ -138,10 +138,13 @@ pub fn retry_decision(
         let reason = format!("fancy retry policy, completion type {kind:?}");
         // Retries not counted against maxRetryCount so far: the transient ones.
         let transient = status.total_retried_count - status.accountable_retried_count;
+        // The platform's own doing (a preemption, the server's restart) is never capped:
+        // it says nothing of the job.
         if matches!(
             kind,
             CompletionKind::TransientConflict | CompletionKind::TransientFailure
         ) && transient >= MAX_TRANSIENT_RETRIES
+            && code.code != pai_contract::exit::codes::POD_EXTERNAL_DELETED
         {
             return decide(
                 false,

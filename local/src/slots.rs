@@ -5,9 +5,18 @@
 //! behind it, so it cannot starve), and says so. The slots are `--max-tasks`, the most
 //! tasks one job may have here: as many as this machine runs at once. GPUs are whole
 //! devices, each held by one task at a time, as a device plugin gives them to pods.
+//!
+//! Priority classes ([`JobPriority`]): waiting jobs are in order of class, then of
+//! submission. The job at the head that does not fit asks running jobs of a lower class
+//! to give way (the lowest class first, the most recently started first, only as many as
+//! make room for it, never a job of its own class or above): each such job's attempt
+//! ends as a preemption (TERM, its grace, KILL; not counted against its retries), and it
+//! waits again, behind the job it made room for.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use pai_contract::priority::JobPriority;
 
 use crate::gpus::{Assignment, GpuDevice, Gpus, Held as HeldGpu};
 
@@ -38,6 +47,8 @@ pub(crate) struct Need {
     /// The GPUs its tasks held before (saved on its Framework): taken again where free,
     /// so a task rerun after a restart keeps its devices.
     pub(crate) before: Option<Assignment>,
+    /// Its priority class: its place in the queue, and whom it may preempt.
+    pub(crate) priority: JobPriority,
 }
 
 impl Need {
@@ -57,10 +68,21 @@ struct State {
     free: u32,
     /// The job holding each GPU, by its place in [`Gpus::devices`].
     gpu_holders: Vec<Option<Arc<str>>>,
-    /// Jobs holding slots now.
-    holders: usize,
+    /// What each grant held now holds, by its id: whom a waiting job may preempt.
+    grants: HashMap<u64, Holding>,
+    /// Waiting jobs, in order of class, then of submission.
     queue: VecDeque<InQueue>,
     next_id: u64,
+}
+
+/// What one held grant holds, and how to ask its job to give it back.
+struct Holding {
+    job: Arc<str>,
+    priority: JobPriority,
+    tasks: u32,
+    gpus: Vec<usize>,
+    /// Taken once its job is asked to give way.
+    preempt: Option<tokio::sync::oneshot::Sender<String>>,
 }
 
 struct InQueue {
@@ -72,7 +94,11 @@ struct InQueue {
 
 /// What one attempt was given.
 struct Grant {
+    /// Its key in [`State::grants`].
+    id: u64,
     tasks: u32,
+    /// Where its job hears that a job of a higher class asks for it.
+    preempted: Option<tokio::sync::oneshot::Receiver<String>>,
     job: Arc<str>,
     /// By task (the need's order): places in [`Gpus::devices`].
     gpus: Vec<Vec<usize>>,
@@ -87,6 +113,19 @@ pub(crate) struct Held {
 }
 
 impl Held {
+    /// Resolves, with the words for the job, when a waiting job of a higher class asks
+    /// for what this holds; never, if none does.
+    pub(crate) async fn preempted(&mut self) -> String {
+        if let Some(asked) = self.grant.preempted.as_mut() {
+            let said = asked.await;
+            self.grant.preempted = None;
+            if let Ok(why) = said {
+                return why;
+            }
+        }
+        std::future::pending().await
+    }
+
     /// The GPUs each task holds, by role and index.
     pub(crate) fn by_task(&self) -> BTreeMap<(String, u32), Vec<GpuDevice>> {
         self.need
@@ -156,7 +195,7 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 impl State {
     fn give_back(&mut self, grant: &Grant) {
         self.free += grant.tasks;
-        self.holders = self.holders.saturating_sub(1);
+        self.grants.remove(&grant.id);
         for &place in grant.gpus.iter().flatten() {
             if let Some(holder) = self.gpu_holders.get_mut(place)
                 && holder.as_deref() == Some(&*grant.job)
@@ -174,58 +213,133 @@ impl State {
         allowed: &[bool],
         devices: &[GpuDevice],
     ) -> Option<Vec<Vec<usize>>> {
-        let mut taken: Vec<bool> = self
-            .gpu_holders
-            .iter()
-            .zip(allowed)
-            .map(|(holder, &ok)| holder.is_some() || !ok)
-            .collect();
-        let free = taken.iter().filter(|&&t| !t).count();
-        if free < need.gpus() as usize {
-            return None;
-        }
-        let place_of = |uuid: &str| devices.iter().position(|d| d.uuid == uuid);
-        let mut out = Vec::with_capacity(need.tasks.len());
-        for (role, index, count) in &need.tasks {
-            let before: Vec<usize> = need
-                .before
-                .as_ref()
-                .map(|b| b.task(role, *index))
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|h| place_of(&h.uuid))
-                .collect();
-            let mine = if before.len() == *count as usize && before.iter().all(|&p| !taken[p]) {
-                before
-            } else {
-                (0..taken.len())
-                    .filter(|&p| !taken[p])
-                    .take(*count as usize)
-                    .collect()
-            };
-            for &p in &mine {
-                taken[p] = true;
-            }
-            out.push(mine);
-        }
-        Some(out)
+        pick_among(&self.gpu_holders, need, allowed, devices)
     }
 
     fn take(&mut self, need: &Need, gpus: Vec<Vec<usize>>) -> Grant {
         let tasks = need.tasks.len() as u32;
         let job: Arc<str> = Arc::from(need.job.as_str());
         self.free = self.free.saturating_sub(tasks);
-        self.holders += 1;
         for &place in gpus.iter().flatten() {
             if let Some(holder) = self.gpu_holders.get_mut(place) {
                 *holder = Some(job.clone());
             }
         }
-        Grant { tasks, job, gpus }
+        let id = self.next_id;
+        self.next_id += 1;
+        let (preempt, preempted) = tokio::sync::oneshot::channel();
+        self.grants.insert(
+            id,
+            Holding {
+                job: job.clone(),
+                priority: need.priority,
+                tasks,
+                gpus: gpus.iter().flatten().copied().collect(),
+                preempt: Some(preempt),
+            },
+        );
+        Grant {
+            id,
+            tasks,
+            job,
+            gpus,
+            preempted: Some(preempted),
+        }
+    }
+
+    /// Where a job of class `priority` joins the queue: behind every job of its class or
+    /// above.
+    fn place_in_queue(&self, priority: JobPriority) -> usize {
+        self.queue
+            .iter()
+            .rposition(|q| q.need.priority >= priority)
+            .map_or(0, |at| at + 1)
+    }
+
+    /// Asks running jobs of a lower class than the queue's head to give way, as few as
+    /// make room for it (the lowest class first, then the most recently started), when
+    /// the head does not fit what is free and what jobs asked already will free. The jobs
+    /// asked now.
+    fn preempt_for_head(&mut self, devices: &[GpuDevice]) -> Vec<(Arc<str>, JobPriority)> {
+        let Some(head) = self.queue.iter().find(|q| !q.tx.is_closed()) else {
+            return Vec::new();
+        };
+        let tasks = head.need.tasks.len() as u32;
+        // What is free once the jobs asked already have given way.
+        let mut free = self.free;
+        let mut holders = self.gpu_holders.clone();
+        let release = |free: &mut u32, holders: &mut [Option<Arc<str>>], h: &Holding| {
+            *free += h.tasks;
+            for &p in &h.gpus {
+                if let Some(slot) = holders.get_mut(p) {
+                    *slot = None;
+                }
+            }
+        };
+        for holding in self.grants.values().filter(|h| h.preempt.is_none()) {
+            release(&mut free, &mut holders, holding);
+        }
+        let fits = |free: u32, holders: &[Option<Arc<str>>]| {
+            tasks <= free && pick_among(holders, &head.need, &head.allowed, devices).is_some()
+        };
+        if fits(free, &holders) {
+            return Vec::new();
+        }
+        let mut lower: Vec<(&u64, &Holding)> = self
+            .grants
+            .iter()
+            .filter(|(_, h)| h.preempt.is_some() && h.priority < head.need.priority)
+            .collect();
+        lower.sort_by_key(|(id, h)| (h.priority, std::cmp::Reverse(**id)));
+        let mut chosen = Vec::new();
+        for (id, holding) in lower {
+            // Of use only if the head lacks slots, or it holds GPUs the head may take.
+            let useful = free < tasks || holding.gpus.iter().any(|&p| head.allowed[p]);
+            if !useful {
+                continue;
+            }
+            release(&mut free, &mut holders, holding);
+            chosen.push(*id);
+            if fits(free, &holders) {
+                break;
+            }
+        }
+        if !fits(free, &holders) {
+            return Vec::new();
+        }
+        let why = format!(
+            "preempted on this machine by job {} of priority class {}, which waits for what this job held ({}); it waits again and runs once there is room",
+            head.need.job,
+            head.need.priority,
+            if head.need.gpus() > 0 {
+                "GPUs"
+            } else {
+                "task slots"
+            },
+        );
+        let mut asked = Vec::new();
+        for id in chosen {
+            if let Some(holding) = self.grants.get_mut(&id)
+                && let Some(tx) = holding.preempt.take()
+            {
+                let _ = tx.send(why.clone());
+                asked.push((holding.job.clone(), holding.priority));
+            }
+        }
+        asked
+    }
+
+    /// Admits the jobs at the head of the queue while they fit; then the head that does
+    /// not fit may preempt jobs of a lower class.
+    fn serve(&mut self, gpus: &Gpus) {
+        self.admit(gpus);
+        for (job, priority) in self.preempt_for_head(&gpus.devices) {
+            tracing::info!(%job, %priority, "asked to give way to a waiting job of a higher priority class");
+        }
     }
 
     /// Admits the jobs at the head of the queue while they fit.
-    fn serve(&mut self, gpus: &Gpus) {
+    fn admit(&mut self, gpus: &Gpus) {
         while let Some(head) = self.queue.front() {
             if head.tx.is_closed() {
                 self.queue.pop_front();
@@ -249,13 +363,57 @@ impl State {
     }
 }
 
+/// The GPUs for `need` among those `allowed` that no one of `holders` holds, if enough
+/// are: by task, the ones it held before where they are free, else the lowest free ones.
+fn pick_among(
+    holders: &[Option<Arc<str>>],
+    need: &Need,
+    allowed: &[bool],
+    devices: &[GpuDevice],
+) -> Option<Vec<Vec<usize>>> {
+    let mut taken: Vec<bool> = holders
+        .iter()
+        .zip(allowed)
+        .map(|(holder, &ok)| holder.is_some() || !ok)
+        .collect();
+    let free = taken.iter().filter(|&&t| !t).count();
+    if free < need.gpus() as usize {
+        return None;
+    }
+    let place_of = |uuid: &str| devices.iter().position(|d| d.uuid == uuid);
+    let mut out = Vec::with_capacity(need.tasks.len());
+    for (role, index, count) in &need.tasks {
+        let before: Vec<usize> = need
+            .before
+            .as_ref()
+            .map(|b| b.task(role, *index))
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|h| place_of(&h.uuid))
+            .collect();
+        let mine = if before.len() == *count as usize && before.iter().all(|&p| !taken[p]) {
+            before
+        } else {
+            (0..taken.len())
+                .filter(|&p| !taken[p])
+                .take(*count as usize)
+                .collect()
+        };
+        for &p in &mine {
+            taken[p] = true;
+        }
+        out.push(mine);
+    }
+    Some(out)
+}
+
 impl Slots {
     pub(crate) fn new(capacity: u32, gpus: Arc<Gpus>) -> Self {
         Self {
             state: Arc::new(Mutex::new(State {
                 free: capacity,
                 gpu_holders: vec![None; gpus.devices.len()],
-                holders: 0,
+                grants: HashMap::new(),
                 queue: VecDeque::new(),
                 next_id: 0,
             })),
@@ -285,25 +443,41 @@ impl Slots {
         }
         let allowed = self.gpus.allowed(need.gpu_type.as_deref());
         let mut state = lock(&self.state);
-        if state.queue.is_empty()
+        // Nobody of its class or above waits before it.
+        let ahead = state.place_in_queue(need.priority);
+        if ahead == 0
             && tasks <= state.free
             && let Some(picked) = state.pick(&need, &allowed, &self.gpus.devices)
         {
             let grant = state.take(&need, picked);
             return Asked::Held(self.held(grant, &need));
         }
-        let message = self.why_waiting(&state, &need, &allowed);
+        let mut message = self.why_waiting(&state, &need, &allowed, ahead);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let id = state.next_id;
         state.next_id += 1;
         let order: Vec<(String, u32)> = need.tasks.iter().map(|t| (t.0.clone(), t.1)).collect();
-        state.queue.push_back(InQueue {
-            id,
-            need,
-            allowed,
-            tx,
-        });
+        state.queue.insert(
+            ahead,
+            InQueue {
+                id,
+                need,
+                allowed,
+                tx,
+            },
+        );
+        let asked = state.preempt_for_head(&self.gpus.devices);
         drop(state);
+        if !asked.is_empty() {
+            let jobs: Vec<String> = asked
+                .iter()
+                .map(|(job, priority)| format!("{job} ({priority})"))
+                .collect();
+            message.push_str(&format!(
+                "; the running jobs of a lower priority class that hold what it needs are preempted for it: {}",
+                jobs.join(", ")
+            ));
+        }
         let mut pending = Pending {
             rx: Some(rx),
             id,
@@ -366,9 +540,9 @@ impl Slots {
     }
 
     /// Why `need` waits, as its WAITING state says it.
-    fn why_waiting(&self, state: &State, need: &Need, allowed: &[bool]) -> String {
+    fn why_waiting(&self, state: &State, need: &Need, allowed: &[bool], ahead: usize) -> String {
         let tasks = need.tasks.len() as u32;
-        let behind = match state.queue.len() {
+        let behind = match ahead {
             0 => String::new(),
             1 => ", behind 1 other waiting job".to_string(),
             n => format!(", behind {n} other waiting jobs"),
@@ -412,8 +586,12 @@ impl Slots {
         format!(
             "this machine runs at most {} tasks at once (rest-lite serve --max-tasks); the job needs {tasks} and {in_use} were in use by {} {} when it was queued{behind}: it starts, whole, when enough end",
             self.capacity,
-            state.holders,
-            if state.holders == 1 { "job" } else { "jobs" },
+            state.grants.len(),
+            if state.grants.len() == 1 {
+                "job"
+            } else {
+                "jobs"
+            },
         )
     }
 }
@@ -478,6 +656,110 @@ mod tests {
                 .collect(),
             types: Default::default(),
         })
+    }
+
+    fn of_class(mut need: Need, priority: JobPriority) -> Need {
+        need.priority = priority;
+        need
+    }
+
+    #[tokio::test]
+    async fn waiting_jobs_start_by_class_then_submission() {
+        let slots = Slots::new(2, machine(0));
+        let Asked::Held(holder) = slots
+            .ask(of_class(need("prod", 2, 0), JobPriority::Prod))
+            .await
+        else {
+            panic!("held");
+        };
+        let ask = |name: &str, class| slots.ask(of_class(need(name, 2, 0), class));
+        let Asked::Queued(mut oppo, _) = ask("oppo", JobPriority::Oppo).await else {
+            panic!("queued");
+        };
+        let Asked::Queued(mut test, why) = ask("test", JobPriority::Test).await else {
+            panic!("queued");
+        };
+        assert!(
+            !why.message.contains("behind"),
+            "ahead of oppo: {}",
+            why.message
+        );
+        let Asked::Queued(mut later, why) = ask("test-later", JobPriority::Test).await else {
+            panic!("queued");
+        };
+        assert!(why.message.contains("behind 1 other"), "{}", why.message);
+        drop(holder);
+        let first = test.as_mut().await.expect("test first");
+        assert!(futures::poll!(oppo.as_mut()).is_pending());
+        assert!(futures::poll!(later.as_mut()).is_pending());
+        drop(first);
+        let second = later.as_mut().await.expect("then the later test job");
+        drop(second);
+        assert!(oppo.await.is_some(), "oppo last");
+    }
+
+    #[tokio::test]
+    async fn a_waiting_job_preempts_the_lowest_newest_holders_it_needs_and_no_equal() {
+        let slots = Slots::new(8, machine(4));
+        let held = |asked: Asked| match asked {
+            Asked::Held(held) => held,
+            _ => panic!("held at once"),
+        };
+        let mut old_oppo = held(
+            slots
+                .ask(of_class(need("old-oppo", 1, 1), JobPriority::Oppo))
+                .await,
+        );
+        let mut new_oppo = held(
+            slots
+                .ask(of_class(need("new-oppo", 1, 1), JobPriority::Oppo))
+                .await,
+        );
+        let mut test = held(
+            slots
+                .ask(of_class(need("test", 1, 1), JobPriority::Test))
+                .await,
+        );
+        let mut prod = held(
+            slots
+                .ask(of_class(need("prod", 1, 1), JobPriority::Prod))
+                .await,
+        );
+        // A test job waiting for 2 GPUs takes them from the oppo jobs, not from its equal.
+        let Asked::Queued(waiter, why) = slots
+            .ask(of_class(need("test-2", 1, 2), JobPriority::Test))
+            .await
+        else {
+            panic!("queued");
+        };
+        assert!(
+            why.message
+                .contains("preempted for it: new-oppo (oppo), old-oppo (oppo)"),
+            "{}",
+            why.message
+        );
+        let said = new_oppo.preempted().await;
+        assert!(
+            said.contains("by job test-2 of priority class test"),
+            "{said}"
+        );
+        old_oppo.preempted().await;
+        for other in [&mut test, &mut prod] {
+            assert!(futures::poll!(std::pin::pin!(other.preempted())).is_pending());
+        }
+        drop(new_oppo);
+        drop(old_oppo);
+        let given = waiter.await.expect("the GPUs the oppo jobs gave back");
+        assert_eq!(given.by_task().values().flatten().count(), 2);
+        // Only one lower job is needed for one GPU: the newest of the lowest class.
+        let Asked::Queued(_waiter, why) = slots
+            .ask(of_class(need("prod-2", 1, 1), JobPriority::Prod))
+            .await
+        else {
+            panic!("queued");
+        };
+        assert!(why.message.ends_with("test-2 (test)"), "{}", why.message);
+        assert!(futures::poll!(std::pin::pin!(test.preempted())).is_pending());
     }
 
     #[tokio::test]

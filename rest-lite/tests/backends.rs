@@ -894,6 +894,72 @@ async fn on_kubernetes_each_ended_attempt_is_kept_on_the_framework() {
     assert_eq!(again.job_status.attempts, view.job_status.attempts);
 }
 
+/// A task's pod preempted, evicted or drained away: FrameworkController ends the attempt
+/// with PodExternalDeleted (a transient failure, retried without spending a retry), and the
+/// attempt's end in the job's history names who did it, from the condition the engine
+/// wrote on the pod before deleting it (here kube-scheduler's, as the real one writes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_kubernetes_an_attempt_ended_by_a_preemption_says_who_ended_it() {
+    let h = Harness::kube("preempted").await;
+    h.submit(ALICE, "alice", "borrower")
+        .await
+        .expect("submitted");
+    h.running("alice", "borrower").await;
+    let Place::Kube(api) = &h.place else {
+        unreachable!()
+    };
+    let name = Harness::framework_name("alice", "borrower");
+    api.create(
+        "pods",
+        NS,
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{name}-worker-0"), "namespace": NS,
+                "labels": {
+                    pai_contract::framework::LABEL_FRAMEWORK_NAME: name,
+                    pai_contract::meta::LABEL_MANAGED_BY: pai_contract::meta::MANAGED_BY,
+                },
+                "annotations": {pai_contract::env::fc::FRAMEWORK_ATTEMPT_ID: "0"},
+                "deletionTimestamp": "2026-01-01T00:00:04Z"},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "DisruptionTarget",
+                "status": "True", "reason": "PreemptionByScheduler",
+                "message": "default-scheduler: preempting to accommodate a higher priority pod"}]}}),
+    );
+    api.modify("frameworks", NS, &name, |f| {
+        f["status"]["state"] = json!("AttemptCompleted");
+        f["status"]["attemptStatus"]["completionStatus"] =
+            serde_json::to_value(CompletionStatus::of(
+                pai_contract::exit::codes::POD_EXTERNAL_DELETED,
+                "Pod is being deleted by others",
+            ))
+            .expect("json");
+        f["status"]["attemptStatus"]["completionTime"] = json!("2026-01-01T00:00:05Z");
+    });
+    let ended_by = |f: &serde_json::Value| -> Option<String> {
+        let text = f["metadata"]["annotations"][pai_contract::attempts::ANNOTATION].as_str()?;
+        let history: Vec<pai_contract::attempts::AttemptEnd> = serde_json::from_str(text).ok()?;
+        history.first()?.ended_by.clone()
+    };
+    let written = tokio::time::timeout(
+        DEADLINE,
+        api.wait_for("frameworks", NS, &name, |f| ended_by(f).is_some()),
+    )
+    .await
+    .expect("the attempt's end says who ended it in time");
+    assert_eq!(
+        ended_by(&written).as_deref(),
+        Some(
+            "kube-scheduler, preempting for a pod of a higher priority (PreemptionByScheduler): default-scheduler: preempting to accommodate a higher priority pod"
+        )
+    );
+    let view = h.client(ALICE).job("alice", "borrower").await.expect("job");
+    let line = view.job_status.attempts[0].line();
+    assert!(
+        line.contains("Pod is being deleted by others; ended by kube-scheduler, preempting"),
+        "{line}"
+    );
+}
+
 /// On a cluster a task's result is its main container's termination message, which
 /// FrameworkController copies into the task's completion status: the job's status reads
 /// it from the Framework alone (a message of the user's own, not the runtime's envelope,

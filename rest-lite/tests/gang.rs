@@ -108,11 +108,16 @@ fn rules(file: &str, kind: &str, name: &str) -> Vec<Value> {
 
 fn assert_rbac_allows_everything(api: &ApiServer) {
     let role = rules("rbac.yaml", "Role", "rest-lite");
-    let cluster = rules(
+    let mut cluster = rules(
         "rbac-volcano-queues.yaml",
         "ClusterRole",
         "rest-lite-volcano-queues",
     );
+    cluster.extend(rules(
+        "rbac-priority-classes.yaml",
+        "ClusterRole",
+        "rest-lite-priority-classes",
+    ));
     for request in api.requests() {
         let attributes = Attributes::of(&request.method, &request.uri).expect("a resource");
         // A Role grants nothing cluster-wide: those requests need the ClusterRole.
@@ -243,6 +248,13 @@ async fn volcano_a_pod_group_in_the_queue_the_spec_names() {
     };
     let client = serve(&api, config).await;
     api.create("queues", "", volcano_queue("team-a", "Open"));
+    // The class the config gives every job: an API server admits no pod naming a missing one.
+    api.create(
+        "priorityclasses",
+        "",
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "training"}, "value": 100}),
+    );
     let framework = submit(&api, &client, Some("team-a")).await;
     let name = framework["metadata"]["name"].as_str().expect("name");
     let group = api.get("podgroups", NS, name).expect("the PodGroup");
@@ -647,5 +659,80 @@ async fn kueue_the_workload_of_an_attempt_that_ends_is_deleted() {
         .filter(|r| r.method == "DELETE" && r.uri.contains("/workloads/"))
         .count();
     assert_eq!(deletions, 4, "one per Workload");
+    assert_rbac_allows_everything(&api);
+}
+
+/// A protocol v2 job of class `class` (its `extras.hivedScheduler.jobPriorityClass`).
+fn v2_of_class(class: &str) -> String {
+    json!({
+        "protocolVersion": 2, "name": "urgent", "type": "job",
+        "prerequisites": [{"type": "dockerimage", "name": "image", "uri": "busybox"}],
+        "taskRoles": {"worker": {"instances": 2, "dockerImage": "image",
+            "resourcePerInstance": {"cpu": 1, "memoryMB": 512, "gpu": 0},
+            "commands": ["true"]}},
+        "extras": {"hivedScheduler": {"jobPriorityClass": class}},
+    })
+    .to_string()
+}
+
+/// A job's class is the cluster's priority class its pods and Kueue's Workload name; a
+/// class the cluster lacks (its PriorityClass, or Kueue's WorkloadPriorityClass) is refused
+/// naming it, and nothing is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueue_a_jobs_priority_class_is_the_clusters_and_a_missing_one_is_refused() {
+    let api = ApiServer::start().await;
+    let client = serve(&api, kueue_research()).await;
+    api.create("localqueues", NS, local_queue("research"));
+    let refused = |client: Client| async move {
+        client
+            .submit("alice", &v2_of_class("prod"), SpecFormat::Json)
+            .await
+            .expect_err("refused")
+            .to_string()
+    };
+    let text = refused(client.clone()).await;
+    assert!(
+        text.contains("jobPriorityClass: prod is, on this cluster, the class prod, and the cluster has no PriorityClass of that name"),
+        "{text}"
+    );
+    let class = |kind: &str| {
+        let api_version = match kind {
+            "PriorityClass" => "scheduling.k8s.io/v1",
+            _ => "kueue.x-k8s.io/v1beta1",
+        };
+        json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "prod"}, "value": 1000})
+    };
+    api.create("priorityclasses", "", class("PriorityClass"));
+    let text = refused(client.clone()).await;
+    assert!(
+        text.contains("the cluster has no Kueue WorkloadPriorityClass of that name"),
+        "{text}"
+    );
+    let framework = pai_contract::names::framework_name("alice", "urgent");
+    assert!(api.get("frameworks", NS, &framework).is_none());
+    assert!(api.list("serviceaccounts", NS).is_empty(), "nothing made");
+
+    api.create(
+        "workloadpriorityclasses",
+        "",
+        class("WorkloadPriorityClass"),
+    );
+    client
+        .submit("alice", &v2_of_class("prod"), SpecFormat::Json)
+        .await
+        .expect("submitted");
+    let framework = api
+        .get("frameworks", NS, &framework)
+        .expect("the Framework");
+    assert_eq!(
+        framework["metadata"]["labels"][pai_contract::priority::LABEL],
+        "prod"
+    );
+    for (meta, pod) in pods(&framework) {
+        assert_eq!(pod["priorityClassName"], "prod", "{pod:#}");
+        assert_eq!(meta["labels"]["kueue.x-k8s.io/priority-class"], "prod");
+    }
+    let view = client.job("alice", "urgent").await.expect("view");
+    assert_eq!(view.job_status.job_priority.as_deref(), Some("prod"));
     assert_rbac_allows_everything(&api);
 }

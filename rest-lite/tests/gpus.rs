@@ -280,3 +280,136 @@ async fn a_task_without_gpus_sees_none_of_the_machines() {
     // CUDA_VISIBLE_DEVICES empty (no device for CUDA), NVIDIA's "void".
     assert_eq!(line, "up 0  void");
 }
+
+/// A protocol v2 job of `tasks` tasks of `gpus` GPUs each, of priority class `class`,
+/// reporting into `events` (see [`REPORT_THEN_WAIT`]); no retry left (`jobRetryCount: 0`).
+fn v2_spec(name: &str, class: &str, tasks: u32, gpus: u32, events: &Path) -> String {
+    json!({
+        "protocolVersion": 2, "name": name, "type": "job", "jobRetryCount": 0,
+        "prerequisites": [{"type": "dockerimage", "name": "image", "uri": "busybox"}],
+        "taskRoles": {"worker": {
+            "instances": tasks, "dockerImage": "image",
+            "resourcePerInstance": {"cpu": 1, "memoryMB": 128, "gpu": gpus},
+            "commands": std::iter::once(format!("export EVENTS_DIR='{}'", events.display()))
+                .chain(REPORT_THEN_WAIT.lines().map(str::to_string))
+                .collect::<Vec<_>>(),
+        }},
+        "extras": {"hivedScheduler": {"jobPriorityClass": class}},
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prod_job_preempts_the_oppo_job_holding_its_gpus_which_runs_again_later() {
+    let dir = common::scratch("gpus", "preempt");
+    let (oppo_dir, test_dir, prod_dir) = (dir.join("oppo"), dir.join("test"), dir.join("prod"));
+    let oppo_rx = attempts(&oppo_dir, 2);
+    let test_rx = attempts(&test_dir, 1);
+    let prod_rx = attempts(&prod_dir, 1);
+    let server = serve(&dir);
+    let client = server.client();
+    let submit = |spec: String| {
+        let client = client.clone();
+        async move {
+            client
+                .submit("alice", &spec, SpecFormat::Json)
+                .await
+                .expect("submitted")
+        }
+    };
+
+    // The oppo job takes 2 of the 3 GPUs, a test job the third.
+    submit(v2_spec("borrower", "oppo", 2, 1, &oppo_dir)).await;
+    let borrowed = reports(&oppo_rx[0], 2);
+    submit(v2_spec("tester", "test", 1, 1, &test_dir)).await;
+    reports(&test_rx[0], 1);
+    let view = client.job("alice", "borrower").await.expect("view");
+    assert_eq!(view.job_status.job_priority.as_deref(), Some("oppo"));
+
+    // A prod job needing 2 GPUs: the oppo job gives them back (its tasks ended), the test
+    // job keeps its own, and the prod job runs on what the oppo job held.
+    submit(v2_spec("urgent", "prod", 1, 2, &prod_dir)).await;
+    assert_eq!(next_event(&oppo_rx[0]), None, "the oppo job's tasks ended");
+    let line = next_event(&prod_rx[0]).expect("the prod job runs");
+    let mut given: Vec<&str> = line.split(' ').nth(2).expect("cuda").split(',').collect();
+    let mut held: Vec<&str> = borrowed.iter().map(|(cuda, _)| cuda.as_str()).collect();
+    given.sort();
+    held.sort();
+    assert_eq!(given, held, "{line}");
+
+    // The oppo job waits, whole, and never fails: its retry was not spent.
+    let message = queued(&client, "borrower").await;
+    assert!(message.contains("held by alice~urgent (2)"), "{message}");
+    let view = client.job("alice", "borrower").await.expect("view");
+    let status = &view.job_status;
+    assert_eq!(status.state.to_string(), "WAITING");
+    assert_eq!(status.retries, 1);
+    let ended = &status.attempts[0];
+    assert_eq!(ended.exit_code, -101, "{ended:?}");
+    let why = ended.diagnostics.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("preempted on this machine by job alice~urgent of priority class prod"),
+        "{why}"
+    );
+    let test = client.job("alice", "tester").await.expect("view");
+    assert_eq!(test.job_status.state.to_string(), "RUNNING");
+    assert_eq!(
+        test.job_status.retries, 0,
+        "an equal class is never preempted"
+    );
+
+    // Once the prod job ends, the oppo job runs again on what is free.
+    client.stop("alice", "urgent").await.expect("stopped");
+    assert_eq!(reports(&oppo_rx[1], 2).len(), 2);
+    let view = client.job("alice", "borrower").await.expect("view");
+    assert_eq!(view.job_status.state.to_string(), "RUNNING");
+    for job in ["borrower", "tester"] {
+        client.stop("alice", job).await.expect("stopped");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_jobs_start_in_order_of_class_then_of_submission() {
+    let dir = common::scratch("gpus", "order");
+    let names = ["holder", "oppo-first", "test-second", "test-third"];
+    let rx: Vec<_> = names
+        .iter()
+        .map(|name| attempts(&dir.join(name), 1).remove(0))
+        .collect();
+    let server = serve(&dir);
+    let client = server.client();
+    let classes = ["prod", "oppo", "test", "test"];
+    for (i, (name, class)) in names.iter().zip(classes).enumerate() {
+        client
+            .submit(
+                "alice",
+                &v2_spec(name, class, 3, 1, &dir.join(name)),
+                SpecFormat::Json,
+            )
+            .await
+            .expect("submitted");
+        if i == 0 {
+            reports(&rx[0], 3);
+        } else {
+            queued(&client, name).await;
+        }
+    }
+    // Each ends in turn; the next to start is the highest class, the earliest of it first.
+    let order = [0, 2, 3, 1];
+    for step in 1..order.len() {
+        let (ending, next) = (order[step - 1], order[step]);
+        client.stop("alice", names[ending]).await.expect("stopped");
+        assert_eq!(next_event(&rx[ending]), None);
+        assert_eq!(reports(&rx[next], 3).len(), 3, "{} next", names[next]);
+        for &later in &order[step + 1..] {
+            let view = client.job("alice", names[later]).await.expect("view");
+            assert_eq!(
+                view.job_status.state.to_string(),
+                "WAITING",
+                "{}",
+                names[later]
+            );
+        }
+    }
+    client.stop("alice", names[1]).await.expect("stopped");
+}

@@ -154,6 +154,9 @@ pub struct ListQuery {
     tags_contain: Option<String>,
     /// Only jobs with none of these tags (comma separated).
     tags_not_contain: Option<String>,
+    /// Only jobs of this priority class: `prod`, `test`, `oppo`, or `default` for those
+    /// that name none.
+    job_priority: Option<String>,
     /// Jobs to skip.
     #[param(minimum = 0)]
     offset: Option<usize>,
@@ -161,7 +164,7 @@ pub struct ListQuery {
     #[param(minimum = 1, maximum = 50000)]
     limit: Option<usize>,
     /// `<field>,<ASC|DESC>`: jobName, submissionTime (the default, DESC), username, vc,
-    /// retries, totalTaskNumber, totalGpuNumber, state.
+    /// retries, totalTaskNumber, totalGpuNumber, state, jobPriority.
     order: Option<String>,
     /// `true`: `{totalCount, data}` instead of a list.
     with_total_count: Option<String>,
@@ -185,7 +188,7 @@ fn order_of(order: Option<&str>) -> Result<(String, bool), ApiError> {
             )));
         }
     };
-    const FIELDS: [&str; 8] = [
+    const FIELDS: [&str; 9] = [
         "jobName",
         "submissionTime",
         "username",
@@ -194,6 +197,7 @@ fn order_of(order: Option<&str>) -> Result<(String, bool), ApiError> {
         "totalTaskNumber",
         "totalGpuNumber",
         "state",
+        "jobPriority",
     ];
     if !FIELDS.contains(&field) {
         return Err(ApiError::bad_request(format!(
@@ -214,9 +218,16 @@ fn compare(a: &JobSummary, b: &JobSummary, field: &str) -> std::cmp::Ordering {
         "totalTaskNumber" => x.total_task_number.cmp(&y.total_task_number),
         "totalGpuNumber" => x.total_gpu_number.cmp(&y.total_gpu_number),
         "state" => x.state.as_str().cmp(y.state.as_str()),
+        // By rank (oppo < test < prod), jobs naming none first.
+        "jobPriority" => rank(x).cmp(&rank(y)),
         _ => x.created_time.cmp(&y.created_time),
     }
     .then_with(|| a.name.cmp(&b.name))
+}
+
+/// A job's priority class as a rank, for ordering.
+fn rank(status: &pai_api::status::JobStatus) -> Option<pai_contract::priority::JobPriority> {
+    status.job_priority.as_deref()?.parse().ok()
 }
 
 /// `GET /api/v2/jobs`: the jobs the caller may see (a non-admin: their own), filtered,
@@ -251,6 +262,18 @@ pub async fn list(
             .map(|t| t.split(',').map(str::to_string).collect())
     };
     let (some_of, none_of) = (tags(&query.tags_contain), tags(&query.tags_not_contain));
+    let priority = match query.job_priority.as_deref() {
+        None => None,
+        Some("default") => Some(None),
+        Some(name) => match name.parse::<pai_contract::priority::JobPriority>() {
+            Ok(class) => Some(Some(class.to_string())),
+            Err(e) => {
+                return Err(ApiError::bad_request(format!(
+                    "jobPriority: {e}, or default for jobs that name none"
+                )));
+            }
+        },
+    };
     // Filtered and ordered on the rows the index keeps; summaries made for the page
     // alone.
     let mut matching: Vec<&JobSummary> = rows
@@ -266,6 +289,9 @@ pub async fn list(
                     .as_ref()
                     .is_none_or(|unwanted| !s.tags.iter().any(|t| unwanted.contains(t)))
                 && query.vc.as_deref().is_none_or(|vc| s.virtual_cluster == vc)
+                && priority
+                    .as_ref()
+                    .is_none_or(|wanted| &s.job_priority == wanted)
                 && query.keyword.as_deref().is_none_or(|k| {
                     s.username.contains(k) || j.name.contains(k) || s.virtual_cluster.contains(k)
                 })

@@ -60,6 +60,9 @@ pub struct ClusterConfig {
     /// Gang admission: which scheduler or queue admits a job's pods all together
     /// ([`crate::gang`]); none by default.
     pub gang: crate::gang::GangConfig,
+    /// The cluster's priority class of each of OpenPAI's job priority classes
+    /// ([`crate::priority`]).
+    pub priority_classes: crate::priority::PriorityClasses,
     /// The operator's own failure patterns (`name`, `userLogRegex`, optional `exitCode`),
     /// ranked before the runtime's defaults when a task's failure is named from its
     /// output ([`pai_contract::failure`]); passed to every task.
@@ -233,6 +236,7 @@ impl Default for ClusterConfig {
             pod_graceful_deletion_timeout_sec: Some(1800),
             barrier_timeout_sec: None,
             gang: Default::default(),
+            priority_classes: Default::default(),
             failure_patterns: Vec::new(),
             gpus: Default::default(),
             storages: Vec::new(),
@@ -430,6 +434,14 @@ impl ClusterConfig {
                     format!(
                         "{value:?} is not a name of lowercase letters, digits and '-' (at most 63)"
                     ),
+                );
+            }
+        }
+        for (field, name) in self.priority_classes.fields() {
+            if !pai_contract::names::is_dns_subdomain(name) {
+                return invalid(
+                    field,
+                    format!("{name:?} is not a PriorityClass name (a DNS subdomain name)"),
                 );
             }
         }

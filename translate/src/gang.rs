@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 use pai_contract::Framework;
 use pai_contract::env::barrier;
 use pai_contract::framework::{INIT_CONTAINER, MAIN_CONTAINER};
+use pai_contract::priority::JobPriority;
 
 /// Coscheduling's pod label naming the pod's group.
 pub const COSCHEDULING_LABEL: &str = "scheduling.x-k8s.io/pod-group";
@@ -84,7 +85,8 @@ pub struct GangConfig {
     /// (`default` when unset) or a Kueue `LocalQueue` of the jobs' namespace (needed for
     /// `kueue`).
     pub default_queue: Option<String>,
-    /// `volcano`: the priority class of every group and its pods.
+    /// `volcano`: the priority class of every group and its pods whose job names no
+    /// class (`priorityClasses` names those that do).
     pub priority_class_name: Option<String>,
 }
 
@@ -157,6 +159,28 @@ pub fn pod_marks(config: &GangConfig, group: &str, queue: Option<&str>, tasks: u
         }
     }
     marks
+}
+
+impl PodMarks {
+    /// Adds the marks of a job of priority class `class`, named `name` on the cluster
+    /// ([`crate::priority`]): the pods' priority class, Kueue's Workload class where
+    /// Kueue manages the pods, Volcano's leave to preempt them. (The job's labels name
+    /// OpenPAI's class: [`pai_contract::priority::LABEL`].)
+    pub fn prioritise(&mut self, engine: Engine, class: JobPriority, name: &str) {
+        self.priority_class_name = Some(name.to_string());
+        if self.labels.contains_key(KUEUE_QUEUE_LABEL) {
+            self.labels.insert(
+                crate::priority::KUEUE_PRIORITY_LABEL.to_string(),
+                name.to_string(),
+            );
+        }
+        if engine == Engine::Volcano && crate::priority::volcano_preemptable(class) {
+            self.annotations.insert(
+                crate::priority::VOLCANO_PREEMPTABLE_ANNOTATION.to_string(),
+                "true".to_string(),
+            );
+        }
+    }
 }
 
 /// Labels or annotations.

@@ -11,6 +11,7 @@ pub mod gang;
 pub mod gpus;
 pub mod place;
 pub mod ports;
+pub mod priority;
 pub mod spec;
 pub mod storages;
 pub mod transform;

@@ -149,28 +149,46 @@ impl Transformer {
             selection: spec.framework_env().to_string(),
             job_hostfile: spec.framework_env().mpi,
             env: job_env(user, spec, &self.config.default_fs_uri),
-            labels: BTreeMap::from([
-                (meta::LABEL_USER.to_string(), user.label().to_string()),
-                (meta::LABEL_JOB.to_string(), spec.name().label().to_string()),
-                (
-                    meta::LABEL_MANAGED_BY.to_string(),
-                    meta::MANAGED_BY.to_string(),
+            labels: BTreeMap::from_iter(
+                [
+                    (meta::LABEL_USER.to_string(), user.label().to_string()),
+                    (meta::LABEL_JOB.to_string(), spec.name().label().to_string()),
+                    (
+                        meta::LABEL_MANAGED_BY.to_string(),
+                        meta::MANAGED_BY.to_string(),
+                    ),
+                ]
+                .into_iter()
+                .chain(
+                    self.config
+                        .priority_classes
+                        .class_of(spec.priority())
+                        .map(|class| {
+                            (pai_contract::priority::LABEL.to_string(), class.to_string())
+                        }),
                 ),
-            ]),
+            ),
             // A v2 job may turn gang allocation off: its pods are then placed one by
             // one (by the engine's scheduler, without a group).
-            gang: if spec.gang_allocation() {
-                crate::gang::pod_marks(
-                    &self.config.gang,
-                    &name,
-                    self.config.gang.queue(spec.virtual_cluster()),
-                    tasks,
-                )
-            } else {
-                crate::gang::PodMarks {
-                    scheduler_name: self.config.gang.scheduler().map(str::to_string),
-                    ..crate::gang::PodMarks::default()
+            gang: {
+                let mut marks = if spec.gang_allocation() {
+                    crate::gang::pod_marks(
+                        &self.config.gang,
+                        &name,
+                        self.config.gang.queue(spec.virtual_cluster()),
+                        tasks,
+                    )
+                } else {
+                    crate::gang::PodMarks {
+                        scheduler_name: self.config.gang.scheduler().map(str::to_string),
+                        ..crate::gang::PodMarks::default()
+                    }
+                };
+                let classes = &self.config.priority_classes;
+                if let Some(class) = classes.class_of(spec.priority()) {
+                    marks.prioritise(self.config.gang.engine, class, classes.name(class));
                 }
+                marks
             },
             gated: !spec.depends_on().is_empty(),
         };

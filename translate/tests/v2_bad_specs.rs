@@ -87,6 +87,14 @@ fn each_rule_of_the_protocol() {
             "protocolVersion: must be 2 (OpenPAI's job protocol v2), got 3",
         ),
         (
+            with(|v| v["extras"] = json!({"hivedScheduler": {"jobPriorityClass": "crit"}})),
+            "extras.hivedScheduler.jobPriorityClass: \"crit\" is none of OpenPAI's job priority classes: prod, test, oppo",
+        ),
+        (
+            with(|v| v["extras"] = json!({"hivedScheduler": {"jobPriorityClass": 100}})),
+            "extras.hivedScheduler.jobPriorityClass: must be one of prod, test, oppo (OpenPAI's job priority classes), got",
+        ),
+        (
             with(|v| {
                 v.as_object_mut().unwrap().remove("name");
             }),
@@ -216,7 +224,7 @@ fn what_openpai_accepted_and_is_not_done_is_a_warning() {
         v["deployments"] =
             json!([{"name": "unused", "taskRoles": {"worker": {"preCommands": ["x"]}}}]);
         v["extras"] = json!({
-            "hivedScheduler": {},
+            "hivedScheduler": {"jobPriorityClass": "oppo", "taskRoles": {"worker": {"skuType": "K80"}}},
             "com.microsoft.pai.runtimeplugin": [{"plugin": "git"}, {"plugin": "ssh", "parameters": {"jobssh": false}}],
         });
     });
@@ -232,12 +240,17 @@ fn what_openpai_accepted_and_is_not_done_is_a_warning() {
         "<% $secrets.none %> names no secret",
         "defaults.color: not used",
         "deployments[0]: deployment \"unused\" is not applied",
-        "extras.hivedScheduler: HiveD's placement hints are not used",
+        "extras.hivedScheduler.taskRoles: HiveD's placement hints are not used",
         "the git plugin is not run here",
         "jobssh is false",
     ] {
         assert!(notes.contains(want), "missing {want:?} in\n{notes}");
     }
+    assert!(!notes.contains("jobPriorityClass"), "{notes}");
+    assert_eq!(
+        spec.priority(),
+        Some(pai_contract::priority::JobPriority::Oppo)
+    );
     let completion = spec.roles()[0].completion();
     assert_eq!(
         (completion.min_failed, completion.min_succeeded),

@@ -524,3 +524,80 @@ fn tasks_get_the_v2_variables() {
         assert_eq!(common::get(&env, name), Some(value), "{name}");
     }
 }
+
+/// The published files that name a `jobPriorityClass` (25 of them: 16 `prod`, 7 `test`,
+/// 2 `oppo`): each accepted one runs as its class, whatever the engine, its pods naming
+/// the cluster's class as the config maps it (Kueue's Workload class too, Volcano's
+/// leave to preempt all but prod), and the spec is not warned about it.
+#[test]
+fn published_priority_classes_become_the_clusters_classes() {
+    use pai_contract::priority::{JobPriority, LABEL};
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for engine in [Engine::None, Engine::Kueue, Engine::Volcano] {
+        let mut config = storages_config();
+        config.gang.engine = engine;
+        config.gang.default_queue = Some("vc1".into());
+        config.priority_classes.prod = "high".into();
+        for (name, text) in fixtures() {
+            let Ok(doc) = serde_saphyr::from_str::<Value>(&text) else {
+                continue;
+            };
+            let Some(class) = doc["extras"]["hivedScheduler"]["jobPriorityClass"].as_str() else {
+                continue;
+            };
+            if engine == Engine::None {
+                *seen.entry(class.to_string()).or_default() += 1;
+            }
+            let Ok(spec) = JobSpec::parse(&text, SpecFormat::Yaml) else {
+                assert!(refusal(&text).is_some(), "{name}");
+                continue;
+            };
+            let class: JobPriority = class.parse().expect("one of OpenPAI's");
+            assert_eq!(spec.priority(), Some(class), "{name}");
+            let warned = pai_translate::warnings::spec_warnings(&spec);
+            assert!(
+                !warned.iter().any(|w| w.contains("jobPriorityClass")),
+                "{name}: {warned:?}"
+            );
+            let framework = common::transform_with(&text, 7, config.clone())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(JobPriority::of(&framework), Some(class), "{name}");
+            let cluster = if class == JobPriority::Prod {
+                "high"
+            } else {
+                class.as_str()
+            };
+            for role in &framework.spec.task_roles {
+                let pod = &role.task.pod;
+                let spec = pod.spec.as_ref().expect("pod spec");
+                assert_eq!(spec.priority_class_name.as_deref(), Some(cluster), "{name}");
+                let meta = pod.metadata.as_ref().expect("pod metadata");
+                let labels = meta.labels.clone().unwrap_or_default();
+                assert_eq!(labels.get(LABEL).map(String::as_str), Some(class.as_str()));
+                let kueue = labels.get(pai_translate::priority::KUEUE_PRIORITY_LABEL);
+                let grouped = labels.contains_key(pai_translate::gang::KUEUE_QUEUE_LABEL);
+                assert_eq!(
+                    kueue.is_some(),
+                    grouped && engine == Engine::Kueue,
+                    "{name}"
+                );
+                let preemptable = meta
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(pai_translate::priority::VOLCANO_PREEMPTABLE_ANNOTATION));
+                assert_eq!(
+                    preemptable.is_some(),
+                    engine == Engine::Volcano && class != JobPriority::Prod,
+                    "{name}"
+                );
+            }
+            if let Some(group) = pai_translate::gang::group(&framework)
+                && engine == Engine::Volcano
+            {
+                assert_eq!(group.object["spec"]["priorityClassName"], cluster, "{name}");
+            }
+        }
+    }
+    let named: Vec<(&str, usize)> = seen.iter().map(|(c, n)| (c.as_str(), *n)).collect();
+    assert_eq!(named, [("oppo", 2), ("prod", 16), ("test", 7)]);
+}

@@ -52,13 +52,15 @@ pub fn jobs(list: &[JobSummary], now_ms: i64) -> String {
     if list.is_empty() {
         return "no jobs (submit one with: rest-lite submit JOB.yaml)\n".to_string();
     }
-    let mut rows = vec![
-        ["NAME", "USER", "STATE", "TASKS", "RETRIES", "AGE"]
-            .map(String::from)
-            .to_vec(),
-    ];
+    // The priority class, where any job of the list has one.
+    let classes = list.iter().any(|j| j.status.job_priority.is_some());
+    let mut header = vec!["NAME", "USER", "STATE", "TASKS", "RETRIES", "AGE"];
+    if classes {
+        header.insert(3, "PRIORITY");
+    }
+    let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
     for job in list {
-        rows.push(vec![
+        let mut row = vec![
             job.name.clone(),
             job.status.username.clone(),
             job.status.state.to_string(),
@@ -70,7 +72,11 @@ pub fn jobs(list: &[JobSummary], now_ms: i64) -> String {
             job.status
                 .created_time
                 .map_or_else(|| "-".to_string(), |t| age(now_ms - t)),
-        ]);
+        ];
+        if classes {
+            row.insert(3, job.status.job_priority.clone().unwrap_or("-".into()));
+        }
+        rows.push(row);
     }
     table(&rows)
 }
@@ -232,6 +238,9 @@ pub fn status(view: &JobView, now_ms: i64) -> String {
         s.retries,
         if s.retries == 1 { "retry" } else { "retries" }
     );
+    if let Some(class) = &s.job_priority {
+        let _ = writeln!(out, "priority class {class}");
+    }
     if let Some(created) = s.created_time {
         let _ = write!(
             out,

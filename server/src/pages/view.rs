@@ -64,6 +64,8 @@ pub struct JobRow {
     pub job: String,
     pub url: String,
     pub state: String,
+    /// Its priority class, if it has one.
+    pub priority: String,
     pub running: u32,
     pub total: u32,
     pub retries: i32,
@@ -156,6 +158,7 @@ fn job_row(job: &JobSummary, now_ms: i64) -> JobRow {
         job: job.name.clone(),
         url: job_url(&job.status.username, &job.name),
         state: job.status.state.to_string(),
+        priority: job.status.job_priority.clone().unwrap_or_default(),
         running: job.status.running_task_number,
         total: job.status.total_task_number,
         retries: job.status.retries,
@@ -260,6 +263,8 @@ pub struct JobPage {
     pub stopping: bool,
     pub retries: i32,
     pub one_retry: bool,
+    /// Its priority class, if it has one.
+    pub priority: Option<String>,
     pub running: u32,
     pub total: u32,
     /// `1 role`, `3 roles`.
@@ -532,6 +537,7 @@ pub fn job_page(
         stopping: status.execution_type == Execution::Stop && !status.state.is_final(),
         retries: status.retries,
         one_retry: status.retries == 1,
+        priority: status.job_priority.clone(),
         running: status.running_task_number,
         total: status.total_task_number,
         role_count: match view.task_roles.len() {

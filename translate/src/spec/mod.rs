@@ -71,6 +71,8 @@ pub struct JobSpec {
     gang_allocation: bool,
     /// OpenPAI v1's `gpuType`: the GPU model (its SKU name) the tasks must run on.
     gpu_type: Option<String>,
+    /// Protocol v2's `extras.hivedScheduler.jobPriorityClass` (v1 has none).
+    priority: Option<pai_contract::priority::JobPriority>,
     /// The storages it mounts (v2 `extras.storages` or the `teamwise_storage` plugin):
     /// `None` none, an empty list the user's defaults.
     storages: Option<Vec<crate::storages::StorageRequest>>,
@@ -225,6 +227,11 @@ impl JobSpec {
     /// The GPU type the job asks for (v1 `gpuType`).
     pub fn gpu_type(&self) -> Option<&str> {
         self.gpu_type.as_deref()
+    }
+
+    /// The priority class it names (`extras.hivedScheduler.jobPriorityClass`), if any.
+    pub fn priority(&self) -> Option<pai_contract::priority::JobPriority> {
+        self.priority
     }
 
     /// The storages it asks for: `None` none, an empty list the user's defaults.

@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde_json::{Map, Value, json};
 
 use pai_contract::names::{MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE};
+use pai_contract::priority::JobPriority;
 use pai_contract::template::{self, Piece};
 use pai_contract::training::Selection;
 
@@ -250,6 +251,7 @@ pub(super) fn job(value: &Value, order: &[String]) -> Result<JobSpec, SpecErrors
         registry_auths: auths.into_iter().map(|(_, a)| a).collect(),
         gang_allocation: extras.gang_allocation,
         gpu_type: None,
+        priority: extras.priority,
         storages: extras.storages,
     })
 }
@@ -656,6 +658,8 @@ struct Extras {
     gang_allocation: bool,
     /// `extras.storages`, or the `teamwise_storage` plugin's names.
     storages: Option<Vec<StorageRequest>>,
+    /// `extras.hivedScheduler.jobPriorityClass`.
+    priority: Option<JobPriority>,
 }
 
 impl Default for Extras {
@@ -664,8 +668,49 @@ impl Default for Extras {
             plugins: Vec::new(),
             gang_allocation: true,
             storages: None,
+            priority: None,
         }
     }
+}
+
+/// `extras.hivedScheduler`: its `jobPriorityClass` is the job's priority class; HiveD's
+/// placement hints (`taskRoles`, `gangReleaseEnable`, …) are named as not used.
+fn hived(
+    value: &Value,
+    path: &FieldPath,
+    errors: &mut Errors,
+    notes: &mut Vec<String>,
+) -> Option<JobPriority> {
+    let map = match value {
+        Value::Null => return None,
+        Value::Object(map) => map,
+        other => {
+            errors.push(path, format!("must be an object, got {}", kind(other)));
+            return None;
+        }
+    };
+    let mut priority = None;
+    for (key, v) in map {
+        let p = path.field(key);
+        match (key.as_str(), v) {
+            ("jobPriorityClass", Value::Null) => {}
+            ("jobPriorityClass", Value::String(name)) => match name.parse::<JobPriority>() {
+                Ok(class) => priority = Some(class),
+                Err(e) => errors.push(&p, e.to_string()),
+            },
+            ("jobPriorityClass", other) => errors.push(
+                &p,
+                format!(
+                    "must be one of prod, test, oppo (OpenPAI's job priority classes), got {}",
+                    kind(other)
+                ),
+            ),
+            _ => notes.push(format!(
+                "{p}: HiveD's placement hints are not used: the cluster's scheduler and gang engine place the job"
+            )),
+        }
+    }
+    priority
 }
 
 /// The fields of an item of `extras.storages`.
@@ -774,9 +819,7 @@ fn extras(value: &Value, path: &FieldPath, errors: &mut Errors, notes: &mut Vec<
                 }
                 other => errors.push(&p, format!("must be true or false, got {}", kind(other))),
             },
-            "hivedScheduler" => notes.push(format!(
-                "{p}: HiveD's placement hints are not used: the cluster's scheduler and gang engine place the job"
-            )),
+            "hivedScheduler" => out.priority = hived(v, &p, errors, notes),
             "storages" => out.storages = Some(storages(v, &p, errors)),
             _ => notes.push(format!("{p}: not used here")),
         }

@@ -183,6 +183,7 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
                 registry_auths: Vec::new(),
                 gang_allocation: true,
                 gpu_type,
+                priority: None,
                 storages: None,
             })
         }
