@@ -358,6 +358,78 @@ async fn a_prod_job_preempts_the_oppo_job_holding_its_gpus_which_runs_again_late
         "an equal class is never preempted"
     );
 
+    // The v2 API filters and orders by class, as OpenPAI's; `rest-lite jobs` shows it.
+    let token = format!("Bearer {}", server.token.as_deref().expect("token"));
+    let names = |path: &str| -> Vec<String> {
+        let answer = common::request(&server.url, "GET", path, &[("Authorization", &token)], "");
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        let list: Value = serde_json::from_str(&answer.body).expect("JSON");
+        list.as_array()
+            .expect("a list")
+            .iter()
+            .map(|j| format!("{}:{}", j["name"].as_str().unwrap_or(""), j["jobPriority"]))
+            .collect()
+    };
+    assert_eq!(
+        names("/api/v2/jobs?jobPriority=oppo"),
+        ["borrower:\"oppo\""]
+    );
+    assert!(names("/api/v2/jobs?jobPriority=default").is_empty());
+    assert_eq!(
+        names("/api/v2/jobs?order=jobPriority,DESC"),
+        ["urgent:\"prod\"", "tester:\"test\"", "borrower:\"oppo\""]
+    );
+    let bad = common::request(
+        &server.url,
+        "GET",
+        "/api/v2/jobs?jobPriority=crit",
+        &[("Authorization", &token)],
+        "",
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("jobPriority"), "{}", bad.body);
+    let jobs = common::rest_lite_command()
+        .args(["jobs", "--server", &server.url, "--user", "alice"])
+        .env("REST_LITE_STATE_DIR", dir.join("state"))
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("rest-lite jobs");
+    let text = String::from_utf8_lossy(&jobs.stdout);
+    assert!(
+        text.lines().next().is_some_and(|h| h.contains("PRIORITY")),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("borrower "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.split_whitespace().any(|c| c == "oppo"), "{row}");
+
+    let page = common::request(
+        &server.url,
+        "GET",
+        "/ui/jobs/alice/borrower",
+        &[("Authorization", &token)],
+        "",
+    );
+    assert!(
+        page.body.contains(r#"<dd id="priority">oppo</dd>"#),
+        "{}",
+        page.body
+    );
+    let list = common::request(
+        &server.url,
+        "GET",
+        "/ui/jobs",
+        &[("Authorization", &token)],
+        "",
+    );
+    assert!(
+        list.body.contains(r#"<td class="priority">prod</td>"#),
+        "{}",
+        list.body
+    );
+
     // Once the prod job ends, the oppo job runs again on what is free.
     client.stop("alice", "urgent").await.expect("stopped");
     assert_eq!(reports(&oppo_rx[1], 2).len(), 2);
