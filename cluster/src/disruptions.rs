@@ -6,7 +6,8 @@
 //!   and the kubelet: `DisruptionTarget=True` with reason `PreemptionByScheduler`,
 //!   `EvictionByEvictionAPI`, `DeletionByTaintManager`, `TerminationByKubelet`;
 //! - Kueue, when it evicts the job's Workload (preempted, or stopped): its own
-//!   `TerminationTarget=True`, reason `StoppedByKueue`, the eviction's message;
+//!   `TerminationTarget=True`, reason `StoppedByKueue` in older versions, in v0.19 the
+//!   eviction's (`WorkloadEvictedDueToPreempted`), with its message;
 //! - Volcano's evictor (its preempt and reclaim actions): `Ready=False`, reason `Evict`,
 //!   "Pod is evicted, because of preempt".
 //!
@@ -114,6 +115,11 @@ mod tests {
             (
                 json!([{"type": "Ready", "status": "True"}, {"type": "TerminationTarget", "status": "True", "reason": "StoppedByKueue", "message": "Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue"}]),
                 "Kueue (StoppedByKueue): Preempted to accommodate a workload",
+            ),
+            (
+                // As Kueue v0.19.2 wrote it on the harness.
+                json!([{"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted", "message": "Preempted to accommodate a workload (UID: 4ad2, JobUID: UNKNOWN) due to prioritization in the ClusterQueue; preemptor path: /cq; preemptee path: /cq"}]),
+                "Kueue (WorkloadEvictedDueToPreempted): Preempted to accommodate a workload",
             ),
             (
                 json!([{"type": "Ready", "status": "False", "reason": "Evict", "message": "Pod is evicted, because of preempt"}]),

@@ -83,6 +83,9 @@ EOF
   until_true 30 "server up" rl jobs
 }
 stop_server() { [ ! -f "$WORK/serve.pid" ] || kill "$(cat "$WORK/serve.pid")" 2>/dev/null || true; sleep 1; }
+# However the script ends, no server of it is left (nor one an earlier run left).
+trap stop_server EXIT
+pkill -f "listen 127.0.0.1:$PORT" || true
 
 # job NAME CLASS COMMAND [QUEUE]: a v2 job of two 1-CPU tasks, no retry left.
 job() {
@@ -123,6 +126,8 @@ report() { # JOB: its retries, and how its first attempt ended
 "$S/start-node.sh" >/dev/null
 ctr --address "$H/node/containerd/containerd.sock" -n k8s.io images ls -q | grep -x >/dev/null localhost/kube-runtime:0.1.0 \
   || fail "image localhost/kube-runtime:0.1.0 missing: build it with $S/build-runtime-image.sh $ROOT"
+# What an earlier run that failed left in the namespace.
+kubectl delete frameworks -n default -l app.kubernetes.io/managed-by=rest-lite --ignore-not-found --wait=true >/dev/null
 # A job naming a class the cluster lacks is refused: the classes first.
 "$S/priorities.sh" >/dev/null
 for case in $CASES; do
@@ -151,7 +156,7 @@ print([x["name"] for x in r].index("cpu"))')
       kill "$WATCH"
       never_failed borrower
       report borrower
-      first_end borrower | grep >/dev/null "Kueue (StoppedByKueue)" || fail "borrower's history does not name Kueue's preemption"
+      first_end borrower | grep >/dev/null "^Kueue (.*Preempted" || fail "borrower's history does not name Kueue's preemption"
       [ "$(field borrower 'v["jobStatus"]["attempts"][0]["exitCode"]')" = -101 ] || fail "attempt 0 did not end as PodExternalDeleted"
       finish borrower urgent
       stop_server
