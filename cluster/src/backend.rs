@@ -396,32 +396,36 @@ impl KubeBackend {
                 "{field} the class {name}, and the cluster has no {what} of that name ({message}); the config's priorityClasses names the cluster's class of each of prod, test and oppo"
             ))
         };
-        match self.priority_classes.get(name).await {
-            Err(kube::Error::Api(status)) if status.code == 404 => {
-                return Err(missing("PriorityClass", &status.message));
-            }
-            Err(error) => {
-                tracing::debug!(class = %name, error = %self.errors.error(error), "cannot read the PriorityClass; the job goes on");
-            }
-            Ok(_) => {}
+        if let Some(message) = self.missing(&self.priority_classes, name).await {
+            return Err(missing("PriorityClass", &message));
         }
         let kueue = pod
             .metadata
             .as_ref()
             .and_then(|m| m.labels.as_ref())
             .and_then(|l| l.get(pai_translate::priority::KUEUE_PRIORITY_LABEL));
-        if let Some(kueue) = kueue {
-            match self.kueue_priority_classes.get(kueue).await {
-                Err(kube::Error::Api(status)) if status.code == 404 => {
-                    return Err(missing("Kueue WorkloadPriorityClass", &status.message));
-                }
-                Err(error) => {
-                    tracing::debug!(class = %kueue, error = %self.errors.error(error), "cannot read the WorkloadPriorityClass; the job goes on");
-                }
-                Ok(_) => {}
-            }
+        if let Some(kueue) = kueue
+            && let Some(message) = self.missing(&self.kueue_priority_classes, kueue).await
+        {
+            return Err(missing("Kueue WorkloadPriorityClass", &message));
         }
         Ok(())
+    }
+
+    /// The API server's words when it says `name` does not exist; `None` when it is there
+    /// or the server cannot tell (not allowed to read it, the API server failing).
+    async fn missing<K>(&self, api: &Api<K>, name: &str) -> Option<String>
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        match api.get(name).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => Some(status.message),
+            Err(error) => {
+                tracing::debug!(name, error = %self.errors.error(error), "cannot read it; the job goes on");
+                None
+            }
+            Ok(_) => None,
+        }
     }
 
     /// A copy of the Frameworks of `namespace` alone, without a backend (a publisher on
