@@ -418,8 +418,16 @@ pub(super) async fn drive(
                 None => std::future::pending().await,
             }
         };
-        // Heard once the attempt's tasks are started (until then it stays in the channel).
-        let started = !driver.running.is_empty();
+        // Heard once the attempt's tasks are started (until then it stays in the channel):
+        // an attempt still being created (its images pulled, its dependencies awaited)
+        // keeps the request for when it runs.
+        let started = matches!(
+            job.framework().status.as_ref().map(|s| s.state),
+            Some(
+                pai_contract::framework::FrameworkState::AttemptPreparing
+                    | pai_contract::framework::FrameworkState::AttemptRunning
+            )
+        );
         let preempted = async {
             match driver.held.as_mut().filter(|_| started) {
                 Some(held) => held.preempted().await,

@@ -468,7 +468,8 @@ impl Slots {
         );
         let asked = state.preempt_for_head(&self.gpus.devices);
         drop(state);
-        if !asked.is_empty() {
+        // Preempted for it only when it is the head.
+        if ahead == 0 && !asked.is_empty() {
             let jobs: Vec<String> = asked
                 .iter()
                 .map(|(job, priority)| format!("{job} ({priority})"))
