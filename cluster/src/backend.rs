@@ -324,12 +324,18 @@ impl KubeBackend {
         self.archive.as_ref()?.get(framework)
     }
 
-    /// What was kept of pod `pod`'s log in its job's current attempt.
+    /// What was kept of pod `pod`'s log in its job's current attempt: in its kept-log
+    /// ConfigMap, or in the history. The history holds it before its Framework goes, so
+    /// a job whose deletion this copy has not seen yet still has its log there.
     async fn kept_now(&self, pod: &str) -> Option<crate::log_keeper::Kept> {
-        if let Some(archived) = self.archived_pod(pod) {
-            return self.kept(pod, archived.attempt).await;
-        }
-        crate::log_keeper::kept_now(&self.config_maps, &self.store, pod).await
+        let attempt = match self.archived_pod(pod) {
+            Some(archived) => archived.attempt,
+            None => self
+                .store
+                .get(pai_contract::kept_logs::framework_of(pod))?
+                .attempt_id(),
+        };
+        self.kept(pod, attempt).await
     }
 
     /// Refuses a job whose pods name a queue the cluster does not have (a Volcano Queue,
