@@ -13,9 +13,11 @@
 //!
 //! The log keeper's pod watch ([`crate::log_keeper`]) notes the first such words of each
 //! job's attempt here; the historian ([`crate::history`]) writes them into the attempt's
-//! end, so the job's history says what ended it. Kept in memory, one entry per job,
-//! dropped with the job's Framework: a server that was not running as the pod went
-//! misses them, and the history then says only FrameworkController's words.
+//! end, so the job's history says what ended it (also an end it recorded before the
+//! words were noted). Kept in memory, at most one entry per job the server's copy holds:
+//! dropped once written, and at each deletion every job's that is gone. A server that
+//! was not running as the pod went misses them, and the history then says only
+//! FrameworkController's words.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -47,17 +49,19 @@ impl Disruptions {
         }
     }
 
-    /// What ended `framework`'s attempt `attempt`, if noted.
-    pub fn of(&self, framework: &str, attempt: i32) -> Option<String> {
-        self.lock()
-            .get(framework)
-            .filter(|(at, _)| *at == attempt)
-            .map(|(_, words)| words.clone())
+    /// The attempt of `framework` last noted and what ended it.
+    pub fn of(&self, framework: &str) -> Option<(i32, String)> {
+        self.lock().get(framework).cloned()
     }
 
-    /// Forgets a job whose Framework is gone.
+    /// Forgets a job's words: written into its history, or its Framework gone.
     pub fn forget(&self, framework: &str) {
         self.lock().remove(framework);
+    }
+
+    /// Keeps only the jobs `live` says are there.
+    pub fn retain(&self, live: impl Fn(&str) -> bool) {
+        self.lock().retain(|name, _| live(name));
     }
 }
 
@@ -149,10 +153,16 @@ mod tests {
         );
         assert!(noted.saw(&drained, "f", 0));
         assert!(!noted.saw(&other, "f", 0), "the first of the attempt stays");
-        assert!(noted.of("f", 0).expect("noted").ends_with("first"));
-        assert_eq!(noted.of("f", 1), None);
+        let (attempt, words) = noted.of("f").expect("noted");
+        assert_eq!(attempt, 0);
+        assert!(words.ends_with("first"));
         assert!(noted.saw(&other, "f", 1), "a later attempt's replaces it");
-        noted.forget("f");
-        assert_eq!(noted.of("f", 1), None);
+        assert_eq!(noted.of("f").map(|(attempt, _)| attempt), Some(1));
+        assert!(noted.saw(&other, "g", 0));
+        noted.retain(|name| name == "g");
+        assert_eq!(noted.of("f"), None, "gone with its job");
+        assert!(noted.of("g").is_some());
+        noted.forget("g");
+        assert_eq!(noted.of("g"), None);
     }
 }

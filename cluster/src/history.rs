@@ -84,19 +84,21 @@ impl Reconcile for Writing {
             Change::Applied(framework) => framework,
             Change::Deleted(framework) => {
                 self.failing.remove(&framework.name_any());
-                self.disruptions.forget(&framework.name_any());
+                // Every job's that is gone, also one whose deletion was not seen: one
+                // entry at most per job the copy holds.
+                self.disruptions
+                    .retain(|name| self.store.get(name).is_some());
                 return Outcome::Done;
             }
         };
         let name = framework.name_any();
-        // Only an attempt ended by others' deletion of its pods has other words.
-        let ended_by = framework
-            .status
-            .as_ref()
-            .and_then(|s| s.attempt_status.completion_status.as_ref())
-            .filter(|c| c.code == pai_contract::exit::codes::POD_EXTERNAL_DELETED)
-            .and_then(|_| self.disruptions.of(&name, framework.attempt_id()));
-        let Some(history) = attempts::with_current_ended_by(framework, ended_by.as_deref()) else {
+        let noted = self.disruptions.of(&name);
+        let Some((history, said)) = attempts::amended(
+            framework,
+            noted
+                .as_ref()
+                .map(|(attempt, words)| (*attempt, words.as_str())),
+        ) else {
             self.failing.remove(&name);
             return Outcome::Done;
         };
@@ -112,6 +114,9 @@ impl Reconcile for Writing {
             .await
         {
             Ok(_) => {
+                if said {
+                    self.disruptions.forget(&name);
+                }
                 if self.failing.remove(&name) {
                     debug!(framework = %name, "attempt history written after a failure");
                 }

@@ -110,29 +110,39 @@ pub fn ended(framework: &Framework) -> Vec<AttemptEnd> {
 /// The annotation's value with the current attempt's end added, when it is missing
 /// from it (`None`: nothing to write).
 pub fn with_current(framework: &Framework) -> Option<String> {
-    with_current_ended_by(framework, None)
+    amended(framework, None).map(|(value, _)| value)
 }
 
-/// As [`with_current`], the end saying who ended the attempt (`ended_by`, where known):
-/// also written into an end recorded before those words were known.
-pub fn with_current_ended_by(framework: &Framework, ended_by: Option<&str>) -> Option<String> {
+/// As [`with_current`], and the words of who ended attempt `ended_by.0` (where known),
+/// written into its end where it was ended by others' deletion of its pods (−101) and
+/// does not say so yet: also an end recorded before those words were known, of this
+/// attempt or an earlier one. The value, and whether it holds the words.
+pub fn amended(framework: &Framework, ended_by: Option<(i32, &str)>) -> Option<(String, bool)> {
     let mut ends = recorded(framework);
-    let mut end = current_end(framework)?;
-    end.ended_by = ended_by.map(cut);
-    if let Some(last) = ends.iter_mut().find(|e| e.attempt == end.attempt) {
-        if last.ended_by.is_some() || end.ended_by.is_none() {
-            return None;
-        }
-        last.ended_by = end.ended_by;
-        return serde_json::to_string(&ends).ok();
+    let mut changed = false;
+    if let Some(end) = current_end(framework)
+        && !ends.iter().any(|e| e.attempt >= end.attempt)
+    {
+        ends.push(end);
+        let extra = ends.len().saturating_sub(KEPT);
+        ends.drain(..extra);
+        changed = true;
     }
-    if ends.iter().any(|e| e.attempt >= end.attempt) {
+    let mut said = false;
+    if let Some((attempt, words)) = ended_by
+        && let Some(end) = ends.iter_mut().find(|e| {
+            e.attempt == attempt
+                && e.code == crate::exit::codes::POD_EXTERNAL_DELETED
+                && e.ended_by.is_none()
+        })
+    {
+        end.ended_by = Some(cut(words));
+        (changed, said) = (true, true);
+    }
+    if !changed {
         return None;
     }
-    ends.push(end);
-    let extra = ends.len().saturating_sub(KEPT);
-    ends.drain(..extra);
-    serde_json::to_string(&ends).ok()
+    serde_json::to_string(&ends).ok().map(|value| (value, said))
 }
 
 /// Writes the current attempt's end into `framework`'s history (the embedded default,
@@ -214,6 +224,36 @@ mod tests {
         assert_eq!(ends.len(), KEPT);
         assert_eq!(ends.last().unwrap().attempt, 29);
         assert_eq!(ends[0].attempt, 29 - KEPT as i32 + 1);
+    }
+
+    #[test]
+    fn who_ended_an_attempt_is_written_into_its_end_once_even_after_it_was_recorded() {
+        use crate::exit::codes::POD_EXTERNAL_DELETED;
+        let mut framework = ended_attempt(0, POD_EXTERNAL_DELETED);
+        assert!(
+            record(&mut framework),
+            "recorded before the words were known"
+        );
+        // The next attempt began before they were: the recorded end gets them.
+        let mut next = ended_attempt(1, 1);
+        next.status.as_mut().unwrap().state = FrameworkState::AttemptRunning;
+        next.metadata.annotations = framework.metadata.annotations.clone();
+        let (value, said) =
+            amended(&next, Some((0, "Kueue (Preempted): for prod"))).expect("amended");
+        assert!(said);
+        next.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANNOTATION.to_string(), value);
+        assert_eq!(
+            recorded(&next)[0].ended_by.as_deref(),
+            Some("Kueue (Preempted): for prod")
+        );
+        assert_eq!(amended(&next, Some((0, "again"))), None, "once");
+        // An attempt its own command ended never gets such words.
+        let failed = ended_attempt(2, 1);
+        let (_, said) = amended(&failed, Some((2, "the eviction API"))).expect("its end");
+        assert!(!said);
     }
 
     #[test]

@@ -704,6 +704,7 @@ fn after_attempt(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut 
     let decision = policy::retry_decision(
         &framework.spec.retry_policy,
         &status.retry_policy_status,
+        platform_retries(framework),
         &completion,
         cx.conflict_delay,
     );
@@ -729,6 +730,17 @@ fn after_attempt(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut 
     }
 }
 
+/// The retries so far of attempts the platform ended (−101: preempted, or ended by the
+/// server's restart), as the attempt history holds them (its last
+/// [`pai_contract::attempts::KEPT`]), the current attempt's end not included.
+fn platform_retries(framework: &Framework) -> i32 {
+    let current = framework.attempt_id();
+    pai_contract::attempts::recorded(framework)
+        .iter()
+        .filter(|end| end.attempt < current && end.code == codes::POD_EXTERNAL_DELETED)
+        .count() as i32
+}
+
 /// The next attempt, now.
 fn retry_now(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Effect>) {
     let Some(status) = framework.status.as_ref() else {
@@ -742,6 +754,7 @@ fn retry_now(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<
     let accountable = policy::retry_decision(
         &framework.spec.retry_policy,
         &status.retry_policy_status,
+        platform_retries(framework),
         &completion,
         cx.conflict_delay,
     )
@@ -1210,6 +1223,17 @@ mod tests {
             history[0].diagnostics.as_deref(),
             Some("preempted by job alice~big")
         );
+        // Preempted again and again: never the cap of transient retries.
+        for attempt in 2..=policy::MAX_TRANSIENT_RETRIES + 2 {
+            sim.started();
+            sim.running();
+            sim.step(Event::Preempted {
+                message: "preempted again".into(),
+            });
+            let last = sim.rest_exit(codes::POD_EXTERNAL_DELETED);
+            assert!(last.contains(&Effect::Place), "attempt {attempt}: {last:?}");
+            assert_eq!(sim.attempt(), attempt);
+        }
     }
 
     #[test]

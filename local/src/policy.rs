@@ -107,10 +107,14 @@ const MAX_CONFLICT_DELAY: Duration = Duration::from_secs(300);
 /// `conflict_delay`, doubled with each transient retry so far, at most 5 minutes), up to
 /// [`MAX_TRANSIENT_RETRIES`] of them, and permanent ones never; otherwise failures are
 /// retried while `accountableRetriedCount < maxRetryCount` (−1: always, −2: even after
-/// success).
+/// success). `platform_retries`: the retries so far of attempts the platform ended
+/// (preempted, or ended by the server's restart: −101), which neither the cap nor the
+/// doubling counts, as they say nothing of the job; without the fancy policy they count
+/// against `maxRetryCount`, as on FrameworkController.
 pub fn retry_decision(
     policy: &RetryPolicySpec,
     status: &RetryPolicyStatus,
+    platform_retries: i32,
     completion: &CompletionStatus,
     conflict_delay: Duration,
 ) -> RetryDecision {
@@ -136,10 +140,12 @@ pub fn retry_decision(
     let failed = kind != CompletionKind::Succeeded;
     if policy.fancy_retry_policy {
         let reason = format!("fancy retry policy, completion type {kind:?}");
-        // Retries not counted against maxRetryCount so far: the transient ones.
-        let transient = status.total_retried_count - status.accountable_retried_count;
-        // The platform's own doing (a preemption, the server's restart) is never capped:
-        // it says nothing of the job.
+        // Retries not counted against maxRetryCount so far, but the platform's: the
+        // transient ones the job may be the cause of.
+        let transient = (status.total_retried_count - status.accountable_retried_count)
+            .saturating_sub(platform_retries)
+            .max(0);
+        // The platform's own doing (a preemption, the server's restart) is never capped.
         if matches!(
             kind,
             CompletionKind::TransientConflict | CompletionKind::TransientFailure
@@ -284,6 +290,17 @@ mod tests {
         total: i32,
         code: i32,
     ) -> RetryDecision {
+        retry_after_platform(fancy, max, accountable, total, 0, code)
+    }
+
+    fn retry_after_platform(
+        fancy: bool,
+        max: i32,
+        accountable: i32,
+        total: i32,
+        platform: i32,
+        code: i32,
+    ) -> RetryDecision {
         retry_decision(
             &RetryPolicySpec {
                 fancy_retry_policy: fancy,
@@ -294,6 +311,7 @@ mod tests {
                 total_retried_count: total,
                 ..RetryPolicyStatus::default()
             },
+            platform,
             &CompletionStatus::of(code, ""),
             Duration::from_secs(3),
         )
@@ -360,5 +378,12 @@ mod tests {
                 last.reason
             );
         }
+        // Preemptions count for neither: ten of them, then a conflict, waits 3 s and
+        // is retried.
+        let after_preemptions = retry_after_platform(true, 0, 0, MAX_TRANSIENT_RETRIES, 10, 201);
+        assert!(after_preemptions.retry);
+        assert_eq!(after_preemptions.delay, Duration::from_secs(3));
+        // Without the fancy policy they are failures, as FrameworkController counts them.
+        assert!(!retry_after_platform(false, 1, 1, 1, 1, 201).retry);
     }
 }

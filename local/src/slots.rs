@@ -257,7 +257,8 @@ impl State {
     }
 
     /// Asks running jobs of a lower class than the queue's head to give way, as few as
-    /// make room for it (the lowest class first, then the most recently started), when
+    /// make room for it (the lowest class first, then the most recently started; then
+    /// each spared that is not needed, the most valuable first), when
     /// the head does not fit what is free and what jobs asked already will free. The jobs
     /// asked now.
     fn preempt_for_head(&mut self, devices: &[GpuDevice]) -> Vec<(Arc<str>, JobPriority)> {
@@ -285,6 +286,7 @@ impl State {
         if fits(free, &holders) {
             return Vec::new();
         }
+        let base = (free, holders.clone());
         let mut lower: Vec<(&u64, &Holding)> = self
             .grants
             .iter()
@@ -306,6 +308,24 @@ impl State {
         }
         if !fits(free, &holders) {
             return Vec::new();
+        }
+        // A later pick can make an earlier one needless: as Kubernetes' scheduler
+        // reprieves victims, each is spared, the most valuable first, if the head fits
+        // without it.
+        let without = |victims: &[u64]| {
+            let (mut free, mut holders) = (base.0, base.1.clone());
+            for id in victims {
+                if let Some(holding) = self.grants.get(id) {
+                    release(&mut free, &mut holders, holding);
+                }
+            }
+            fits(free, &holders)
+        };
+        for id in chosen.clone().into_iter().rev() {
+            let rest: Vec<u64> = chosen.iter().copied().filter(|c| *c != id).collect();
+            if without(&rest) {
+                chosen = rest;
+            }
         }
         let why = format!(
             "preempted on this machine by job {} of priority class {}, which waits for what this job held ({}); it waits again and runs once there is room",
@@ -761,6 +781,38 @@ mod tests {
         };
         assert!(why.message.ends_with("test-2 (test)"), "{}", why.message);
         assert!(futures::poll!(std::pin::pin!(test.preempted())).is_pending());
+    }
+
+    #[tokio::test]
+    async fn a_victim_a_later_pick_makes_needless_is_spared() {
+        let slots = Slots::new(3, machine(0));
+        let Asked::Held(mut big) = slots
+            .ask(of_class(need("big-test", 2, 0), JobPriority::Test))
+            .await
+        else {
+            panic!("held at once");
+        };
+        let Asked::Held(mut small) = slots
+            .ask(of_class(need("small-oppo", 1, 0), JobPriority::Oppo))
+            .await
+        else {
+            panic!("held at once");
+        };
+        // The oppo job is picked first and frees 1 of the 2 slots needed; the test job
+        // frees 2 alone, so the oppo job is spared.
+        let Asked::Queued(_waiter, why) = slots
+            .ask(of_class(need("prod", 2, 0), JobPriority::Prod))
+            .await
+        else {
+            panic!("queued");
+        };
+        assert!(
+            why.message.ends_with("preempted for it: big-test (test)"),
+            "{}",
+            why.message
+        );
+        big.preempted().await;
+        assert!(futures::poll!(std::pin::pin!(small.preempted())).is_pending());
     }
 
     #[tokio::test]

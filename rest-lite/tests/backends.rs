@@ -952,8 +952,20 @@ async fn on_kubernetes_an_attempt_ended_by_a_preemption_says_who_ended_it() {
             "kube-scheduler, preempting for a pod of a higher priority (PreemptionByScheduler): default-scheduler: preempting to accommodate a higher priority pod"
         )
     );
-    let view = h.client(ALICE).job("alice", "borrower").await.expect("job");
-    let line = view.job_status.attempts[0].line();
+    // The server's view, once its copy has the write.
+    let mut views = h.client(ALICE).watch("alice", "borrower").await.expect("watch");
+    let said = async {
+        while let Some(view) = views.next().await {
+            let view = view.expect("view");
+            if let Some(end) = view.job_status.attempts.first()
+                && end.ended_by.is_some()
+            {
+                return end.line();
+            }
+        }
+        panic!("the watch ended before the view said who ended the attempt");
+    };
+    let line = tokio::time::timeout(DEADLINE, said).await.expect("the view");
     assert!(
         line.contains("Pod is being deleted by others; ended by kube-scheduler, preempting"),
         "{line}"
