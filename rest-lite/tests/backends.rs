@@ -953,7 +953,11 @@ async fn on_kubernetes_an_attempt_ended_by_a_preemption_says_who_ended_it() {
         )
     );
     // The server's view, once its copy has the write.
-    let mut views = h.client(ALICE).watch("alice", "borrower").await.expect("watch");
+    let mut views = h
+        .client(ALICE)
+        .watch("alice", "borrower")
+        .await
+        .expect("watch");
     let said = async {
         while let Some(view) = views.next().await {
             let view = view.expect("view");
@@ -965,7 +969,9 @@ async fn on_kubernetes_an_attempt_ended_by_a_preemption_says_who_ended_it() {
         }
         panic!("the watch ended before the view said who ended the attempt");
     };
-    let line = tokio::time::timeout(DEADLINE, said).await.expect("the view");
+    let line = tokio::time::timeout(DEADLINE, said)
+        .await
+        .expect("the view");
     assert!(
         line.contains("Pod is being deleted by others; ended by kube-scheduler, preempting"),
         "{line}"

@@ -480,6 +480,7 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_bad_values_are_errors() {
+        use pai_contract::priority::JobPriority;
         let dir = pai_test_support::scratch("rest-lite-config");
         let path = dir.path().join("c.yaml");
         std::fs::write(&path, "hostNetwrk: true\n").expect("write");
@@ -497,6 +498,29 @@ mod tests {
         std::fs::write(&path, "gang: {engine: volcano, defaultQueue: Team_A}\n").expect("write");
         let err = ClusterConfig::load(&path).expect_err("queue name");
         assert!(err.to_string().contains("gang.defaultQueue"), "{err}");
+        std::fs::write(&path, "priorityClasses: {prod: High_Priority}\n").expect("write");
+        let err = ClusterConfig::load(&path).expect_err("a class name");
+        assert!(
+            err.to_string().contains("priorityClasses.prod")
+                && err
+                    .to_string()
+                    .contains("\"High_Priority\" is not a PriorityClass name"),
+            "{err}"
+        );
+        std::fs::write(&path, "priorityClasses: {urgent: high}\n").expect("write");
+        let err = ClusterConfig::load(&path).expect_err("a class OpenPAI has not");
+        assert!(err.to_string().contains("urgent"), "{err}");
+        std::fs::write(&path, "priorityClasses: {default: low}\n").expect("write");
+        let err = ClusterConfig::load(&path).expect_err("a default that is no OpenPAI class");
+        assert!(err.to_string().contains("low"), "{err}");
+        std::fs::write(&path, "priorityClasses: {prod: team.high, default: oppo}\n")
+            .expect("write");
+        let config = ClusterConfig::load(&path).expect("subdomain names are PriorityClass names");
+        assert_eq!(config.priority_classes.name(JobPriority::Prod), "team.high");
+        assert_eq!(
+            config.priority_classes.class_of(None),
+            Some(JobPriority::Oppo)
+        );
         std::fs::write(
             &path,
             "failurePatterns:\n  - {name: bad, userLogRegex: '(unclosed'}\n",

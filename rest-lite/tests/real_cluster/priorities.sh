@@ -21,6 +21,12 @@
 #                  words while the node is cordoned (never FAILED, jobRetryCount 0), placed
 #                  again after `kubectl uncordon`, SUCCEEDED; the attempt's end names the
 #                  eviction
+#   volcano-preempt  the real Volcano v1.7.0 (start-volcano.sh) on its two fake nodes, here of
+#                  3 CPUs each (fake-kubelet.sh plays their kubelet: the pods do not run), with
+#                  the scheduler configuration of docs/operating.md ("Priorities and
+#                  preemption"): an oppo job of six 1-CPU tasks placed whole and running, then
+#                  a prod job of the same size; as kueue-preempt, the oppo job's first attempt
+#                  naming Volcano's eviction
 set -euo pipefail
 H=${K8S_HARNESS:?K8S_HARNESS: the harness directory}
 S=${HARNESS_SCRIPTS:?HARNESS_SCRIPTS: the harness scripts directory}
@@ -29,7 +35,7 @@ R=${REST_LITE:-$ROOT/target/debug/rest-lite}
 export KUBECONFIG=$H/kubeconfig PATH=$H/bin:$PATH K8S_HARNESS=$H
 WORK=$ROOT/target/real-cluster-priorities
 rm -rf "$WORK" && mkdir -p "$WORK"
-CASES=${*:-kueue-preempt drain}
+CASES=${*:-kueue-preempt drain volcano-preempt}
 PORT=19472
 SERVER=http://127.0.0.1:$PORT
 NODE=real-node-1
@@ -87,7 +93,7 @@ stop_server() { [ ! -f "$WORK/serve.pid" ] || kill "$(cat "$WORK/serve.pid")" 2>
 trap stop_server EXIT
 pkill -f "listen 127.0.0.1:$PORT" || true
 
-# job NAME CLASS COMMAND [QUEUE]: a v2 job of two 1-CPU tasks, no retry left.
+# job NAME CLASS COMMAND [QUEUE]: a v2 job of $INSTANCES (2) 1-CPU tasks, no retry left.
 job() {
   cat >"$WORK/$1.yaml" <<EOF
 protocolVersion: 2
@@ -99,7 +105,7 @@ prerequisites:
 ${4:+defaults: {virtualCluster: $4\}}
 taskRoles:
   worker:
-    instances: 2
+    instances: ${INSTANCES:-2}
     dockerImage: image
     resourcePerInstance: {cpu: 1, memoryMB: 256, gpu: 0}
     commands:
@@ -122,10 +128,45 @@ report() { # JOB: its retries, and how its first attempt ended
   echo "  $1: retries $(field "$1" 'v["jobStatus"]["retries"]'); attempt 0: $(field "$1" 'v["jobStatus"]["attempts"][0]["exitCode"]') $(first_end "$1")"
 }
 
+# The real node, where the pods run.
+node_up() {
+  "$S/start-node.sh" >/dev/null
+  ctr --address "$H/node/containerd/containerd.sock" -n k8s.io images ls -q | grep -x >/dev/null localhost/kube-runtime:0.1.0 \
+    || fail "image localhost/kube-runtime:0.1.0 missing: build it with $S/build-runtime-image.sh $ROOT"
+}
+# Volcano's preemption as docs/operating.md configures it: the release's configuration
+# with preempt, and enqueue not gated by the free resources (a job that is not Inqueue is
+# never a preemptor). The scheduler reads the file again when it changes.
+VOLCANO_PREEMPTING='actions: "enqueue, allocate, preempt, backfill"
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+    enablePreemptable: false
+  - name: conformance
+- plugins:
+  - name: overcommit
+    enableJobEnqueued: false
+  - name: drf
+    enablePreemptable: false
+  - name: predicates
+  - name: proportion
+    enableJobEnqueued: false
+  - name: nodeorder
+  - name: binpack'
+F() { printf '%s' "$(id -un)/$1" | sha256sum | cut -c1-32; } # job $1's Framework
+placed() { "$S/fake-kubelet.sh" bound "$(F "$1")" -n default | grep >/dev/null "^$2/$2 bound"; }
+# Fake-kubelet: job $1's bound pods run; or all its pods end with code 0.
+run_bound() { "$S/fake-kubelet.sh" run-bound "$(F "$1")" -n default >/dev/null; }
+succeed() {
+  local pod
+  for pod in $(kubectl get pods -n default -l "FC_FRAMEWORK_NAME=$(F "$1")" -o name); do
+    "$S/fake-kubelet.sh" terminate "${pod#pod/}" 0 -n default >/dev/null
+  done
+}
+fake_nodes() { FAKE_NODE_CPU=$1 FAKE_NODE_LABELS=gang=true "$S/fake-kubelet.sh" nodes gang-node-1 gang-node-2 >/dev/null; }
+
 "$S/start-all.sh" >/dev/null
-"$S/start-node.sh" >/dev/null
-ctr --address "$H/node/containerd/containerd.sock" -n k8s.io images ls -q | grep -x >/dev/null localhost/kube-runtime:0.1.0 \
-  || fail "image localhost/kube-runtime:0.1.0 missing: build it with $S/build-runtime-image.sh $ROOT"
 # What an earlier run that failed left in the namespace.
 kubectl delete frameworks -n default -l app.kubernetes.io/managed-by=rest-lite --ignore-not-found --wait=true >/dev/null
 # A job naming a class the cluster lacks is refused: the classes first.
@@ -135,6 +176,7 @@ for case in $CASES; do
   say "$case"
   case $case in
     kueue-preempt)
+      node_up
       "$S/start-kueue.sh" >/dev/null
       "$S/priorities.sh" # Kueue's WorkloadPriorityClasses too, and cq's preemption
       # The node's 2 CPUs are the queue's: one 2-task job at a time.
@@ -163,6 +205,7 @@ print([x["name"] for x in r].index("cpu"))')
       "$S/stop-kueue.sh" >/dev/null
       ;;
     drain)
+      node_up
       start_server none
       job drained test "$FIRST_ATTEMPT_WAITS"
       until_true 180 "drained RUNNING" is_state drained RUNNING
@@ -180,6 +223,43 @@ print([x["name"] for x in r].index("cpu"))')
       first_end drained | grep >/dev/null "eviction API" || fail "drained's history does not name the eviction"
       finish drained
       stop_server
+      ;;
+    volcano-preempt)
+      "$S/start-volcano.sh" >/dev/null
+      printf '%s\n' "$VOLCANO_PREEMPTING" >"$H/volcano/volcano-scheduler.conf"
+      # Two nodes of 3 CPUs: the oppo job's six tasks take them all, and every task of
+      # the prod job must take one of its places.
+      fake_nodes 3
+      start_server volcano
+      export INSTANCES=6
+      job borrower oppo "sleep 3600" vc1
+      until_true 120 "borrower (oppo) placed whole" placed borrower 6
+      run_bound borrower
+      until_true 60 "borrower RUNNING" is_state borrower RUNNING
+      watch_states borrower & WATCH=$!
+      job urgent prod "sleep 3600" vc1
+      until_true 60 "urgent (prod) placed whole" placed urgent 6
+      run_bound urgent
+      until_true 30 "urgent RUNNING" is_state urgent RUNNING
+      until_true 60 "borrower WAITING" is_state borrower WAITING
+      echo "  borrower: $(waiting_says borrower)"
+      succeed urgent
+      until_true 60 "urgent SUCCEEDED" is_state urgent SUCCEEDED
+      until_true 120 "borrower placed whole again" placed borrower 6
+      run_bound borrower
+      until_true 60 "borrower RUNNING again" is_state borrower RUNNING
+      succeed borrower
+      until_true 60 "borrower SUCCEEDED" is_state borrower SUCCEEDED
+      kill "$WATCH"
+      never_failed borrower
+      report borrower
+      first_end borrower | grep >/dev/null "^Volcano (Evict)" || fail "borrower's history does not name Volcano's eviction"
+      [ "$(field borrower 'v["jobStatus"]["attempts"][0]["exitCode"]')" = -101 ] || fail "attempt 0 did not end as PodExternalDeleted"
+      [ "$(field borrower 'v["jobStatus"]["retries"]')" = 1 ] || fail "borrower was not retried once"
+      finish borrower urgent
+      unset INSTANCES
+      stop_server
+      fake_nodes 4
       ;;
     *) fail "no case $case" ;;
   esac
