@@ -164,7 +164,6 @@ succeed() {
     "$S/fake-kubelet.sh" terminate "${pod#pod/}" 0 -n default >/dev/null
   done
 }
-fake_nodes() { FAKE_NODE_CPU=$1 FAKE_NODE_LABELS=gang=true "$S/fake-kubelet.sh" nodes gang-node-1 gang-node-2 >/dev/null; }
 
 "$S/start-all.sh" >/dev/null
 # What an earlier run that failed left in the namespace.
@@ -225,11 +224,12 @@ print([x["name"] for x in r].index("cpu"))')
       stop_server
       ;;
     volcano-preempt)
-      "$S/start-volcano.sh" >/dev/null
-      printf '%s\n' "$VOLCANO_PREEMPTING" >"$H/volcano/volcano-scheduler.conf"
       # Two nodes of 3 CPUs: the oppo job's six tasks take them all, and every task of
-      # the prod job must take one of its places.
-      fake_nodes 3
+      # the prod job must take one of its places. The nodes' heartbeat writes their size
+      # every 10 s: Volcano (and the heartbeat) started afresh with it, stopped after.
+      "$S/stop-volcano.sh" >/dev/null
+      GANG_NODE_CPU=3 "$S/start-volcano.sh" >/dev/null
+      printf '%s\n' "$VOLCANO_PREEMPTING" >"$H/volcano/volcano-scheduler.conf"
       start_server volcano
       export INSTANCES=6
       job borrower oppo "sleep 3600" vc1
@@ -259,7 +259,7 @@ print([x["name"] for x in r].index("cpu"))')
       finish borrower urgent
       unset INSTANCES
       stop_server
-      fake_nodes 4
+      "$S/stop-volcano.sh" >/dev/null
       ;;
     *) fail "no case $case" ;;
   esac
