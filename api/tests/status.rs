@@ -1,6 +1,6 @@
 //! The job status users see, from hand-built Framework statuses.
 
-mod common;
+use pai_test_support::specs as common;
 
 use pai_api::status::{JobState, job_view};
 use pai_contract::Framework;

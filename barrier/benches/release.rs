@@ -17,12 +17,8 @@ use pai_barrier::readiness::is_ready;
 use pai_barrier::{BarrierConfig, kube_source};
 use pai_contract::Framework;
 use pai_test_support::ApiServer;
-use pai_test_support::bench_results::Run;
+use pai_test_support::bench_results::{Run, percentile};
 use pai_test_support::frameworks::{NAMESPACE, address, framework, set_pod_ip, to_value};
-
-fn client(server: &ApiServer) -> kube::Client {
-    kube::Client::try_from(kube::Config::new(server.url().parse().expect("url"))).expect("client")
-}
 
 fn config(name: &str) -> BarrierConfig {
     BarrierConfig {
@@ -63,10 +59,6 @@ async fn poll(client: kube::Client, name: &str, interval: Duration) {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p) as usize]
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1e3)
 }
@@ -85,7 +77,7 @@ async fn main() {
         almost_ready(&server, &name, tasks);
         let before = server.requests().iter().filter(|r| r.is_watch()).count();
         let waiting = tokio::spawn({
-            let client = client(&server);
+            let client = server.client();
             let config = config(&name);
             async move { kube_source::wait(client, &config).await }
         });
@@ -128,7 +120,7 @@ async fn main() {
     almost_ready(&server, "watched", tasks);
     almost_ready(&server, "polled", tasks);
     let watched = tokio::spawn({
-        let client = client(&server);
+        let client = server.client();
         async move {
             kube_source::wait(client, &config("watched"))
                 .await
@@ -136,7 +128,7 @@ async fn main() {
         }
     });
     let polled = tokio::spawn({
-        let client = client(&server);
+        let client = server.client();
         async move {
             poll(client, "polled", poll_interval).await;
             Instant::now()

@@ -21,11 +21,6 @@ fn config(timeout: Duration) -> BarrierConfig {
     }
 }
 
-fn client(server: &ApiServer) -> kube::Client {
-    let config = kube::Config::new(server.url().parse().expect("url"));
-    kube::Client::try_from(config).expect("client")
-}
-
 async fn start_with_job(roles: &[(&str, u32)]) -> ApiServer {
     let server = ApiServer::start().await;
     server.create("frameworks", NAMESPACE, to_value(&framework(FW, roles)));
@@ -42,7 +37,7 @@ fn spawn_wait(
     server: &ApiServer,
     timeout: Duration,
 ) -> tokio::task::JoinHandle<Result<pai_barrier::Passed, BarrierError>> {
-    let client = client(server);
+    let client = server.client();
     tokio::spawn(async move { kube_source::wait(client, &config(timeout)).await })
 }
 
@@ -136,7 +131,7 @@ async fn gone_410_makes_it_list_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_framework_is_permanent() {
     let server = ApiServer::start().await;
-    let err = kube_source::wait(client(&server), &config(LONG))
+    let err = kube_source::wait(server.client(), &config(LONG))
         .await
         .expect_err("no framework");
     assert!(
@@ -202,7 +197,7 @@ async fn a_compressed_status_of_2000_tasks() {
 async fn forbidden_fails_at_once_naming_the_rbac_rule() {
     let server = start_with_job(&[("worker", 1)]).await;
     server.deny(Some(403));
-    let err = kube_source::wait(client(&server), &config(LONG))
+    let err = kube_source::wait(server.client(), &config(LONG))
         .await
         .expect_err("forbidden");
     let message = err.to_string();
@@ -224,7 +219,7 @@ async fn forbidden_fails_at_once_naming_the_rbac_rule() {
 async fn unauthorized_fails_at_once() {
     let server = start_with_job(&[("worker", 1)]).await;
     server.deny(Some(401));
-    let err = kube_source::wait(client(&server), &config(LONG))
+    let err = kube_source::wait(server.client(), &config(LONG))
         .await
         .expect_err("unauthorized");
     assert!(err.to_string().contains("401 Unauthorized"), "{err}");
@@ -270,7 +265,7 @@ async fn a_restarted_api_server_refusing_for_a_while_does_not_end_the_wait() {
 async fn times_out_as_a_transient_conflict_saying_what_is_missing() {
     let server = start_with_job(&[("ps", 1), ("worker", 2)]).await;
     give_address(&server, 0, "ps", 0);
-    let err = kube_source::wait(client(&server), &config(Duration::from_secs(1)))
+    let err = kube_source::wait(server.client(), &config(Duration::from_secs(1)))
         .await
         .expect_err("times out");
     assert_eq!(err.exit_code(), ExitCode::TransientConflict);
@@ -285,7 +280,7 @@ async fn the_check_interval_only_bounds_the_watch() {
     // BARRIER_CHECK_INTERVAL_SEC becomes the watch's timeoutSeconds: the watch is re-opened
     // that often from the last resourceVersion, never re-listed or polled.
     let server = start_with_job(&[("worker", 1)]).await;
-    let client = client(&server);
+    let client = server.client();
     let waiting = tokio::spawn(async move {
         let config = BarrierConfig {
             reread: Some(Duration::from_secs(1)),

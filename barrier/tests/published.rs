@@ -37,11 +37,6 @@ fn config(attempt: Attempt, timeout: Duration) -> BarrierConfig {
     }
 }
 
-fn client(server: &ApiServer) -> kube::Client {
-    let config = kube::Config::new(server.url().parse().expect("url"));
-    kube::Client::try_from(config).expect("client")
-}
-
 /// The Framework in attempt `id` with every address, as stored (with its uid).
 fn ready_framework(server: &ApiServer, id: i32) -> Framework {
     let instance = attempt(id).instance_uid;
@@ -79,7 +74,7 @@ fn spawn_wait(
     server: &ApiServer,
     config: BarrierConfig,
 ) -> tokio::task::JoinHandle<Result<pai_barrier::Passed, BarrierError>> {
-    let client = client(server);
+    let client = server.client();
     tokio::spawn(async move { kube_source::wait(client, &config).await })
 }
 
@@ -98,7 +93,7 @@ async fn a_table_published_before_the_task_starts_is_read_at_once_by_one_watch()
     publish(&server, &framework, &table_of(&framework));
     let before = server.requests().len();
 
-    let passed = kube_source::wait(client(&server), &config(attempt(0), LONG))
+    let passed = kube_source::wait(server.client(), &config(attempt(0), LONG))
         .await
         .expect("passes");
     assert!(passed.framework.is_none(), "the Framework was not read");
@@ -263,7 +258,7 @@ async fn an_api_server_restart_that_refuses_at_first_releases_the_wait() {
 async fn forbidden_names_the_configmap_rule() {
     let server = ApiServer::start().await;
     server.deny(Some(403));
-    let err = kube_source::wait(client(&server), &config(attempt(0), LONG))
+    let err = kube_source::wait(server.client(), &config(attempt(0), LONG))
         .await
         .expect_err("forbidden");
     let message = err.to_string();
@@ -281,7 +276,7 @@ async fn forbidden_names_the_configmap_rule() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_never_published_times_out_as_a_transient_conflict_naming_it() {
     let server = ApiServer::start().await;
-    let err = kube_source::wait(client(&server), &config(attempt(0), Duration::from_secs(1)))
+    let err = kube_source::wait(server.client(), &config(attempt(0), Duration::from_secs(1)))
         .await
         .expect_err("times out");
     assert_eq!(err.exit_code(), ExitCode::TransientConflict);

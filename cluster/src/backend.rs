@@ -20,11 +20,11 @@ use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
 use pai_contract::{Framework, meta, training};
 
-use pai_contract::log_lines::Source;
-use pai_engine::backend::{
+use pai_backend::backend::{
     Backend, BackendError, Changed, FrameworkStream, LogPart, LogRequest, LogStream, split_log,
 };
-use pai_engine::controller::Event;
+use pai_backend::controller::Event;
+use pai_contract::log_lines::Source;
 
 use crate::errors::ApiErrors;
 use crate::job_access::JobAccess;
@@ -62,7 +62,7 @@ pub struct KubeBackend {
     /// The job history beyond the Frameworks ([`crate::archive`]), if configured.
     archive: Option<Arc<crate::archive::Archive>>,
     /// The retention's bounds as the config says them now (read again when it changes).
-    retention: tokio::sync::watch::Sender<pai_engine::retention::Bounds>,
+    retention: tokio::sync::watch::Sender<pai_backend::retention::Bounds>,
     /// Who deleted jobs' pods ([`crate::disruptions`]): noted by the log keeper's watch,
     /// written into the attempts' ends by the historian.
     disruptions: crate::disruptions::Disruptions,
@@ -121,7 +121,7 @@ pub struct Settings {
     /// peer table for its tasks' runtimes to wait out (`restartBackoff`).
     pub restart: pai_contract::restarts::RestartBackoff,
     /// Which finished jobs are kept (`retention`).
-    pub retention: pai_engine::retention::Bounds,
+    pub retention: pai_backend::retention::Bounds,
     /// The job history, and how long a finished Framework stays in the cluster once the
     /// history holds it (`history`); `None`: the Frameworks are the history.
     pub history: Option<(Arc<crate::archive::Archive>, Duration)>,
@@ -187,7 +187,7 @@ impl KubeBackend {
             crate::events::Recorder::new(client, namespace, &settings.instance).run(store),
         );
         let dependencies: Arc<dyn Backend> = backend.clone();
-        pai_engine::depends::start(&dependencies);
+        pai_backend::depends::start(&dependencies);
         backend
     }
 
@@ -965,10 +965,10 @@ impl Backend for KubeBackend {
         self.store.get(name)
     }
 
-    fn seen(&self, name: &str) -> Option<pai_engine::backend::Seen> {
+    fn seen(&self, name: &str) -> Option<pai_backend::backend::Seen> {
         self.store
             .get(name)
-            .map(|f| pai_engine::backend::Seen::of(&f))
+            .map(|f| pai_backend::backend::Seen::of(&f))
     }
 
     /// A job's images, registry credentials and commands are the cluster's to check:
@@ -982,18 +982,19 @@ impl Backend for KubeBackend {
     fn write_metrics(&self, _out: &mut String) {}
 
     fn changes(&self) -> futures::stream::BoxStream<'static, Event<Changed>> {
-        let frameworks = pai_engine::controller::from_broadcast(self.store.subscribe(), |change| {
-            let framework = change.framework();
-            Changed {
-                name: framework.name().to_string(),
-                waits: pai_contract::depends::waits(framework),
-            }
-        });
+        let frameworks =
+            pai_backend::controller::from_broadcast(self.store.subscribe(), |change| {
+                let framework = change.framework();
+                Changed {
+                    name: framework.name().to_string(),
+                    waits: pai_contract::depends::waits(framework),
+                }
+            });
         match &self.archive {
             // A job written into the history or deleted from it changes too.
             Some(archive) => futures::stream::select(
                 frameworks,
-                pai_engine::controller::from_broadcast(archive.subscribe(), |name| Changed {
+                pai_backend::controller::from_broadcast(archive.subscribe(), |name| Changed {
                     name,
                     waits: false,
                 }),
@@ -1012,7 +1013,7 @@ impl Backend for KubeBackend {
             let framework = self.store.get(name).ok_or(BackendError::NotFound)?;
             if !pai_contract::depends::released(&framework) {
                 let mut ungated = (*framework).clone();
-                pai_engine::depends::ungate_template(&mut ungated);
+                pai_backend::depends::ungate_template(&mut ungated);
                 let patch = serde_json::json!({
                     "metadata": {
                         "resourceVersion": framework.metadata.resource_version,
@@ -1037,7 +1038,7 @@ impl Backend for KubeBackend {
                 .map_err(|e| self.error(e))?;
             for pod in pods {
                 let mut spec = pod.spec.clone().unwrap_or_default();
-                if !pai_engine::depends::ungate(&mut spec) {
+                if !pai_backend::depends::ungate(&mut spec) {
                     continue;
                 }
                 // Only gates may be taken away; others' (Kueue's) stay, under the
@@ -1171,7 +1172,7 @@ impl Backend for KubeBackend {
     /// The retention's bounds count from the next sweep, which a change of them starts
     /// (bounds as they were wake nothing).
     fn reconfigure(&self, config: &pai_translate::config::ClusterConfig) -> Vec<&'static str> {
-        let bounds = pai_engine::retention::Bounds::of(&config.retention);
+        let bounds = pai_backend::retention::Bounds::of(&config.retention);
         self.retention
             .send_if_modified(|now| std::mem::replace(now, bounds) != bounds);
         vec!["retention"]
@@ -1256,7 +1257,7 @@ impl Backend for KubeBackend {
                     .ok_or(BackendError::NotFound)?,
                 Err(e) => return Err(self.error(e)),
             };
-            let tail = pai_engine::backend::last_lines(&text, lines, max_bytes);
+            let tail = pai_backend::backend::last_lines(&text, lines, max_bytes);
             let mut tails = self.tails.lock().unwrap_or_else(|p| p.into_inner());
             if tails.len() >= TAILS_KEPT {
                 tails.retain(|_, (read, _)| read.elapsed() < TAIL_TTL);

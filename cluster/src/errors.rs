@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use pai_backend::BackendError;
 use pai_barrier::retry::{Kind, Verdict, classify};
-use pai_engine::BackendError;
 
 /// Where the backend talks, and whether it was ever answered.
 pub struct ApiErrors {

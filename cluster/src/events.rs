@@ -29,7 +29,7 @@ use pai_contract::exit::codes;
 use pai_contract::framework::{ExecutionType, FrameworkState};
 use pai_contract::{Framework, meta};
 
-use pai_engine::controller::{Outcome, Reconcile};
+use pai_backend::controller::{Outcome, Reconcile};
 
 use crate::store::{Change, KubeStore};
 

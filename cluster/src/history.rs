@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 use pai_contract::Framework;
 use pai_contract::attempts;
 
-use pai_engine::controller::{Outcome, Reconcile};
+use pai_backend::controller::{Outcome, Reconcile};
 
 use crate::disruptions::Disruptions;
 use crate::store::{Change, KubeStore};

@@ -2,9 +2,9 @@
 //! FrameworkController runs. One watch of the namespace's Frameworks fills the server's
 //! copy ([`store`]) that every read and every controller shares; the backend
 //! ([`backend::KubeBackend`]) starts its controllers itself, each a reconcile function on
-//! the one controller runtime ([`pai_engine::controller`]): the peer tables
+//! the one controller runtime ([`pai_backend::controller`]): the peer tables
 //! ([`publisher`]), the attempts' history ([`history`]), Events ([`events`]), jobs that
-//! wait for jobs ([`pai_engine::depends`]); beside them, kube's own watchers read the
+//! wait for jobs ([`pai_backend::depends`]); beside them, kube's own watchers read the
 //! admission verdicts ([`admission`], [`waiting`]) and keep finished tasks' logs
 //! ([`log_keeper`]); under Kueue, the quota of jobs that ended is given back
 //! ([`queue_release`]).

@@ -21,7 +21,7 @@ use kube::api::LogParams;
 use pai_contract::framework::FrameworkState;
 
 use crate::store::KubeStore;
-use pai_engine::backend::LogStream;
+use pai_backend::backend::LogStream;
 
 const WAITING: Policy = Policy {
     first: Duration::from_secs(1),

@@ -30,7 +30,7 @@ use pai_contract::Framework;
 use pai_contract::framework::FrameworkState;
 use pai_contract::restarts::RestartBackoff;
 
-use pai_engine::controller::{Outcome, Reconcile};
+use pai_backend::controller::{Outcome, Reconcile};
 
 use crate::store::{Change, KubeStore};
 

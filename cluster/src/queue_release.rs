@@ -37,10 +37,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tracing::{info, warn};
 
+use pai_backend::controller::{Event, Outcome, Reconcile};
 use pai_barrier::retry::WatchBackoff;
 use pai_contract::env::fc;
 use pai_contract::{Framework, backoff, meta};
-use pai_engine::controller::{Event, Outcome, Reconcile};
 
 use crate::admission::{KUEUE_API, resource};
 use crate::log_keeper::take_finalizer;
@@ -87,7 +87,7 @@ impl QueueRelease {
                 .filter_map(move |event| std::future::ready(note(&seen, event)))
                 .boxed()
         };
-        let frameworks = pai_engine::controller::from_broadcast(store.subscribe(), |change| {
+        let frameworks = pai_backend::controller::from_broadcast(store.subscribe(), |change| {
             change.framework().name().to_string()
         });
         tokio::spawn(let_deleted_pods_go(self.pods.clone()));
@@ -98,7 +98,7 @@ impl QueueRelease {
             store,
             seen,
         };
-        pai_engine::controller::run(releasing, futures::stream::select(watched, frameworks)).await;
+        pai_backend::controller::run(releasing, futures::stream::select(watched, frameworks)).await;
     }
 }
 

@@ -1,6 +1,6 @@
 //! Finished jobs on a cluster: written into the job history ([`crate::archive`]) as they
 //! complete, their Frameworks deleted from the cluster once the history holds them, and
-//! the history kept within the operator's bounds ([`pai_engine::retention`]).
+//! the history kept within the operator's bounds ([`pai_backend::retention`]).
 //!
 //! - [`Recorder`]: a reconcile function on the controller runtime; a completed
 //!   Framework that the history does not hold as it is now is written (again after a
@@ -34,9 +34,9 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
+use pai_backend::controller::{Outcome, Reconcile};
+use pai_backend::retention::{AT_MOST_EVERY, Bounds, SWEEP_EVERY, past};
 use pai_contract::{Framework, attempts, kept_logs};
-use pai_engine::controller::{Outcome, Reconcile};
-use pai_engine::retention::{AT_MOST_EVERY, Bounds, SWEEP_EVERY, past};
 
 use crate::archive::{self, Archive};
 use crate::store::{Change, KubeStore};

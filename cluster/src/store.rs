@@ -220,12 +220,12 @@ impl KubeStore {
     /// it looks at every Framework once the first list is in, then at every change.
     pub async fn control<R>(&self, controller: R)
     where
-        R: pai_engine::controller::Reconcile<Change = Change>,
+        R: pai_backend::controller::Reconcile<Change = Change>,
     {
         let changes = self.subscribe();
         self.listed().await;
-        let changes = pai_engine::controller::from_broadcast(changes, |change| change);
-        pai_engine::controller::run(controller, changes).await;
+        let changes = pai_backend::controller::from_broadcast(changes, |change| change);
+        pai_backend::controller::run(controller, changes).await;
     }
 
     /// Every Framework of the copy, each as a change (what a controller looks at when
@@ -587,8 +587,7 @@ mod tests {
             value["metadata"]["labels"][meta::LABEL_MANAGED_BY] = meta::MANAGED_BY.into();
             api.create("frameworks", "ns", value);
         }
-        let client = kube::Client::try_from(kube::Config::new(api.url().parse().expect("url")))
-            .expect("client");
+        let client = api.client();
         let store = KubeStore::start(
             Api::namespaced(client, "ns"),
             Duration::from_secs(30),

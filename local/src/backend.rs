@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use pai_backend::backend::{
+    Backend, BackendError, Changed, FrameworkStream, LogPart, LogRequest, LogStream, split_log,
+};
+use pai_backend::controller::Event;
 use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
 use pai_contract::ssh_key::JobKey;
-use pai_engine::backend::{
-    Backend, BackendError, Changed, FrameworkStream, LogPart, LogRequest, LogStream, split_log,
-};
-use pai_engine::controller::Event;
 
 use crate::Settings;
 
@@ -34,7 +34,7 @@ impl LocalBackend {
     pub async fn open(settings: Settings) -> Result<Arc<Self>, crate::Error> {
         let backend = Arc::new(Self(crate::Machine::open(settings).await?));
         let dependencies: Arc<dyn Backend> = backend.clone();
-        pai_engine::depends::start(&dependencies);
+        pai_backend::depends::start(&dependencies);
         Ok(backend)
     }
 }
@@ -171,8 +171,8 @@ impl Backend for LocalBackend {
         self.0.get(name)
     }
 
-    fn seen(&self, name: &str) -> Option<pai_engine::backend::Seen> {
-        self.0.inspect(name, pai_engine::backend::Seen::of)
+    fn seen(&self, name: &str) -> Option<pai_backend::backend::Seen> {
+        self.0.inspect(name, pai_backend::backend::Seen::of)
     }
 
     fn ready(&self) -> Result<(), BackendError> {
@@ -180,7 +180,7 @@ impl Backend for LocalBackend {
     }
 
     fn changes(&self) -> futures::stream::BoxStream<'static, Event<Changed>> {
-        pai_engine::controller::from_broadcast(self.0.changes(), |(name, waits)| Changed {
+        pai_backend::controller::from_broadcast(self.0.changes(), |(name, waits)| Changed {
             name: name.to_string(),
             waits,
         })
@@ -272,7 +272,7 @@ impl Backend for LocalBackend {
     ) -> BoxFuture<'a, Result<String, BackendError>> {
         Box::pin(async move {
             let end = self.0.log_end(pod, max_bytes as u64)?;
-            Ok(pai_engine::backend::last_lines(&end, lines, max_bytes))
+            Ok(pai_backend::backend::last_lines(&end, lines, max_bytes))
         })
     }
 

@@ -1,5 +1,5 @@
 //! One job of this machine (its Framework, saves and commands) and the registry of all
-//! of them that the server's requests and the controllers share.
+//! of them that the server's requests and the job loops share.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ use crate::settings::Settings;
 use crate::store::Store;
 use crate::{metrics, procs};
 
-/// What the server asks a job's controller.
+/// What the server asks a job's loop.
 pub(crate) enum Command {
     Stop,
     /// Answered once the deletion is saved.
@@ -39,8 +39,8 @@ pub(crate) struct Job {
     pub(crate) save: tokio::sync::Mutex<()>,
     /// Bumped after every save.
     pub(crate) changed: watch::Sender<u64>,
-    /// Where its controller reads commands; `None` while it has none (a finished job's
-    /// controller ends, and its memory goes: [`crate::Machine`] starts one again for
+    /// Where its loop reads commands; `None` while it has none (a finished job's
+    /// loop ends, and its memory goes: [`crate::Machine`] starts one again for
     /// the next command).
     pub(crate) commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     /// Its processes and files are gone and its name is free.
@@ -78,7 +78,7 @@ impl Job {
         }
     }
 
-    /// A cold job (no controller) named `name`.
+    /// A cold job (no loop) named `name`.
     pub(crate) fn new_cold(name: String, cold: Cold) -> Self {
         let ended = cold.ended_ms();
         Self {
@@ -171,9 +171,9 @@ impl Job {
     }
 
     /// Keeps a finished job's Framework deflated while nothing uses it: once its
-    /// controller ended, and not while it is being deleted. When it froze it, the
+    /// loop ended, and not while it is being deleted. When it froze it, the
     /// Framework it held, for the caller to drop where it was made: run on the keeper's
-    /// thread ([`pai_engine::keeper`]), whose freed blocks it would take back one by one
+    /// thread ([`pai_backend::keeper`]), whose freed blocks it would take back one by one
     /// (glibc's per-thread cache) and make what it keeps in them, in the workers' arenas.
     #[must_use]
     pub(crate) fn freeze(&self) -> Option<Arc<Framework>> {
@@ -253,7 +253,7 @@ pub(crate) struct Inner {
     /// The name of each job as it is saved or removed, and whether it names jobs it
     /// waits for (for whoever watches them all). A change waits in the channel until
     /// every receiver read it: its name is the job's own, so that waiting makes no block
-    /// among a burst's (see [`pai_engine::keeper`]).
+    /// among a burst's (see [`pai_backend::keeper`]).
     pub(crate) changes: tokio::sync::broadcast::Sender<(Arc<str>, bool)>,
     /// Where tasks' ports come from.
     pub(crate) ports: crate::ports::Ports,
@@ -369,7 +369,7 @@ mod tests {
         let (commands, _receiver) = mpsc::unbounded_channel();
         let job = Job::new(finished("f"), commands);
         let before = job.current();
-        assert!(job.freeze().is_none(), "not while its controller may run");
+        assert!(job.freeze().is_none(), "not while its loop may run");
         *job.commands() = None;
         assert_eq!(
             job.freeze().as_deref(),

@@ -11,10 +11,10 @@ pub mod assets;
 pub mod backend;
 mod cold;
 pub mod containers;
-mod controller;
 pub mod cpu_group;
+mod job_loop;
 
-pub use controller::WHERE_IT_RAN;
+pub use job_loop::WHERE_IT_RAN;
 mod error;
 pub mod gpus;
 mod job;
@@ -65,7 +65,7 @@ const HOST_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "RUST_LOG",
 ];
 
-/// The Frameworks of this machine and the controllers running them.
+/// The Frameworks of this machine and the loops running them.
 pub struct Machine {
     inner: Arc<Inner>,
 }
@@ -78,7 +78,7 @@ impl Machine {
     pub async fn open(mut settings: Settings) -> Result<Self, Error> {
         raise_open_files_limit();
         // Before the jobs' threads: the keeper's gets an arena of its own.
-        pai_engine::keeper::start();
+        pai_backend::keeper::start();
         let store = Store::open(&settings.state_dir).map_err(|e| Error::Other(e.to_string()))?;
         // Only now, with the state directory's lock held: a second server refused above
         // must not rewrite the scripts of the first one's tasks.
@@ -138,7 +138,7 @@ impl Machine {
             .map_err(|e| Error::Other(format!("cannot start the spawning threads: {e}")))?;
         let slots = slots::Slots::new(settings.max_tasks, settings.gpus.clone());
         let settings_rotation = settings.log_rotation;
-        let ports = ports::Ports::new(settings.ports.clone(), controller::LOCAL_ADDRESS);
+        let ports = ports::Ports::new(settings.ports.clone(), job_loop::LOCAL_ADDRESS);
         let inner = Arc::new(Inner {
             store: store.clone(),
             settings,
@@ -184,13 +184,13 @@ impl Machine {
                 store::Loaded::Cold { name, cold: kept } => cold.push((name, kept)),
             }
         }
-        // Finished jobs stay cold: no controller until a command comes. Nothing of their
+        // Finished jobs stay cold: no loop until a command comes. Nothing of their
         // tasks is left to end: an attempt completes only once every task has ended.
         for (name, kept) in cold {
             register(&inner, &name, Job::new_cold(name.clone(), kept))?;
         }
         let mut adopted = match inner.isolation.engine() {
-            Some(engine) => controller::follow_or_remove(&inner, engine, &frameworks).await,
+            Some(engine) => job_loop::follow_or_remove(&inner, engine, &frameworks).await,
             None => Default::default(),
         };
         let mut resumed = Vec::new();
@@ -202,34 +202,34 @@ impl Machine {
             // the restart ends held GPUs its replacement takes again: both taken here,
             // before any other job may ask for them.
             let resume = if deleted {
-                controller::Resume::Fresh
+                job_loop::Resume::Fresh
             } else if let Some(adoption) = adoption {
-                controller::Resume::Follow(
-                    inner.slots.hold_exactly(controller::need_of(&framework)),
+                job_loop::Resume::Follow(
+                    inner.slots.hold_exactly(job_loop::need_of(&framework)),
                     adoption,
                 )
             } else if held_gpus(&framework) {
-                match inner.slots.ask(controller::need_of(&framework)).await {
-                    slots::Asked::Held(held) => controller::Resume::Carry(held),
-                    _ => controller::Resume::Fresh,
+                match inner.slots.ask(job_loop::need_of(&framework)).await {
+                    slots::Asked::Held(held) => job_loop::Resume::Carry(held),
+                    _ => job_loop::Resume::Fresh,
                 }
             } else {
-                controller::Resume::Fresh
+                job_loop::Resume::Fresh
             };
             let (job, commands) = insert(&inner, framework)?;
             if !adopt {
-                controller::end_leftovers(&inner, &job).await;
+                job_loop::end_leftovers(&inner, &job).await;
             }
             if deleted {
                 // Deleted before the restart (the deletion is saved before it is
                 // answered): finished before anyone can ask, so the name is free.
-                controller::remove(&inner, &job).await;
+                job_loop::remove(&inner, &job).await;
             } else {
                 resumed.push((job, commands, resume));
             }
         }
         for (job, commands, resume) in resumed {
-            spawn_controller(&inner, job, commands, resume);
+            spawn_job_loop(&inner, job, commands, resume);
         }
         let local = Self { inner };
         // Finished jobs past the retention, and finished tasks' run-only files past
@@ -281,7 +281,7 @@ impl Machine {
         let visible = self.inner.visible_jobs();
         // Finished jobs go cold (a finished one a reader made whole again too), on the
         // keeper's thread: what a cold job keeps is made there, beside the others', not
-        // among the running jobs' blocks (see `pai_engine::keeper`).
+        // among the running jobs' blocks (see `pai_backend::keeper`).
         let thawed: Vec<Arc<Job>> = visible
             .iter()
             .filter(|job| !job.is_cold() && job.ended_ms().is_some())
@@ -289,7 +289,7 @@ impl Machine {
             .collect();
         if !thawed.is_empty() {
             // What the jobs held, and the list, are dropped here, where they were made.
-            let (frozen, _held, _thawed) = pai_engine::keeper::make(move || {
+            let (frozen, _held, _thawed) = pai_backend::keeper::make(move || {
                 let (frozen, held): (Vec<_>, Vec<_>) = thawed
                     .iter()
                     .filter_map(|job| Some((job.shared_name(), job.freeze()?)))
@@ -437,9 +437,9 @@ fn register(inner: &Arc<Inner>, name: &str, job: Job) -> Result<Arc<Job>, Error>
     Ok(job)
 }
 
-/// Sends `command` to `job`'s controller, starting one where the job has none (a
-/// finished job's ended); false when the job is being removed (its controller ended for
-/// that). Under the job's lock of its commands, so that a controller that ends and one
+/// Sends `command` to `job`'s loop, starting one where the job has none (a
+/// finished job's ended); false when the job is being removed (its loop ended for
+/// that). Under the job's lock of its commands, so that a loop that ends and one
 /// that starts never both run.
 fn command(inner: &Arc<Inner>, job: &Arc<Job>, command: Command) -> bool {
     let mut sender = job.commands();
@@ -449,19 +449,19 @@ fn command(inner: &Arc<Inner>, job: &Arc<Job>, command: Command) -> bool {
             let (commands, receiver) = mpsc::unbounded_channel();
             let sent = commands.send(command).is_ok();
             *sender = Some(commands);
-            spawn_controller(inner, job.clone(), receiver, controller::Resume::Fresh);
+            spawn_job_loop(inner, job.clone(), receiver, job_loop::Resume::Fresh);
             sent
         }
     }
 }
 
-fn spawn_controller(
+fn spawn_job_loop(
     inner: &Arc<Inner>,
     job: Arc<Job>,
     commands: mpsc::UnboundedReceiver<Command>,
-    resume: controller::Resume,
+    resume: job_loop::Resume,
 ) {
-    tokio::spawn(controller::drive(inner.clone(), job, commands, resume));
+    tokio::spawn(job_loop::drive(inner.clone(), job, commands, resume));
 }
 
 /// Whether `framework`'s open attempt held GPUs when the previous server ended.
@@ -528,7 +528,7 @@ impl Machine {
         ) {
             return Err(Error::Refused(why));
         }
-        let need = controller::need_of(framework);
+        let need = job_loop::need_of(framework);
         let per_task: Vec<u32> = need.tasks.iter().map(|t| t.2).collect();
         if let Some(why) = self
             .inner
@@ -551,10 +551,10 @@ impl Machine {
             framework.status = None;
             self.admit(&framework)?;
             // Its entry in the registry, kept as long as the job, made on the keeper's
-            // thread (see `pai_engine::keeper`).
+            // thread (see `pai_backend::keeper`).
             let inner = self.inner.clone();
             let (job, commands) =
-                pai_engine::keeper::make(move || insert(&inner, framework)).await?;
+                pai_backend::keeper::make(move || insert(&inner, framework)).await?;
             // On disk before the caller is told.
             let store = self.inner.store.clone();
             let name = job.name();
@@ -570,7 +570,7 @@ impl Machine {
                 self.inner.jobs().remove(&job.name());
                 return Err(e);
             }
-            spawn_controller(&self.inner, job, commands, controller::Resume::Fresh);
+            spawn_job_loop(&self.inner, job, commands, job_loop::Resume::Fresh);
             Ok(())
         }
     }
@@ -649,7 +649,7 @@ impl Machine {
     }
 
     /// Lets job `name`, which waited for other jobs, run: marks its dependencies met
-    /// (saved) and wakes its controller. Nothing when it was released already.
+    /// (saved) and wakes its loop. Nothing when it was released already.
     pub async fn release(&self, name: &str) -> Result<(), Error> {
         let job = self.inner.visible(name).ok_or(Error::NotFound)?;
         {
@@ -816,10 +816,10 @@ impl Machine {
         let job = self.inner.visible(name).ok_or(Error::NotFound)?;
         let (saved, answer) = tokio::sync::oneshot::channel();
         if !command(&self.inner, &job, Command::Delete(saved)) {
-            // Its controller has ended: it is being removed already.
+            // Its loop has ended: it is being removed already.
             return Ok(());
         }
-        // No answer: the controller ended first, the job is gone.
+        // No answer: the loop ended first, the job is gone.
         let _ = answer.await;
         Ok(())
     }

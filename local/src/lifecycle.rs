@@ -1,6 +1,6 @@
 //! FrameworkController's life cycle of one Framework, as a pure state machine: [`step`]
 //! applies one [`Event`] to the Framework's status and returns the [`Effect`]s the
-//! driver (`controller.rs`) must carry out. Nothing here starts a process, reads a
+//! job loop (`job_loop.rs`) must carry out. Nothing here starts a process, reads a
 //! clock or touches a file, so every rule is tested as a table (see the tests below).
 //!
 //! Framework and task states and their timestamps change only in
@@ -45,7 +45,7 @@ pub struct Placement {
 /// What happened to the Framework.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// The controller starts: for a new Framework (no status yet) or one a previous
+    /// The job loop starts: for a new Framework (no status yet) or one a previous
     /// server left, whatever its state (its processes were ended before this).
     Resumed,
     /// The current attempt's tasks have their ports and addresses.
@@ -365,7 +365,7 @@ fn new_attempt(framework: &Framework, id: i32, cx: &mut Context<'_>) -> Framewor
     }
 }
 
-/// The start of the controller: a first attempt, or what a restart leaves to do.
+/// The start of the job loop: a first attempt, or what a restart leaves to do.
 fn resume(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut Vec<Effect>) {
     if deleting(framework) {
         // Deleted before the restart: the previous server's tasks were ended; what is

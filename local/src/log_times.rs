@@ -24,9 +24,9 @@ use std::fs::File;
 use std::io::Read;
 use std::path::PathBuf;
 
+use pai_backend::backend::LogStream;
 use pai_contract::log_lines::runtime_time;
 use pai_contract::ordered_log::Record;
-use pai_engine::backend::LogStream;
 
 /// How far ahead in the ordered log a line is looked for when it is not next.
 const LOOK_AHEAD: usize = 16 * 1024;
@@ -40,7 +40,7 @@ const READ_SIZE: usize = 64 * 1024;
 
 /// The container log's lines, each begun with its time and a space.
 pub(crate) fn stamped(stream: LogStream, ordered: PathBuf) -> LogStream {
-    pai_engine::backend::rewritten(stream, Stamper::new(ordered))
+    pai_backend::backend::rewritten(stream, Stamper::new(ordered))
 }
 
 /// Gives the lines of a container log their times, as they arrive.
@@ -52,7 +52,7 @@ struct Stamper {
     last: Option<String>,
 }
 
-impl pai_engine::backend::Rewrite for Stamper {
+impl pai_backend::backend::Rewrite for Stamper {
     fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
         Stamper::feed(self, chunk)
     }

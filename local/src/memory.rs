@@ -1,16 +1,16 @@
 //! Memory the server freed, given back to the system once a burst of jobs is over.
 //!
-//! A job's controller, its tasks' launches and their copies of the Framework take some
+//! A job's loop, its tasks' launches and their copies of the Framework take some
 //! 50–150 KB per running one-task job; a finished job keeps about 6 KB (BENCHMARKS.md,
 //! "A long-running server's memory"). glibc's allocator, which the server (and every
 //! task's runtime, the same binary) uses, gives memory back to the system only from the
 //! top of each heap: what a thousand finished tasks freed in the middle stayed resident.
 //! `malloc_trim` gives back every free page of every arena, once jobs ended: a job that
-//! goes cold says so ([`Trimmer::jobs_ended`]), by its controller as it ends or by the
+//! goes cold says so ([`Trimmer::jobs_ended`]), by its loop as it ends or by the
 //! retention's look. (Until #60 only the look said so, and most jobs go cold by their
-//! controller: whether a burst's memory was given back depended on the look freezing one
+//! loop: whether a burst's memory was given back depended on the look freezing one
 //! job of it.) A page stays while one block on it is in use: what finished jobs keep is
-//! made on a thread of its own for that ([`pai_engine::keeper`]), and the server runs
+//! made on a thread of its own for that ([`pai_backend::keeper`]), and the server runs
 //! without glibc's per-thread caches of freed blocks, which pinned pages no trim could
 //! reach (`rest-lite`'s `thread_caches.rs`). Other allocators were measured in glibc's
 //! place, each preloaded into the same build and its restarted server

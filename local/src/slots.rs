@@ -85,6 +85,18 @@ struct Holding {
     preempt: Option<tokio::sync::oneshot::Sender<String>>,
 }
 
+impl Holding {
+    /// Counts what this grant holds as free in `free` and `holders`.
+    fn release(&self, free: &mut u32, holders: &mut [Option<Arc<str>>]) {
+        *free += self.tasks;
+        for &p in &self.gpus {
+            if let Some(slot) = holders.get_mut(p) {
+                *slot = None;
+            }
+        }
+    }
+}
+
 struct InQueue {
     id: u64,
     need: Need,
@@ -257,76 +269,15 @@ impl State {
     }
 
     /// Asks running jobs of a lower class than the queue's head to give way, as few as
-    /// make room for it (the lowest class first, then the most recently started; then
-    /// each spared that is not needed, the most valuable first), when
-    /// the head does not fit what is free and what jobs asked already will free. The jobs
-    /// asked now.
+    /// make room for it ([`State::victims`]), when the head does not fit what is free and
+    /// what jobs asked already will free. The jobs asked now.
     fn preempt_for_head(&mut self, devices: &[GpuDevice]) -> Vec<(Arc<str>, JobPriority)> {
         let Some(head) = self.queue.iter().find(|q| !q.tx.is_closed()) else {
             return Vec::new();
         };
-        let tasks = head.need.tasks.len() as u32;
-        // What is free once the jobs asked already have given way.
-        let mut free = self.free;
-        let mut holders = self.gpu_holders.clone();
-        let release = |free: &mut u32, holders: &mut [Option<Arc<str>>], h: &Holding| {
-            *free += h.tasks;
-            for &p in &h.gpus {
-                if let Some(slot) = holders.get_mut(p) {
-                    *slot = None;
-                }
-            }
-        };
-        for holding in self.grants.values().filter(|h| h.preempt.is_none()) {
-            release(&mut free, &mut holders, holding);
-        }
-        let fits = |free: u32, holders: &[Option<Arc<str>>]| {
-            tasks <= free && pick_among(holders, &head.need, &head.allowed, devices).is_some()
-        };
-        if fits(free, &holders) {
+        let Some(chosen) = self.victims(&head.need, &head.allowed, devices) else {
             return Vec::new();
-        }
-        let base = (free, holders.clone());
-        let mut lower: Vec<(&u64, &Holding)> = self
-            .grants
-            .iter()
-            .filter(|(_, h)| h.preempt.is_some() && h.priority < head.need.priority)
-            .collect();
-        lower.sort_by_key(|(id, h)| (h.priority, std::cmp::Reverse(**id)));
-        let mut chosen = Vec::new();
-        for (id, holding) in lower {
-            // Of use only if the head lacks slots, or it holds GPUs the head may take.
-            let useful = free < tasks || holding.gpus.iter().any(|&p| head.allowed[p]);
-            if !useful {
-                continue;
-            }
-            release(&mut free, &mut holders, holding);
-            chosen.push(*id);
-            if fits(free, &holders) {
-                break;
-            }
-        }
-        if !fits(free, &holders) {
-            return Vec::new();
-        }
-        // A later pick can make an earlier one needless: as Kubernetes' scheduler
-        // reprieves victims, each is spared, the most valuable first, if the head fits
-        // without it.
-        let without = |victims: &[u64]| {
-            let (mut free, mut holders) = (base.0, base.1.clone());
-            for id in victims {
-                if let Some(holding) = self.grants.get(id) {
-                    release(&mut free, &mut holders, holding);
-                }
-            }
-            fits(free, &holders)
         };
-        for id in chosen.clone().into_iter().rev() {
-            let rest: Vec<u64> = chosen.iter().copied().filter(|c| *c != id).collect();
-            if without(&rest) {
-                chosen = rest;
-            }
-        }
         let why = format!(
             "preempted on this machine by job {} of priority class {}, which waits for what this job held ({}); it waits again and runs once there is room",
             head.need.job,
@@ -347,6 +298,66 @@ impl State {
             }
         }
         asked
+    }
+
+    /// The running jobs of a lower class than `need`'s that, stopped, make room for it:
+    /// the lowest class first, then the most recently started; then each spared that is
+    /// not needed, the most valuable first. None when it fits without stopping any (once
+    /// the jobs asked already have given way), or would not fit even with all of them.
+    fn victims(&self, need: &Need, allowed: &[bool], devices: &[GpuDevice]) -> Option<Vec<u64>> {
+        let tasks = need.tasks.len() as u32;
+        // What is free once the jobs asked already have given way.
+        let mut free = self.free;
+        let mut holders = self.gpu_holders.clone();
+        for holding in self.grants.values().filter(|h| h.preempt.is_none()) {
+            holding.release(&mut free, &mut holders);
+        }
+        let fits = |free: u32, holders: &[Option<Arc<str>>]| {
+            tasks <= free && pick_among(holders, need, allowed, devices).is_some()
+        };
+        if fits(free, &holders) {
+            return None;
+        }
+        let base = (free, holders.clone());
+        let mut lower: Vec<(&u64, &Holding)> = self
+            .grants
+            .iter()
+            .filter(|(_, h)| h.preempt.is_some() && h.priority < need.priority)
+            .collect();
+        lower.sort_by_key(|(id, h)| (h.priority, std::cmp::Reverse(**id)));
+        let mut chosen = Vec::new();
+        for (id, holding) in lower {
+            // Of use only if the head lacks slots, or it holds GPUs the head may take.
+            let useful = free < tasks || holding.gpus.iter().any(|&p| allowed[p]);
+            if !useful {
+                continue;
+            }
+            holding.release(&mut free, &mut holders);
+            chosen.push(*id);
+            if fits(free, &holders) {
+                break;
+            }
+        }
+        if !fits(free, &holders) {
+            return None;
+        }
+        // A later pick can make an earlier one needless: as Kubernetes' scheduler
+        // reprieves victims, each is spared, the most valuable first, if the head fits
+        // without it.
+        let without = |victims: &[u64]| {
+            let (mut free, mut holders) = (base.0, base.1.clone());
+            for holding in victims.iter().filter_map(|id| self.grants.get(id)) {
+                holding.release(&mut free, &mut holders);
+            }
+            fits(free, &holders)
+        };
+        for id in chosen.clone().into_iter().rev() {
+            let rest: Vec<u64> = chosen.iter().copied().filter(|c| *c != id).collect();
+            if without(&rest) {
+                chosen = rest;
+            }
+        }
+        Some(chosen)
     }
 
     /// Admits the jobs at the head of the queue while they fit; then the head that does

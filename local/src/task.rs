@@ -707,7 +707,7 @@ async fn wait_for_stop(stop: &mut watch::Receiver<Option<StopRequest>>) -> StopR
             return request;
         }
         if stop.changed().await.is_err() {
-            // The controller is gone: never stop on its behalf.
+            // The job loop is gone: never stop on its behalf.
             std::future::pending::<()>().await;
         }
     }

@@ -32,10 +32,6 @@ use serde_json::{Value, json};
 const NAME: &str = "scale";
 const INSTANCE: &str = "0_4b1d-attempt";
 
-fn client(server: &ApiServer) -> kube::Client {
-    kube::Client::try_from(kube::Config::new(server.url().parse().expect("url"))).expect("client")
-}
-
 /// The Framework as FrameworkController has it once the attempt started: every task's
 /// status, none with an address yet.
 fn started(tasks: u32) -> Value {
@@ -93,8 +89,8 @@ async fn run(tasks: u32, way: &str) -> Outcome {
     let framework_bytes = serde_json::to_vec(&stored).map_or(0, |b| b.len());
     let publishing = way == "published";
     let publisher = publishing.then(|| {
-        let store = KubeBackend::store_only(client(&server), NAMESPACE, &server.url());
-        tokio::spawn(Publisher::new(client(&server), NAMESPACE).run(store))
+        let store = KubeBackend::store_only(server.client(), NAMESPACE, &server.url());
+        tokio::spawn(Publisher::new(server.client(), NAMESPACE).run(store))
     });
     let source = if publishing {
         Source::Published(Attempt {
@@ -106,7 +102,7 @@ async fn run(tasks: u32, way: &str) -> Outcome {
     };
     let mut barriers = Vec::with_capacity(tasks as usize);
     for _ in 0..tasks {
-        let client = client(&server);
+        let client = server.client();
         let config = BarrierConfig {
             namespace: NAMESPACE.into(),
             name: NAME.into(),

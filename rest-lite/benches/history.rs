@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pai_test_support::bench_results::{Run, THIS};
+use pai_test_support::bench_results::{Run, THIS, percentile};
 use serde_json::json;
 
 mod support;
@@ -44,10 +44,6 @@ struct Read {
     name: &'static str,
     path: String,
     times: usize,
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

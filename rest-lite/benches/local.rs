@@ -37,16 +37,12 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use pai_client::Client;
-use pai_test_support::bench_results::{Run, THIS};
+use pai_test_support::bench_results::{Run, THIS, percentile};
 use serde_json::json;
 
 /// Tasks of the job unless `BENCH_TASKS` says otherwise (at least 5: four of one role,
 /// the rest of another).
 const DEFAULT_TASKS: u32 = 64;
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {

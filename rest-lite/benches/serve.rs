@@ -38,8 +38,7 @@ async fn main() {
     .expect("example");
 
     let api = ApiServer::start().await;
-    let client =
-        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let client = api.client();
     let state = AppState::new(
         Arc::new(KubeBackend::start(client, "default", &api.url())),
         ClusterConfig::default(),

@@ -43,8 +43,7 @@ fn spec(queue: Option<&str>) -> String {
 }
 
 async fn serve(api: &ApiServer, gang: GangConfig) -> Client {
-    let client =
-        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let client = api.client();
     let engine = gang.engine;
     let state = AppState::new(
         Arc::new(KubeBackend::start(client.clone(), NS, &api.url()).admitting(client, NS, engine)),

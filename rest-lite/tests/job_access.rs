@@ -41,10 +41,6 @@ fn spec(name: &str) -> String {
     .to_string()
 }
 
-fn kube_client(api: &ApiServer) -> kube::Client {
-    kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client")
-}
-
 /// The token a job's init container sends; the API server's log of requests names it.
 const JOB_TOKEN: &str = "the-jobs-own-token";
 
@@ -58,7 +54,7 @@ fn job_client(api: &ApiServer) -> kube::Client {
 
 async fn serve(api: &ApiServer) -> Client {
     let state = AppState::new(
-        Arc::new(KubeBackend::start(kube_client(api), NS, &api.url())),
+        Arc::new(KubeBackend::start(api.client(), NS, &api.url())),
         ClusterConfig {
             namespace: NS.into(),
             ..ClusterConfig::default()
@@ -157,12 +153,12 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
         covers(&server_rules, &rules),
         "RBAC would refuse to create the job's Role"
     );
-    let store = KubeBackend::store_only(kube_client(&api), NS, &api.url());
-    let publisher = tokio::spawn(Publisher::new(kube_client(&api), NS).run(store.clone()));
+    let store = KubeBackend::store_only(api.client(), NS, &api.url());
+    let publisher = tokio::spawn(Publisher::new(api.client(), NS).run(store.clone()));
     // The keeper of finished tasks' logs.
     let keeper = tokio::spawn(
         pai_cluster::log_keeper::LogKeeper::new(
-            kube_client(&api),
+            api.client(),
             NS,
             store.clone(),
             pai_cluster::log_keeper::Budget {
@@ -175,7 +171,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
     );
     // The server's Events too (the test API server dates objects long ago).
     let recorder = tokio::spawn(
-        pai_cluster::events::Recorder::new(kube_client(&api), NS, "rest-lite-0")
+        pai_cluster::events::Recorder::new(api.client(), NS, "rest-lite-0")
             .with_max_age(Duration::from_secs(100 * 365 * 86_400))
             .run(store),
     );

@@ -1,8 +1,9 @@
 //! The code's layout stays readable and docs/internals.md stays a map of it: every module
 //! says what it is (its `//!` doc), every crate of the workspace has its paragraph in the
 //! map, naming the crates of the workspace it depends on as its Cargo.toml does, and the
-//! map stays short. Route paths are written once, long functions say why, the README is
-//! short, and the translation builds without kube's client or axum.
+//! map stays short. Route paths are written once, long functions say why and are no
+//! more than they were, files over 800 lines only shrink, the README is short, and the
+//! translation builds without kube's client or axum.
 
 use crate::common;
 
@@ -274,9 +275,10 @@ fn every_route_path_is_written_once() {
     );
 }
 
-/// The functions of `text` (up to its unit tests) longer than `limit` lines whose
-/// comment just above gives no reason (`// Long: …`), as `name (lines)`.
-fn long_without_reason(text: &str, limit: usize) -> Vec<String> {
+/// The functions of `text` (up to its unit tests) longer than `limit` lines, as
+/// `(name, lines, excused)`: excused when the comment just above gives a reason
+/// (`// Long: …`).
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, bool)> {
     let code = text.split("\n#[cfg(test)]").next().unwrap_or_default();
     let lines: Vec<&str> = code.lines().collect();
     let mut found = Vec::new();
@@ -316,15 +318,31 @@ fn long_without_reason(text: &str, limit: usize) -> Vec<String> {
         let reason = lines[i.saturating_sub(4)..i]
             .iter()
             .any(|l| l.trim_start().starts_with("// Long:"));
-        if length > limit && !reason {
-            found.push(format!("{name} ({length} lines)"));
+        if length > limit {
+            found.push((name, length, reason));
         }
         i = close + 1;
     }
     found
 }
 
-/// No function over 80 lines without a reason written next to it.
+/// The functions of `text` longer than `limit` lines with no reason above them, as
+/// `name (lines)`.
+fn long_without_reason(text: &str, limit: usize) -> Vec<String> {
+    long_functions(text, limit)
+        .into_iter()
+        .filter(|(_, _, excused)| !excused)
+        .map(|(name, length, _)| format!("{name} ({length} lines)"))
+        .collect()
+}
+
+/// How many functions over 80 lines a `// Long:` reason lets through: the list only
+/// shrinks. Whoever splits one lowers the number; none is added without raising it in
+/// review.
+const EXCUSED_LONG_FUNCTIONS: usize = 25;
+
+/// No function over 80 lines without a reason written next to it, and no more excused
+/// than [`EXCUSED_LONG_FUNCTIONS`].
 #[test]
 fn long_functions_say_why() {
     let root = common::repo_root();
@@ -333,18 +351,119 @@ fn long_functions_say_why() {
         rust_files(&root.join(folder).join("src"), &mut files);
     }
     let mut found = Vec::new();
+    let mut excused = Vec::new();
     for file in files
         .iter()
         .filter(|f| f.extension().is_some_and(|e| e == "rs"))
     {
         let text = std::fs::read_to_string(file).expect("a source file");
-        for long in long_without_reason(&text, 80) {
-            found.push(format!("{}: {long}", file.display()));
+        let shown = file.strip_prefix(&root).unwrap_or(file).display();
+        for (name, length, reason) in long_functions(&text, 80) {
+            let entry = format!("{shown}: {name} ({length} lines)");
+            if reason {
+                excused.push(entry);
+            } else {
+                found.push(entry);
+            }
         }
     }
     assert!(
         found.is_empty(),
         "functions over 80 lines with no `// Long: …` reason above them: {found:#?}"
+    );
+    excused.sort();
+    assert_eq!(
+        excused.len(),
+        EXCUSED_LONG_FUNCTIONS,
+        "functions over 80 lines excused by `// Long:` (the limit only shrinks: lower \
+         EXCUSED_LONG_FUNCTIONS when one is split): {excused:#?}"
+    );
+}
+
+/// The files that may be over 800 lines (a source file's before its unit tests, a test's
+/// or bench's whole), each at most as long as it was when it was listed: a file listed
+/// only shrinks, and leaves the list once it is 800 lines or fewer; no other grows past
+/// 800. Split by concept into a module tree (`foo.rs` to `foo/…`), not by count.
+const LARGE_FILES: &[(&str, usize)] = &[
+    ("api/src/status.rs", 1003),
+    ("cluster/src/backend.rs", 1367),
+    ("local/src/job_loop.rs", 1466),
+    ("rest-lite/tests/backends.rs", 1215),
+    ("rest-lite/tests/containers.rs", 1847),
+    ("rest-lite/tests/history.rs", 823),
+    ("rest-lite/tests/local.rs", 2419),
+    ("server/src/pages/view.rs", 835),
+    ("test-support/src/apiserver.rs", 1404),
+    ("test-support/src/bench_page.rs", 1459),
+    ("test-support/src/validation.rs", 1053),
+    ("translate/src/spec/v2.rs", 1684),
+    ("translate/src/spec/validate.rs", 854),
+];
+
+/// The length that counts of a file: a source file's lines before its unit tests
+/// (`#[cfg(test)]`), a test's or bench's every line.
+fn counted_lines(path: &Path, text: &str) -> usize {
+    let under_src = path.components().any(|c| c.as_os_str() == "src");
+    if under_src {
+        text.split("\n#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .count()
+    } else {
+        text.lines().count()
+    }
+}
+
+#[test]
+fn files_stay_within_what_a_reader_holds() {
+    let root = common::repo_root();
+    let mut files = Vec::new();
+    for folder in members() {
+        for part in ["src", "tests", "benches", "examples"] {
+            rust_files(&root.join(&folder).join(part), &mut files);
+        }
+    }
+    let mut wrong = Vec::new();
+    let mut listed_seen = BTreeSet::new();
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+    {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        let shown = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let lines = counted_lines(file, &text);
+        match LARGE_FILES.iter().find(|(name, _)| *name == shown) {
+            Some((name, ceiling)) => {
+                listed_seen.insert(*name);
+                if lines > *ceiling {
+                    wrong.push(format!("{shown}: {lines} lines, more than its {ceiling}"));
+                } else if lines <= 800 {
+                    wrong.push(format!(
+                        "{shown}: {lines} lines, within 800: take it off LARGE_FILES"
+                    ));
+                } else if lines < *ceiling {
+                    wrong.push(format!(
+                        "{shown}: {lines} lines, fewer than its {ceiling}: lower it in LARGE_FILES"
+                    ));
+                }
+            }
+            None if lines > 800 => wrong.push(format!("{shown}: {lines} lines, over 800")),
+            None => {}
+        }
+    }
+    for (name, _) in LARGE_FILES {
+        if !listed_seen.contains(name) {
+            wrong.push(format!("{name}: listed in LARGE_FILES, not there"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "files over what a reader holds: {wrong:#?}"
     );
 }
 

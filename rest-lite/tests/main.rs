@@ -4,13 +4,6 @@
 //! some 75 MB each); one binary per crate, one module per feature, keeps a clean
 //! build's disk and link time to a fraction of one binary per file.
 
-/// The specs the translation's tests write, shared by every crate's tests.
-#[path = "../../translate/tests/common/mod.rs"]
-mod spec;
-
-#[path = "../../server/tests/support/mod.rs"]
-mod support;
-
 mod common;
 
 mod backends;

@@ -1,17 +1,20 @@
 //! `rest-lite serve`, the binary: it serves, stops on SIGTERM, and refuses to listen
 //! beyond loopback without tokens.
 
-use crate::support;
+use crate::common;
 
-use support::*;
+use common::base_job;
+use pai_test_support::ApiServer;
+
+const NS: &str = "jobs";
 
 /// `rest-lite serve` as a user starts it, with a kubeconfig pointing at the test server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_serve_command_serves_and_stops_on_sigterm() {
     use std::io::BufRead;
     let api = ApiServer::start().await;
-    let scratch = scratch("serve");
-    let dir = scratch.path();
+    let scratch = common::scratch("serve", "sigterm");
+    let dir: &std::path::Path = &scratch;
     let kubeconfig = dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, Some("jobs"));
     let mut child = crate::common::rest_lite_command()
@@ -62,20 +65,22 @@ async fn the_serve_command_serves_and_stops_on_sigterm() {
     );
     // Without a token file: this machine's token only, kept in the state directory.
     let token = pai_server::machine_token::read(&dir.join("state")).expect("a token");
-    let addr: SocketAddr = url.parse().expect("addr");
-    let reply = submit(addr, "alice", &base_job().to_string()).await;
+    let url = format!("http://{url}");
+    let spec = base_job().to_string();
+    let json = ("Content-Type", "application/json");
+    let reply = common::request(&url, "POST", "/api/v1/user/alice/jobs", &[json], &spec);
     assert_eq!(reply.status, 401, "{}", reply.body);
-    let reply = request_as(
-        addr,
-        Some(&token),
+    let bearer = format!("Bearer {token}");
+    let reply = common::request(
+        &url,
         "POST",
         "/api/v1/user/alice/jobs",
-        Some("application/json"),
-        &base_job().to_string(),
-    )
-    .await;
+        &[json, ("Authorization", bearer.as_str())],
+        &spec,
+    );
     assert_eq!(reply.status, 202, "{}", reply.body);
-    assert!(api.get("frameworks", NS, &fw()).is_some());
+    let framework = pai_contract::names::framework_name("alice", "job");
+    assert!(api.get("frameworks", NS, &framework).is_some());
     nix_kill(child.id());
     let status = tokio::task::spawn_blocking(move || child.wait())
         .await

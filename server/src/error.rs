@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 pub use pai_api::error::{ErrorBody, ErrorCode};
-use pai_engine::backend::BackendError;
+use pai_backend::backend::BackendError;
 use pai_translate::spec::SpecErrors;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,9 +174,9 @@ impl ApiError {
 
 /// What a backend said, as the API says it. The job's names are not known here; where a
 /// message should name them, the caller words it (see `jobs::submit`).
-impl From<pai_engine::depends::DependencyError> for ApiError {
-    fn from(error: pai_engine::depends::DependencyError) -> Self {
-        use pai_engine::depends::DependencyError;
+impl From<pai_backend::depends::DependencyError> for ApiError {
+    fn from(error: pai_backend::depends::DependencyError) -> Self {
+        use pai_backend::depends::DependencyError;
         match error {
             DependencyError::Refused(message) => Self::bad_request(message),
             DependencyError::Backend(error) => error.into(),

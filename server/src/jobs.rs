@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::extract::{Job, SpecBody, user_name};
 use crate::state::AppState;
 use pai_api::status::JobState;
-use pai_engine::backend::{BackendError, FrameworkStream};
+use pai_backend::backend::{BackendError, FrameworkStream};
 use pai_translate::ports::Seed;
 use pai_translate::spec::{JobSpec, UserName};
 use pai_translate::transform::Submission;
@@ -115,7 +115,7 @@ pub async fn submit(
         .with_storages(storages.to_vec())
         .transform(submission, Seed::Random)
         .map_err(|e| ApiError::bad_spec(&e))?;
-    pai_engine::depends::resolve(state.backend.as_ref(), &mut framework).await?;
+    pai_backend::depends::resolve(state.backend.as_ref(), &mut framework).await?;
     // What the spec asks that is not done as it asks, for a check and a submission alike.
     let mut warnings = pai_translate::warnings::spec_warnings(&spec);
     warnings.extend(place_warnings);

@@ -1,4 +1,4 @@
-//! `rest-lite serve`: the OpenPAI v1 jobs API over a [`pai_engine::Backend`] (a cluster's
+//! `rest-lite serve`: the OpenPAI v1 jobs API over a [`pai_backend::Backend`] (a cluster's
 //! API server, or this machine's embedded default), its pages and its metrics.
 
 pub mod auth;

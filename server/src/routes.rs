@@ -20,7 +20,7 @@ use pai_api::jobs::{Execution, JobSummary, Message};
 use pai_api::ssh::SshInfo;
 use pai_api::status::JobState;
 use pai_api::status::JobView;
-use pai_engine::backend::{BackendError, LogPart, LogRequest};
+use pai_backend::backend::{BackendError, LogPart, LogRequest};
 use pai_translate::spec::SpecFormat;
 use pai_translate::spec::schema::JobSpecDocument;
 

@@ -16,7 +16,7 @@ const VIEWS_SWEPT_EVERY: std::time::Duration = std::time::Duration::from_secs(30
 
 #[derive(Clone)]
 pub struct AppState {
-    pub backend: Arc<dyn pai_engine::backend::Backend>,
+    pub backend: Arc<dyn pai_backend::backend::Backend>,
     /// What makes Frameworks of specs, by the config as it is now.
     pub transformer: Arc<crate::live::Live<Transformer>>,
     pub body_limit: usize,
@@ -46,14 +46,14 @@ impl AppState {
     /// A server over `backend` making Frameworks by `config`, callers admitted by
     /// `access`: the default body limit, no other host names, plain HTTP, fresh metrics.
     pub fn new(
-        backend: Arc<dyn pai_engine::backend::Backend>,
+        backend: Arc<dyn pai_backend::backend::Backend>,
         config: pai_translate::config::ClusterConfig,
         access: crate::auth::Access,
     ) -> Self {
         let holds = backend.clone();
         // Jobs that wait for jobs first: nothing else holds them (their pods are gated).
         let views = crate::views::Views::holding(Arc::new(move |f| {
-            pai_engine::depends::held(holds.as_ref(), f).or_else(|| holds.held(f))
+            pai_backend::depends::held(holds.as_ref(), f).or_else(|| holds.held(f))
         }));
         let views = Arc::new(views);
         crate::views::Views::sweep_every(&views, VIEWS_SWEPT_EVERY);

@@ -492,7 +492,7 @@ async fn change_tags(state: &AppState, caller: &Caller, job_id: &str, edit: Edit
         .edit_tags(job.name(), &edit)
         .await
         .map_err(|e| match e {
-            pai_engine::backend::BackendError::NotFound => job.not_found(),
+            pai_backend::backend::BackendError::NotFound => job.not_found(),
             other => other.into(),
         })?;
     tracing::info!(user = %job.user, job = %job.job, edit = ?edit, "tags changed");

@@ -75,8 +75,7 @@ async fn a_retry_delay_and_a_stop_are_shown_and_told_as_they_are() {
     use k8s_openapi::api::events::v1::Event;
     use pai_cluster::events::Recorder;
     let s = start().await;
-    let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
-        .expect("client");
+    let client = s.api.client();
     let store = KubeBackend::store_only(client.clone(), NS, &s.api.url());
     let recorder = Recorder::new(client.clone(), NS, "rest-lite-a")
         .with_max_age(std::time::Duration::from_secs(100 * 365 * 86_400));

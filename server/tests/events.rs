@@ -10,8 +10,7 @@ async fn events_say_what_happened_to_a_failing_and_retried_job_once_across_repli
     use k8s_openapi::api::events::v1::Event;
     use pai_cluster::events::{Recorder, event, occurrences};
     let s = start().await;
-    let client = kube::Client::try_from(kube::Config::new(s.api.url().parse().expect("url")))
-        .expect("client");
+    let client = s.api.client();
     // Two replicas record, each from its own copy.
     let recorders: Vec<_> = ["rest-lite-a", "rest-lite-b"]
         .into_iter()

@@ -298,6 +298,14 @@ impl ApiServer {
         format!("http://{}", self.addr)
     }
 
+    /// A kube client of this server, as a component's would be of a cluster's (plain
+    /// HTTP, no credentials).
+    #[cfg(feature = "kube")]
+    pub fn client(&self) -> kube::Client {
+        let url = self.url().parse().expect("the server's URL");
+        kube::Client::try_from(kube::Config::new(url)).expect("a kube client")
+    }
+
     /// Writes a kubeconfig whose current context is this server (no credentials), with
     /// `namespace` as the context's namespace when given.
     pub fn write_kubeconfig(&self, path: &std::path::Path, namespace: Option<&str>) {

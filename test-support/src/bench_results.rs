@@ -29,6 +29,14 @@ use serde_json::{Value, json};
 /// The build a bench measured when it ran the commit's own code.
 pub const THIS: &str = "this";
 
+/// The value at fraction `p` (0 to 1) of `sorted` (ascending, not empty): the nearest
+/// rank, `(len - 1) × p` rounded, so `0.5` is the median and `1.0` the largest.
+pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
+    // The rank is within 0..len for p in 0..=1; a cast of a float saturates.
+    let rank = ((sorted.len() - 1) as f64 * p.clamp(0.0, 1.0)).round() as usize;
+    sorted[rank]
+}
+
 /// One figure.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {

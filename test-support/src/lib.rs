@@ -3,11 +3,14 @@
 pub mod apiserver;
 pub mod at_exit;
 pub mod frameworks;
+pub mod http;
 pub mod images;
 pub mod needs;
 pub mod postgres;
 pub mod rbac;
 pub mod scratch;
+#[cfg(feature = "specs")]
+pub mod specs;
 pub mod validation;
 
 // What the benchmarks measured, and BENCHMARKS.md's tables made of it.

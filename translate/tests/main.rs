@@ -4,7 +4,8 @@
 //! some 75 MB each); one binary per crate, one module per feature, keeps a clean
 //! build's disk and link time to a fraction of one binary per file.
 
-mod common;
+/// The specs the tests write, shared by every crate's tests.
+use pai_test_support::specs as common;
 
 mod bad_specs;
 mod framework;

@@ -17,7 +17,7 @@
 use std::path::PathBuf;
 use std::sync::Weak;
 
-use pai_engine::backend::Backend;
+use pai_backend::backend::Backend;
 use pai_server::auth::{RELOAD_INTERVAL, file_stamp};
 use pai_server::live::Live;
 use pai_translate::config::ClusterConfig;

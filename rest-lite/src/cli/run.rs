@@ -85,7 +85,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         let (isolation, in_containers) = (backend.isolation(), backend.in_containers());
         // Closed like `serve`: only this user's token (in the run's private directory).
         let (access, token) = machine_access(&state_dir)?;
-        let backend: Arc<dyn pai_engine::Backend> = backend;
+        let backend: Arc<dyn pai_backend::Backend> = backend;
         let state = AppState {
             storages,
             ..AppState::new(backend, config, access)

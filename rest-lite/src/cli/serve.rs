@@ -7,8 +7,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 
+use pai_backend::backend::Backend;
 use pai_cluster::KubeBackend;
-use pai_engine::backend::Backend;
 use pai_local::backend::LocalBackend;
 use pai_local::task::Runtime;
 use pai_local::{Assets, Settings};
@@ -166,7 +166,7 @@ impl LocalArgs {
                 max_files: config.container_log_max_files,
             },
             retention: pai_local::retention::Retention {
-                bounds: pai_engine::retention::Bounds::of(&config.retention),
+                bounds: pai_backend::retention::Bounds::of(&config.retention),
                 task_files_kept: std::time::Duration::from_secs(
                     config.retention.task_files_kept_sec,
                 ),
@@ -471,7 +471,7 @@ async fn backend(
                 },
                 instance: pai_cluster::events::instance_name(),
                 restart: config.restart_backoff.policy(),
-                retention: pai_engine::retention::Bounds::of(&config.retention),
+                retention: pai_backend::retention::Bounds::of(&config.retention),
                 history: match config.history.connection()? {
                     Some(connection) => Some((
                         std::sync::Arc::new(history(&connection, &config.namespace).await?),

@@ -6,7 +6,7 @@ pub mod node;
 pub mod serve;
 
 #[allow(unused_imports)]
-pub use crate::spec::*;
+pub use pai_test_support::specs::*;
 
 /// A fresh directory for one test, `rest-lite-<area>-<name>-…` under the temporary
 /// directory, removed when it goes out of scope: at the test's end, and also when the
@@ -149,89 +149,8 @@ pub async fn task_log(
     .await
 }
 
-/// A response: status, headers (lower-case names), body.
-pub struct Answer {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
-
-impl Answer {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// One HTTP/1.1 request over a fresh connection; `Host` is the server's address unless
-/// `headers` name one.
-pub fn request(
-    url: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> Answer {
-    let address = url.trim_start_matches("http://");
-    let mut stream = std::net::TcpStream::connect(address).expect("connect");
-    let mut text = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
-    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
-        text.push_str(&format!("Host: {address}\r\n"));
-    }
-    for (name, value) in headers {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    text.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    std::io::Write::write_all(&mut stream, text.as_bytes()).expect("send");
-    let mut raw = Vec::new();
-    std::io::Read::read_to_end(&mut stream, &mut raw).expect("receive");
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a head");
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("status");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let chunked = headers
-        .iter()
-        .any(|(n, v): &(String, String)| n == "transfer-encoding" && v.contains("chunked"));
-    Answer {
-        status,
-        headers,
-        body: if chunked {
-            dechunk(body)
-        } else {
-            body.to_string()
-        },
-    }
-}
-
-/// A chunked body's data.
-fn dechunk(raw: &str) -> String {
-    let mut raw = raw.as_bytes();
-    let mut out = Vec::new();
-    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
-        let size = std::str::from_utf8(&raw[..end])
-            .ok()
-            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
-        let rest = &raw[end + 2..];
-        match size {
-            Some(size) if size > 0 && rest.len() >= size => {
-                out.extend_from_slice(&rest[..size]);
-                raw = rest[size..].strip_prefix(b"\r\n").unwrap_or(&rest[size..]);
-            }
-            _ => break,
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+// One HTTP/1.1 request over a fresh connection, written by hand.
+pub use pai_test_support::http::{Answer, request};
 
 /// The rules of the Role named `name` in the multi-document YAML `text`.
 pub fn role_rules(text: &str, name: &str) -> Vec<serde_json::Value> {

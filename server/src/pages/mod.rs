@@ -373,7 +373,7 @@ async fn read_tails(
                 Ok(lines) => {
                     use pai_contract::log_lines::{Source, keep};
                     let last = |source| {
-                        pai_engine::backend::last_lines(
+                        pai_backend::backend::last_lines(
                             keep(&lines, source).as_bytes(),
                             TAIL_LINES,
                             TAIL_BYTES,
@@ -386,7 +386,7 @@ async fn read_tails(
                     }
                 }
                 // A task that never ran says why it never will have one, not "yet".
-                Err(pai_engine::backend::BackendError::NotFound) => Tail::Missing(
+                Err(pai_backend::backend::BackendError::NotFound) => Tail::Missing(
                     pai_api::status::never_started(framework, &key.0, key.1)
                         .unwrap_or_else(|| "no log yet".to_string()),
                 ),
@@ -428,8 +428,8 @@ async fn task_log(
         (Some(r), Ok(i)) if i < r.tasks() => (framework.pod_name(r, i), i),
         _ => return error_page(&no_task(), who(&state, &caller)),
     };
-    let request = pai_engine::backend::LogRequest {
-        part: pai_engine::backend::LogPart::Lines(source),
+    let request = pai_backend::backend::LogRequest {
+        part: pai_backend::backend::LogPart::Lines(source),
         follow: false,
         earlier: None,
         timestamps: false,
@@ -441,7 +441,7 @@ async fn task_log(
             "text/plain; charset=utf-8",
         ),
         // As the API says it: a task that never ran says why it never will have one.
-        Err(pai_engine::backend::BackendError::NotFound) => error_page(
+        Err(pai_backend::backend::BackendError::NotFound) => error_page(
             &pai_api::status::never_started(&framework, &role, number).map_or_else(
                 || {
                     ApiError::no_job(&user, &job).with_message(format!(

@@ -13,8 +13,8 @@ pub use pai_translate::config::ClusterConfig;
 pub use serde_json::{Value, json};
 pub use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-// The translation's spec helpers, which each test binary's root includes as `spec`.
-pub use crate::spec::*;
+// The specs the tests write, shared by every crate's tests.
+pub use pai_test_support::specs::*;
 
 /// A directory for one test, removed when it goes out of scope.
 pub fn scratch(name: &str) -> pai_test_support::scratch::TempDir {
@@ -82,8 +82,7 @@ pub async fn serve_on(
 
 /// A Kubernetes backend over `api` (its copy not listed yet).
 pub fn backend_on(api: &ApiServer, stale_limit: std::time::Duration) -> KubeBackend {
-    let client =
-        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let client = api.client();
     KubeBackend::with_stale_limit(client, NS, &api.url(), stale_limit)
 }
 
@@ -155,64 +154,23 @@ pub async fn request_as(
     content_type: Option<&str>,
     body: &str,
 ) -> Reply {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(token) = token {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = Vec::new();
+    if let Some(bearer) = &bearer {
+        headers.push(("Authorization", bearer.as_str()));
     }
     if let Some(ct) = content_type {
-        head.push_str(&format!("Content-Type: {ct}\r\n"));
+        headers.push(("Content-Type", ct));
     }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await.expect("write");
-    // A server may answer (413) and close before the whole body is sent.
-    let _ = stream.write_all(body.as_bytes()).await;
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw).await;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status");
-    let header = |name: &str| {
-        head.lines()
-            .find_map(|l| {
-                l.split_once(':')
-                    .filter(|(k, _)| k.eq_ignore_ascii_case(name))
-                    .map(|(_, v)| v.trim().to_string())
-            })
-            .unwrap_or_default()
-    };
-    let body = if header("transfer-encoding") == "chunked" {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
+    let answer = pai_test_support::http::exchange(addr, method, path, &headers, body).await;
+    let header = |name: &str| answer.header(name).unwrap_or_default().to_string();
     Reply {
-        status,
+        status: answer.status,
         content_type: header("content-type"),
         retry_after: header("retry-after"),
         link: header("link"),
-        body,
+        body: answer.body,
     }
-}
-
-pub fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = &rest[size + 2..];
-    }
-    out
 }
 
 /// Submits the tests' base job as alice; it must be accepted.
@@ -332,8 +290,7 @@ pub async fn watch_after_the_first_view(s: &Setup) -> tokio::task::JoinHandle<Ve
 /// A backend that keeps logs by `budget`, served; its copy listed.
 pub async fn keeping(budget: pai_cluster::log_keeper::Budget) -> Setup {
     let api = ApiServer::start().await;
-    let client =
-        kube::Client::try_from(kube::Config::new(api.url().parse().expect("url"))).expect("client");
+    let client = api.client();
     let backend =
         backend_on(&api, pai_cluster::store::DEFAULT_STALE_LIMIT).keeping_logs(client, NS, budget);
     backend.store().listed().await;

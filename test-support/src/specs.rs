@@ -1,9 +1,6 @@
-//! Helpers of the translation's tests: a spec through the transformer, the environment a
-//! task sees, the cluster's admission of the result. The server's and the binary's tests
-//! include this file too (`#[path]`), so each helper is written once.
-#![allow(dead_code)]
-
-use std::path::PathBuf;
+//! A spec through the transformer, the environment a task sees, the cluster's admission
+//! of the result: what the tests of the translation, the API, the server and the binary
+//! write their jobs with.
 
 use pai_contract::Framework;
 use pai_translate::config::ClusterConfig;
@@ -11,12 +8,7 @@ use pai_translate::ports::Seed;
 use pai_translate::spec::{JobSpec, SpecErrors, SpecFormat, UserName};
 use pai_translate::transform::{Submission, Transformer};
 
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
+pub use crate::bench_results::repo_root;
 
 /// Parses and transforms `text` for user `alice` with the default config and `seed`.
 pub fn transform(text: &str, seed: u64) -> Result<Framework, SpecErrors> {
@@ -88,7 +80,7 @@ pub fn base_job() -> serde_json::Value {
 pub fn assert_cluster_accepts(framework: &Framework) {
     let sent = serde_json::to_value(framework).expect("json");
     let mut stored = sent.clone();
-    if let Err(invalid) = pai_test_support::validation::admit("frameworks", &mut stored) {
+    if let Err(invalid) = crate::validation::admit("frameworks", &mut stored) {
         panic!("the cluster refuses the Framework: {}", invalid.message());
     }
     assert_eq!(
@@ -102,7 +94,7 @@ pub fn assert_cluster_accepts(framework: &Framework) {
             "metadata": {"name": "pod"},
             "spec": serde_json::to_value(&role.task.pod.spec).expect("json"),
         });
-        if let Err(invalid) = pai_test_support::validation::admit("pods", &mut pod) {
+        if let Err(invalid) = crate::validation::admit("pods", &mut pod) {
             panic!(
                 "the cluster refuses role {}'s pods: {}",
                 role.name,

@@ -1,4 +1,4 @@
-//! One job's controller: the driver of [`crate::lifecycle`]. It feeds the state machine
+//! One job's loop: what carries [`crate::lifecycle`]'s decisions out. It feeds the state machine
 //! what happens (task reports, stop and delete requests, the retry timer) and carries
 //! out what it decides: placing and starting tasks, signalling them, saving the
 //! Framework, waiting before a retry, removing a deleted job.
@@ -187,7 +187,7 @@ fn unfinished_tasks(
         })
 }
 
-/// After a restart, before the job's controller starts: ends whatever the previous
+/// After a restart, before the job's loop starts: ends whatever the previous
 /// server left running of the open attempt (the state machine then completes that
 /// attempt as failed and retries it by the retry policy).
 pub(super) async fn end_leftovers(inner: &Arc<Inner>, job: &Arc<Job>) {
@@ -275,7 +275,7 @@ fn init_env(inner: &Inner, job: &str, mut env: Vec<(String, String)>) -> Vec<(St
 /// A task's report: its attempt, role and index, and what happened.
 type Report = (i32, String, u32, Progress);
 
-/// How a job's controller starts.
+/// How a job's loop starts.
 pub(crate) enum Resume {
     /// Submitted now, or nothing of its attempt runs or is held.
     Fresh,
@@ -301,7 +301,7 @@ pub(super) async fn drive(
     let name = job.name();
     let note = local_note(&job.framework(), &inner.isolation);
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<Report>();
-    let mut driver = Driver {
+    let mut job_loop = JobLoop {
         inner: &inner,
         job: &job,
         reports: reports_tx,
@@ -322,11 +322,11 @@ pub(super) async fn drive(
     };
     let mut events = match resume {
         Resume::Follow(held, adoption) => {
-            driver.adopt(held, adoption).await;
+            job_loop.adopt(held, adoption).await;
             Vec::new()
         }
         Resume::Carry(held) => {
-            driver.carried = Some(held);
+            job_loop.carried = Some(held);
             vec![Event::Resumed]
         }
         Resume::Fresh => vec![Event::Resumed],
@@ -350,8 +350,8 @@ pub(super) async fn drive(
                 .flat_map(|event| lifecycle::step(framework, event, &mut cx))
                 .collect()
         };
-        let next = driver.carry_out(effects).await;
-        driver.settle();
+        let next = job_loop.carry_out(effects).await;
+        job_loop.settle();
         if !deletions.is_empty() {
             // Saved (and invisible) now: tell watchers, then the callers.
             job.changed.send_modify(|v| *v += 1);
@@ -367,8 +367,8 @@ pub(super) async fn drive(
             Next::Events(_) => {}
             Next::Removed => break,
         }
-        if driver.is_finished() {
-            // Nothing runs, waits or is held: the controller ends, its memory with it,
+        if job_loop.is_finished() {
+            // Nothing runs, waits or is held: the loop ends, its memory with it,
             // unless a command came meanwhile; the next command starts one again (under
             // the lock every sender takes, so none is lost in between).
             let ended = {
@@ -380,13 +380,13 @@ pub(super) async fn drive(
                 idle
             };
             if ended {
-                tracing::debug!(job = %name, "finished; its controller ends until a command comes");
-                drop(driver);
+                tracing::debug!(job = %name, "finished; its loop ends until a command comes");
+                drop(job_loop);
                 // What it keeps cold is made on the keeper's thread, beside the other
-                // finished jobs' (see `pai_engine::keeper`); what it held is dropped
+                // finished jobs' (see `pai_backend::keeper`); what it held is dropped
                 // here, where it was made.
                 let job = job.clone();
-                if let Some(held) = pai_engine::keeper::make(move || job.freeze()).await {
+                if let Some(held) = pai_backend::keeper::make(move || job.freeze()).await {
                     drop(held);
                     // Its memory is free now: the next look gives it back.
                     inner.trimmer.jobs_ended();
@@ -395,25 +395,25 @@ pub(super) async fn drive(
             }
         }
         let timer = async {
-            match driver.timer.as_mut() {
+            match job_loop.timer.as_mut() {
                 Some(timer) => timer.await,
                 None => std::future::pending().await,
             }
         };
         let progress_due = async {
-            match driver.progress_due.as_mut() {
+            match job_loop.progress_due.as_mut() {
                 Some(due) => due.await,
                 None => std::future::pending().await,
             }
         };
         let admitted = async {
-            match driver.waiter.as_mut() {
+            match job_loop.waiter.as_mut() {
                 Some(waiter) => waiter.await,
                 None => std::future::pending().await,
             }
         };
         let pulled = async {
-            match driver.pulling.as_mut() {
+            match job_loop.pulling.as_mut() {
                 Some(pulling) => pulling.await,
                 None => std::future::pending().await,
             }
@@ -429,13 +429,13 @@ pub(super) async fn drive(
             )
         );
         let preempted = async {
-            match driver.held.as_mut().filter(|_| started) {
+            match job_loop.held.as_mut().filter(|_| started) {
                 Some(held) => held.preempted().await,
                 None => std::future::pending().await,
             }
         };
         let released = async {
-            if driver.waits_for_jobs {
+            if job_loop.waits_for_jobs {
                 job.released.notified().await
             } else {
                 std::future::pending().await
@@ -443,10 +443,10 @@ pub(super) async fn drive(
         };
         tokio::select! {
             pulled = pulled => {
-                driver.pulling = None;
-                driver.job.set_queued(None);
+                job_loop.pulling = None;
+                job_loop.job.set_queued(None);
                 events.push(match pulled {
-                    Ok(Ok(())) => driver.place_now().await,
+                    Ok(Ok(())) => job_loop.place_now().await,
                     Ok(Err(message)) => Event::NotStarted {
                         code: pai_contract::exit::codes::POD_CREATION_PERMANENT_ERROR,
                         message,
@@ -456,29 +456,29 @@ pub(super) async fn drive(
             }
             message = preempted => {
                 tracing::info!(job = %name, %message, "preempted");
-                driver.preempted = true;
+                job_loop.preempted = true;
                 events.push(Event::Preempted { message });
             }
             () = released => {
-                driver.waits_for_jobs = false;
-                events.extend(driver.take_slots().await);
+                job_loop.waits_for_jobs = false;
+                events.extend(job_loop.take_slots().await);
             }
             held = admitted => {
-                driver.waiter = None;
+                job_loop.waiter = None;
                 job.set_queued(None);
                 match held {
                     Some(held) => {
-                        driver.held = Some(held);
-                        events.push(driver.place_now().await);
+                        job_loop.held = Some(held);
+                        events.push(job_loop.place_now().await);
                     }
                     None => events.push(not_started("this machine's task slots are closed".into())),
                 }
             }
             Some(report) = reports.recv() => {
-                driver.observe(&report);
+                job_loop.observe(&report);
                 events.push(report_event(report));
                 while let Ok(report) = reports.try_recv() {
-                    driver.observe(&report);
+                    job_loop.observe(&report);
                     events.push(report_event(report));
                 }
             }
@@ -494,10 +494,10 @@ pub(super) async fn drive(
                 None => Event::Delete,
             }),
             () = timer => {
-                driver.timer = None;
+                job_loop.timer = None;
                 events.push(Event::RetryDelayElapsed);
             }
-            () = progress_due => driver.write_progress().await,
+            () = progress_due => job_loop.write_progress().await,
         }
     }
     remove(&inner, &job).await;
@@ -557,8 +557,20 @@ const PROGRESS_SPACING: u32 = 100;
 /// And never later than this after it happened.
 const MAX_PROGRESS_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// What a batch of effects leaves to write, the most that any asked: a later save of a
+/// decision writes the progress before it too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+enum Unsaved {
+    #[default]
+    Nothing,
+    /// A task running, a task's end that decides nothing: written spaced.
+    Progress,
+    /// A state the job loop decided: written and synced at once.
+    Decision,
+}
+
 /// What carries out the state machine's effects for one job.
-struct Driver<'a> {
+struct JobLoop<'a> {
     inner: &'a Arc<Inner>,
     job: &'a Arc<Job>,
     reports: mpsc::UnboundedSender<Report>,
@@ -582,19 +594,19 @@ struct Driver<'a> {
     waits_for_jobs: bool,
     /// The attempt's images being pulled (container mode), before it is placed.
     pulling: Option<tokio::task::JoinHandle<Result<(), String>>>,
-    /// Task progress not written yet, and when it is ([`Driver::save_spaced`]).
+    /// Task progress not written yet, and when it is ([`JobLoop::save_spaced`]).
     progress_due: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// The last write of progress: when it ended and what it took.
     progress_written: Option<(tokio::time::Instant, std::time::Duration)>,
     /// Whether every task of the current attempt was running (or past it) at the last
-    /// batch: the batch that makes it so is written at once ([`Driver::save_spaced`]).
+    /// batch: the batch that makes it so is written at once ([`JobLoop::save_spaced`]).
     all_started: bool,
     /// The attempt was preempted: what it held goes to the job it gave way to, and the
     /// next attempt asks again (rather than keeping it, as a retry does).
     preempted: bool,
 }
 
-impl Driver<'_> {
+impl JobLoop<'_> {
     /// The job completed and nothing of it runs, waits or is held.
     fn is_finished(&self) -> bool {
         self.job.framework().is_completed()
@@ -605,7 +617,7 @@ impl Driver<'_> {
             && self.timer.is_none()
             && self.progress_due.is_none()
             && !self.waits_for_jobs
-            // Only the controller's own sender: every task's has gone with it.
+            // Only the loop's own sender: every task's has gone with it.
             && self.reports.strong_count() == 1
     }
 
@@ -623,15 +635,20 @@ impl Driver<'_> {
     async fn carry_out(&mut self, effects: Vec<Effect>) -> Next {
         let name = self.job.name();
         let mut events = Vec::new();
-        let mut unsaved: Option<bool> = None;
+        let mut unsaved = Unsaved::Nothing;
         for effect in effects {
             match effect {
                 Effect::Persist { durable } => {
-                    unsaved = Some(unsaved.unwrap_or(false) || durable);
+                    let this = if durable {
+                        Unsaved::Decision
+                    } else {
+                        Unsaved::Progress
+                    };
+                    unsaved = unsaved.max(this);
                 }
                 Effect::Place => {
                     self.placing_since = Some(std::time::Instant::now());
-                    if let Err(e) = self.save(unsaved.take()).await {
+                    if let Err(e) = self.save(std::mem::take(&mut unsaved)).await {
                         events.push(not_started(format!("the attempt could not be saved: {e}")));
                         continue;
                     }
@@ -646,7 +663,7 @@ impl Driver<'_> {
                 Effect::Launch => {
                     // The attempt (addresses, pods) is on disk before any task starts: a
                     // restarted server must find every task it would have to end.
-                    if let Err(e) = self.save(unsaved.take()).await {
+                    if let Err(e) = self.save(std::mem::take(&mut unsaved)).await {
                         tracing::error!(job = %name, error = %e, "cannot save the attempt; no task is started");
                         self.placed.clear();
                         events.push(not_started(format!(
@@ -680,7 +697,7 @@ impl Driver<'_> {
                     self.timer = Some(Box::pin(tokio::time::sleep(delay)));
                 }
                 Effect::Remove => {
-                    if let Err(e) = self.save(unsaved.take()).await {
+                    if let Err(e) = self.save(std::mem::take(&mut unsaved)).await {
                         tracing::error!(job = %name, error = %e, "cannot save the deletion");
                     }
                     return Next::Removed;
@@ -771,7 +788,7 @@ impl Driver<'_> {
         tracing::info!(job = %name, attempt, followed, again, "took up the tasks a previous server started");
     }
 
-    /// How task `index` of `role` of `attempt` reports to this driver.
+    /// How task `index` of `role` of `attempt` reports to this job_loop.
     fn reporter(&self, attempt: i32, role: &str, index: u32) -> impl Fn(Progress) + Send + 'static {
         let reports = self.reports.clone();
         let role = role.to_string();
@@ -933,17 +950,17 @@ impl Driver<'_> {
 
     /// Saves now if anything is unsaved, progress too (before tasks are placed, started
     /// or removed): the result of a durable save matters.
-    async fn save(&mut self, unsaved: Option<bool>) -> Result<(), Error> {
+    async fn save(&mut self, unsaved: Unsaved) -> Result<(), Error> {
         match unsaved {
-            Some(true) => {
+            Unsaved::Decision => {
                 self.progress_due = None;
                 self.inner.persist(self.job).await
             }
-            Some(false) => {
+            Unsaved::Progress => {
                 self.write_progress().await;
                 Ok(())
             }
-            None => Ok(()),
+            Unsaved::Nothing => Ok(()),
         }
     }
 
@@ -958,8 +975,8 @@ impl Driver<'_> {
     /// told only once written. The batch that leaves no task waiting to run is written at
     /// once: a job's last task is shown running when it runs, not up to
     /// [`MAX_PROGRESS_DELAY`] later.
-    async fn save_spaced(&mut self, unsaved: Option<bool>) -> Result<(), Error> {
-        if unsaved != Some(false) {
+    async fn save_spaced(&mut self, unsaved: Unsaved) -> Result<(), Error> {
+        if unsaved != Unsaved::Progress {
             return self.save(unsaved).await;
         }
         // The batch in which the last task started is what a reader waits for (the job
@@ -1100,7 +1117,7 @@ pub(crate) fn need_of(framework: &Framework) -> crate::slots::Need {
 
 fn place(inner: &Inner, job: &Job, gpus: &Option<TaskGpus>) -> Result<Placed, String> {
     // A copy: binding a port per task takes a while for a large job, and the job's
-    // readers (its status, the job list) must not wait for it. Only this driver changes
+    // readers (its status, the job list) must not wait for it. Only this job_loop changes
     // the attempt and its tasks, so what is read from the copy stays current.
     let framework = job.framework().clone();
     // The files of attempts older than the kept ones go before this one's come.

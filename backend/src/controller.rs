@@ -1,6 +1,6 @@
 //! The one controller runtime: every controller of the server (the dependency
 //! controller on both backends; on a cluster the peer-table publisher, the attempt
-//! historian and the event recorder) is a [`Reconcile`] run by [`run`], as kube-runtime's
+//! historian and the event recorder) is a [`Reconcile`] run by [`run`], as kube-rs's
 //! `Controller` runs a `reconcile` function.
 //!
 //! Level-triggered: a controller is handed every change of the jobs it follows, in
