@@ -1,8 +1,6 @@
 //! Finished jobs over a server's life: the retention deletes the oldest past its bound,
 //! and a restarted server still knows, and serves, every job it kept.
 
-use std::path::Path;
-
 use serde_json::json;
 
 use crate::common;
@@ -10,12 +8,6 @@ use common::fifo::final_view;
 use common::serve::{DEADLINE, Server};
 use pai_client::{Client, ClientError, Source};
 use pai_translate::spec::SpecFormat;
-
-fn serve(dir: &Path, config: &str) -> Server {
-    let path = dir.join("config.yaml");
-    std::fs::write(&path, config).expect("config");
-    Server::start_with_config(&dir.join("state"), &path)
-}
 
 fn spec(name: &str) -> String {
     json!({
@@ -63,7 +55,7 @@ async fn finished_jobs_past_the_retention_go_and_a_restart_keeps_the_rest() {
     let dir = common::scratch("history", "retention");
     // Run-only files go at a job's end here (an hour after it by default).
     let config = "retention: {finishedJobs: 2, taskFilesKeptSec: 0}\n";
-    let server = serve(&dir, config);
+    let server = Server::in_dir_with_config(&dir, config);
     let client = server.client();
     for i in 0..4 {
         let name = format!("h{i}");
@@ -122,7 +114,7 @@ async fn finished_jobs_past_the_retention_go_and_a_restart_keeps_the_rest() {
     }
     // A restart: the kept jobs, their state, attempts and logs, all there.
     server.kill();
-    let server = serve(&dir, config);
+    let server = Server::in_dir_with_config(&dir, config);
     let client = server.client();
     assert_eq!(names(&client).await, ["h2", "h3"]);
     for job in ["h2", "h3"] {

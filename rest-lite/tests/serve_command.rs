@@ -1,5 +1,5 @@
-//! `rest-lite serve`, the binary: it serves, stops on SIGTERM, and refuses to listen
-//! beyond loopback without tokens.
+//! `rest-lite serve`, the binary: it serves, stops on SIGTERM, refuses to listen beyond
+//! loopback without tokens, and runs jobs on this machine where no cluster is configured.
 
 use crate::common;
 
@@ -108,4 +108,27 @@ fn serve_refuses_to_listen_beyond_loopback_without_tokens() {
         String::from_utf8_lossy(&out.stderr)
             .contains("without --token-file the server only listens on loopback")
     );
+}
+
+#[test]
+fn without_a_cluster_configuration_serve_runs_jobs_here() {
+    let dir = common::scratch("serve", "auto");
+    let state = dir.join("state");
+    let server = common::serve::Server::spawn(
+        common::serve::Server::command(&state)
+            .env("HOME", dir.as_os_str())
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT"),
+        &[
+            "this machine (embedded default)",
+            &state.display().to_string(),
+        ],
+    );
+    assert!(
+        server.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+    drop(server);
 }

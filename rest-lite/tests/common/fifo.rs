@@ -55,3 +55,13 @@ pub async fn final_view(client: &Client, user: &str, job: &str) -> Value {
         .expect("the job completes");
     serde_json::to_value(last.expect("at least one view")).expect("JSON")
 }
+
+/// Every event until end of file (no task process holds the FIFO any more), sorted.
+pub fn until_none_left(rx: &mpsc::Receiver<Option<String>>) -> Vec<String> {
+    let mut seen = Vec::new();
+    while let Some(event) = next_event(rx) {
+        seen.push(event);
+    }
+    seen.sort();
+    seen
+}

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fifo;
+pub mod jobs;
 pub mod node;
 pub mod serve;
 

@@ -66,6 +66,14 @@ impl Server {
         .with_machine_token(state)
     }
 
+    /// [`Server::start_with_config`] in `dir`: the config `text` written to
+    /// `dir/config.yaml`, the state kept in `dir/state`.
+    pub fn in_dir_with_config(dir: &Path, text: &str) -> Self {
+        let path = dir.join("config.yaml");
+        std::fs::write(&path, text).expect("config");
+        Self::start_with_config(&dir.join("state"), &path)
+    }
+
     /// Reads the token a server without a token file made in its state directory.
     pub fn with_machine_token(mut self, state: &Path) -> Self {
         self.token = pai_server::machine_token::read(state);
