@@ -34,26 +34,25 @@ pub fn transform_with(
     )
 }
 
-/// The main container's env of role `role` (index in spec order), as the process sees it
-/// after the kubelet's expansion.
-pub fn main_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
-    let pod = framework.spec.task_roles[role]
+/// The pod spec of role `role` (index in spec order).
+fn pod_spec(framework: &Framework, role: usize) -> &k8s_openapi::api::core::v1::PodSpec {
+    framework.spec.task_roles[role]
         .task
         .pod
         .spec
         .as_ref()
-        .expect("pod spec");
-    pai_local::task::container_env(Vec::new(), &pod.containers[0])
+        .expect("pod spec")
+}
+
+/// The main container's env of role `role` (index in spec order), as the process sees it
+/// after the kubelet's expansion.
+pub fn main_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
+    pai_local::task::container_env(Vec::new(), &pod_spec(framework, role).containers[0])
 }
 
 /// The init container's env of role `role` (spec order), as the process sees it.
 pub fn init_env(framework: &Framework, role: usize) -> Vec<(String, String)> {
-    let pod = framework.spec.task_roles[role]
-        .task
-        .pod
-        .spec
-        .as_ref()
-        .expect("pod spec");
+    let pod = pod_spec(framework, role);
     let init = &pod.init_containers.as_ref().expect("init container")[0];
     pai_local::task::container_env(Vec::new(), init)
 }
