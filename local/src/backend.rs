@@ -29,6 +29,11 @@ impl LocalBackend {
         self.0.isolation().engine().is_some()
     }
 
+    /// The machine it runs Frameworks on.
+    pub fn machine(&self) -> &crate::Machine {
+        &self.0
+    }
+
     /// Opens the state directory (see [`crate::Machine::open`]) and starts the
     /// dependency controller of its jobs; it runs as long as the backend is kept.
     pub async fn open(settings: Settings) -> Result<Arc<Self>, crate::Error> {

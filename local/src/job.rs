@@ -139,10 +139,12 @@ impl Job {
 
     /// When it ended (ms since the epoch), if it did.
     pub(crate) fn ended_ms(&self) -> Option<i64> {
+        // Under the lock a freeze holds, so that a job frozen meanwhile is not thawed by
+        // this reader (see `is_deleting`).
+        let framework = self.framework.lock().unwrap_or_else(|e| e.into_inner());
         if self.is_cold() {
             return Some(self.ended.load(std::sync::atomic::Ordering::Acquire));
         }
-        let framework = self.framework();
         let status = framework.status.as_ref()?;
         framework
             .is_completed()
@@ -161,8 +163,12 @@ impl Job {
     /// Deleted (the state machine's record, `deletionTimestamp`): invisible, its name
     /// still taken until its processes and files are gone. A cold job never is.
     pub(crate) fn is_deleting(&self) -> bool {
-        !self.is_cold.load(std::sync::atomic::Ordering::Acquire)
-            && self.framework().metadata.deletion_timestamp.is_some()
+        // Read under the Framework's lock, which a freeze holds: a job frozen between a
+        // look at `is_cold` and the lock would otherwise be thawed by this reader, made
+        // whole on its thread until the retention's look froze it again (`cargo bench -p
+        // rest-lite --bench kept` found it). A cold job is never being deleted.
+        let guard = self.framework.lock().unwrap_or_else(|e| e.into_inner());
+        !self.is_cold() && guard.metadata.deletion_timestamp.is_some()
     }
 
     /// Whether the job is cold now.
@@ -173,7 +179,7 @@ impl Job {
     /// Keeps a finished job's Framework deflated while nothing uses it: once its
     /// loop ended, and not while it is being deleted. When it froze it, the
     /// Framework it held, for the caller to drop where it was made: run on the keeper's
-    /// thread ([`pai_backend::keeper`]), whose freed blocks it would take back one by one
+    /// thread ([`pai_backend::memory::keeper`]), whose freed blocks it would take back one by one
     /// (glibc's per-thread cache) and make what it keeps in them, in the workers' arenas.
     #[must_use]
     pub(crate) fn freeze(&self) -> Option<Arc<Framework>> {
@@ -253,7 +259,7 @@ pub(crate) struct Inner {
     /// The name of each job as it is saved or removed, and whether it names jobs it
     /// waits for (for whoever watches them all). A change waits in the channel until
     /// every receiver read it: its name is the job's own, so that waiting makes no block
-    /// among a burst's (see [`pai_backend::keeper`]).
+    /// among a burst's (see [`pai_backend::memory::keeper`]).
     pub(crate) changes: tokio::sync::broadcast::Sender<(Arc<str>, bool)>,
     /// Where tasks' ports come from.
     pub(crate) ports: crate::ports::Ports,
@@ -267,7 +273,7 @@ pub(crate) struct Inner {
     /// The running tasks' logs, kept to their bound.
     pub(crate) logs: Arc<crate::log_rotation::Logs>,
     /// Gives the memory of ended jobs back to the system.
-    pub(crate) trimmer: crate::memory::Trimmer,
+    pub(crate) trimmer: pai_backend::memory::Trimmer,
 }
 
 impl Inner {

@@ -383,10 +383,10 @@ pub(super) async fn drive(
                 tracing::debug!(job = %name, "finished; its loop ends until a command comes");
                 drop(job_loop);
                 // What it keeps cold is made on the keeper's thread, beside the other
-                // finished jobs' (see `pai_backend::keeper`); what it held is dropped
+                // finished jobs' (see `pai_backend::memory::keeper`); what it held is dropped
                 // here, where it was made.
                 let job = job.clone();
-                if let Some(held) = pai_backend::keeper::make(move || job.freeze()).await {
+                if let Some(held) = pai_backend::memory::keeper::make(move || job.freeze()).await {
                     drop(held);
                     // Its memory is free now: the next look gives it back.
                     inner.trimmer.jobs_ended();

@@ -22,7 +22,6 @@ pub mod lifecycle;
 pub mod log_rotation;
 mod log_times;
 mod logs;
-mod memory;
 pub use logs::{Reading as LogReading, Which as LogWhich};
 pub mod metrics;
 /// Tests that fork hold this, and so does the one that checks the ports it was given are
@@ -78,7 +77,7 @@ impl Machine {
     pub async fn open(mut settings: Settings) -> Result<Self, Error> {
         raise_open_files_limit();
         // Before the jobs' threads: the keeper's gets an arena of its own.
-        pai_backend::keeper::start();
+        pai_backend::memory::keeper::start();
         let store = Store::open(&settings.state_dir).map_err(|e| Error::Other(e.to_string()))?;
         // Only now, with the state directory's lock held: a second server refused above
         // must not rewrite the scripts of the first one's tasks.
@@ -281,7 +280,7 @@ impl Machine {
         let visible = self.inner.visible_jobs();
         // Finished jobs go cold (a finished one a reader made whole again too), on the
         // keeper's thread: what a cold job keeps is made there, beside the others', not
-        // among the running jobs' blocks (see `pai_backend::keeper`).
+        // among the running jobs' blocks (see `pai_backend::memory::keeper`).
         let thawed: Vec<Arc<Job>> = visible
             .iter()
             .filter(|job| !job.is_cold() && job.ended_ms().is_some())
@@ -289,7 +288,7 @@ impl Machine {
             .collect();
         if !thawed.is_empty() {
             // What the jobs held, and the list, are dropped here, where they were made.
-            let (frozen, _held, _thawed) = pai_backend::keeper::make(move || {
+            let (frozen, _held, _thawed) = pai_backend::memory::keeper::make(move || {
                 let (frozen, held): (Vec<_>, Vec<_>) = thawed
                     .iter()
                     .filter_map(|job| Some((job.shared_name(), job.freeze()?)))
@@ -326,9 +325,9 @@ impl Machine {
             .await;
         }
         // What the jobs that went cold freed, back to the system (after a burst of jobs,
-        // most of what they took: see `memory`).
+        // most of what they took: see `pai_backend::memory`).
         if self.inner.trimmer.due() {
-            let _ = tokio::task::spawn_blocking(memory::trim).await;
+            let _ = tokio::task::spawn_blocking(pai_backend::memory::trim::trim).await;
         }
         let past = retention::past(settings.bounds, finished, now);
         let mut deleted = 0;
@@ -551,10 +550,10 @@ impl Machine {
             framework.status = None;
             self.admit(&framework)?;
             // Its entry in the registry, kept as long as the job, made on the keeper's
-            // thread (see `pai_backend::keeper`).
+            // thread (see `pai_backend::memory::keeper`).
             let inner = self.inner.clone();
             let (job, commands) =
-                pai_backend::keeper::make(move || insert(&inner, framework)).await?;
+                pai_backend::memory::keeper::make(move || insert(&inner, framework)).await?;
             // On disk before the caller is told.
             let store = self.inner.store.clone();
             let name = job.name();

@@ -6,7 +6,7 @@ use crate::common;
 
 use serde_json::json;
 
-use common::jobs::{job, rest_lite, role};
+use common::jobs::{job, role, run_spec};
 
 fn scratch(name: &str) -> common::Scratch {
     common::scratch("code", name)
@@ -56,10 +56,7 @@ fn a_v1_job_as_people_wrote_it_runs_its_code_under_bash() {
         ),
     )
     .expect("spec");
-    let (code, stdout, stderr) = rest_lite(
-        &["run", spec.to_str().expect("path"), "--user", "alice"],
-        &[],
-    );
+    let (code, stdout, stderr) = run_spec(&spec, &["--user", "alice"], &[]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(
         stdout.contains("[main-role-0] start.sh ran in code with arg"),
@@ -105,10 +102,7 @@ fn code_this_machine_cannot_reach_is_refused_before_anything_runs() {
         ),
     )
     .expect("spec");
-    let (code, stdout, stderr) = rest_lite(
-        &["run", spec.to_str().expect("path")],
-        &[("PATH", "/usr/bin:/bin")],
-    );
+    let (code, stdout, stderr) = run_spec(&spec, &[], &[("PATH", "/usr/bin:/bin")]);
     assert_eq!(code, Some(2), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("codeDir: hdfs://namenode:9000/user/alice/code is on HDFS, and this machine has no HDFS client"),
@@ -130,7 +124,7 @@ fn code_this_machine_cannot_reach_is_refused_before_anything_runs() {
         ),
     )
     .expect("spec");
-    let (code, _, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    let (code, _, stderr) = run_spec(&spec, &[], &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("set defaultFsUri in a config file given to `rest-lite serve --config FILE` or `rest-lite run --config FILE`")
@@ -172,10 +166,7 @@ fn code_on_hdfs_is_fetched_with_the_hdfs_client() {
     )
     .expect("spec");
     let path = format!("{}:/usr/bin:/bin", bin.display());
-    let (code, stdout, stderr) = rest_lite(
-        &["run", spec.to_str().expect("path"), "--user", "alice"],
-        &[("PATH", &path)],
-    );
+    let (code, stdout, stderr) = run_spec(&spec, &["--user", "alice"], &[("PATH", &path)]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("[main-0] fetched from hdfs"), "{stdout}");
     let calls = std::fs::read_to_string(&calls).expect("the client was called");

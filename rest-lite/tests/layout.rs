@@ -393,7 +393,6 @@ const LARGE_FILES: &[(&str, usize)] = &[
     ("rest-lite/tests/history.rs", 815),
     ("server/src/pages/view.rs", 835),
     ("test-support/src/apiserver.rs", 1404),
-    ("test-support/src/bench_page.rs", 1459),
     ("test-support/src/validation.rs", 1053),
     ("translate/src/spec/v2.rs", 1684),
     ("translate/src/spec/validate.rs", 854),

@@ -12,8 +12,8 @@ use serde_json::json;
 
 use common::fifo::{final_view, until_none_left};
 use common::jobs::{
-    WAIT_FOR_TERM, get_text, job, log_of, rest_lite, role, run_then_delete, submitted_and_up,
-    the_example_run,
+    WAIT_FOR_TERM, get_text, job, log_of, rest_lite, role, run_spec, run_then_delete,
+    submitted_and_up, the_example_run,
 };
 use common::serve::{DEADLINE, Server};
 
@@ -410,7 +410,7 @@ fn tasks_share_the_cpu_with_the_server_as_one_group() {
         ),
     )
     .expect("spec");
-    let (code, stdout, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    let (code, stdout, stderr) = run_spec(&spec, &[], &[]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     // `run`'s server is in this test's cgroup; its tasks one below it.
     let own = cpu_cgroup(&std::fs::read_to_string("/proc/self/cgroup").expect("cgroup"))

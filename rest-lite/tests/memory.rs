@@ -8,7 +8,7 @@ use pai_translate::spec::SpecFormat;
 use serde_json::json;
 
 use common::fifo::final_view;
-use common::jobs::{job, log_of, role};
+use common::jobs::{job, log_of, role, run_spec};
 use common::serve::Server;
 
 fn scratch(name: &str) -> common::Scratch {
@@ -26,7 +26,7 @@ async fn the_memory_of_a_job_that_ended_is_given_back() {
     let server = Server::spawn(
         Server::command(&state)
             .args(["--backend", "local"])
-            .env("RUST_LOG", "info,pai_local::memory=debug"),
+            .env("RUST_LOG", "info,pai_backend::memory=debug"),
         &[
             "this machine (embedded default)",
             &state.display().to_string(),
@@ -132,4 +132,39 @@ async fn the_server_runs_without_per_thread_caches_and_its_tasks_are_not_told() 
         "{given}"
     );
     drop(server);
+}
+
+/// `rest-lite run` serves its job as `serve` does, so it runs without the caches too: the
+/// job's task finds the nearest `rest-lite` among its ancestors (the process that runs
+/// the job) and reads the environment its image was started with, while its own has no
+/// trace of the tunable.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn run_serves_its_job_without_per_thread_caches_too() {
+    let dir = scratch("run-thread-caches");
+    let spec = dir.join("spec.json");
+    let look = "p=$$; while [ \"$p\" -gt 1 ] && [ \"$(cat /proc/$p/comm)\" != rest-lite ]; do \
+                p=$(awk '/^PPid:/{print $2}' /proc/$p/status); done; \
+                echo \"server=$(tr '\\0' '\\n' < /proc/$p/environ | grep -c '^GLIBC_TUNABLES=glibc.malloc.tcache_count=0$') \
+                task=${GLIBC_TUNABLES-unset}\"";
+    std::fs::write(
+        &spec,
+        job("look", json!([role("worker", 1, look)]), json!({})),
+    )
+    .expect("spec");
+    let state = dir.join("state");
+    let (code, stdout, stderr) = run_spec(
+        &spec,
+        &[
+            "--user",
+            "alice",
+            "--engine",
+            "host",
+            "--state-dir",
+            state.to_str().expect("path"),
+        ],
+        &[("GLIBC_TUNABLES", "")],
+    );
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("server=1 task=unset"), "{stdout}\n{stderr}");
 }

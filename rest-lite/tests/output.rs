@@ -8,7 +8,7 @@ use pai_translate::spec::SpecFormat;
 use serde_json::json;
 
 use common::fifo::final_view;
-use common::jobs::{get_text, job, log_of, only_task, rest_lite, role, the_example_run};
+use common::jobs::{get_text, job, log_of, only_task, rest_lite, role, run_spec, the_example_run};
 use common::serve::Server;
 
 fn scratch(name: &str) -> common::Scratch {
@@ -159,13 +159,9 @@ fn output_reads_in_the_order_it_was_written_through_every_reader() {
     let spec_file = dir.join("ordered.json");
     std::fs::write(&spec_file, &spec).expect("spec");
     let run_state = dir.join("run-state");
-    let (code, printed, stderr) = rest_lite(
-        &[
-            "run",
-            spec_file.to_str().expect("path"),
-            "--state-dir",
-            run_state.to_str().expect("path"),
-        ],
+    let (code, printed, stderr) = run_spec(
+        &spec_file,
+        &["--state-dir", run_state.to_str().expect("path")],
         &[],
     );
     assert_eq!(code, Some(0), "{stderr}");
@@ -231,10 +227,9 @@ fn a_failures_reason_is_the_line_that_names_its_cause() {
         )
         .expect("spec");
         let state = dir.join("state");
-        let (exit, stdout, stderr) = rest_lite(
+        let (exit, stdout, stderr) = run_spec(
+            &spec_file,
             &[
-                "run",
-                spec_file.to_str().expect("path"),
                 "--user",
                 "alice",
                 "--state-dir",

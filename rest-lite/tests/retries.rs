@@ -14,7 +14,7 @@ use pai_translate::spec::SpecFormat;
 use serde_json::json;
 
 use common::fifo::final_view;
-use common::jobs::{get_text, job, log_of, rest_lite, role};
+use common::jobs::{get_text, job, log_of, rest_lite, role, run_spec};
 use common::serve::{DEADLINE, Server};
 
 fn scratch(name: &str) -> common::Scratch {
@@ -361,10 +361,9 @@ fn each_retried_attempt_is_told_with_its_reason() {
     )
     .expect("spec");
     let state = dir.join("state");
-    let (code, stdout, stderr) = rest_lite(
+    let (code, stdout, stderr) = run_spec(
+        &spec,
         &[
-            "run",
-            spec.to_str().expect("path"),
             "--user",
             "alice",
             "--state-dir",

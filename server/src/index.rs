@@ -72,7 +72,7 @@ pub struct JobIndex {
 
 impl JobIndex {
     pub fn new(backend: Arc<dyn Backend>, views: Arc<Views>) -> Self {
-        pai_backend::keeper::start();
+        pai_backend::memory::keeper::start();
         Self {
             backend,
             views,
@@ -91,10 +91,10 @@ impl JobIndex {
                 None => self.read_all().await?,
             };
             // The entries are made on the keeper's thread: a job's is kept as long as
-            // the job (see `pai_backend::keeper`). Were this list dropped meanwhile, the
+            // the job (see `pai_backend::memory::keeper`). Were this list dropped meanwhile, the
             // index goes with it, and the next list reads everything again.
             let backend = self.backend.clone();
-            let (kept, whole, _seen) = pai_backend::keeper::make(move || {
+            let (kept, whole, _seen) = pai_backend::memory::keeper::make(move || {
                 let mut kept = kept;
                 let mut seen = Vec::new();
                 let whole = catch_up(backend.as_ref(), &mut kept, &mut seen);
@@ -145,8 +145,8 @@ impl JobIndex {
         let frameworks = self.backend.list(None).await?;
         let backend = self.backend.clone();
         // The Frameworks are dropped here, where they were made: the keeper would take
-        // their blocks back for what it keeps (see `pai_backend::keeper`).
-        let (kept, _frameworks) = pai_backend::keeper::make(move || {
+        // their blocks back for what it keeps (see `pai_backend::memory::keeper`).
+        let (kept, _frameworks) = pai_backend::memory::keeper::make(move || {
             let mut kept = Kept {
                 changes,
                 order: BTreeMap::new(),
@@ -168,7 +168,7 @@ impl JobIndex {
 /// Reads every change of `backend` up to now into `kept`; `false` when some were missed.
 /// The Frameworks it read go into `seen`, for the caller to drop: run on the keeper's
 /// thread, it must not be the one that frees a running job's Framework (see
-/// `pai_backend::keeper`).
+/// `pai_backend::memory::keeper`).
 fn catch_up(backend: &dyn Backend, kept: &mut Kept, seen: &mut Vec<Arc<Framework>>) -> bool {
     while let Some(Some(event)) = kept.changes.next().now_or_never() {
         match event {

@@ -29,7 +29,6 @@ mod invocation;
 mod run;
 mod serve;
 mod spec_file;
-mod thread_caches;
 mod token;
 mod wait;
 
@@ -131,8 +130,10 @@ fn quiet_on_closed_pipe() {
 
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    // The server, before any thread: without the allocator's per-thread caches.
-    let caches = matches!(cli.command, Command::Serve(_)).then(thread_caches::off_then_serve);
+    // A server (`serve`, and `run`, which serves its job), before any thread: without the
+    // allocator's per-thread caches (`pai_backend::memory`).
+    let caches = matches!(cli.command, Command::Serve(_) | Command::Run(_))
+        .then(pai_backend::memory::thread_caches::off_then_continue);
     // The server tells what it does; the other commands speak only of trouble.
     init_tracing(match cli.command {
         Command::Serve(_) => "info",

@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use serde_json::json;
 
-use common::jobs::{job, rest_lite, role};
+use common::jobs::{job, rest_lite, role, run_spec};
 use common::serve::Server;
 
 fn scratch(name: &str) -> common::Scratch {
@@ -18,10 +18,7 @@ fn scratch(name: &str) -> common::Scratch {
 #[test]
 fn the_quick_start_runs_the_example_in_one_command() {
     let example = common::repo_root().join("examples/shell-hello.yaml");
-    let (code, stdout, stderr) = rest_lite(
-        &["run", example.to_str().expect("path"), "--user", "alice"],
-        &[],
-    );
+    let (code, stdout, stderr) = run_spec(&example, &["--user", "alice"], &[]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(
         stdout.contains("[server-0] every client said hello"),
@@ -56,7 +53,7 @@ fn run_exits_with_the_failed_jobs_code() {
         ),
     )
     .expect("spec");
-    let (code, stdout, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    let (code, stdout, stderr) = run_spec(&spec, &[], &[]);
     assert_eq!(code, Some(3), "{stdout}\n{stderr}");
     assert!(stdout.contains("[worker-0] about to fail"), "{stdout}");
     // The runtime's own lines are not the user's output (`run -v` shows them).
@@ -206,7 +203,7 @@ fn run_says_where_the_tasks_run_once() {
         job("hello", json!([role("main", 1, "echo hi")]), json!({})),
     )
     .expect("spec");
-    let (code, stdout, stderr) = rest_lite(&["run", spec.to_str().expect("path")], &[]);
+    let (code, stdout, stderr) = run_spec(&spec, &[], &[]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("[main-0] hi"), "{stdout}");
     assert_eq!(stderr.matches("--engine host").count(), 1, "{stderr}");

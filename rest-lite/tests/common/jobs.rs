@@ -98,6 +98,20 @@ pub async fn run_then_delete(client: &Client, dir: &Path) -> mpsc::Receiver<Opti
     rx
 }
 
+/// Runs `rest-lite run SPEC FLAGS…` to its end, as [`rest_lite`] does.
+pub fn run_spec(
+    spec: &Path,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
+    let spec = spec.to_str().expect("a spec path in UTF-8");
+    let args: Vec<&str> = ["run", spec]
+        .into_iter()
+        .chain(flags.iter().copied())
+        .collect();
+    rest_lite(&args, env)
+}
+
 /// Runs `rest-lite ARGS` to its end (killed past the deadline); returns (code, stdout,
 /// stderr).
 pub fn rest_lite(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {

@@ -1,27 +1,12 @@
-//! Memory the server freed, given back to the system once a burst of jobs is over.
+//! Memory the server freed, given back to the system once a burst of jobs is over (see
+//! [`super`]).
 //!
-//! A job's loop, its tasks' launches and their copies of the Framework take some
-//! 50–150 KB per running one-task job; a finished job keeps about 6 KB (BENCHMARKS.md,
-//! "A long-running server's memory"). glibc's allocator, which the server (and every
-//! task's runtime, the same binary) uses, gives memory back to the system only from the
-//! top of each heap: what a thousand finished tasks freed in the middle stayed resident.
-//! `malloc_trim` gives back every free page of every arena, once jobs ended: a job that
-//! goes cold says so ([`Trimmer::jobs_ended`]), by its loop as it ends or by the
-//! retention's look. (Until #60 only the look said so, and most jobs go cold by their
-//! loop: whether a burst's memory was given back depended on the look freezing one
-//! job of it.) A page stays while one block on it is in use: what finished jobs keep is
-//! made on a thread of its own for that ([`pai_backend::keeper`]), and the server runs
-//! without glibc's per-thread caches of freed blocks, which pinned pages no trim could
-//! reach (`rest-lite`'s `thread_caches.rs`). Other allocators were measured in glibc's
-//! place, each preloaded into the same build and its restarted server
-//! (`benchmarks/results/2026-11-28-amd-epyc-2c-24g-vm/history-2000jobs-allocators.json`):
-//! after 2,000 jobs jemalloc held 91 MiB (58 with its background thread), mimalloc 74,
-//! glibc with two arenas 75, against glibc's 42 and 36 without its per-thread caches.
-//! jemalloc and mimalloc keep per-thread caches of their own, which pin the workers'
-//! pages as glibc's did; fewer arenas mix what finished jobs keep with the workers'
-//! blocks again. And every task's runtime is this binary: jemalloc with its background
-//! purge cost each task 2.7 MB and three threads (`history-2000jobs-allocators.json` of
-//! 2026-11-27; a 1,000-task job, 2.7 GB). glibc it is.
+//! glibc's allocator gives memory back only from the top of each heap: what a thousand
+//! finished tasks freed in the middle stayed resident. `malloc_trim` gives back every
+//! free page of every arena, once jobs ended: a job that goes cold says so
+//! ([`Trimmer::jobs_ended`]), by its loop as it ends or by the retention's look. (Until
+//! #60 only the look said so, and most jobs go cold by their loop: whether a burst's
+//! memory was given back depended on the look freezing one job of it.)
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -32,7 +17,7 @@ const AT_MOST_EVERY: Duration = Duration::from_secs(10);
 /// Gives back freed memory after jobs ended, at most once in [`AT_MOST_EVERY`]: the
 /// retention's look (as jobs change, and once a minute) asks it each time.
 #[derive(Debug, Default)]
-pub(crate) struct Trimmer {
+pub struct Trimmer {
     state: Mutex<State>,
 }
 
@@ -52,7 +37,7 @@ const SETTLED_AFTER: Duration = Duration::from_secs(30);
 
 impl Trimmer {
     /// Jobs ended (went cold): their memory is free now.
-    pub(crate) fn jobs_ended(&self) {
+    pub fn jobs_ended(&self) {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).pending = true;
     }
 
@@ -60,7 +45,7 @@ impl Trimmer {
     /// old; or, once none ended since, one more [`SETTLED_AFTER`] the last. A `true`
     /// counts as the trim (the caller runs [`trim`]); after a `false`, a later call (the
     /// look comes at least once a minute) says when.
-    pub(crate) fn due(&self) -> bool {
+    pub fn due(&self) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let since = state.last.map(|at| at.elapsed());
         let due = if state.pending {
@@ -79,7 +64,7 @@ impl Trimmer {
 
 /// [`give_back`], timed in the log. Blocking (milliseconds for a heap of a hundred
 /// megabytes): run it off the async workers.
-pub(crate) fn trim() {
+pub fn trim() {
     let started = Instant::now();
     give_back();
     tracing::debug!(
@@ -90,7 +75,7 @@ pub(crate) fn trim() {
 
 /// Every free page of the allocator's heaps back to the system.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub(crate) fn give_back() {
+pub fn give_back() {
     #[allow(unsafe_code)]
     // SAFETY: malloc_trim takes each arena's lock itself and only releases pages of free
     // chunks; it is safe to call from any thread at any time.
@@ -101,7 +86,7 @@ pub(crate) fn give_back() {
 
 /// Other C libraries' allocators (musl's gives whole free pages back by itself).
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub(crate) fn give_back() {}
+pub fn give_back() {}
 
 #[cfg(test)]
 mod tests {

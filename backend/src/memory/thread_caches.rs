@@ -1,5 +1,6 @@
 //! The server runs without glibc's per-thread caches of freed blocks (its `tcache`), so
-//! that what a burst of jobs freed goes back to the system.
+//! that what a burst of jobs freed goes back to the system (see [`super`]); `rest-lite
+//! serve` and `rest-lite run` alike, which run the same server.
 //!
 //! Each thread keeps up to seven freed blocks of each of 64 small sizes (up to 1,032
 //! bytes) for its next allocations. They are in use as far as the allocator is
@@ -12,7 +13,7 @@
 //! `history-2000jobs-allocators.json`).
 //!
 //! glibc reads its tunables once, as a process starts, from `GLIBC_TUNABLES`: so
-//! `rest-lite serve` starts itself again (the same process, by `execve` of
+//! the server starts itself again (the same process, by `execve` of
 //! `/proc/self/exe`, which is this binary even if its file was replaced since) with
 //! `glibc.malloc.tcache_count=0` added. The new image puts the variable back as it was
 //! before anything else runs, so no task, hook or engine it starts inherits it, and takes
@@ -70,10 +71,10 @@ impl Caches {
     }
 }
 
-/// Called first thing in `serve`, before any thread: starts this process again without
-/// the caches, or, in the image so started, puts `GLIBC_TUNABLES` back. Returns only when
-/// this image is the one to serve.
-pub fn off_then_serve() -> Caches {
+/// Called first thing in a command that serves (`serve`, `run`), before any thread:
+/// starts this process again without the caches, or, in the image so started, puts
+/// `GLIBC_TUNABLES` back. Returns only when this image is the one to go on.
+pub fn off_then_continue() -> Caches {
     if !cfg!(all(target_os = "linux", target_env = "gnu")) {
         return Caches::NotGlibc;
     }
@@ -138,7 +139,7 @@ fn restore(as_started: std::ffi::OsString) {
         let _ = nix::sys::prctl::set_name(&name);
     }
     #[allow(unsafe_code)]
-    // SAFETY: called first thing in `serve`, before the runtime or any other thread
+    // SAFETY: called first thing in the command, before the runtime or any other thread
     // exists, so nothing reads the environment meanwhile.
     unsafe {
         if as_started.is_empty() {

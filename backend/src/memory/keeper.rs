@@ -1,31 +1,32 @@
-//! One thread where what the server keeps past a burst of jobs is made.
+//! One thread where what the server keeps past a burst of jobs is made (see
+//! [`super`]).
 //!
-//! glibc's allocator gives each thread an arena of its own, and gives a page back only
-//! when nothing on it is in use. What a job keeps once it ended (its registry entry, its
-//! deflated Framework and list row, its entry in the lists' index: some 6 KB in about 25
-//! small blocks) used to be made on the async workers, among the 50–150 KB each running
-//! job holds for its run. Once a burst of a thousand jobs ended, those blocks lay one or
-//! two to a page across the workers' arenas, and the server held 200 MiB where a
-//! restarted one, which makes the same blocks one after another, held 25
+//! What a job keeps once it ended used to be made on the async workers, among the
+//! blocks each running job holds for its run; once a burst of a thousand jobs ended,
+//! those blocks lay one or two to a page across the workers' arenas, and the server held
+//! 200 MiB where a restarted one, which makes the same blocks one after another, held 25
 //! (`benchmarks/results/2026-11-28-amd-epyc-2c-24g-vm/history-2000jobs.json`: of the 203
 //! MiB, 120 were the two workers' arenas, every page resident, with 11 MiB of heap in
 //! use). Made here instead, on a thread that makes nothing long-lived but them, they lie
-//! together as a restarted server's do, and the workers' arenas empty when the jobs end
-//! (43 MiB after the same 2,000 jobs: `history-2000jobs-2.json` beside it; today's figures
-//! in BENCHMARKS.md, "A long-running server's memory").
+//! together as a restarted server's do, and the workers' arenas empty when the jobs end.
 //!
 //! [`make`] runs a short closure here and gives back what it made. The closure's own
 //! temporaries are freed before the next one runs, so they leave no holes behind. What
 //! was made elsewhere, it hands back to be dropped by its caller: glibc keeps a thread's
 //! freed blocks in a cache of that thread's (a few of each size, whatever arena they are
 //! in) and gives them to its next allocations, so a block of a worker's freed here would
-//! take the next kept block back into the worker's arena.
+//! take the next kept block back into the worker's arena. Its thread is named
+//! [`THREAD_NAME`], which is how `cargo bench -p rest-lite --bench kept` tells the bytes
+//! made here from the others.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::OnceLock;
 use std::sync::mpsc;
 
 type Work = Box<dyn FnOnce() + Send>;
+
+/// The keeper's thread's name (as `ps -T` and `/proc/PID/task/*/comm` show it).
+pub const THREAD_NAME: &str = "keeper";
 
 /// The keeper's queue; `None` where its thread could not be started (then [`make`] runs
 /// the closure where it is called).
@@ -36,7 +37,7 @@ fn keeper() -> Option<&'static mpsc::Sender<Work>> {
         .get_or_init(|| {
             let (sender, receiver) = mpsc::channel::<Work>();
             let started = std::thread::Builder::new()
-                .name("keeper".into())
+                .name(THREAD_NAME.into())
                 .spawn(move || {
                     for work in receiver {
                         work();
