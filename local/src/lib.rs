@@ -54,8 +54,8 @@ use store::Store;
 
 pub use error::{Error, FrameworkStream, LogStream};
 pub use settings::{
-    Assets, ContainerSettings, DEFAULT_PORTS, RUNTIME_COMMAND, Settings, default_max_tasks,
-    default_state_dir,
+    Assets, ContainerSettings, DEFAULT_PORTS, RUNTIME_COMMAND, Settings, as_embedded_runtime,
+    default_max_tasks, default_state_dir,
 };
 pub use slots::Queued;
 

@@ -91,6 +91,24 @@ pub enum Assets {
 /// `rest-lite runtime entry|run`: the runtime this binary carries.
 pub const RUNTIME_COMMAND: &str = "runtime";
 
+/// Runs the runtime this binary carries when it was started as it ([`Runtime::embedded`]'s
+/// `runtime` command, or installed as a task's `<root>/run`) and returns its exit status;
+/// otherwise gives the arguments back, for the binary's own commands.
+pub fn as_embedded_runtime(mut args: Vec<String>) -> Result<std::process::ExitCode, Vec<String>> {
+    let invoked_as_run = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .is_some_and(|name| name == pai_contract::paths::commands::RUN);
+    if invoked_as_run {
+        return Ok(pai_kube_runtime::cli::main(args));
+    }
+    if args.get(1).map(String::as_str) == Some(RUNTIME_COMMAND) {
+        args.remove(1);
+        return Ok(pai_kube_runtime::cli::main(args));
+    }
+    Err(args)
+}
+
 impl Runtime {
     /// The runtime carried by this very binary.
     pub fn embedded() -> std::io::Result<Self> {

@@ -141,18 +141,10 @@ impl Counts {
 
 fn main() -> std::process::ExitCode {
     // The tasks' runtime is this binary, as rest-lite's is.
-    let mut args: Vec<String> = std::env::args().collect();
-    let invoked_as_run = args
-        .first()
-        .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|name| name == pai_contract::paths::commands::RUN);
-    if invoked_as_run {
-        return pai_kube_runtime::cli::main(args);
-    }
-    if args.get(1).map(String::as_str) == Some(pai_local::RUNTIME_COMMAND) {
-        args.remove(1);
-        return pai_kube_runtime::cli::main(args);
-    }
+    let args = match pai_local::as_embedded_runtime(std::env::args().collect()) {
+        Ok(status) => return status,
+        Err(args) => args,
+    };
     let quick = !args.iter().any(|a| a == "--bench");
     let jobs: usize = std::env::var("KEPT_JOBS")
         .ok()

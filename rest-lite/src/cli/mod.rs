@@ -32,8 +32,6 @@ mod spec_file;
 mod token;
 mod wait;
 
-pub use pai_local::RUNTIME_COMMAND;
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
