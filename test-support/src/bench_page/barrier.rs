@@ -1,6 +1,7 @@
 //! The barrier's area: a gang's release at every size.
 
-use super::{Block, Catalog, middle, show, values, verdict};
+use super::catalog::Catalog;
+use super::figures::{Block, middle, show, values, verdict};
 
 pub(super) fn barrier(catalog: &Catalog) -> Result<String, String> {
     let mut block = Block::new();

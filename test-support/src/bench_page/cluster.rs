@@ -1,6 +1,7 @@
 //! A submission on a cluster: its requests, objects and bytes beside its Framework.
 
-use super::{Block, Catalog, middle, number, show, spread, values, verdict, with_unit};
+use super::catalog::Catalog;
+use super::figures::{Block, middle, number, show, spread, values, verdict, with_unit};
 
 pub(super) fn cluster(catalog: &Catalog) -> Result<String, String> {
     const CASE: &str = "dry-run submissions, 64 connections";

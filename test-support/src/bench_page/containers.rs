@@ -1,6 +1,7 @@
 //! Containers per engine: a task's start and what it costs, beside the engine's own.
 
-use super::{Block, Catalog, show};
+use super::catalog::Catalog;
+use super::figures::{Block, show};
 
 pub(super) fn containers(catalog: &Catalog) -> Result<String, String> {
     const RUNNING: &str = "submit → every task RUNNING";

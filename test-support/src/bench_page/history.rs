@@ -1,6 +1,7 @@
 //! History reads: pages of finished jobs, here and from the cluster's history.
 
-use super::{AUTO, Block, Catalog, middle, show, spread, values, verdict};
+use super::catalog::Catalog;
+use super::figures::{AUTO, Block, middle, show, spread, values, verdict};
 use crate::bench_results::Results;
 
 pub(super) fn history(catalog: &Catalog) -> Result<String, String> {

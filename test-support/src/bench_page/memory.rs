@@ -1,6 +1,7 @@
 //! A long-running server's memory: what finished jobs keep, here and on a cluster.
 
-use super::{Block, Catalog, middle, number, show, values, verdict};
+use super::catalog::Catalog;
+use super::figures::{Block, middle, number, show, values, verdict};
 
 pub(super) fn memory(catalog: &Catalog) -> Result<String, String> {
     let mut block = Block::new();

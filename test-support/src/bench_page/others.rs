@@ -1,6 +1,7 @@
 //! The other figures: soak, the lines' order, and what has no area of its own.
 
-use super::{Block, Catalog, convert, middle, number, show, spread, values, verdict};
+use super::catalog::Catalog;
+use super::figures::{Block, convert, middle, number, show, spread, values, verdict};
 
 pub(super) fn others(catalog: &Catalog) -> Result<String, String> {
     let mut block = Block::new();

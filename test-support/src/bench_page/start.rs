@@ -1,6 +1,7 @@
 //! The embedded default's start: a job's tasks up, beside the same processes started bare.
 
-use super::{Block, Catalog, middle, show, values, verdict};
+use super::catalog::Catalog;
+use super::figures::{Block, middle, show, values, verdict};
 
 pub(super) fn start(catalog: &Catalog) -> Result<String, String> {
     const JOB: &str = "1000-task job";

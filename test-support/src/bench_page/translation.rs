@@ -1,6 +1,7 @@
 //! The translation's area: a spec's text to its Framework.
 
-use super::{Block, Catalog, middle, show, spread, values, verdict};
+use super::catalog::Catalog;
+use super::figures::{Block, middle, show, spread, values, verdict};
 use crate::bench_results::Results;
 
 pub(super) fn translation(catalog: &Catalog) -> Result<String, String> {
