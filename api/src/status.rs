@@ -55,8 +55,8 @@ impl JobState {
     ];
 
     /// Whether the job is in the state a job waiting for it wants (`dependsOn`).
-    pub fn is(self, wanted: pai_contract::depends::Wanted) -> bool {
-        use pai_contract::depends::Wanted;
+    pub fn is(self, wanted: pai_job::depends::Wanted) -> bool {
+        use pai_job::depends::Wanted;
         matches!(
             (self, wanted),
             (JobState::Succeeded, Wanted::Succeeded)
@@ -266,7 +266,7 @@ pub struct TaskView {
     /// The GPUs it holds, by index and UUID (the embedded default; empty on a cluster).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<Object>)]
-    pub gpus: Vec<pai_contract::gpus::Held>,
+    pub gpus: Vec<pai_job::gpus::Held>,
     /// Where this task's log is served.
     pub container_log: String,
     pub container_exit_code: Option<i32>,
@@ -368,7 +368,7 @@ pub fn job_state(framework: &Framework) -> JobState {
             match code {
                 Some(0) => JobState::Succeeded,
                 // Stopped by the server because a job it waited for ended otherwise.
-                _ if pai_contract::depends::failed(framework).is_some() => JobState::Failed,
+                _ if pai_job::depends::failed(framework).is_some() => JobState::Failed,
                 _ if pai_contract::exit::stopped_by_user(stopping, code) => JobState::Stopped,
                 Some(_) => JobState::Failed,
                 None => JobState::Unknown,
@@ -467,7 +467,7 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         app_exit_code: completed.then(|| completion.map(|c| c.code)).flatten(),
         app_exit_diagnostics: completed
             .then(|| {
-                pai_contract::depends::failed(framework)
+                pai_job::depends::failed(framework)
                     .map(String::from)
                     .or_else(|| completion.and_then(|c| c.diagnostics.clone()))
             })
@@ -495,7 +495,7 @@ pub fn job_view_held(framework: &Framework, logs_base: &str, held: Option<&Waiti
         virtual_cluster: framework.virtual_cluster().to_string(),
         protocol_version: framework.protocol_version().to_string(),
         job_priority: pai_contract::priority::JobPriority::of(framework).map(|c| c.to_string()),
-        tags: pai_contract::tags::of(framework.metadata.annotations.as_ref()),
+        tags: pai_job::tags::of(framework.metadata.annotations.as_ref()),
         running_task_number,
         total_task_role_number: framework.spec.task_roles.len(),
         attempts: attempt_views(framework),
@@ -531,7 +531,7 @@ fn role_views(
     let own_ports = framework.task_ports();
     // The embedded default's, for the attempt shown.
     let attempt = framework.status.as_ref().map(|s| s.attempt_status.id);
-    let held = pai_contract::gpus::Assignment::of(framework)
+    let held = pai_job::gpus::Assignment::of(framework)
         .filter(|a| Some(a.attempt) == attempt)
         .unwrap_or_default();
     // The ports of every task that has no pod: none.
@@ -677,7 +677,7 @@ struct TaskPlace<'a> {
     index: u32,
     gpus: u32,
     /// The GPUs it holds, where the backend says (the embedded default).
-    held: &'a [pai_contract::gpus::Held],
+    held: &'a [pai_job::gpus::Held],
 }
 
 /// A role's ports as a view shows them, shared by its tasks.
@@ -723,7 +723,7 @@ fn task_view(
             // 2^n − 1, as OpenPAI's rest-server without HiveD.
             1u64.checked_shl(place.gpus).map_or(u64::MAX, |bit| bit - 1)
         } else {
-            pai_contract::gpus::Assignment::bits(place.held)
+            pai_job::gpus::Assignment::bits(place.held)
         },
         gpus: place.held.to_vec(),
         container_log: {
@@ -754,7 +754,7 @@ fn attempt_views(framework: &Framework) -> Vec<AttemptView> {
     let current = status.attempt_status.id;
     // The current attempt ended and waits for its retry.
     let delay = framework.retry_scheduled();
-    pai_contract::attempts::ended(framework)
+    pai_job::attempts::ended(framework)
         .into_iter()
         .map(|end| {
             let row = pai_contract::exit::completion(end.code);
@@ -904,7 +904,7 @@ fn failed_words(framework: &Framework, job: &JobStatus) -> (String, String) {
         .as_ref()
         .zip(job.app_exit_trigger_task_index)
         .map(|(role, index)| format!("{role}-{index}"));
-    if pai_contract::depends::failed(framework).is_some() {
+    if pai_job::depends::failed(framework).is_some() {
         return ("DependencyFailed".to_string(), diagnostics);
     }
     match (trigger, job.app_exit_code) {

@@ -132,7 +132,7 @@ fn retry_delay(status: &pai_contract::framework::FrameworkStatus, delay: i64) ->
     let backed_off = attempt
         .completion_status
         .as_ref()
-        .is_some_and(|c| pai_contract::restarts::ended_by_command(c.code));
+        .is_some_and(|c| pai_job::restarts::ended_by_command(c.code));
     if backed_off {
         return Waiting {
             reason: "BackOff".to_string(),

@@ -11,7 +11,7 @@ use futures::stream::BoxStream;
 use pai_api::status::{JobState, job_state};
 use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
-use pai_contract::ssh_key::JobKey;
+use pai_job::ssh_key::JobKey;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BackendError {
@@ -45,7 +45,7 @@ pub enum BackendError {
     History(String),
     /// A change of a job's tags that cannot be made.
     #[error(transparent)]
-    Tag(#[from] pai_contract::tags::TagError),
+    Tag(#[from] pai_job::tags::TagError),
     #[error("{0}")]
     Other(String),
 }
@@ -199,7 +199,7 @@ pub trait Backend: Send + Sync + 'static {
     fn edit_tags<'a>(
         &'a self,
         name: &'a str,
-        edit: &'a pai_contract::tags::Edit,
+        edit: &'a pai_job::tags::Edit,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
     /// What `request` asks of task `pod`'s log ([`LogRequest`]); an earlier attempt's
     /// is [`BackendError::Gone`] where the backend no longer has it;

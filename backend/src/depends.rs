@@ -1,4 +1,4 @@
-//! Jobs that wait for jobs ([`pai_contract::depends`]), on either backend: whether a held
+//! Jobs that wait for jobs ([`pai_job::depends`]), on either backend: whether a held
 //! job may run, must go on waiting (and why, in words), or never will (one pure function
 //! of its Framework and what its dependencies are now); the checks at submission; and the
 //! dependency controller, which releases a held job once every job it waits for reached
@@ -18,7 +18,7 @@ use std::sync::{Arc, Weak};
 use pai_api::status::{JobState, job_state};
 use pai_api::waiting::Waiting;
 use pai_contract::Framework;
-use pai_contract::depends::{self, Dependency};
+use pai_job::depends::{self, Dependency};
 
 use crate::backend::{Backend, BackendError, Changed, Seen};
 use crate::controller::{self, Outcome, Reconcile};
@@ -55,7 +55,7 @@ pub fn decide(framework: &Framework, lookup: impl Fn(&str) -> Option<Seen>) -> D
     let mut waiting = Vec::new();
     for Dependency { job, state, uid } in depends::of(framework) {
         let wanted = state.as_str();
-        let name = pai_contract::names::framework_name(&user, &job);
+        let name = pai_job::names::framework_name(&user, &job);
         let found = lookup(&name).filter(|f| uid.is_none() || f.uid.as_deref() == uid.as_deref());
         let Some(Seen { state: now, .. }) = found else {
             return Decision::Failed(format!(
@@ -116,7 +116,7 @@ pub async fn resolve(
     let field = |i: usize| format!("dependsOn[{i}].job");
     let mut all_met = true;
     for (i, dependency) in dependencies.iter_mut().enumerate() {
-        let name = pai_contract::names::framework_name(&user, &dependency.job);
+        let name = pai_job::names::framework_name(&user, &dependency.job);
         let found = backend.get(&name).await?.ok_or_else(|| {
             DependencyError::Refused(format!(
                 "{}: user {user} has no job {:?} to wait for",
@@ -183,7 +183,7 @@ async fn cycle(
             if !seen.insert(job.clone()) {
                 continue;
             }
-            let name = pai_contract::names::framework_name(user, &job);
+            let name = pai_job::names::framework_name(user, &job);
             if let Some(found) = backend.get(&name).await? {
                 paths.push((longer, depends::of(&found)));
             }
@@ -329,7 +329,7 @@ impl Controller {
         }
         let user = framework.user_name().unwrap_or_default().to_string();
         for dependency in depends::of(framework) {
-            let on = pai_contract::names::framework_name(&user, &dependency.job);
+            let on = pai_job::names::framework_name(&user, &dependency.job);
             self.waiting_on.entry(on).or_default().insert(name.clone());
         }
         match decide(framework, |n| backend.seen(n)) {

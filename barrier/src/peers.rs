@@ -26,7 +26,7 @@ pub struct PeerTable {
     pub roles: Vec<RolePeers>,
     /// The attempt's tasks start their commands no earlier than this (RFC 3339): the
     /// restart back-off of a job whose previous attempt ended quickly
-    /// ([`pai_contract::restarts`]), which the runtime waits out after the barrier. On a
+    /// (the restart policy in `pai-job`), which the runtime waits out after the barrier. On a
     /// cluster FrameworkController starts the next attempt at once; the server, which
     /// knows the attempts' history, says when it may begin.
     #[serde(default, skip_serializing_if = "Option::is_none")]

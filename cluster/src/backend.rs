@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pai_contract::framework::ExecutionType;
-use pai_contract::ssh_key::JobKey;
 use pai_contract::{Framework, meta, training};
+use pai_job::ssh_key::JobKey;
 
 use pai_backend::backend::{
     Backend, BackendError, Changed, FrameworkStream, LogPart, LogRequest, LogStream, split_log,
@@ -119,7 +119,7 @@ pub struct Settings {
     pub instance: String,
     /// The back-off of a job whose attempts end quickly, published with each attempt's
     /// peer table for its tasks' runtimes to wait out (`restartBackoff`).
-    pub restart: pai_contract::restarts::RestartBackoff,
+    pub restart: pai_job::restarts::RestartBackoff,
     /// Which finished jobs are kept (`retention`).
     pub retention: pai_backend::retention::Bounds,
     /// The job history, and how long a finished Framework stays in the cluster once the
@@ -659,13 +659,13 @@ impl KubeBackend {
         &self,
         archive: &crate::archive::Archive,
         name: &str,
-        edit: &pai_contract::tags::Edit,
+        edit: &pai_job::tags::Edit,
     ) -> Result<(), BackendError> {
         let unavailable = |e: crate::archive::ArchiveError| BackendError::History(e.to_string());
         archive
             .update(name, |framework| {
                 let annotations = framework.metadata.annotations.get_or_insert_default();
-                pai_contract::tags::apply(annotations, edit)
+                pai_job::tags::apply(annotations, edit)
             })
             .await
             .map_err(unavailable)?
@@ -987,7 +987,7 @@ impl Backend for KubeBackend {
                 let framework = change.framework();
                 Changed {
                     name: framework.name().to_string(),
-                    waits: pai_contract::depends::waits(framework),
+                    waits: pai_job::depends::waits(framework),
                 }
             });
         match &self.archive {
@@ -1011,14 +1011,14 @@ impl Backend for KubeBackend {
     fn release<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         async move {
             let framework = self.store.get(name).ok_or(BackendError::NotFound)?;
-            if !pai_contract::depends::released(&framework) {
+            if !pai_job::depends::released(&framework) {
                 let mut ungated = (*framework).clone();
                 pai_backend::depends::ungate_template(&mut ungated);
                 let patch = serde_json::json!({
                     "metadata": {
                         "resourceVersion": framework.metadata.resource_version,
                         "annotations": {
-                            pai_contract::depends::RELEASED: jiff::Timestamp::now().to_string(),
+                            pai_job::depends::RELEASED: jiff::Timestamp::now().to_string(),
                         },
                     },
                     "spec": {"taskRoles": ungated.spec.task_roles},
@@ -1073,7 +1073,7 @@ impl Backend for KubeBackend {
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         async move {
             let patch = serde_json::json!({
-                "metadata": {"annotations": {pai_contract::depends::FAILED: why}},
+                "metadata": {"annotations": {pai_job::depends::FAILED: why}},
                 "spec": {"executionType": ExecutionType::Stop},
             });
             self.api
@@ -1113,7 +1113,7 @@ impl Backend for KubeBackend {
     fn edit_tags<'a>(
         &'a self,
         name: &'a str,
-        edit: &'a pai_contract::tags::Edit,
+        edit: &'a pai_job::tags::Edit,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         async move {
             if let Some(archive) = &self.archive
@@ -1126,13 +1126,13 @@ impl Backend for KubeBackend {
             let mut current = self.get(name).await?.ok_or(BackendError::NotFound)?;
             for _ in 0..TAG_WRITES {
                 let mut annotations = current.metadata.annotations.clone().unwrap_or_default();
-                if !pai_contract::tags::apply(&mut annotations, edit)? {
+                if !pai_job::tags::apply(&mut annotations, edit)? {
                     return Ok(());
                 }
-                let tags = annotations.get(pai_contract::tags::ANNOTATION);
+                let tags = annotations.get(pai_job::tags::ANNOTATION);
                 let patch = serde_json::json!({"metadata": {
                     "resourceVersion": current.metadata.resource_version,
-                    "annotations": {pai_contract::tags::ANNOTATION: tags},
+                    "annotations": {pai_job::tags::ANNOTATION: tags},
                 }});
                 let changes = self.store.subscribe();
                 match self

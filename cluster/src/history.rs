@@ -1,6 +1,6 @@
 //! Each job's attempt history on a cluster: FrameworkController's status holds only the
 //! current attempt, so when the server sees an attempt's outcome decided it writes that
-//! end into the Framework's history annotation ([`pai_contract::attempts`]) before the
+//! end into the Framework's history annotation ([`pai_job::attempts`]) before the
 //! next attempt replaces it. The embedded default writes the history itself.
 //!
 //! Level-triggered from the server's copy ([`crate::store`]): at the first list and at
@@ -23,7 +23,7 @@ use serde_json::json;
 use tracing::{debug, warn};
 
 use pai_contract::Framework;
-use pai_contract::attempts;
+use pai_job::attempts;
 
 use pai_backend::controller::{Outcome, Reconcile};
 

@@ -28,7 +28,7 @@ use tracing::{debug, info, warn};
 use pai_barrier::{PeerTable, Readiness, published, readiness};
 use pai_contract::Framework;
 use pai_contract::framework::FrameworkState;
-use pai_contract::restarts::RestartBackoff;
+use pai_job::restarts::RestartBackoff;
 
 use pai_backend::controller::{Outcome, Reconcile};
 
@@ -190,9 +190,9 @@ pub fn wanted(framework: &Framework, restart: &RestartBackoff) -> Option<PeerTab
 /// next attempt at once: the runtime waits this out after the barrier.
 pub fn not_before(framework: &Framework, policy: &RestartBackoff) -> Option<String> {
     let current = framework.status.as_ref()?.attempt_status.id;
-    let history = pai_contract::attempts::recorded(framework);
+    let history = pai_job::attempts::recorded(framework);
     let previous = history.last().filter(|end| end.attempt == current - 1)?;
-    let wait = pai_contract::restarts::wait(&history, policy)?;
+    let wait = pai_job::restarts::wait(&history, policy)?;
     let ended = previous.time.as_deref()?.parse::<jiff::Timestamp>().ok()?;
     let span = jiff::SignedDuration::try_from(wait.delay).ok()?;
     Some(ended.checked_add(span).ok()?.to_string())
@@ -230,7 +230,7 @@ mod tests {
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(pai_contract::attempts::ANNOTATION.to_string(), history);
+            .insert(pai_job::attempts::ANNOTATION.to_string(), history);
         let at = not_before(&framework, &RestartBackoff::default()).expect("a wait");
         assert_eq!(
             at.parse::<jiff::Timestamp>().expect("time"),
@@ -242,7 +242,7 @@ mod tests {
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(pai_contract::attempts::ANNOTATION.to_string(), history);
+            .insert(pai_job::attempts::ANNOTATION.to_string(), history);
         assert_eq!(
             not_before(&framework, &RestartBackoff::default()),
             None,

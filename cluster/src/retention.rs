@@ -36,7 +36,8 @@ use tracing::{debug, info, warn};
 
 use pai_backend::controller::{Outcome, Reconcile};
 use pai_backend::retention::{AT_MOST_EVERY, Bounds, SWEEP_EVERY, past};
-use pai_contract::{Framework, attempts, kept_logs};
+use pai_contract::{Framework, kept_logs};
+use pai_job::attempts;
 
 use crate::archive::{self, Archive};
 use crate::store::{Change, KubeStore};

@@ -5,29 +5,22 @@
 #![warn(missing_docs)]
 
 pub mod access;
-pub mod attempts;
 pub mod backoff;
 pub mod code_dir;
-pub mod depends;
 pub mod env;
 pub mod exit;
 pub mod failure;
 pub mod framework;
-pub mod gpus;
 pub mod kept_logs;
 pub mod log_lines;
 pub mod log_rotation;
 pub mod meta;
-pub mod names;
 pub mod ordered_log;
 pub mod paths;
 pub mod ports;
 pub mod priority;
 pub mod read;
-pub mod restarts;
 pub mod results;
-pub mod ssh_key;
-pub mod tags;
 pub mod template;
 pub mod training;
 

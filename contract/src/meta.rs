@@ -1,8 +1,8 @@
 //! Labels and annotations rest-lite puts on Frameworks and their pods.
 
-/// Label: the owner's user name as a label value (`pai_contract::names::label_value`).
+/// Label: the owner's user name as a label value (`pai_job::names::label_value`).
 pub const LABEL_USER: &str = "rest-lite.openpai.io/user";
-/// Label: the job name as a label value (`pai_contract::names::label_value`).
+/// Label: the job name as a label value (`pai_job::names::label_value`).
 pub const LABEL_JOB: &str = "rest-lite.openpai.io/job";
 /// Label on every object rest-lite creates.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -38,7 +38,7 @@ pub const ANNOTATION_TASK_PORTS: &str = "rest-lite.openpai.io/task-ports";
 /// Annotation: the GPU type the job asked for (`gpuType`), on both backends.
 pub const ANNOTATION_GPU_TYPE: &str = "rest-lite.openpai.io/gpu-type";
 /// Annotation the embedded default puts on a Framework: the GPUs each task of the current
-/// attempt holds ([`crate::gpus::Assignment`]). A cluster's device plugin chooses a pod's
+/// attempt holds (`pai_job::gpus::Assignment`). A cluster's device plugin chooses a pod's
 /// GPUs on its node and tells the API server nothing of it, so a Framework on a cluster
 /// has none.
 pub const ANNOTATION_TASK_GPUS: &str = "rest-lite.openpai.io/task-gpus";

@@ -11,7 +11,7 @@ use pai_backend::backend::{
 use pai_backend::controller::Event;
 use pai_contract::Framework;
 use pai_contract::framework::ExecutionType;
-use pai_contract::ssh_key::JobKey;
+use pai_job::ssh_key::JobKey;
 
 use crate::Settings;
 
@@ -231,13 +231,11 @@ impl Backend for LocalBackend {
     fn edit_tags<'a>(
         &'a self,
         name: &'a str,
-        edit: &'a pai_contract::tags::Edit,
+        edit: &'a pai_job::tags::Edit,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
             self.0
-                .annotate(name, |annotations| {
-                    pai_contract::tags::apply(annotations, edit)
-                })
+                .annotate(name, |annotations| pai_job::tags::apply(annotations, edit))
                 .await?
                 .map_err(BackendError::Tag)
                 .map(drop)

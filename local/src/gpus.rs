@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 pub use pai_translate::gpus::{GpuDevice, GpuType};
 
-pub use pai_contract::gpus::{Assignment, Held};
+pub use pai_job::gpus::{Assignment, Held};
 
 /// Where the inventory came from, for the server's start line.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -320,7 +320,7 @@ impl Inner {
             .map_err(|e| Error::Other(e.to_string()))?;
         job.changed.send_modify(|v| *v += 1);
         if self.changes.receiver_count() > 0 {
-            let waits = pai_contract::depends::waits(&job.framework());
+            let waits = pai_job::depends::waits(&job.framework());
             let _ = self.changes.send((job.shared_name(), waits));
         }
         Ok(())

@@ -653,7 +653,7 @@ impl JobLoop<'_> {
                         continue;
                     }
                     // Not before the jobs it waits for reached their states.
-                    if pai_contract::depends::holds(&self.job.framework()) {
+                    if pai_job::depends::holds(&self.job.framework()) {
                         tracing::info!(job = %name, "waits for the jobs it depends on");
                         self.waits_for_jobs = true;
                         continue;

@@ -47,7 +47,7 @@ use tokio::sync::mpsc;
 
 use pai_contract::Framework;
 use pai_contract::framework::{ExecutionType, pod_name};
-use pai_contract::ssh_key::JobKey;
+use pai_job::ssh_key::JobKey;
 
 use job::{Command, Inner, Job, uid};
 use store::Store;
@@ -653,7 +653,7 @@ impl Machine {
         let job = self.inner.visible(name).ok_or(Error::NotFound)?;
         {
             let mut guard = job.framework();
-            if pai_contract::depends::released(&guard) {
+            if pai_job::depends::released(&guard) {
                 return Ok(());
             }
             Arc::make_mut(&mut guard)
@@ -661,7 +661,7 @@ impl Machine {
                 .annotations
                 .get_or_insert_with(Default::default)
                 .insert(
-                    pai_contract::depends::RELEASED.to_string(),
+                    pai_job::depends::RELEASED.to_string(),
                     jiff::Timestamp::now().to_string(),
                 );
         }
@@ -677,7 +677,7 @@ impl Machine {
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(pai_contract::depends::FAILED.to_string(), why.to_string());
+            .insert(pai_job::depends::FAILED.to_string(), why.to_string());
         // Saved whether or not the job was being stopped already.
         self.inner.persist(&job).await?;
         self.set_execution(name, ExecutionType::Stop).await

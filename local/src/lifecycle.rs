@@ -25,7 +25,7 @@ pub struct Context<'a> {
     pub now: String,
     pub conflict_delay: Duration,
     /// The wait before the next attempt of a job whose attempts end quickly.
-    pub restart: pai_contract::restarts::RestartBackoff,
+    pub restart: pai_job::restarts::RestartBackoff,
     pub uid: &'a mut dyn FnMut() -> String,
     /// Added to every attempt's completion diagnostics (the embedded default says the
     /// images were not used).
@@ -666,7 +666,7 @@ fn attempt_completed(framework: &mut Framework, cx: &mut Context<'_>, effects: &
         transition_framework(status, FrameworkState::AttemptCompleted, &cx.now);
     }
     // Kept on the Framework: the next attempt replaces this one's status.
-    pai_contract::attempts::record(framework);
+    pai_job::attempts::record(framework);
     // Where it ran, said once: on the attempt's status now (the job's, if it is the
     // last), not on each attempt the history keeps.
     if let Some(completion) = framework
@@ -715,9 +715,8 @@ fn after_attempt(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut 
     }
     // An attempt the user's command ended quickly: the next one waits, as a kubelet
     // backs off a container that keeps exiting.
-    let backoff =
-        pai_contract::restarts::wait(&pai_contract::attempts::recorded(framework), &cx.restart)
-            .map_or(Duration::ZERO, |w| w.delay);
+    let backoff = pai_job::restarts::wait(&pai_job::attempts::recorded(framework), &cx.restart)
+        .map_or(Duration::ZERO, |w| w.delay);
     let delay = decision.delay.max(backoff);
     tracing::info!(reason = %decision.reason, delay_s = delay.as_secs(), "retrying the attempt");
     if delay.is_zero() {
@@ -732,10 +731,10 @@ fn after_attempt(framework: &mut Framework, cx: &mut Context<'_>, effects: &mut 
 
 /// The retries so far of attempts the platform ended (−101: preempted, or ended by the
 /// server's restart), as the attempt history holds them (its last
-/// [`pai_contract::attempts::KEPT`]), the current attempt's end not included.
+/// [`pai_job::attempts::KEPT`]), the current attempt's end not included.
 fn platform_retries(framework: &Framework) -> i32 {
     let current = framework.attempt_id();
-    pai_contract::attempts::recorded(framework)
+    pai_job::attempts::recorded(framework)
         .iter()
         .filter(|end| end.attempt < current && end.code == codes::POD_EXTERNAL_DELETED)
         .count() as i32
@@ -800,7 +799,7 @@ mod tests {
         tick: u64,
         uids: u64,
         /// Off unless a test turns it on.
-        restart: pai_contract::restarts::RestartBackoff,
+        restart: pai_job::restarts::RestartBackoff,
     }
 
     impl Sim {
@@ -821,7 +820,7 @@ mod tests {
                 framework,
                 tick: 0,
                 uids: 0,
-                restart: pai_contract::restarts::RestartBackoff {
+                restart: pai_job::restarts::RestartBackoff {
                     first: Duration::ZERO,
                     ..Default::default()
                 },
@@ -1086,7 +1085,7 @@ mod tests {
                 continue;
             }
             // The ended attempt is kept on the Framework, with its code and task.
-            let history = pai_contract::attempts::recorded(&sim.framework);
+            let history = pai_job::attempts::recorded(&sim.framework);
             assert_eq!(history.len(), 1, "code {code}");
             assert_eq!(
                 (
@@ -1117,7 +1116,7 @@ mod tests {
     fn a_service_that_exits_at_once_backs_off_doubling_to_the_cap() {
         // retryCount −2: restarted after a success too, as OpenPAI's services.
         let mut sim = Sim::new(&[("server", 1, 1, -1)], false, -2);
-        sim.restart = pai_contract::restarts::RestartBackoff {
+        sim.restart = pai_job::restarts::RestartBackoff {
             first: Duration::from_secs(10),
             cap: Duration::from_secs(40),
             reset_after: Duration::from_secs(600),
@@ -1217,7 +1216,7 @@ mod tests {
             ),
             (1, 0)
         );
-        let history = pai_contract::attempts::recorded(&sim.framework);
+        let history = pai_job::attempts::recorded(&sim.framework);
         assert_eq!(history[0].code, codes::POD_EXTERNAL_DELETED);
         assert_eq!(
             history[0].diagnostics.as_deref(),

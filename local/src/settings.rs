@@ -30,7 +30,7 @@ pub struct Settings {
     /// The team storages (the config's, as the server reads it again).
     pub storages: std::sync::Arc<pai_translate::storages::Registry>,
     /// The wait before the next attempt of a job whose attempts end quickly.
-    pub restart: pai_contract::restarts::RestartBackoff,
+    pub restart: pai_job::restarts::RestartBackoff,
     /// How many attempts' files are kept per job, the current one included.
     pub kept_attempts: u32,
     /// The bound of each task's `container.log`.

@@ -16,7 +16,7 @@ use crate::procs::ProcessId;
 use pai_contract::Framework;
 
 use crate::cold::Cold;
-use pai_contract::ssh_key::JobKey;
+use pai_job::ssh_key::JobKey;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

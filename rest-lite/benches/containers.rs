@@ -293,7 +293,7 @@ async fn main() {
             let label = format!(
                 "label={}={}",
                 pai_local::containers::LABEL_JOB,
-                pai_contract::names::framework_name("bench", &job)
+                pai_job::names::framework_name("bench", &job)
             );
             while engine != "host"
                 && Command::new(engine)

@@ -63,8 +63,8 @@ fn completed(transformer: &Transformer, i: usize) -> serde_json::Value {
     )
     .expect("json");
     let ended: Framework = serde_json::from_value(value.clone()).expect("a Framework");
-    if let Some(history) = pai_contract::attempts::with_current(&ended) {
-        value["metadata"]["annotations"][pai_contract::attempts::ANNOTATION] = json!(history);
+    if let Some(history) = pai_job::attempts::with_current(&ended) {
+        value["metadata"]["annotations"][pai_job::attempts::ANNOTATION] = json!(history);
     }
     value
 }

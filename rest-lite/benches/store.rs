@@ -438,9 +438,8 @@ fn populate(api: &ApiServer, jobs: usize, finished: bool) {
             .expect("json");
             let ended: pai_contract::Framework =
                 serde_json::from_value(value.clone()).expect("a Framework");
-            if let Some(history) = pai_contract::attempts::with_current(&ended) {
-                value["metadata"]["annotations"][pai_contract::attempts::ANNOTATION] =
-                    json!(history);
+            if let Some(history) = pai_job::attempts::with_current(&ended) {
+                value["metadata"]["annotations"][pai_job::attempts::ANNOTATION] = json!(history);
             }
         }
         for role in ["ps", "worker"] {

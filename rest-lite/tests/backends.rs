@@ -122,7 +122,7 @@ impl Harness {
 
     /// The Framework of `user`'s `job`, as the test server stores it.
     fn framework_name(user: &str, job: &str) -> String {
-        pai_contract::names::framework_name(user, job)
+        pai_job::names::framework_name(user, job)
     }
 
     /// The job's only task runs: its pod has an address.
@@ -221,7 +221,7 @@ impl Harness {
                 let released = tokio::time::timeout(
                     DEADLINE,
                     api.wait_for("frameworks", NS, &Self::framework_name(user, job), |f| {
-                        f["metadata"]["annotations"][pai_contract::depends::RELEASED].is_string()
+                        f["metadata"]["annotations"][pai_job::depends::RELEASED].is_string()
                     }),
                 )
                 .await
@@ -358,13 +358,13 @@ async fn a_pipeline_runs_job_after_job(h: &Harness) {
             .expect("train's Framework");
         assert_eq!(
             framework["spec"]["taskRoles"][0]["task"]["pod"]["spec"]["schedulingGates"],
-            json!([{"name": pai_contract::depends::GATE}])
+            json!([{"name": pai_job::depends::GATE}])
         );
         let prep = api
             .get("frameworks", NS, &Harness::framework_name("alice", "prep"))
             .expect("prep's Framework");
-        let pinned: Vec<pai_contract::depends::Dependency> = serde_json::from_str(
-            framework["metadata"]["annotations"][pai_contract::depends::ANNOTATION]
+        let pinned: Vec<pai_job::depends::Dependency> = serde_json::from_str(
+            framework["metadata"]["annotations"][pai_job::depends::ANNOTATION]
                 .as_str()
                 .expect("the dependencies"),
         )
@@ -378,7 +378,7 @@ async fn a_pipeline_runs_job_after_job(h: &Harness) {
                 "metadata": {"name": "train-worker-0", "namespace": NS,
                     "labels": {pai_contract::framework::LABEL_FRAMEWORK_NAME: Harness::framework_name("alice", "train")}},
                 "spec": {"containers": [{"name": "main", "image": "busybox"}],
-                    "schedulingGates": [{"name": pai_contract::depends::GATE}, {"name": "kueue.x-k8s.io/admission"}]}}),
+                    "schedulingGates": [{"name": pai_job::depends::GATE}, {"name": "kueue.x-k8s.io/admission"}]}}),
         );
     }
     h.running("alice", "prep").await;
@@ -851,11 +851,11 @@ async fn on_kubernetes_each_ended_attempt_is_kept_on_the_framework() {
     });
     let written = api
         .wait_for("frameworks", NS, &name, |f| {
-            f["metadata"]["annotations"][pai_contract::attempts::ANNOTATION].is_string()
+            f["metadata"]["annotations"][pai_job::attempts::ANNOTATION].is_string()
         })
         .await;
-    let history: Vec<pai_contract::attempts::AttemptEnd> = serde_json::from_str(
-        written["metadata"]["annotations"][pai_contract::attempts::ANNOTATION]
+    let history: Vec<pai_job::attempts::AttemptEnd> = serde_json::from_str(
+        written["metadata"]["annotations"][pai_job::attempts::ANNOTATION]
             .as_str()
             .expect("text"),
     )
@@ -936,8 +936,8 @@ async fn on_kubernetes_an_attempt_ended_by_a_preemption_says_who_ended_it() {
         f["status"]["attemptStatus"]["completionTime"] = json!("2026-01-01T00:00:05Z");
     });
     let ended_by = |f: &serde_json::Value| -> Option<String> {
-        let text = f["metadata"]["annotations"][pai_contract::attempts::ANNOTATION].as_str()?;
-        let history: Vec<pai_contract::attempts::AttemptEnd> = serde_json::from_str(text).ok()?;
+        let text = f["metadata"]["annotations"][pai_job::attempts::ANNOTATION].as_str()?;
+        let history: Vec<pai_job::attempts::AttemptEnd> = serde_json::from_str(text).ok()?;
         history.first()?.ended_by.clone()
     };
     let written = tokio::time::timeout(

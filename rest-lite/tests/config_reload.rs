@@ -94,7 +94,7 @@ async fn two_replicas_take_a_changed_config_without_a_restart() {
             .submit("alice", &spec(job), SpecFormat::Json)
             .await
             .expect("submitted");
-        let name = pai_contract::names::framework_name("alice", job);
+        let name = pai_job::names::framework_name("alice", job);
         api.modify("frameworks", NS, &name, |f| {
             f["status"]["state"] = json!("Completed");
             f["status"]["completionTime"] = json!(format!("2026-01-01T00:00:0{second}Z"));
@@ -117,7 +117,7 @@ async fn two_replicas_take_a_changed_config_without_a_restart() {
         let log = replica.log();
         assert!(log.contains("changed=retention, storages"), "{log}");
     }
-    let newest = pai_contract::names::framework_name("alice", "three");
+    let newest = pai_job::names::framework_name("alice", "three");
     frameworks_left(&api, std::slice::from_ref(&newest)).await;
     for replica in &replicas {
         assert_eq!(storages(replica), ["team"]);

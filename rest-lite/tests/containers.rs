@@ -428,7 +428,7 @@ async fn a_multi_role_job_runs_in_its_image_with_the_platforms_environment(engin
     let framework: pai_contract::Framework = serde_json::from_slice(
         &std::fs::read(
             dir.join("state/jobs")
-                .join(pai_contract::names::framework_name("alice", "in-image"))
+                .join(pai_job::names::framework_name("alice", "in-image"))
                 .join("framework.json"),
         )
         .expect("the stored Framework"),
@@ -1132,7 +1132,7 @@ fn task_env(log: &str) -> std::collections::BTreeMap<String, String> {
 
 /// The Framework's name of alice's job (its containers carry it).
 async fn framework_name(_client: &Client, job: &str) -> String {
-    pai_contract::names::framework_name("alice", job)
+    pai_job::names::framework_name("alice", job)
 }
 
 /// A registry of this machine (Debian's `docker-registry`) that asks for a password, with
@@ -1631,7 +1631,7 @@ async fn tensorflow_roles_read_tf_config_and_reach_each_other_over_ssh_in_contai
     let state = dir.join("state");
     let attempts = state
         .join("jobs")
-        .join(pai_contract::names::framework_name("alice", "tf"))
+        .join(pai_job::names::framework_name("alice", "tf"))
         .join("attempts");
     let host_path = state.display().to_string();
     let mut read = 0;

@@ -403,7 +403,7 @@ mod removal {
             .submit("alice", &spec.to_string(), SpecFormat::Json)
             .await
             .expect("submitted");
-        let framework_name = pai_contract::names::framework_name("alice", "train");
+        let framework_name = pai_job::names::framework_name("alice", "train");
         let framework = api
             .get("frameworks", NS, &framework_name)
             .expect("its Framework");

@@ -71,7 +71,7 @@ async fn submit(api: &ApiServer, client: &Client, queue: Option<&str>) -> Value 
         .submit("alice", &spec(queue), SpecFormat::Json)
         .await
         .expect("submitted");
-    let fw = pai_contract::names::framework_name("alice", "train");
+    let fw = pai_job::names::framework_name("alice", "train");
     api.get("frameworks", NS, &fw).expect("the Framework")
 }
 
@@ -609,7 +609,7 @@ async fn kueue_the_workload_of_an_attempt_that_ends_is_deleted() {
     api.create("workloads", NS, admitted_workload("theirs", "another", 0));
     // A job that is gone (deleted while no server ran: found at the first list, or now):
     // its Workload goes, after the ones above were looked at.
-    let gone = pai_contract::names::framework_name("alice", "gone");
+    let gone = pai_job::names::framework_name("alice", "gone");
     api.create("workloads", NS, admitted_workload(&gone, &gone, 0));
     gone_soon(&gone).await;
     assert!(
@@ -642,7 +642,7 @@ async fn kueue_the_workload_of_an_attempt_that_ends_is_deleted() {
     api.modify("frameworks", NS, &name, state("AttemptRunning", 1));
     until(&mut changes, |v| v.job_status.retries == 1).await;
     api.create("workloads", NS, admitted_workload(&name, &name, 1));
-    let later = pai_contract::names::framework_name("alice", "later");
+    let later = pai_job::names::framework_name("alice", "later");
     api.create("workloads", NS, admitted_workload(&later, &later, 0));
     gone_soon(&later).await;
     assert!(api.get("workloads", NS, &name).is_some(), "attempt 1 runs");
@@ -707,7 +707,7 @@ async fn kueue_a_jobs_priority_class_is_the_clusters_and_a_missing_one_is_refuse
         text.contains("the cluster has no Kueue WorkloadPriorityClass of that name"),
         "{text}"
     );
-    let framework = pai_contract::names::framework_name("alice", "urgent");
+    let framework = pai_job::names::framework_name("alice", "urgent");
     assert!(api.get("frameworks", NS, &framework).is_none());
     assert!(api.list("serviceaccounts", NS).is_empty(), "nothing made");
 

@@ -181,7 +181,7 @@ mod cluster {
         }
 
         fn framework(job: &str) -> String {
-            pai_contract::names::framework_name("alice", job)
+            pai_job::names::framework_name("alice", job)
         }
 
         /// A server on the test API server with `postgres` as its history (scratch
@@ -330,7 +330,7 @@ mod cluster {
         place
             .api
             .wait_for("frameworks", NS, &Place::framework("flaky"), |f| {
-                f["metadata"]["annotations"][pai_contract::attempts::ANNOTATION].is_string()
+                f["metadata"]["annotations"][pai_job::attempts::ANNOTATION].is_string()
             })
             .await;
         place.keep_log("flaky", 1, "attempt 1 of flaky\n");

@@ -79,8 +79,8 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
             .await
             .expect("submitted");
     }
-    let fw = pai_contract::names::framework_name("alice", "train");
-    let bob = pai_contract::names::framework_name("bob", "other");
+    let fw = pai_job::names::framework_name("alice", "train");
+    let bob = pai_job::names::framework_name("bob", "other");
     let account = access::job_account(&fw);
     let framework = api.get("frameworks", NS, &fw).expect("alice's Framework");
     let uid = framework["metadata"]["uid"].clone();
@@ -301,7 +301,7 @@ async fn a_job_may_read_its_own_framework_and_peer_table_and_nothing_else() {
 async fn a_job_that_is_not_created_leaves_no_grant_and_a_second_one_takes_none() {
     let api = ApiServer::start().await;
     let client = serve(&api).await;
-    let fw = pai_contract::names::framework_name("alice", "train");
+    let fw = pai_job::names::framework_name("alice", "train");
     let account = access::job_account(&fw);
 
     api.reject_creates_of("frameworks", "denied by a webhook");

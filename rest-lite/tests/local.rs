@@ -325,7 +325,7 @@ async fn every_tasks_progress_reaches_the_stored_framework_with_no_event_after_i
     let (rx, _) = submitted_and_up(&client, &dir, "progress", roles).await;
     let stored = dir
         .join("state/jobs")
-        .join(pai_contract::names::framework_name("alice", "progress"))
+        .join(pai_job::names::framework_name("alice", "progress"))
         .join("framework.json");
     let running_on_disk = || {
         let framework: pai_contract::Framework =

@@ -79,7 +79,7 @@ async fn the_serve_command_serves_and_stops_on_sigterm() {
         &spec,
     );
     assert_eq!(reply.status, 202, "{}", reply.body);
-    let framework = pai_contract::names::framework_name("alice", "job");
+    let framework = pai_job::names::framework_name("alice", "job");
     assert!(api.get("frameworks", NS, &framework).is_some());
     nix_kill(child.id());
     let status = tokio::task::spawn_blocking(move || child.wait())

@@ -259,7 +259,7 @@ async fn on_kubernetes_secrets_are_secrets_the_framework_owns() {
     let answer = submit(&server, &secret_job());
     assert_eq!(answer.status, 202, "{}", answer.body);
 
-    let name = pai_contract::names::framework_name("alice", "private");
+    let name = pai_job::names::framework_name("alice", "private");
     let framework = api.get("frameworks", NS, &name).expect("framework");
     assert!(
         !framework.to_string().contains(SECRET),
@@ -425,11 +425,11 @@ async fn the_v2_list_filters_orders_and_pages_as_openpai_does() {
         .get(
             "frameworks",
             NS,
-            &pai_contract::names::framework_name("alice", "c_job"),
+            &pai_job::names::framework_name("alice", "c_job"),
         )
         .expect("c_job");
     assert_eq!(
-        c["metadata"]["annotations"][pai_contract::tags::ANNOTATION],
+        c["metadata"]["annotations"][pai_job::tags::ANNOTATION],
         r#"["abnormal","low_gpu_utilization"]"#
     );
     let view = get(&server, "/api/v1/user/alice/jobs/c_job", TOKEN);
@@ -477,11 +477,11 @@ async fn the_v2_list_filters_orders_and_pages_as_openpai_does() {
         .get(
             "frameworks",
             NS,
-            &pai_contract::names::framework_name("alice", "a_job"),
+            &pai_job::names::framework_name("alice", "a_job"),
         )
         .expect("a_job");
     let kept: Vec<String> = serde_json::from_str(
-        a["metadata"]["annotations"][pai_contract::tags::ANNOTATION]
+        a["metadata"]["annotations"][pai_job::tags::ANNOTATION]
             .as_str()
             .unwrap_or("[]"),
     )

@@ -200,10 +200,10 @@ impl From<BackendError> for ApiError {
                 Self::bad_request(format!("the cluster rejected the job: {reason}"))
             }
             BackendError::Refused(reason) => Self::bad_request(reason),
-            BackendError::Tag(e @ pai_contract::tags::TagError::Missing(_)) => {
+            BackendError::Tag(e @ pai_job::tags::TagError::Missing(_)) => {
                 Self::new(StatusCode::NOT_FOUND, ErrorCode::NoTagError, e.to_string())
             }
-            BackendError::Tag(e @ pai_contract::tags::TagError::TooMany) => {
+            BackendError::Tag(e @ pai_job::tags::TagError::TooMany) => {
                 Self::conflict(e.to_string())
             }
             BackendError::Tag(e) => Self::bad_request(e.to_string()),

@@ -10,7 +10,7 @@ use futures::{Stream, StreamExt};
 use pai_api::jobs::{Execution, JobSummary};
 use pai_contract::Framework;
 use pai_contract::framework::{ExecutionType, FrameworkState};
-use pai_contract::ssh_key::JobKey;
+use pai_job::ssh_key::JobKey;
 
 use super::auth::Caller;
 use super::error::ApiError;

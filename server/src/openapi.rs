@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, SecurityRequirement};
 use utoipa::{Modify, OpenApi};
 
-use pai_contract::names::MAX_TASKS_PER_ROLE;
+use pai_job::names::MAX_TASKS_PER_ROLE;
 use pai_translate::spec::schema;
 
 use super::{routes, storages, v2};
@@ -304,7 +304,7 @@ mod tests {
         assert_eq!(role["name"]["pattern"], ROLE_PATTERN);
         assert_eq!(
             role["name"]["maxLength"],
-            pai_contract::names::max_task_role_name(1)
+            pai_job::names::max_task_role_name(1)
         );
         // An integer, or (as OpenPAI's validator took it) a string of digits.
         let task_number = &role["taskNumber"]["oneOf"];

@@ -16,7 +16,7 @@ use pai_api::status::JobState;
 use pai_api::v2::{
     JobListV2, JobSummariesWithTotalCount, JobSummaryV2, LogLocation, PodLogInfo, TaskStatusV2,
 };
-use pai_contract::tags::Edit;
+use pai_job::tags::Edit;
 
 use super::auth::Caller;
 use super::error::ApiError;

@@ -87,8 +87,8 @@ async fn a_retry_delay_and_a_stop_are_shown_and_told_as_they_are() {
     for spec in [base_job(), stopped_job, succeeded_job] {
         assert_eq!(submit(s.addr, "alice", &spec.to_string()).await.status, 202);
     }
-    let stopped = pai_contract::names::framework_name("alice", "stopped");
-    let succeeded = pai_contract::names::framework_name("alice", "succeeded");
+    let stopped = pai_job::names::framework_name("alice", "stopped");
+    let succeeded = pai_job::names::framework_name("alice", "succeeded");
     let now = jiff::Timestamp::now().to_string();
     // "job": attempt 0 ended with a conflict; FrameworkController retries it in 462 s.
     s.api.modify("frameworks", NS, &fw(), |f| {

@@ -67,7 +67,7 @@ async fn lists_page_by_limit_and_continue_and_filter_by_state() {
     s.api.modify(
         "frameworks",
         NS,
-        &pai_contract::names::framework_name("alice", "job3"),
+        &pai_job::names::framework_name("alice", "job3"),
         |f| f["status"] = json!({"state": "AttemptRunning", "attemptStatus": {"id": 0}}),
     );
     let running = until(s.addr, "/api/v1/jobs?state=RUNNING", |r| {

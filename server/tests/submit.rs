@@ -48,7 +48,7 @@ async fn names_that_look_alike_are_separate_jobs() {
         assert_eq!(reply.status, 202, "{user}/{job}: {}", reply.body);
     }
     for (user, job) in pairs {
-        let name = pai_contract::names::framework_name(user, job);
+        let name = pai_job::names::framework_name(user, job);
         let stored = s
             .api
             .get("frameworks", NS, &name)

@@ -10,7 +10,8 @@ use pai_contract::framework::{
     CompletionPolicySpec, ExecutionType, Framework, FrameworkSpec, RetryPolicySpec, TaskRoleSpec,
     TaskSpec,
 };
-use pai_contract::{env, meta, names};
+use pai_contract::{env, meta};
+use pai_job::names;
 
 /// Namespace the tests use.
 pub const NAMESPACE: &str = "jobs";

@@ -103,7 +103,7 @@ pub fn assert_cluster_accepts(framework: &Framework) {
         let last = u32::try_from(role.task_number - 1).expect("tasks");
         let pod = pai_contract::framework::pod_name(name, &role.name, last);
         assert!(
-            pod.len() <= pai_contract::names::MAX_POD_NAME,
+            pod.len() <= pai_job::names::MAX_POD_NAME,
             "{pod} is {} characters",
             pod.len()
         );

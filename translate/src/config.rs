@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::ports::PortRange;
-use pai_contract::names::is_dns_label;
+use pai_job::names::is_dns_label;
 
 /// The most JSON of [`ClusterConfig::failure_patterns`].
 pub const FAILURE_PATTERNS_MAX_BYTES: usize = 16 * 1024;
@@ -72,7 +72,7 @@ pub struct ClusterConfig {
     /// OpenPAI's team storages and who may use them ([`crate::storages`]).
     pub storages: Vec<crate::storages::StorageConfig>,
     /// The wait before the next attempt of a job whose attempts end quickly
-    /// ([`pai_contract::restarts`]).
+    /// ([`pai_job::restarts`]).
     pub restart_backoff: RestartBackoffConfig,
     /// How many attempts' files (logs, working directories) the embedded default keeps
     /// per job: the latest, the current one included.
@@ -192,7 +192,7 @@ pub struct RestartBackoffConfig {
 
 impl Default for RestartBackoffConfig {
     fn default() -> Self {
-        let d = pai_contract::restarts::RestartBackoff::default();
+        let d = pai_job::restarts::RestartBackoff::default();
         Self {
             first_sec: d.first.as_secs(),
             cap_sec: d.cap.as_secs(),
@@ -202,9 +202,9 @@ impl Default for RestartBackoffConfig {
 }
 
 impl RestartBackoffConfig {
-    pub fn policy(&self) -> pai_contract::restarts::RestartBackoff {
+    pub fn policy(&self) -> pai_job::restarts::RestartBackoff {
         use std::time::Duration;
-        pai_contract::restarts::RestartBackoff {
+        pai_job::restarts::RestartBackoff {
             first: Duration::from_secs(self.first_sec),
             cap: Duration::from_secs(self.cap_sec),
             reset_after: Duration::from_secs(self.reset_after_sec),
@@ -438,7 +438,7 @@ impl ClusterConfig {
             }
         }
         for (field, name) in self.priority_classes.fields() {
-            if !pai_contract::names::is_dns_subdomain(name) {
+            if !pai_job::names::is_dns_subdomain(name) {
                 return invalid(
                     field,
                     format!("{name:?} is not a PriorityClass name (a DNS subdomain name)"),

@@ -91,9 +91,7 @@ impl GpuConfig {
                 return Err(("gpus.types", "a type's name is empty".to_string()));
             }
             for (key, value) in &kind.node_selector {
-                if !pai_contract::names::is_label_key(key)
-                    || !pai_contract::names::is_label_value(value)
-                {
+                if !pai_job::names::is_label_key(key) || !pai_job::names::is_label_value(value) {
                     return Err((
                         "gpus.types",
                         format!("{name}: {key}={value} is not a Kubernetes label"),

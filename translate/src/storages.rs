@@ -109,7 +109,7 @@ pub struct Who<'a> {
 pub fn check(storages: &[StorageConfig]) -> Result<(), String> {
     let mut seen = std::collections::BTreeSet::new();
     for storage in storages {
-        if !pai_contract::names::is_dns_subdomain(&storage.name) || storage.name.is_empty() {
+        if !pai_job::names::is_dns_subdomain(&storage.name) || storage.name.is_empty() {
             return Err(format!(
                 "{:?} is not a storage name: lowercase letters, digits, '-' and '.', as a PersistentVolumeClaim's",
                 storage.name
@@ -118,7 +118,7 @@ pub fn check(storages: &[StorageConfig]) -> Result<(), String> {
         if !seen.insert(storage.name.as_str()) {
             return Err(format!("{} is named twice", storage.name));
         }
-        if !pai_contract::names::is_dns_subdomain(storage.claim()) {
+        if !pai_job::names::is_dns_subdomain(storage.claim()) {
             return Err(format!(
                 "{}: claimName {:?} is not a PersistentVolumeClaim's name",
                 storage.name,

@@ -255,10 +255,10 @@ impl Transformer {
             }
         }
         if !spec.depends_on().is_empty() {
-            let dependencies: Vec<pai_contract::depends::Dependency> = spec
+            let dependencies: Vec<pai_job::depends::Dependency> = spec
                 .depends_on()
                 .iter()
-                .map(|(job, state)| pai_contract::depends::Dependency {
+                .map(|(job, state)| pai_job::depends::Dependency {
                     job: job.as_str().to_string(),
                     state: *state,
                     uid: None,
@@ -268,7 +268,7 @@ impl Transformer {
                 framework.metadata.annotations.as_mut(),
                 serde_json::to_string(&dependencies),
             ) {
-                annotations.insert(pai_contract::depends::ANNOTATION.to_string(), text);
+                annotations.insert(pai_job::depends::ANNOTATION.to_string(), text);
             }
         }
         Ok(framework)
@@ -322,7 +322,7 @@ impl Transformer {
                 // Held until the jobs it waits for reached their states.
                 scheduling_gates: job.gated.then(|| {
                     vec![PodSchedulingGate {
-                        name: pai_contract::depends::GATE.to_string(),
+                        name: pai_job::depends::GATE.to_string(),
                     }]
                 }),
                 priority_class_name: job.gang.priority_class_name.clone(),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use pai_contract::names::{MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE, max_task_role_name};
+use pai_job::names::{MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE, max_task_role_name};
 use pai_translate::config::ClusterConfig;
 use pai_translate::ports::Seed;
 use pai_translate::spec::names::framework_name;
@@ -103,7 +103,7 @@ fn names_that_used_to_meet_are_distinct_frameworks() {
             &UserName::parse(user).expect("user"),
             &JobName::parse(job).expect("job"),
         );
-        assert!(pai_contract::names::is_controller_name(&name), "{name}");
+        assert!(pai_job::names::is_controller_name(&name), "{name}");
         if let Some(other) = seen.insert(name.clone(), (user, job)) {
             panic!("{user}/{job} and {other:?} share {name}");
         }

@@ -27,7 +27,7 @@ pub const LIMIT: usize = 64 * 1024;
 
 /// The Framework of alice's job "job".
 pub fn fw() -> String {
-    pai_contract::names::framework_name("alice", "job")
+    pai_job::names::framework_name("alice", "job")
 }
 
 /// The pod of task `index` of the role `role` of alice's job "job".

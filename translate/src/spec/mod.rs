@@ -57,7 +57,7 @@ pub struct JobSpec {
     /// OpenPAI's `virtualCluster`: the queue the gang engine admits the job from.
     virtual_cluster: Option<String>,
     /// `dependsOn`: jobs of the same user that must reach a state before this one runs.
-    depends_on: Vec<(JobName, pai_contract::depends::Wanted)>,
+    depends_on: Vec<(JobName, pai_job::depends::Wanted)>,
     protocol: Protocol,
     /// What the spec asks that is not done here as it asks, each naming the field: told
     /// at every submission (never a silent drop).
@@ -191,7 +191,7 @@ impl JobSpec {
     }
 
     /// The jobs this one waits for (`dependsOn`), each with the state it must reach.
-    pub fn depends_on(&self) -> &[(JobName, pai_contract::depends::Wanted)] {
+    pub fn depends_on(&self) -> &[(JobName, pai_job::depends::Wanted)] {
         &self.depends_on
     }
 

@@ -1,5 +1,5 @@
 //! Names of users, jobs, roles and port labels: what each may contain, and the
-//! Kubernetes names they become (the rules are in `pai_contract::names`).
+//! Kubernetes names they become (the rules are in `pai_job::names`).
 //!
 //! User and job names are OpenPAI's, `^[A-Za-z0-9\-._~]+$`, at most
 //! [`MAX_NAME_LEN`] characters; the Framework of a (user, job) pair is a digest of both
@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use pai_contract::names::{label_value, task_role_name};
+use pai_job::names::{label_value, task_role_name};
 
 /// Longest user or job name: both are kept in annotations beside the spec, and Kubernetes
 /// allows 256 KiB for all annotations of an object together.
@@ -131,7 +131,7 @@ impl JobName {
 
 impl RoleName {
     /// Checks `name` against the rule of role names. The length is checked with the
-    /// role's task number (see [`pai_contract::names::max_task_role_name`]).
+    /// role's task number (see [`pai_job::names::max_task_role_name`]).
     pub fn parse(name: &str) -> Result<Self, String> {
         if name.is_empty() {
             return Err("must not be empty".to_string());
@@ -183,7 +183,7 @@ impl fmt::Display for PortLabel {
 
 /// Name of the Framework that runs `job` for `user`.
 pub fn framework_name(user: &UserName, job: &JobName) -> String {
-    pai_contract::names::framework_name(user.as_str(), job.as_str())
+    pai_job::names::framework_name(user.as_str(), job.as_str())
 }
 
 #[cfg(test)]
@@ -217,7 +217,7 @@ mod tests {
         // OpenPAI's pattern allows them; the Framework's name does not depend on them.
         let user = UserName::parse("~~").expect("valid");
         let job = JobName::parse("-._").expect("valid");
-        assert!(pai_contract::names::is_controller_name(&framework_name(
+        assert!(pai_job::names::is_controller_name(&framework_name(
             &user, &job
         )));
         assert_eq!(user.label(), "");

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use pai_contract::names::{MAX_TASKS_PER_ROLE, max_task_role_name};
+use pai_job::names::{MAX_TASKS_PER_ROLE, max_task_role_name};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;

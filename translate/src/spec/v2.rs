@@ -13,10 +13,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Map, Value, json};
 
-use pai_contract::names::{MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE};
 use pai_contract::priority::JobPriority;
 use pai_contract::template::{self, Piece};
 use pai_contract::training::Selection;
+use pai_job::names::{MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE};
 
 use super::error::{Errors, FieldPath, SpecErrors};
 use super::names::{JobName, PortLabel, RoleName};
@@ -627,7 +627,7 @@ fn defaults<'d, 'a>(
                 // OpenPAI's virtual clusters are named by its operators (`VC1`); a name
                 // that cannot be a queue of the cluster's gang engine is refused at
                 // submission there, where the queue is looked up.
-                if pai_contract::names::is_label_value(s) && !s.is_empty() {
+                if pai_job::names::is_label_value(s) && !s.is_empty() {
                     cluster = Some(s.to_string());
                 } else {
                     errors.push(

@@ -4,13 +4,14 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use pai_contract::names::{
-    FRAMEWORK_NAME_LEN, MAX_POD_NAME, MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE,
-    max_task_role_name,
-};
+use pai_contract::env;
 use pai_contract::ports::{HTTP_LABEL, SSH_LABEL};
 use pai_contract::training::{self, Part, Selection};
-use pai_contract::{depends, env};
+use pai_job::depends;
+use pai_job::names::{
+    FRAMEWORK_NAME_LEN, MAX_POD_NAME, MAX_TASKS_PER_FRAMEWORK, MAX_TASKS_PER_ROLE, is_label_value,
+    max_task_role_name,
+};
 
 use super::error::{Errors, FieldPath, SpecErrors};
 use super::names::{JobName, PortLabel, RoleName};
@@ -97,7 +98,7 @@ pub(super) fn job(value: &Value) -> Result<JobSpec, SpecErrors> {
         && let Some(s) = reader::string(v, &p, &mut errors)
         && !s.is_empty()
     {
-        if pai_contract::names::is_label_value(s) {
+        if is_label_value(s) {
             virtual_cluster = Some(s.to_string());
         } else {
             errors.push(
@@ -242,9 +243,8 @@ fn int(value: &Value, path: &FieldPath, min: i64, max: i64, errors: &mut Errors)
 
 const DEPENDENCY_FIELDS: &[&str] = &["job", "state"];
 
-/// `dependsOn`: a list of `{job: <name>, state: SUCCEEDED|FAILED|STOPPED}` (the state
-/// defaults to SUCCEEDED), each job at most once, never the job itself, at most
-/// [`depends::MAX`].
+/// `dependsOn`: a list of `{job: <name>, state: SUCCEEDED|FAILED|STOPPED}` (SUCCEEDED by
+/// default), each job at most once, never the job itself, at most [`depends::MAX`].
 fn depends_on(
     value: &Value,
     path: &FieldPath,

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Framework;
+use pai_contract::Framework;
 
 /// The annotation holding the history (JSON, oldest first).
 pub const ANNOTATION: &str = "rest-lite.openpai.io/attempts";
@@ -23,7 +23,7 @@ const DIAGNOSTICS_MAX: usize = 512;
 pub struct AttemptEnd {
     /// The attempt's number, from 0.
     pub attempt: i32,
-    /// Its completion code ([`crate::exit`]).
+    /// Its completion code ([`pai_contract::exit`]).
     pub code: i32,
     /// What the controller said (cut to 512 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,7 +132,7 @@ pub fn amended(framework: &Framework, ended_by: Option<(i32, &str)>) -> Option<(
     if let Some((attempt, words)) = ended_by
         && let Some(end) = ends.iter_mut().find(|e| {
             e.attempt == attempt
-                && e.code == crate::exit::codes::POD_EXTERNAL_DELETED
+                && e.code == pai_contract::exit::codes::POD_EXTERNAL_DELETED
                 && e.ended_by.is_none()
         })
     {
@@ -173,12 +173,14 @@ fn cut(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::{CompletionStatus, CompletionTrigger, FrameworkState, FrameworkStatus};
+    use pai_contract::framework::{
+        CompletionStatus, CompletionTrigger, FrameworkState, FrameworkStatus,
+    };
 
     fn ended_attempt(id: i32, code: i32) -> Framework {
         let mut framework = Framework::new(
             "f",
-            crate::FrameworkSpec {
+            pai_contract::FrameworkSpec {
                 description: None,
                 execution_type: Default::default(),
                 retry_policy: Default::default(),
@@ -228,7 +230,7 @@ mod tests {
 
     #[test]
     fn who_ended_an_attempt_is_written_into_its_end_once_even_after_it_was_recorded() {
-        use crate::exit::codes::POD_EXTERNAL_DELETED;
+        use pai_contract::exit::codes::POD_EXTERNAL_DELETED;
         let mut framework = ended_attempt(0, POD_EXTERNAL_DELETED);
         assert!(
             record(&mut framework),

@@ -42,9 +42,10 @@ pub struct Wait {
 }
 
 /// Whether an attempt that completed with `code` was ended by the user's command (its
-/// success, or its own exit code) rather than by the platform ([`crate::exit`]).
+/// success, or its own exit code) rather than by the platform ([`pai_contract::exit`]).
 pub fn ended_by_command(code: i32) -> bool {
-    code == crate::exit::codes::SUCCEEDED || crate::exit::platform_meaning(code).is_none()
+    code == pai_contract::exit::codes::SUCCEEDED
+        || pai_contract::exit::platform_meaning(code).is_none()
 }
 
 /// How long the attempt after `history`'s last one waits, if at all. `history` is oldest

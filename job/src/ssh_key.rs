@@ -47,7 +47,7 @@ impl JobKey {
     /// job's directory here), with the mode each is written with: the private halves
     /// for their user alone.
     pub fn files(&self) -> Vec<(&'static str, &str, u32)> {
-        use crate::training::{
+        use pai_contract::training::{
             JOB_HOST_KEY_FILE, JOB_HOST_PUBLIC_KEY_FILE, JOB_KEY_FILE, JOB_PUBLIC_KEY_FILE,
             JOB_SECRETS_FILE,
         };

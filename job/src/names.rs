@@ -173,7 +173,7 @@ mod tests {
         assert_eq!(max_task_role_name(11), 63 - 32 - 2 - 2);
         assert_eq!(max_task_role_name(MAX_TASKS_PER_ROLE), 63 - 32 - 2 - 4);
         let role = "r".repeat(max_task_role_name(10_000));
-        let pod = crate::framework::pod_name(&framework_name("u", "j"), &role, 9_999);
+        let pod = pai_contract::framework::pod_name(&framework_name("u", "j"), &role, 9_999);
         assert_eq!(pod.len(), MAX_POD_NAME);
     }
 

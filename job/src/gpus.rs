@@ -1,12 +1,12 @@
 //! The GPUs each task of an attempt holds on the embedded default, as saved on its
-//! Framework ([`crate::meta::ANNOTATION_TASK_GPUS`]).
+//! Framework ([`pai_contract::meta::ANNOTATION_TASK_GPUS`]).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Framework;
-use crate::meta::ANNOTATION_TASK_GPUS;
+use pai_contract::Framework;
+use pai_contract::meta::ANNOTATION_TASK_GPUS;
 
 /// `{"attempt": 0, "tasks": {"worker": [[{"index": 0, "uuid": "GPU-…"}], …]}}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,7 +94,7 @@ mod tests {
         };
         let mut framework = Framework::new(
             "f",
-            crate::framework::FrameworkSpec {
+            pai_contract::framework::FrameworkSpec {
                 description: None,
                 execution_type: Default::default(),
                 retry_policy: Default::default(),

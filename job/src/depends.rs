@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Framework;
+use pai_contract::Framework;
 
 /// The dependencies (JSON, [`Dependency`] each).
 pub const ANNOTATION: &str = "rest-lite.openpai.io/depends-on";
