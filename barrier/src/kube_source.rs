@@ -24,7 +24,8 @@ use crate::config::{Attempt, Source};
 use crate::outcome::{BarrierError, Passed};
 use crate::published;
 use crate::readiness::{Readiness, readiness};
-use crate::retry::{Retry, Verdict};
+use crate::retry::Retry;
+use pai_kube_retry::{Verdict, WatchBackoff};
 
 /// Longest watch request: the API server's own limit for a watch is about this.
 const MAX_WATCH_SECONDS: u64 = 290;
@@ -191,9 +192,8 @@ async fn watch_framework(
     let watch_config = watcher::Config::default()
         .fields(&format!("metadata.name={}", config.name))
         .timeout(watch_seconds(config));
-    let events = watcher::watcher(api, watch_config).backoff(crate::retry::WatchBackoff::new(
-        pai_contract::backoff::BARRIER,
-    ));
+    let events = watcher::watcher(api, watch_config)
+        .backoff(WatchBackoff::new(pai_contract::backoff::BARRIER));
     pin_mut!(events);
     let mut seen = false;
     let mut retry = Retry::default();

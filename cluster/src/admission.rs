@@ -15,8 +15,8 @@
 //! changes, the job's Framework is announced to the copy's subscribers again, so its
 //! view is made anew and job watches send a line.
 
-use pai_barrier::retry::WatchBackoff;
 use pai_contract::backoff;
+use pai_kube_retry::WatchBackoff;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 

@@ -1,6 +1,6 @@
 //! The API server's failures in the backend's words, the same for the backend and its
-//! copy. Which failures are transient is decided once, by the barrier's rule
-//! ([`pai_barrier::retry::classify`]), which every task's barrier follows too: a 401 or
+//! copy. Which failures are transient is decided once, by the project's one rule
+//! ([`pai_kube_retry::classify`]), which every task's barrier follows too: a 401 or
 //! 403 after this server was answered is the API server's trouble (restarting, its caches
 //! filling: a 503, ask again), before that a missing grant.
 
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pai_backend::BackendError;
-use pai_barrier::retry::{Kind, Verdict, classify};
+use pai_kube_retry::{Kind, Verdict, classify};
 
 /// Where the backend talks, and whether it was ever answered.
 pub struct ApiErrors {

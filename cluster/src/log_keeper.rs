@@ -39,11 +39,11 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use pai_barrier::retry::{Kind, Verdict, WatchBackoff, classify};
 use pai_contract::backoff;
 use pai_contract::framework::{INIT_CONTAINER, MAIN_CONTAINER};
 use pai_contract::kept_logs::{self, LEGACY_FINALIZER, Lost, Part, Share};
 use pai_contract::{Framework, meta};
+use pai_kube_retry::{Kind, Verdict, WatchBackoff, classify};
 
 use crate::store::KubeStore;
 
@@ -461,7 +461,7 @@ impl LogKeeper {
 }
 
 /// A write of `reads` into `map` that `error` broke off: tried again where the trouble
-/// passes (the barrier's rule, [`classify`]: this server was answered before), else
+/// passes (the one rule, [`classify`]: this server was answered before), else
 /// dropped, said so.
 fn failed(map: &str, error: &kube::Error, reads: Vec<Read>) -> Written {
     match classify(error, true) {

@@ -38,9 +38,9 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use pai_backend::controller::{Event, Outcome, Reconcile};
-use pai_barrier::retry::WatchBackoff;
 use pai_contract::env::fc;
 use pai_contract::{Framework, backoff, meta};
+use pai_kube_retry::WatchBackoff;
 
 use crate::admission::{KUEUE_API, resource};
 use crate::log_keeper::take_finalizer;
