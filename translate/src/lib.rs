@@ -1,9 +1,13 @@
-//! OpenPAI v1 job specs in, FrameworkController Frameworks out: no HTTP, no Kubernetes
-//! client, so other tools can embed the translation.
+//! OpenPAI job specs in (v1 and job protocol v2), FrameworkController Frameworks out: no
+//! HTTP, no Kubernetes client, so other tools can embed the translation.
 //!
-//! The data path: spec text → [`spec::JobSpec`] (valid by construction) →
+//! The data path: spec text (either version, [`spec`]) → [`spec::JobSpec`] (valid by
+//! construction) →
 //! [`ports::allocate`] → [`transform::Transformer`] builds the [`pai_contract::Framework`],
-//! whose pod templates carry the static environment of [`env`].
+//! whose pod templates carry the static environment of [`env`], under the installation's
+//! [`config::ClusterConfig`] (its GPU types, storages, gang engine and priority classes
+//! shape the Framework; its retention and history sections are the server's, in the one
+//! file an installation writes).
 
 pub mod config;
 pub mod env;
