@@ -1,6 +1,6 @@
 //! FrameworkController's life cycle of one Framework, as a pure state machine: [`step`]
 //! applies one [`Event`] to the Framework's status and returns the [`Effect`]s the
-//! job loop (`job_loop.rs`) must carry out. Nothing here starts a process, reads a
+//! job loop (`job_loop/`) must carry out. Nothing here starts a process, reads a
 //! clock or touches a file, so every rule is tested as a table (see the tests below).
 //!
 //! Framework and task states and their timestamps change only in

@@ -1,6 +1,6 @@
 //! Reading a task's container log (its end, or the whole of it, followed until the task
 //! completes), or one stream of its ordered log (the user command's stdout or stderr
-//! alone, [`pai_contract::ordered_log`]). Reads only: the job loop (`job_loop.rs`) never
+//! alone, [`pai_contract::ordered_log`]). Reads only: the job loop (`job_loop/`) never
 //! waits for a reader.
 
 use std::path::{Path, PathBuf};

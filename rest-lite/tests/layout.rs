@@ -339,7 +339,7 @@ fn long_without_reason(text: &str, limit: usize) -> Vec<String> {
 /// How many functions over 80 lines a `// Long:` reason lets through: the list only
 /// shrinks. Whoever splits one lowers the number; none is added without raising it in
 /// review.
-const EXCUSED_LONG_FUNCTIONS: usize = 25;
+const EXCUSED_LONG_FUNCTIONS: usize = 20;
 
 /// No function over 80 lines without a reason written next to it, and no more excused
 /// than [`EXCUSED_LONG_FUNCTIONS`].
@@ -386,15 +386,10 @@ fn long_functions_say_why() {
 /// 800. Split by concept into a module tree (`foo.rs` to `foo/…`), not by count.
 const LARGE_FILES: &[(&str, usize)] = &[
     ("api/src/status.rs", 1003),
-    ("cluster/src/backend.rs", 1368),
-    ("local/src/job_loop.rs", 1466),
     ("rest-lite/tests/backends.rs", 1215),
     ("rest-lite/tests/containers.rs", 1847),
     ("rest-lite/tests/history.rs", 815),
     ("server/src/pages/view.rs", 835),
-    ("test-support/src/apiserver.rs", 1404),
-    ("test-support/src/validation.rs", 1053),
-    ("translate/src/spec/v2.rs", 1684),
     ("translate/src/spec/validate.rs", 854),
 ];
 
